@@ -1,0 +1,1 @@
+"""gpuplan.catalogs (see DESIGN.md section 2)."""

@@ -1,0 +1,221 @@
+"""Shared pieces of the command modules: the --format option, output and progress.
+
+Rules every command follows:
+
+* ``--format json`` prints exactly one JSON document on stdout and nothing else;
+* tables go to stdout in ``--format table``; progress, logs and warnings go to stderr;
+* a :class:`gpuplan.errors.GpuplanError` raised by the library becomes one line on stderr
+  and exit code 2 (see :func:`gpuplan.cli.main.main`).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+FORMAT_OPTION = typer.Option(
+    Format.table, "--format", "-f", help="Output format: a table for people or JSON for tools."
+)
+
+
+def make_app(help_text: str, *, single: bool = False) -> typer.Typer:
+    """A typer app configured the same way for every command group.
+
+    ``single=True`` for a group with one command (``gpuplan probe``), so that it is invoked
+    without a sub-command name.
+    """
+    return typer.Typer(
+        help=help_text,
+        no_args_is_help=not single,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
+def _jsonable(obj: Any) -> Any:
+    """Turn pydantic models, dataclasses, numpy scalars, paths and sets into JSON types."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays
+        return obj.tolist()
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def _finite(obj: Any) -> Any:
+    """Replace NaN/inf (not valid JSON) by None, recursively."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def to_json_text(data: Any) -> str:
+    """Serialise ``data`` as strict JSON (NaN and inf become null)."""
+    text = json.dumps(data, default=_jsonable)
+    return json.dumps(_finite(json.loads(text)), indent=2, allow_nan=False)
+
+
+def print_json(data: Any) -> None:
+    """Print one JSON document on stdout."""
+    sys.stdout.write(to_json_text(data) + "\n")
+    sys.stdout.flush()
+
+
+def stdout_console():  # -> rich.console.Console
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def stderr_console():  # -> rich.console.Console
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def emit(data: Any, fmt: Format, table: Callable[[Any], None] | None = None) -> None:
+    """Print ``data`` as JSON, or call ``table(console)`` to draw it for people."""
+    if fmt == Format.json or table is None:
+        print_json(data)
+    else:
+        table(stdout_console())
+
+
+def simple_table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    caption: str | None = None,
+):
+    """A rich Table with the given columns and rows (values rendered with ``str``)."""
+    from rich.table import Table
+
+    t = Table(title=title, caption=caption, show_lines=False)
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    return t
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    typer.echo(f"gpuplan: warning: {message}", err=True)
+
+
+def info(message: str) -> None:
+    """One progress/info line on stderr."""
+    typer.echo(message, err=True)
+
+
+@contextmanager
+def progress(enabled: bool = True) -> Iterator[Any]:
+    """A rich Progress bar on stderr (a no-op object when ``enabled`` is false)."""
+    if not enabled:
+        yield _NullProgress()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr_console(),
+        transient=False,
+    ) as bar:
+        yield bar
+
+
+class _NullProgress:
+    def add_task(self, *_: Any, **__: Any) -> int:
+        return 0
+
+    def update(self, *_: Any, **__: Any) -> None:
+        return None
+
+    def advance(self, *_: Any, **__: Any) -> None:
+        return None
+
+
+# Display helpers: SI inside the code, display units only at the edges (STYLE.md).
+def fmt_si(value: float | None, unit: str, *, digits: int = 3) -> str:
+    """Format ``value`` with an SI prefix (1 G = 1e9, like nccl-tests): ``fmt_si(2.5e12, 'FLOP/s')``.
+
+    >>> fmt_si(2.5e12, "FLOP/s")
+    '2.5 TFLOP/s'
+    >>> fmt_si(None, "B/s")
+    '-'
+    """
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+    for scale, prefix in prefixes:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    """Memory sizes in binary units (GiB), the way people read them.
+
+    >>> fmt_bytes(80 * 2**30)
+    '80 GiB'
+    """
+    if value is None:
+        return "-"
+    for scale, unit in [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")]:
+        if abs(value) >= scale:
+            return f"{value / scale:.4g} {unit}"
+    return f"{value:.0f} B"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Durations for people: ``fmt_duration(93784)`` -> ``'1.09 d'``.
+
+    >>> fmt_duration(0.0123)
+    '12.3 ms'
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} d"

@@ -1,0 +1,1 @@
+"""gpuplan.forecast (see DESIGN.md section 2)."""

@@ -1,0 +1,1 @@
+"""gpuplan.plan (see DESIGN.md section 2)."""

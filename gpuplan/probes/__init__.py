@@ -1,0 +1,1 @@
+"""gpuplan.probes (see DESIGN.md section 2)."""

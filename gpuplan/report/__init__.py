@@ -1,0 +1,1 @@
+"""gpuplan.report (see DESIGN.md section 2)."""

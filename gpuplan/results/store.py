@@ -1,0 +1,117 @@
+"""Result files on disk: atomic writes that never overwrite, and a validating loader.
+
+Layout (asv-style): ``<root>/<machine_id>/<started_at>_<run_id[:8]>.json``, one file per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuplan.errors import InputError, SchemaError
+from gpuplan.results.migrations import upgrade
+from gpuplan.results.schema import ResultDocument
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of ``text`` (machine ids, timestamps)."""
+    return _SAFE.sub("-", text).strip("-") or "unknown"
+
+
+def result_path(root: Path, doc: ResultDocument) -> Path:
+    stamp = safe_name(doc.started_at.replace(":", "").replace("-", ""))
+    return Path(root) / safe_name(doc.host.machine_id) / f"{stamp}_{doc.run_id[:8]}.json"
+
+
+def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically (temp file + fsync + link/rename).
+
+    With ``overwrite=False`` an existing file is never replaced: the link fails and a
+    :class:`FileExistsError` is raised, so a crash or a concurrent writer cannot clobber
+    an earlier result.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # atomic and fails if path exists
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save_result(doc: ResultDocument, root: Path | str = "results") -> Path:
+    """Write ``doc`` under ``root``; never overwrites (a clash gets a numbered suffix)."""
+    base = result_path(Path(root), doc)
+    data = doc.model_dump(mode="json")
+    for i in range(1000):
+        path = base if i == 0 else base.with_name(f"{base.stem}.{i}{base.suffix}")
+        try:
+            return write_json_atomic(path, data)
+        except FileExistsError:
+            continue
+    raise InputError(f"too many result files named like {base}")
+
+
+def parse_result(data: Any, *, where: str = "document") -> ResultDocument:
+    """Validate a decoded JSON value as a result document, upgrading older versions."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    data = upgrade(data, where=where)
+    try:
+        return ResultDocument.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise SchemaError(f"{where}: field '{loc}': {err['msg']}") from None
+
+
+def load_result(path: Path | str) -> ResultDocument:
+    """Load one result file; refuses newer schema versions, upgrades older ones."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"no result file {path}", hint="list runs with 'gpuplan results ls'") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_result(data, where=str(path))
+
+
+def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
+    """Result files under ``paths`` (files as given, directories searched recursively)."""
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            yield from sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
+        elif p.exists():
+            yield p
+        else:
+            raise InputError(f"no such file or directory: {p}")
+
+
+def load_results(paths: Iterable[Path | str]) -> list[tuple[Path, ResultDocument]]:
+    """Load every result file under ``paths``."""
+    return [(p, load_result(p)) for p in iter_result_files(paths)]

@@ -1,0 +1,1 @@
+"""gpuplan.service (see DESIGN.md section 2)."""
