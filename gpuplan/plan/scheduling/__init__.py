@@ -1,0 +1,1 @@
+"""Shared-cluster scheduling simulation (issue 8); see docs/scheduling.md."""
