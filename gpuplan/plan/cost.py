@@ -1,0 +1,555 @@
+"""Cost models: cloud purchasing models, spot with checkpoint/restart, on-premises TCO.
+
+Method
+------
+Prices are per node-hour (an instance-hour in the cloud). For a purchasing model with
+price ``p``:
+
+* **pay per use** (on-demand, spot): a training run costs nodes x run hours x p / goodput;
+  a month costs nodes x 730 h x utilisation x p for training fleets (busy hours only) and
+  nodes x serving hours x p for serving;
+* **committed** (1- and 3-year reservations, owned hardware): paid every hour of the term,
+  so a run costs nodes x run hours x p / (utilisation x goodput) (the idle share is paid
+  too) and a month costs nodes x 730 h x p;
+* **per million tokens served**: the serving fleet's monthly cost / tokens served per month.
+
+Interruptions (spot reclaims and node failures) follow the checkpoint/restart model:
+the fleet's mean time between interruptions is ``M = 1 / (rate per node-hour x nodes)``;
+the checkpoint interval is Young's first-order optimum ``sqrt(2 delta M)`` (Young 1974,
+"A first order approximation to the optimum checkpoint interval", CACM 17(9)) refined by
+Daly's higher-order estimate (Daly 2006, "A higher order estimate of the optimum
+checkpoint interval for restart dumps", FGCS 22(3), the perturbation solution of its
+complete model): ``tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/2M) + (1/9)(delta/2M)] -
+delta`` for ``delta < 2M``, else ``tau = M``. The expected wall time of ``T_s`` hours of
+work is Daly's complete model ``T_w = M e^(R/M) (e^((tau + delta)/M) - 1) T_s / tau``;
+goodput = ``T_s / T_w``.
+
+On premises (total cost of ownership): capex (nodes, and network where priced) amortised
+straight-line over the depreciation years, plus facility energy (facility power x hours x
+price per kWh, at full draw all year: an upper bound), plus operations per node and staff.
+The hourly equivalent is then treated as a committed price. Break-even utilisation
+against on-demand renting = owned cost per year / (8,760 h x nodes x on-demand price):
+above it, owning is cheaper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.plan.provenance import Figure, derived, input_fig, missing_fig
+
+HOURS_PER_YEAR = 8760.0  # 365 x 24 (calendar)
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0  # 730
+
+PAY_PER_USE = ("on_demand", "spot")
+COMMITTED = ("reserved_1y", "reserved_3y", "onprem")
+PURCHASING_MODELS = ("on_demand", "reserved_1y", "reserved_3y", "spot", "onprem")
+
+
+# ------------------------------------------------------------------ Young / Daly
+
+
+def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
+    """Young's first-order optimum checkpoint interval ``sqrt(2 delta M)`` (Young 1974).
+
+    >>> round(young_interval_s(300.0, 24 * 3600.0) / 60.0, 1)
+    120.0
+    """
+    if checkpoint_s < 0 or mtbf_s <= 0:
+        raise ValueError("checkpoint time >= 0 and MTBF > 0")
+    return math.sqrt(2.0 * checkpoint_s * mtbf_s)
+
+
+def daly_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order optimum checkpoint interval (Daly 2006, perturbation solution).
+
+    ``tau = sqrt(2 delta M) [1 + (1/3) sqrt(delta/2M) + (1/9)(delta/2M)] - delta`` for
+    ``delta < 2M``, else ``M``. Daly's figure 3 case (M = 24 h, delta = 5 min) gives
+    117 min:
+
+    >>> round(daly_interval_s(300.0, 24 * 3600.0) / 60.0)
+    117
+    """
+    if checkpoint_s < 0 or mtbf_s <= 0:
+        raise ValueError("checkpoint time >= 0 and MTBF > 0")
+    if checkpoint_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = checkpoint_s / (2.0 * mtbf_s)
+    return (
+        math.sqrt(2.0 * checkpoint_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - checkpoint_s
+    )
+
+
+def daly_wall_time_s(
+    solve_s: float, interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float
+) -> float:
+    """Expected wall time for ``solve_s`` of work (Daly 2006, complete model).
+
+    ``T_w = M e^(R/M) (e^((tau + delta)/M) - 1) T_s / tau``; without interruptions
+    (``M`` infinite) there is no need to checkpoint and ``T_w = T_s``.
+    """
+    if math.isinf(mtbf_s):
+        return solve_s
+    m = mtbf_s
+    return (
+        m
+        * math.exp(restart_s / m)
+        * math.expm1((interval_s + checkpoint_s) / m)
+        * solve_s
+        / interval_s
+    )
+
+
+@dataclass
+class Reliability:
+    """Checkpoint interval and goodput of one training run under interruptions."""
+
+    rate_per_node_hour: Figure
+    mtbf_s: Figure
+    interval_s: Figure
+    young_interval_s: Figure
+    goodput: Figure
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "interruptions_per_node_hour": self.rate_per_node_hour,
+            "fleet_mtbf_s": self.mtbf_s,
+            "checkpoint_interval_s": self.interval_s,
+            "young_interval_s": self.young_interval_s,
+            "goodput": self.goodput,
+        }
+
+
+def reliability(
+    *, nodes: Figure, rate_per_node_hour: Figure, checkpoint_s: Figure, restart_s: Figure
+) -> Reliability:
+    """Young/Daly checkpoint interval and goodput for ``nodes`` nodes (module docstring)."""
+    rate = rate_per_node_hour.value if rate_per_node_hour.ok else 0.0
+    label = "fleet mean time between interruptions"
+    if rate <= 0:
+        mtbf = derived(
+            math.inf, "s", label, "no interruptions given: none expected", [rate_per_node_hour]
+        )
+        none = derived(
+            None,
+            "s",
+            "checkpoint interval (Daly 2006)",
+            "no interruptions: no optimum",
+            [mtbf],
+            missing="no interruption rate: checkpoint interval not needed",
+        )
+        young = derived(
+            None,
+            "s",
+            "checkpoint interval (Young 1974)",
+            "no interruptions: no optimum",
+            [mtbf],
+            missing="no interruption rate",
+        )
+        good = derived(1.0, "fraction", "goodput", "no interruptions: goodput 1", [mtbf])
+        return Reliability(rate_per_node_hour, mtbf, none, young, good)
+    mtbf = derived(
+        3600.0 / (rate * nodes.value),
+        "s",
+        label,
+        "3600 s / (interruptions per node-hour x nodes)",
+        [rate_per_node_hour, nodes],
+    )
+    if not checkpoint_s.ok or not restart_s.ok:
+        reason = checkpoint_s.missing or restart_s.missing or "checkpoint/restart time unknown"
+        mi = missing_fig("s", "checkpoint interval (Daly 2006)", reason, [mtbf, checkpoint_s])
+        my = missing_fig("s", "checkpoint interval (Young 1974)", reason, [mtbf, checkpoint_s])
+        mg = missing_fig("fraction", "goodput", reason, [mtbf, checkpoint_s, restart_s])
+        return Reliability(rate_per_node_hour, mtbf, mi, my, mg)
+    tau = daly_interval_s(checkpoint_s.value, mtbf.value)
+    interval = derived(
+        tau,
+        "s",
+        "checkpoint interval (Daly 2006)",
+        "sqrt(2 delta M)[1 + sqrt(delta/2M)/3 + (delta/2M)/9] - delta (Daly 2006)",
+        [checkpoint_s, mtbf],
+    )
+    young = derived(
+        young_interval_s(checkpoint_s.value, mtbf.value),
+        "s",
+        "checkpoint interval (Young 1974)",
+        "sqrt(2 delta M) (Young 1974)",
+        [checkpoint_s, mtbf],
+    )
+    wall_per_work = daly_wall_time_s(1.0, tau, checkpoint_s.value, restart_s.value, mtbf.value)
+    good = derived(
+        1.0 / wall_per_work,
+        "fraction",
+        "goodput",
+        "T_s / T_w with T_w = M e^(R/M)(e^((tau+delta)/M) - 1) T_s/tau (Daly 2006)",
+        [mtbf, interval, checkpoint_s, restart_s],
+    )
+    return Reliability(rate_per_node_hour, mtbf, interval, young, good)
+
+
+# ------------------------------------------------------------------ loads
+
+
+@dataclass
+class TrainingLoad:
+    """One training run on an option: its nodes and its run time without interruptions."""
+
+    name: str
+    nodes: Figure
+    run_s: Figure
+
+
+@dataclass
+class ServingLoad:
+    """One serving workload on an option."""
+
+    name: str
+    nodes: Figure
+    output_tokens_per_month: Figure
+    hours_per_month: Figure
+
+
+@dataclass
+class ModelCost:
+    """Costs under one purchasing model."""
+
+    model: str
+    price_usd_per_node_hour: Figure
+    per_run_usd: dict[str, Figure] = field(default_factory=dict)
+    per_month_usd: Figure | None = None
+    per_million_tokens_usd: dict[str, Figure] = field(default_factory=dict)
+    goodput: dict[str, Reliability] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return self.price_usd_per_node_hour.ok
+
+    def run_total(self) -> Figure | None:
+        runs = list(self.per_run_usd.values())
+        if not runs:
+            return None
+        if not all(r.ok for r in runs):
+            bad = next(r for r in runs if not r.ok)
+            return missing_fig("USD", f"{self.model}: all training runs", bad.missing or "", runs)
+        return derived(
+            sum(r.value for r in runs),
+            "USD",
+            f"{self.model}: all training runs",
+            "sum of runs",
+            runs,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "price_usd_per_node_hour": self.price_usd_per_node_hour,
+            "per_run_usd": self.per_run_usd,
+            "all_runs_usd": self.run_total(),
+            "per_month_usd": self.per_month_usd,
+            "per_million_output_tokens_usd": self.per_million_tokens_usd,
+            "reliability": {k: v.to_json() for k, v in self.goodput.items()},
+            "notes": self.notes,
+        }
+
+
+def price_model(
+    model: str,
+    price: Figure,
+    *,
+    trainings: list[TrainingLoad],
+    servings: list[ServingLoad],
+    utilisation: Figure,
+    interruptions: dict[str, Reliability],
+) -> ModelCost:
+    """Costs of the loads under purchasing model ``model`` at ``price`` per node-hour.
+
+    ``interruptions`` maps each training name to its :class:`Reliability` under this model
+    (spot reclaims and failures for spot, failures only otherwise).
+    """
+    committed = model in COMMITTED
+    out = ModelCost(model, price, goodput=interruptions)
+    label = f"{model}"
+    month_parts: list[Figure] = []
+    for t in trainings:
+        rel = interruptions[t.name]
+        inputs = [t.nodes, t.run_s, price, rel.goodput]
+        if committed:
+            inputs.append(utilisation)
+        ok = price.ok and rel.goodput.ok and t.run_s.ok
+        value = None
+        if ok:
+            value = t.nodes.value * t.run_s.value / 3600.0 * price.value / rel.goodput.value
+            if committed:
+                value /= utilisation.value
+        interval = None
+        if ok and t.run_s.interval is not None:
+            lo, hi = t.run_s.interval
+            scale = value / t.run_s.value
+            interval = (lo * scale, hi * scale)
+        formula = "nodes x run hours x price / goodput" + (" / utilisation" if committed else "")
+        out.per_run_usd[t.name] = derived(
+            value,
+            "USD",
+            f"{label}: cost of training run {t.name}",
+            formula,
+            inputs,
+            interval=interval,
+            missing=None if ok else (price.missing or rel.goodput.missing or t.run_s.missing),
+        )
+        if price.ok:
+            if committed:
+                part = derived(
+                    t.nodes.value * HOURS_PER_MONTH * price.value,
+                    "USD/month",
+                    f"{label}: training fleet {t.name} per month",
+                    "nodes x 730 h x price (paid every hour of the term)",
+                    [t.nodes, price],
+                )
+            else:
+                part = derived(
+                    t.nodes.value * HOURS_PER_MONTH * utilisation.value * price.value,
+                    "USD/month",
+                    f"{label}: training fleet {t.name} per month",
+                    "nodes x 730 h x utilisation x price (busy hours only)",
+                    [t.nodes, utilisation, price],
+                )
+            month_parts.append(part)
+    for s in servings:
+        if model == "spot":
+            reason = "spot capacity can be reclaimed at any time; not used for SLO-bound serving"
+            out.per_million_tokens_usd[s.name] = missing_fig(
+                "USD/Mtok", f"{label}: {s.name} per million output tokens", reason
+            )
+            out.notes.append(reason)
+            month_parts.append(missing_fig("USD/month", f"{label}: {s.name} per month", reason))
+            continue
+        if not price.ok:
+            m = missing_fig(
+                "USD/month", f"{label}: {s.name} per month", price.missing or "", [price]
+            )
+            month_parts.append(m)
+            out.per_million_tokens_usd[s.name] = missing_fig(
+                "USD/Mtok", f"{label}: {s.name} per million output tokens", price.missing or ""
+            )
+            continue
+        if committed:
+            monthly = derived(
+                s.nodes.value * HOURS_PER_MONTH * price.value,
+                "USD/month",
+                f"{label}: serving fleet {s.name} per month",
+                "nodes x 730 h x price (paid every hour of the term)",
+                [s.nodes, price],
+            )
+        else:
+            monthly = derived(
+                s.nodes.value * s.hours_per_month.value * price.value,
+                "USD/month",
+                f"{label}: serving fleet {s.name} per month",
+                "nodes x serving hours per month x price",
+                [s.nodes, s.hours_per_month, price],
+            )
+        month_parts.append(monthly)
+        out.per_million_tokens_usd[s.name] = derived(
+            monthly.value / s.output_tokens_per_month.value * 1e6,
+            "USD/Mtok",
+            f"{label}: {s.name} per million output tokens",
+            "serving cost per month / output tokens served per month x 1e6",
+            [monthly, s.output_tokens_per_month],
+        )
+    if month_parts:
+        if all(p.ok for p in month_parts):
+            out.per_month_usd = derived(
+                sum(p.value for p in month_parts),
+                "USD/month",
+                f"{label}: fleet cost per month",
+                "sum of the training and serving fleets per month",
+                month_parts,
+            )
+        else:
+            bad = next(p for p in month_parts if not p.ok)
+            out.per_month_usd = missing_fig(
+                "USD/month", f"{label}: fleet cost per month", bad.missing or "", month_parts
+            )
+    return out
+
+
+# ------------------------------------------------------------------ on premises
+
+
+@dataclass
+class OnPremTCO:
+    """Owned fleet: capex, yearly costs and the hourly equivalent per node."""
+
+    capex_usd: Figure
+    capex_per_year_usd: Figure
+    energy_per_year_usd: Figure
+    ops_per_year_usd: Figure
+    total_per_year_usd: Figure
+    usd_per_node_hour: Figure
+    excludes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "capex_usd": self.capex_usd,
+            "capex_per_year_usd": self.capex_per_year_usd,
+            "energy_per_year_usd": self.energy_per_year_usd,
+            "operations_per_year_usd": self.ops_per_year_usd,
+            "total_per_year_usd": self.total_per_year_usd,
+            "usd_per_node_hour": self.usd_per_node_hour,
+            "excludes": self.excludes,
+        }
+
+
+def onprem_tco(
+    *,
+    nodes: Figure,
+    node_price_usd: Figure,
+    network_capex_usd: Figure,
+    depreciation_years: Figure,
+    facility_power_w: Figure,
+    electricity_usd_per_kwh: Figure,
+    ops_usd_per_node_per_year: Figure,
+    staff_usd_per_year: Figure,
+) -> OnPremTCO:
+    """Total cost of ownership of an owned fleet (module docstring)."""
+    excludes: list[str] = []
+    node_capex = derived(
+        nodes.value * node_price_usd.value if node_price_usd.ok else None,
+        "USD",
+        "node capex",
+        "nodes x node price",
+        [nodes, node_price_usd],
+    )
+    parts = [node_capex]
+    if network_capex_usd.ok:
+        parts.append(network_capex_usd)
+    else:
+        excludes.append(f"network equipment ({network_capex_usd.missing or 'no price'})")
+    capex = derived(
+        sum(p.value for p in parts) if all(p.ok for p in parts) else None,
+        "USD",
+        "capex",
+        "node capex + network capex" if len(parts) > 1 else "node capex",
+        parts,
+    )
+    if not depreciation_years.ok:
+        capex_y = missing_fig(
+            "USD/year",
+            "capex per year",
+            "no depreciation period: add costs.depreciation_years",
+            [capex],
+        )
+    else:
+        capex_y = derived(
+            capex.value / depreciation_years.value if capex.ok else None,
+            "USD/year",
+            "capex per year",
+            "capex / depreciation years (straight line)",
+            [capex, depreciation_years],
+        )
+    if electricity_usd_per_kwh.ok and facility_power_w.ok:
+        energy = derived(
+            facility_power_w.value / 1000.0 * HOURS_PER_YEAR * electricity_usd_per_kwh.value,
+            "USD/year",
+            "energy per year",
+            "facility kW x 8,760 h x USD per kWh (full draw all year: upper bound)",
+            [facility_power_w, electricity_usd_per_kwh],
+        )
+    else:
+        reason = (
+            "no electricity price: add costs.electricity_usd_per_kwh"
+            if not electricity_usd_per_kwh.ok
+            else (facility_power_w.missing or "facility power unknown")
+        )
+        energy = missing_fig(
+            "USD/year", "energy per year", reason, [facility_power_w, electricity_usd_per_kwh]
+        )
+    ops_parts: list[Figure] = []
+    if ops_usd_per_node_per_year.ok:
+        ops_parts.append(
+            derived(
+                nodes.value * ops_usd_per_node_per_year.value,
+                "USD/year",
+                "operations per year (per node)",
+                "nodes x operations per node-year",
+                [nodes, ops_usd_per_node_per_year],
+            )
+        )
+    else:
+        excludes.append("operations per node (add costs.ops_usd_per_node_per_year)")
+    if staff_usd_per_year.ok:
+        ops_parts.append(staff_usd_per_year)
+    else:
+        excludes.append("staff (add costs.staff_usd_per_year)")
+    ops = derived(
+        sum(p.value for p in ops_parts) if ops_parts else 0.0,
+        "USD/year",
+        "operations per year",
+        "operations per node x nodes + staff" if ops_parts else "none given",
+        ops_parts or [nodes],
+    )
+    total_parts = [capex_y, energy, ops]
+    total_ok = all(p.ok for p in total_parts)
+    total = derived(
+        sum(p.value for p in total_parts) if total_ok else None,
+        "USD/year",
+        "owned fleet cost per year",
+        "capex per year + energy per year + operations per year",
+        total_parts,
+    )
+    per_node_hour = derived(
+        total.value / (nodes.value * HOURS_PER_YEAR) if total.ok else None,
+        "USD/node-hour",
+        "owned cost per node-hour",
+        "cost per year / (nodes x 8,760 h)",
+        [total, nodes],
+    )
+    return OnPremTCO(capex, capex_y, energy, ops, total, per_node_hour, excludes)
+
+
+def break_even_utilisation(tco: OnPremTCO, nodes: Figure, on_demand: Figure) -> Figure:
+    """Utilisation above which owning beats renting on demand.
+
+    ``u* = owned cost per year / (8,760 h x nodes x on-demand price per node-hour)``; above
+    1 owning never pays off at that price.
+    """
+    if not tco.total_per_year_usd.ok or not on_demand.ok:
+        return missing_fig(
+            "fraction",
+            "break-even utilisation (own vs on-demand)",
+            tco.total_per_year_usd.missing or on_demand.missing or "missing price",
+            [tco.total_per_year_usd, on_demand],
+        )
+    return derived(
+        tco.total_per_year_usd.value / (HOURS_PER_YEAR * nodes.value * on_demand.value),
+        "fraction",
+        "break-even utilisation (own vs on-demand)",
+        "owned cost per year / (8,760 h x nodes x on-demand price per node-hour)",
+        [tco.total_per_year_usd, nodes, on_demand],
+    )
+
+
+def discounted_price(on_demand: Figure, discount: Figure, model: str) -> Figure:
+    """A commitment price from the on-demand price and a discount the user gave."""
+    return derived(
+        on_demand.value * (1.0 - discount.value) if on_demand.ok else None,
+        "USD/node-hour",
+        f"{model} price (on-demand less the scenario's discount)",
+        "on-demand price x (1 - commitment discount)",
+        [on_demand, discount],
+    )
+
+
+def scaled(fig: Figure, factor: float, why: str) -> Figure:
+    """``fig`` x ``factor`` (sensitivity cases), with the factor as a default input."""
+    f = input_fig(factor, "x", why, f"sensitivity factor: {why}", default=True)
+    return derived(
+        fig.value * factor if fig.ok else None,
+        fig.unit,
+        f"{fig.label} x {factor:g}",
+        f"{fig.label} x sensitivity factor",
+        [fig, f],
+    )

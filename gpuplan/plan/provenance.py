@@ -1,0 +1,374 @@
+"""Figures that carry their provenance: the unit the plan and the report are built from.
+
+Every number in a capacity plan is a :class:`Figure`: a value, its unit, an optional
+[low, high] interval and a :class:`Provenance` that says where it comes from:
+
+``input``
+    a value the user wrote in the scenario file (the reference names file, line and field);
+``default``
+    a modelling default of the scenario schema the user did not override (named field);
+``catalog``
+    a catalog row field (row id, field, the row's ``source`` and ``retrieved`` date, and
+    whether the field is marked ``unverified``);
+``calibration``
+    a calibrated device quantity (artifact, basis measured/transferred/spec);
+``measurement``
+    a probe result of the trial node (run id, probe);
+``forecast``
+    a field of a training or inference forecast (DESIGN.md 3.3);
+``derived``
+    arithmetic on other figures: the formula and the figures it used.
+
+The report renders only figures, and a test walks the plan JSON to check that every number
+sits inside a figure with a provenance. Derived figures inherit the ``unverified`` flag of
+anything they were computed from, so a doubtful catalog value stays visible downstream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["input", "default", "catalog", "calibration", "measurement", "forecast", "derived"]
+KINDS: tuple[str, ...] = (
+    "input",
+    "default",
+    "catalog",
+    "calibration",
+    "measurement",
+    "forecast",
+    "derived",
+)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a figure comes from.
+
+    Parameters
+    ----------
+    kind:
+        One of :data:`KINDS`.
+    ref:
+        What was read: ``"scenario.yaml:23 costs.pue"``, ``"catalog gpus/h100-sxm5-80gb tdp_w"``,
+        ``"run 3f2a... matmul"``, ``"forecast train pretrain: tokens_per_s"``.
+    source:
+        Citation of the catalog row or calibration (URL, paper, artifact path).
+    retrieved:
+        Date the catalog source was read.
+    unverified:
+        True when the catalog marks the field as still needing a primary source, or when
+        any input of a derived figure is unverified.
+    formula:
+        For derived figures: the arithmetic, with the paper/equation where there is one.
+    inputs:
+        For derived figures: labels of the figures it was computed from.
+    """
+
+    kind: Kind
+    ref: str
+    source: str | None = None
+    retrieved: str | None = None
+    unverified: bool = False
+    formula: str | None = None
+    inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown provenance kind {self.kind!r}")
+        if self.kind == "derived" and not self.formula:
+            raise ValueError("a derived figure must say its formula")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "ref": self.ref}
+        if self.source is not None:
+            out["source"] = self.source
+        if self.retrieved is not None:
+            out["retrieved"] = self.retrieved
+        out["unverified"] = self.unverified
+        if self.formula is not None:
+            out["formula"] = self.formula
+        if self.inputs:
+            out["inputs"] = list(self.inputs)
+        return out
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of the plan with its unit, interval and provenance.
+
+    ``value`` may be ``None`` when it is missing (a price the catalog does not have); then
+    ``missing`` says why and what to add. Intervals are ``(low, high)`` in the same unit.
+    """
+
+    value: Any
+    unit: str
+    label: str
+    prov: Provenance
+    interval: tuple[float, float] | None = None
+    missing: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the figure has a finite value."""
+        return _finite(self.value)
+
+    @property
+    def unverified(self) -> bool:
+        return self.prov.unverified
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "value": _plain(self.value),
+            "unit": self.unit,
+            "label": self.label,
+            "provenance": self.prov.to_json(),
+        }
+        if self.interval is not None:
+            out["interval"] = [_plain(self.interval[0]), _plain(self.interval[1])]
+        if self.missing is not None:
+            out["missing"] = self.missing
+        return out
+
+
+def _plain(x: Any) -> Any:
+    if hasattr(x, "item"):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _finite(x: Any) -> bool:
+    if x is None or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- constructors
+
+
+def input_fig(value: Any, unit: str, label: str, ref: str, *, default: bool = False) -> Figure:
+    """A value the user gave (or a schema default the user did not override)."""
+    kind: Kind = "default" if default else "input"
+    return Figure(value, unit, label, Provenance(kind, ref))
+
+
+def catalog_fig(
+    value: Any,
+    unit: str,
+    label: str,
+    *,
+    row_kind: str,
+    row_id: str,
+    field_name: str,
+    source: str | None,
+    retrieved: str | None,
+    unverified: bool = False,
+    missing: str | None = None,
+) -> Figure:
+    """A field of a catalog row."""
+    prov = Provenance(
+        "catalog",
+        f"catalog {row_kind}/{row_id} {field_name}",
+        source=source,
+        retrieved=retrieved,
+        unverified=unverified,
+    )
+    return Figure(value, unit, label, prov, missing=missing)
+
+
+def measured_fig(
+    value: Any,
+    unit: str,
+    label: str,
+    ref: str,
+    *,
+    source: str | None = None,
+    interval: tuple[float, float] | None = None,
+) -> Figure:
+    """A value read from a probe result of the trial node."""
+    return Figure(value, unit, label, Provenance("measurement", ref, source=source), interval)
+
+
+def forecast_fig(
+    value: Any,
+    unit: str,
+    label: str,
+    ref: str,
+    *,
+    interval: tuple[float, float] | None = None,
+    source: str | None = None,
+) -> Figure:
+    """A field of a forecast (DESIGN.md 3.3)."""
+    return Figure(value, unit, label, Provenance("forecast", ref, source=source), interval)
+
+
+def calibration_fig(
+    value: Any,
+    unit: str,
+    label: str,
+    ref: str,
+    *,
+    basis: str,
+    source: str | None = None,
+    interval: tuple[float, float] | None = None,
+) -> Figure:
+    """A calibrated device quantity; ``basis`` is measured|transferred|spec."""
+    prov = Provenance("calibration", f"{ref} (basis: {basis})", source=source)
+    return Figure(value, unit, label, prov, interval)
+
+
+def derived(
+    value: Any,
+    unit: str,
+    label: str,
+    formula: str,
+    inputs: Iterable[Figure] = (),
+    *,
+    interval: tuple[float, float] | None = None,
+    missing: str | None = None,
+) -> Figure:
+    """A figure computed from others; inherits their ``unverified`` flag.
+
+    If any input is missing and no explicit ``missing`` reason is given, the result is
+    missing too, with the first input's reason.
+    """
+    inputs = list(inputs)
+    unverified = any(f.unverified for f in inputs)
+    if missing is None and value is None:
+        reasons = [f.missing for f in inputs if f.missing]
+        missing = reasons[0] if reasons else None
+    prov = Provenance(
+        "derived",
+        label,
+        unverified=unverified,
+        formula=formula,
+        inputs=tuple(f.label for f in inputs),
+    )
+    return Figure(value, unit, label, prov, interval=interval, missing=missing)
+
+
+def missing_fig(unit: str, label: str, reason: str, inputs: Iterable[Figure] = ()) -> Figure:
+    """A figure that cannot be computed; ``reason`` says what to add to the scenario/catalog."""
+    return derived(None, unit, label, "missing", inputs, missing=reason)
+
+
+# ---------------------------------------------------------------- walking
+
+
+def figures_to_json(obj: Any) -> Any:
+    """Turn nested dicts/lists of figures into JSON types (figures become dicts)."""
+    if isinstance(obj, Figure):
+        return obj.to_json()
+    if isinstance(obj, Mapping):
+        return {str(k): figures_to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [figures_to_json(v) for v in obj]
+    return _plain(obj)
+
+
+def is_figure_json(obj: Any) -> bool:
+    """True for the JSON form of a :class:`Figure`."""
+    return (
+        isinstance(obj, Mapping)
+        and "provenance" in obj
+        and "value" in obj
+        and "unit" in obj
+        and isinstance(obj["provenance"], Mapping)
+        and obj["provenance"].get("kind") in KINDS
+    )
+
+
+@dataclass
+class Unsourced:
+    """A number found outside any figure by :func:`find_unsourced_numbers`."""
+
+    path: str
+    value: Any
+
+
+# Keys whose numeric values are structure, not plan figures (versions, line numbers,
+# indices, counts of list items in the provenance section itself).
+STRUCTURAL_KEYS = frozenset(
+    {"plan_version", "line", "schema_version", "artifact_version", "rank", "index", "count"}
+)
+
+
+def find_unsourced_numbers(doc: Any, path: str = "$") -> list[Unsourced]:
+    """Every int/float in ``doc`` (plan JSON) that is not inside a figure.
+
+    Figure dicts are accepted whole (their provenance sub-dicts may hold numbers such as
+    intervals). Keys in :data:`STRUCTURAL_KEYS` are skipped. Booleans are not numbers here.
+    """
+    found: list[Unsourced] = []
+    if is_figure_json(doc):
+        return found
+    if isinstance(doc, Mapping):
+        for k, v in doc.items():
+            if k in STRUCTURAL_KEYS:
+                continue
+            found.extend(find_unsourced_numbers(v, f"{path}.{k}"))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            found.extend(find_unsourced_numbers(v, f"{path}[{i}]"))
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        found.append(Unsourced(path, doc))
+    return found
+
+
+@dataclass
+class Ledger:
+    """The evidence a plan used, for the report's assumptions and provenance section.
+
+    ``catalog`` maps ``"kind/id"`` to the row summary (source, retrieved, unverified
+    fields and which fields were used); ``measurements`` maps run ids to what was read;
+    ``calibration`` describes the artifact; ``forecasts`` lists the forecast calls.
+    """
+
+    catalog: dict[str, dict[str, Any]] = field(default_factory=dict)
+    measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    forecasts: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def use_row(
+        self,
+        row_kind: str,
+        row: Any,
+        fields: Iterable[str] = (),
+    ) -> None:
+        """Record that fields of a catalog row were used."""
+        key = f"{row_kind}/{getattr(row, 'id', '?')}"
+        entry = self.catalog.setdefault(
+            key,
+            {
+                "kind": row_kind,
+                "id": getattr(row, "id", None),
+                "source": getattr(row, "source", None),
+                "retrieved": _str_or_none(getattr(row, "retrieved", None)),
+                "unverified": list(getattr(row, "unverified", None) or []),
+                "fields_used": [],
+            },
+        )
+        for f in fields:
+            if f not in entry["fields_used"]:
+                entry["fields_used"].append(f)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "catalog_rows": [self.catalog[k] for k in sorted(self.catalog)],
+            "measurements": [{"run_id": k, **v} for k, v in sorted(self.measurements.items())],
+            "calibration": self.calibration,
+            "forecasts": self.forecasts,
+            "notes": self.notes,
+        }
+
+
+def _str_or_none(x: Any) -> str | None:
+    return None if x is None else str(x)

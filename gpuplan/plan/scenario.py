@@ -1,0 +1,510 @@
+"""The scenario file: workloads, candidate hardware, constraints and money assumptions.
+
+A scenario is YAML, validated with pydantic. Errors name the file, the line and the field
+(``examples/x.yaml line 14: workloads.training[0].tokens: must be > 0``): the loader keeps
+the YAML node marks, so every validation error maps back to the line the user wrote.
+Unknown keys are refused with the closest known name.
+
+Every numeric field has its unit in the name (SI, or the unit people quote for money and
+site figures: ``_kw``, ``_usd_per_kwh``, ``_days``). Defaults are modelling choices, never
+hardware figures or prices; the report marks every default it used as such.
+
+See ``docs/plan.md`` for a commented example of every field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuplan.errors import InputError, NotFoundError, SchemaError
+
+SCENARIO_VERSION = 1
+
+Precision = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Checkpointing(_Strict):
+    """How training checkpoints are kept and written."""
+
+    retained: int = Field(2, ge=1, description="checkpoints kept on the storage tier")
+    write_budget_s: float = Field(
+        300.0,
+        gt=0,
+        description="time allowed to write one checkpoint; sizes the storage write bandwidth",
+    )
+    bytes_per_param: float = Field(
+        14.0,
+        gt=0,
+        description=(
+            "bytes saved per parameter: bf16 weights (2) + fp32 master weights, Adam m and v "
+            "(12), the mixed-precision Adam state of Rajbhandari et al. 2020 (ZeRO) sec. 3.1 "
+            "without gradients"
+        ),
+    )
+    restart_s: float | None = Field(
+        None, ge=0, description="time to restart from a checkpoint after an interruption"
+    )
+
+
+class TrainingWorkload(_Strict):
+    """One training run to plan for."""
+
+    name: str
+    model: str = Field(description="catalog model id, e.g. llama3.1-70b")
+    tokens: float = Field(gt=0, description="total training tokens")
+    deadline_days: float | None = Field(None, gt=0, description="wall-clock budget for the run")
+    num_gpus: int | None = Field(
+        None, gt=0, description="fixed cluster size instead of sizing for the deadline"
+    )
+    seq_len: int = Field(gt=0)
+    global_batch: int | None = Field(None, gt=0, description="sequences per step")
+    global_batch_tokens: float | None = Field(None, gt=0)
+    precision: Precision = "bf16"
+    parallelism: dict[str, Any] | None = None
+    bytes_per_token: float | None = Field(
+        None, gt=0, description="stored bytes per token (default: from the vocabulary size)"
+    )
+    bytes_per_sample: float | None = Field(
+        None, gt=0, description="stored bytes per sample for non-token data (overrides tokens)"
+    )
+    dataset_bytes: float | None = Field(
+        None, gt=0, description="dataset size on the storage tier (default tokens x bytes/token)"
+    )
+    epochs: float = Field(
+        1.0, gt=0, description="passes over the dataset (dataset = tokens/epochs)"
+    )
+    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    sizes: list[int] | None = Field(
+        None, description="cluster sizes (GPUs) for the time-to-train curve"
+    )
+
+    @model_validator(mode="after")
+    def _size_or_deadline(self) -> TrainingWorkload:
+        if self.deadline_days is None and self.num_gpus is None:
+            raise ValueError("give deadline_days (the GPUs are sized for it) or num_gpus")
+        if self.global_batch is not None and self.global_batch_tokens is not None:
+            raise ValueError("give global_batch or global_batch_tokens, not both")
+        return self
+
+
+class LengthDistribution(_Strict):
+    """Token lengths of requests: the mean and optional percentiles."""
+
+    mean: float = Field(gt=0)
+    p50: float | None = Field(None, gt=0)
+    p90: float | None = Field(None, gt=0)
+    p99: float | None = Field(None, gt=0)
+    max: float | None = Field(None, gt=0)
+
+    def at(self, percentile: str) -> float | None:
+        return getattr(self, percentile, None)
+
+
+def _as_distribution(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"mean": v}
+    return v
+
+
+class InferenceService(_Strict):
+    """One serving workload."""
+
+    name: str
+    model: str
+    qps: float = Field(gt=0, description="requests per second at peak")
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    ttft_slo_s: float | None = Field(None, gt=0)
+    tpot_slo_s: float | None = Field(None, gt=0)
+    slo_percentile: Literal["p50", "p90", "p99"] = "p99"
+    precision: Precision = "bf16"
+    tp: int | None = Field(None, gt=0)
+    pp: int = Field(1, gt=0)
+    hours_per_month: float = Field(
+        730.0, gt=0, le=744, description="hours served per month (730 = 8760/12, always on)"
+    )
+
+    @field_validator("input_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _scalar_is_mean(cls, v: Any) -> Any:
+        return _as_distribution(v)
+
+
+class Workloads(_Strict):
+    training: list[TrainingWorkload] = Field(default_factory=list)
+    inference: list[InferenceService] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _some(self) -> Workloads:
+        if not self.training and not self.inference:
+            raise ValueError("give at least one training or inference workload")
+        names = [w.name for w in self.training] + [w.name for w in self.inference]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"workload names must be unique (repeated: {', '.join(dup)})")
+        return self
+
+
+class Candidates(_Strict):
+    """Hardware to compare. ``None`` means every catalog row that fits; ``[]`` means none."""
+
+    gpus: list[str] = Field(min_length=1)
+    clouds: list[str] | None = None
+    instances: list[str] | None = None
+    onprem_nodes: list[str] | None = None
+
+
+class Constraints(_Strict):
+    """Limits of the site and the purse. Absent means unconstrained."""
+
+    region: str | None = Field(None, description="cloud region whose prices are used")
+    power_per_rack_kw: float | None = Field(None, gt=0, description="IT power per rack")
+    rack_units_per_rack: int | None = Field(None, gt=0)
+    max_racks: int | None = Field(None, gt=0)
+    floor_space_m2: float | None = Field(None, gt=0)
+    floor_m2_per_rack: float | None = Field(
+        None, gt=0, description="floor area one rack takes, aisles included"
+    )
+    site_power_kw: float | None = Field(None, gt=0, description="facility power incl. cooling")
+    budget_usd_per_month: float | None = Field(None, gt=0)
+    budget_usd_per_run: float | None = Field(None, gt=0)
+    max_gpus: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _floor(self) -> Constraints:
+        if (self.floor_space_m2 is None) != (self.floor_m2_per_rack is None):
+            raise ValueError("floor_space_m2 and floor_m2_per_rack go together")
+        return self
+
+
+class CommitmentDiscounts(_Strict):
+    """Fractions off the on-demand price, used only where the catalog has no such price."""
+
+    reserved_1y: float | None = Field(None, ge=0, lt=1)
+    reserved_3y: float | None = Field(None, ge=0, lt=1)
+
+
+class Costs(_Strict):
+    """Money assumptions. What is absent stays missing in the plan; nothing is invented."""
+
+    commitment_discounts: CommitmentDiscounts = Field(default_factory=CommitmentDiscounts)
+    utilisation: float = Field(
+        1.0, gt=0, le=1, description="busy fraction of a committed or owned fleet"
+    )
+    electricity_usd_per_kwh: float | None = Field(None, ge=0)
+    pue: float | None = Field(None, ge=1, description="power usage effectiveness of the site")
+    depreciation_years: float | None = Field(None, gt=0)
+    ops_usd_per_node_per_year: float | None = Field(
+        None, ge=0, description="maintenance, support contracts, colocation per node"
+    )
+    staff_usd_per_year: float | None = Field(None, ge=0)
+    onprem_node_prices_usd: dict[str, float] = Field(
+        default_factory=dict, description="quotes per node id where the catalog has no price"
+    )
+    network_prices_usd: dict[str, float] = Field(
+        default_factory=dict, description="quotes per switch/NIC/optic/cable id"
+    )
+    storage_usd_per_gib_month: dict[str, float] = Field(
+        default_factory=dict, description="storage prices per tier id where the catalog has none"
+    )
+    spot_interruptions_per_node_hour: float | None = Field(
+        None, ge=0, description="rate at which one spot instance is reclaimed"
+    )
+    node_failures_per_node_hour: float | None = Field(
+        None, ge=0, description="hardware/software failures per node-hour (all options)"
+    )
+    restart_s: float | None = Field(
+        None, ge=0, description="time to get going again after an interruption"
+    )
+
+
+class FabricSpec(_Strict):
+    """The scale-out network to build (on premises) or check (cloud)."""
+
+    topology: Literal["rail_optimized", "fat_tree"] = "rail_optimized"
+    oversubscription: float = Field(
+        1.0, ge=1, description="leaf down:up bandwidth ratio (1 = non-blocking)"
+    )
+    switch: str | None = Field(None, description="catalog switch id")
+    nic: str | None = Field(None, description="catalog NIC id (default: the node's NICs)")
+    optic: str | None = Field(None, description="catalog transceiver id")
+    host_links: Literal["optical", "copper"] = Field(
+        "optical", description="node-to-leaf links: optics at both ends, or copper DAC"
+    )
+
+
+class StorageSpec(_Strict):
+    tier: str | None = Field(None, description="catalog storage tier id (default: compare all)")
+
+
+class JobClass(_Strict):
+    """A class of jobs a team submits to the shared cluster."""
+
+    name: str
+    gpus: int = Field(gt=0)
+    duration_h: float = Field(gt=0)
+    count: int = Field(1, gt=0)
+    interarrival_h: float | None = Field(None, gt=0, description="mean time between submits")
+
+
+class Team(_Strict):
+    name: str
+    share: float = Field(gt=0, le=1, description="fair share of the cluster")
+    priority: int = 0
+    jobs: list[JobClass] = Field(min_length=1)
+
+
+class SharedCluster(_Strict):
+    """Several teams on one cluster (simulated with gpuplan.plan.scheduling)."""
+
+    policies: list[Literal["fifo", "fair_share", "priority"]] = Field(
+        default_factory=lambda: ["fifo", "fair_share", "priority"]
+    )
+    gpus: int | None = Field(None, gt=0, description="cluster size (default: the planned fleet)")
+    horizon_days: float = Field(30.0, gt=0)
+    seed: int = 0
+    teams: list[Team] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shares(self) -> SharedCluster:
+        total = sum(t.share for t in self.teams)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"team shares add up to {total:g}; they must not exceed 1")
+        return self
+
+
+class Scenario(_Strict):
+    """A whole scenario file."""
+
+    scenario_version: Literal[1] = SCENARIO_VERSION
+    name: str
+    description: str | None = None
+    workloads: Workloads
+    candidates: Candidates
+    constraints: Constraints = Field(default_factory=Constraints)
+    costs: Costs = Field(default_factory=Costs)
+    fabric: FabricSpec = Field(default_factory=FabricSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    shared_cluster: SharedCluster | None = None
+
+
+# ------------------------------------------------------------------ YAML with line marks
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e12`` as a float (YAML 1.1 needs ``1.0e+12``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+Path_ = tuple[Any, ...]
+
+
+def _marks(node: yaml.Node, here: Path_, out: dict[Path_, int], where: str) -> None:
+    """Record the 1-based line of every key/item; refuse duplicate keys."""
+    out.setdefault(here, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise SchemaError(
+                    f"{where} line {line}: key '{key}' repeats the one on line {seen[key]}",
+                    hint="keep one of them",
+                )
+            seen[key] = line
+            out[(*here, key)] = line
+            _marks(value_node, (*here, key), out, where)
+            out[(*here, key)] = line
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*here, i)] = item.start_mark.line + 1
+            _marks(item, (*here, i), out, where)
+
+
+@dataclass
+class LoadedScenario:
+    """A validated scenario plus what is needed to cite its inputs."""
+
+    scenario: Scenario
+    path: Path | None
+    lines: dict[Path_, int]
+    sha256: str
+    text: str
+
+    @property
+    def display_path(self) -> str:
+        return str(self.path) if self.path is not None else "<scenario>"
+
+    def line(self, *path: Any) -> int | None:
+        """Line of ``path`` in the file, or None when the field was not written."""
+        return self.lines.get(tuple(path))
+
+    def given(self, *path: Any) -> bool:
+        return tuple(path) in self.lines
+
+    def ref(self, *path: Any) -> str:
+        """``"file:LINE a.b[0].c"`` for an input, ``"default a.b"`` for a default."""
+        dotted = dotted_path(path)
+        line = self.line(*path)
+        if line is None:
+            return f"default {dotted}"
+        return f"{Path(self.display_path).name}:{line} {dotted}"
+
+
+def dotted_path(path: Path_) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _nearest_line(lines: dict[Path_, int], loc: Path_) -> int | None:
+    loc = tuple(loc)
+    while loc:
+        if loc in lines:
+            return lines[loc]
+        loc = loc[:-1]
+    return lines.get(())
+
+
+def _known_fields(model: type[BaseModel], loc: Path_) -> list[str]:
+    """Field names valid at ``loc`` (for 'did you mean' on unknown keys)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            current = None
+            break
+        current = _inner_model(fields[part].annotation)
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _inner_model(annotation: Any) -> Any:
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _format_error(err: dict[str, Any], lines: dict[Path_, int], where: str) -> str:
+    loc = tuple(err.get("loc", ()))
+    line = _nearest_line(lines, loc)
+    field_name = dotted_path(loc)
+    kind = err.get("type", "")
+    msg = str(err.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        known = _known_fields(Scenario, parent)
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        msg = f"unknown field '{loc[-1]}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+        if known and not close:
+            msg += f"; known fields here: {', '.join(known)}"
+    elif kind == "missing":
+        msg = "required field is missing"
+    else:
+        given = err.get("input")
+        if kind not in ("model_type", "dict_type") and isinstance(given, (int, float, str)):
+            msg += f" (got {given!r})"
+    at = f" line {line}" if line else ""
+    return f"{where}{at}: {field_name}: {msg}"
+
+
+def parse_scenario(text: str, *, path: Path | None = None) -> LoadedScenario:
+    """Validate scenario YAML ``text``; errors name the line and the field.
+
+    Raises
+    ------
+    SchemaError
+        YAML syntax errors, duplicate keys, and validation errors (one line each, the first
+        error first, with how many more follow).
+    """
+    where = str(path) if path is not None else "<scenario>"
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SchemaError(f"{where}: the scenario file is empty", hint="see examples/")
+        lines: dict[Path_, int] = {}
+        _marks(node, (), lines, where)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(exc.problem or exc).split())
+        raise SchemaError(
+            f"{where}{line}: not valid YAML: {problem}",
+            hint="check indentation and quoting on that line",
+        ) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise SchemaError(
+            f"{where} line 1: a scenario is a mapping of keys (name, workloads, candidates, ...)",
+            hint="see examples/ for the layout",
+        )
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = _format_error(errors[0], lines, where)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise SchemaError(
+            first + more, hint="fix the field (docs/plan.md lists every field)"
+        ) from None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return LoadedScenario(scenario, path, lines, digest, text)
+
+
+def load_scenario(path: str | Path) -> LoadedScenario:
+    """Read and validate a scenario file (see :func:`parse_scenario`)."""
+    p = Path(path)
+    if not p.exists():
+        raise NotFoundError(
+            f"scenario file {p} does not exist",
+            hint="give a path such as examples/llama-pretrain.yaml",
+        )
+    if p.is_dir():
+        raise InputError(f"{p} is a directory, not a scenario file", hint="give a .yaml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{p} is not UTF-8 text", hint="save the scenario as UTF-8 YAML") from None
+    return parse_scenario(text, path=p)

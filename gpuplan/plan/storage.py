@@ -1,0 +1,279 @@
+"""Storage sizing: capacity, sustained read for the data pipeline, checkpoint write bandwidth.
+
+Method
+------
+* Checkpoint size = parameters x bytes per parameter (mixed-precision Adam keeps bf16
+  weights plus fp32 master weights and two fp32 moments: 2 + 12 = 14 bytes per parameter
+  without gradients; Rajbhandari et al. 2020, "ZeRO", section 3.1).
+* Capacity = dataset + retained checkpoints.
+* Sustained read = training tokens/s x bytes per token (or samples/s x bytes per sample).
+  Bytes per token default to the smallest integer type that holds the vocabulary
+  (2 bytes up to 65,536 tokens, else 4).
+* Checkpoint write bandwidth = checkpoint size / write budget.
+* A parallel file system tier whose throughput scales with capacity (MB/s per TiB, as
+  Lustre-type tiers are sold) is provisioned at the largest of: the capacity needed, the
+  capacity that gives the read bandwidth, the capacity that gives the write bandwidth;
+  rounded up to the tier's increment and at least its minimum. The pipeline reads and
+  the checkpoint writes are not concurrent, so each is checked on its own.
+* The trial node's fio sequential read (per node) tells whether node-local NVMe could
+  feed the pipeline instead: per-node need = sustained read / nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuplan.plan.provenance import Figure, derived, missing_fig
+
+TIB = 2**40
+GIB = 2**30
+
+
+def bytes_per_token_for_vocab(vocab: int) -> int:
+    """Smallest integer width (2 or 4 bytes) that stores token ids of a vocabulary.
+
+    >>> bytes_per_token_for_vocab(32000), bytes_per_token_for_vocab(128256)
+    (2, 4)
+    """
+    return 2 if vocab <= 2**16 else 4
+
+
+@dataclass(frozen=True)
+class StorageTier:
+    """A storage tier normalised from the catalog (throughput scales with capacity).
+
+    Throughputs are bytes/s per TiB provisioned (``None`` when the catalog has no such
+    figure); capacities in bytes; ``price_usd_per_gib_month`` may be missing.
+    Each numeric attribute is a :class:`Figure` so the plan can cite it.
+    """
+
+    id: str
+    name: str
+    read_bytes_per_s_per_tib: Figure
+    write_bytes_per_s_per_tib: Figure
+    min_capacity_bytes: Figure
+    max_capacity_bytes: Figure
+    increment_bytes: Figure
+    price_usd_per_gib_month: Figure
+    cloud: str | None = None
+
+
+def checkpoint_bytes(params: Figure, bytes_per_param: Figure) -> Figure:
+    """Size of one checkpoint: parameters x bytes per parameter (ZeRO sec. 3.1)."""
+    return derived(
+        params.value * bytes_per_param.value,
+        "B",
+        "checkpoint size",
+        "parameters x bytes per parameter (Rajbhandari et al. 2020, ZeRO, sec. 3.1)",
+        [params, bytes_per_param],
+    )
+
+
+def capacity_bytes(dataset: Figure, ckpt: Figure, retained: Figure) -> Figure:
+    """Dataset plus retained checkpoints."""
+    return derived(
+        dataset.value + retained.value * ckpt.value,
+        "B",
+        "storage capacity needed",
+        "dataset + retained checkpoints x checkpoint size",
+        [dataset, retained, ckpt],
+    )
+
+
+def read_bandwidth(tokens_per_s: Figure, bytes_per_token: Figure) -> Figure:
+    """Sustained read of the data pipeline: tokens/s x bytes per token."""
+    interval = None
+    if tokens_per_s.interval is not None:
+        interval = (
+            tokens_per_s.interval[0] * bytes_per_token.value,
+            tokens_per_s.interval[1] * bytes_per_token.value,
+        )
+    return derived(
+        tokens_per_s.value * bytes_per_token.value,
+        "B/s",
+        "sustained read for the data pipeline",
+        "training tokens/s x bytes per token",
+        [tokens_per_s, bytes_per_token],
+        interval=interval,
+    )
+
+
+def read_bandwidth_samples(
+    tokens_per_s: Figure, seq_len: Figure, bytes_per_sample: Figure
+) -> Figure:
+    """Sustained read for sample-based data: (tokens/s / seq len) x bytes per sample."""
+    return derived(
+        tokens_per_s.value / seq_len.value * bytes_per_sample.value,
+        "B/s",
+        "sustained read for the data pipeline",
+        "(training tokens/s / sequence length) samples/s x bytes per sample",
+        [tokens_per_s, seq_len, bytes_per_sample],
+    )
+
+
+def write_bandwidth(ckpt: Figure, budget_s: Figure) -> Figure:
+    """Checkpoint write bandwidth to write one checkpoint within the budget."""
+    return derived(
+        ckpt.value / budget_s.value,
+        "B/s",
+        "checkpoint write bandwidth needed",
+        "checkpoint size / write budget",
+        [ckpt, budget_s],
+    )
+
+
+@dataclass
+class TierFit:
+    """A storage tier provisioned for the needs, with what it delivers and costs."""
+
+    tier: StorageTier
+    provisioned_bytes: Figure
+    read_bytes_per_s: Figure
+    write_bytes_per_s: Figure
+    checkpoint_write_s: Figure
+    usd_per_month: Figure
+    fits: bool
+    reason: str | None
+    sized_by: str
+
+    def to_json(self) -> dict:
+        return {
+            "tier": self.tier.id,
+            "name": self.tier.name,
+            "cloud": self.tier.cloud,
+            "provisioned_bytes": self.provisioned_bytes,
+            "read_bytes_per_s": self.read_bytes_per_s,
+            "write_bytes_per_s": self.write_bytes_per_s,
+            "checkpoint_write_s": self.checkpoint_write_s,
+            "usd_per_month": self.usd_per_month,
+            "fits": self.fits,
+            "reason": self.reason,
+            "sized_by": self.sized_by,
+        }
+
+
+def fit_tier(
+    tier: StorageTier,
+    *,
+    capacity: Figure,
+    read_bps: Figure,
+    write_bps: Figure,
+    ckpt: Figure,
+) -> TierFit:
+    """Provision ``tier`` for the capacity, read and write needs (see module docstring)."""
+    per_tib_r = tier.read_bytes_per_s_per_tib
+    per_tib_w = tier.write_bytes_per_s_per_tib
+    if not per_tib_w.ok and per_tib_r.ok:
+        # tiers quoted with one throughput figure serve reads and writes alike
+        per_tib_w = per_tib_r
+    candidates: list[tuple[float, str]] = [(float(capacity.value), "capacity")]
+    used = [capacity]
+    if per_tib_r.ok and per_tib_r.value > 0:
+        candidates.append((read_bps.value / per_tib_r.value * TIB, "read bandwidth"))
+        used += [read_bps, per_tib_r]
+    if per_tib_w.ok and per_tib_w.value > 0:
+        candidates.append((write_bps.value / per_tib_w.value * TIB, "checkpoint writes"))
+        used += [write_bps, per_tib_w]
+    need, sized_by = max(candidates, key=lambda c: c[0])
+    if tier.min_capacity_bytes.ok:
+        if need < tier.min_capacity_bytes.value:
+            sized_by = "tier minimum"
+        need = max(need, tier.min_capacity_bytes.value)
+        used.append(tier.min_capacity_bytes)
+    if tier.increment_bytes.ok and tier.increment_bytes.value > 0:
+        need = math.ceil(need / tier.increment_bytes.value - 1e-9) * tier.increment_bytes.value
+        used.append(tier.increment_bytes)
+    provisioned = derived(
+        need,
+        "B",
+        f"{tier.id} provisioned capacity",
+        "max(capacity, read B/s / (B/s per TiB), write B/s / (B/s per TiB)), "
+        "at least the tier minimum, rounded up to the increment",
+        used,
+    )
+    fits, reason = True, None
+    if tier.max_capacity_bytes.ok and need > tier.max_capacity_bytes.value:
+        fits = False
+        reason = (
+            f"needs {need / TIB:.4g} TiB, the tier's maximum is "
+            f"{tier.max_capacity_bytes.value / TIB:.4g} TiB"
+        )
+    if per_tib_r.ok:
+        rbw = derived(
+            per_tib_r.value * need / TIB,
+            "B/s",
+            f"{tier.id} read bandwidth",
+            "provisioned TiB x read B/s per TiB",
+            [provisioned, per_tib_r],
+        )
+    else:
+        rbw = missing_fig("B/s", f"{tier.id} read bandwidth", f"{tier.id} has no throughput figure")
+    if per_tib_w.ok:
+        wbw = derived(
+            per_tib_w.value * need / TIB,
+            "B/s",
+            f"{tier.id} write bandwidth",
+            "provisioned TiB x write B/s per TiB",
+            [provisioned, per_tib_w],
+        )
+        ckpt_s = derived(
+            ckpt.value / wbw.value,
+            "s",
+            f"checkpoint write time on {tier.id}",
+            "checkpoint size / tier write bandwidth",
+            [ckpt, wbw],
+        )
+    else:
+        wbw = missing_fig(
+            "B/s", f"{tier.id} write bandwidth", f"{tier.id} has no throughput figure"
+        )
+        ckpt_s = missing_fig("s", f"checkpoint write time on {tier.id}", wbw.missing or "")
+    if not per_tib_r.ok and not per_tib_w.ok:
+        fits = False
+        reason = f"{tier.id} has no throughput per TiB in the catalog"
+    price = tier.price_usd_per_gib_month
+    if price.ok:
+        usd = derived(
+            need / GIB * price.value,
+            "USD/month",
+            f"{tier.id} cost per month",
+            "provisioned GiB x USD per GiB-month",
+            [provisioned, price],
+        )
+    else:
+        usd = missing_fig(
+            "USD/month",
+            f"{tier.id} cost per month",
+            price.missing
+            or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
+        )
+    return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+
+
+def pick_tier(fits: list[TierFit]) -> TierFit | None:
+    """The cheapest fitting tier; without prices, the smallest provisioned one."""
+    ok = [f for f in fits if f.fits]
+    if not ok:
+        return None
+    priced = [f for f in ok if f.usd_per_month.ok]
+    if priced:
+        return min(priced, key=lambda f: f.usd_per_month.value)
+    return min(ok, key=lambda f: f.provisioned_bytes.value)
+
+
+def local_nvme_check(read_bps: Figure, nodes: Figure, fio_read_bps_per_node: Figure) -> dict:
+    """Can node-local NVMe (as the trial node's fio measured it) feed the pipeline?"""
+    per_node = derived(
+        read_bps.value / nodes.value,
+        "B/s",
+        "sustained read needed per node",
+        "sustained read / nodes",
+        [read_bps, nodes],
+    )
+    enough = bool(fio_read_bps_per_node.ok and fio_read_bps_per_node.value >= per_node.value)
+    return {
+        "read_needed_per_node_bytes_per_s": per_node,
+        "measured_read_per_node_bytes_per_s": fio_read_bps_per_node,
+        "local_nvme_sufficient": enough,
+    }
