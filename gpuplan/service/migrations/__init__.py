@@ -1,0 +1,1 @@
+"""Alembic migrations of the results service database (run by ``Database.migrate``)."""

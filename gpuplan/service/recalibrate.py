@@ -1,0 +1,209 @@
+"""Recalibration of the pooled results: after new accepted runs, fit a new artifact.
+
+The fit is :func:`gpuplan.calibration.fit.calibrate_documents` on every accepted or
+approved run (flagged runs are left out), ordered by run id, with the shipped reference
+measurements included, exactly as ``gpuplan calibrate`` does on the same files locally; it
+is deterministic for the same inputs except ``created_at``. The artifact is stored with its
+provenance (run ids, a hash of the inputs, gpuplan version, duration) under a unique
+``inputs_sha256``, so the same set of runs is never fitted twice, even by several server
+processes sharing one database.
+
+In ``background`` mode a single worker thread refits whenever asked; requests that arrive
+while it works are coalesced into one more fit, so a burst of 1,000 uploads costs a few
+fits rather than 1,000. ``sync`` refits inside the upload request (for small deployments
+and tests), ``off`` only on ``POST /v1/calibration/refresh``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from gpuplan import __version__
+from gpuplan.errors import EnvironmentProblem, GpuplanError
+from gpuplan.service.db import ArtifactRow, Database, RunRow, iso_utc, utcnow
+
+log = logging.getLogger("gpuplan.service")
+
+Mode = Literal["background", "sync", "off"]
+INCLUDED_STATUSES = ("accepted", "approved")
+
+
+@dataclass
+class RecalibrationStatus:
+    mode: str
+    running: bool = False
+    pending: bool = False
+    last_started_at: str | None = None
+    last_finished_at: str | None = None
+    last_error: str | None = None
+    fits: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def calibration_inputs(db: Database) -> tuple[list[tuple[str, str, str]], str]:
+    """``[(run_id, content_sha256, document_json)]`` of the included runs and their hash."""
+    with db.read() as s:
+        rows = s.execute(
+            select(RunRow.run_id, RunRow.content_sha256, RunRow.document)
+            .where(RunRow.status.in_(INCLUDED_STATUSES))
+            .order_by(RunRow.run_id)
+        ).all()
+    items = [(r[0], r[1], r[2]) for r in rows]
+    key = {"gpuplan_version": __version__, "runs": [[rid, sha] for rid, sha, _ in items]}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return items, digest
+
+
+def fit_documents(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run the calibration on decoded result documents (the same call as the local CLI)."""
+    try:
+        from gpuplan.calibration.fit import calibrate_documents
+    except ImportError as exc:
+        raise EnvironmentProblem(
+            f"this gpuplan has no calibration fit ({exc})",
+            hint="install a gpuplan version that ships gpuplan.calibration.fit",
+        ) from None
+    from gpuplan.results.store import parse_result
+
+    docs = [parse_result(d, where=f"run {d.get('run_id')}") for d in documents]
+    return calibrate_documents(docs, include_reference=True)
+
+
+def artifact_provenance(row: ArtifactRow, *, include_artifact: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "artifact_id": row.id,
+        "created_at": iso_utc(row.created_at),
+        "inputs_sha256": row.inputs_sha256,
+        "num_runs": row.num_runs,
+        "run_ids": json.loads(row.run_ids),
+        "gpuplan_version": row.gpuplan_version,
+        "duration_s": row.duration_s,
+    }
+    if include_artifact:
+        out["artifact"] = json.loads(row.artifact)
+    return out
+
+
+def latest_artifact(db: Database) -> ArtifactRow | None:
+    with db.read() as s:
+        return s.scalars(select(ArtifactRow).order_by(ArtifactRow.id.desc()).limit(1)).first()
+
+
+class Recalibrator:
+    """Fits new artifacts when asked; see the module docstring for the modes."""
+
+    def __init__(self, db: Database, mode: Mode = "background") -> None:
+        self.db = db
+        self.mode = mode
+        self.status = RecalibrationStatus(mode=mode)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.mode != "background" or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="gpuplan-recalibrate", daemon=True)
+        self._thread.start()
+        self.request()  # a first artifact (reference measurements + whatever is stored)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            self.status.pending = False
+            try:
+                self.run_once()
+            except Exception as exc:  # keep the worker alive; the error is in the status
+                log.error("recalibration failed: %s", exc)
+
+    # API ---------------------------------------------------------------------------------
+    def request(self) -> None:
+        """Ask for a refit after new accepted data (returns at once in background mode)."""
+        if self.mode == "background":
+            self.status.pending = True
+            self._wake.set()
+        elif self.mode == "sync":
+            try:
+                self.run_once()
+            except GpuplanError as exc:
+                log.error("recalibration failed: %s", exc.one_line())
+
+    def run_once(self) -> ArtifactRow | None:
+        """Fit now if the inputs changed since the latest artifact; returns the latest.
+
+        Raises
+        ------
+        GpuplanError
+            when the calibration cannot run (it is also kept in ``status.last_error``).
+        """
+        with self._lock:
+            self.status.running = True
+            self.status.last_started_at = iso_utc(utcnow())
+            try:
+                return self._fit_if_changed()
+            except GpuplanError as exc:
+                self.status.last_error = exc.one_line()
+                raise
+            except Exception as exc:
+                self.status.last_error = f"{type(exc).__name__}: {exc}"
+                raise
+            finally:
+                self.status.running = False
+                self.status.last_finished_at = iso_utc(utcnow())
+
+    def _fit_if_changed(self) -> ArtifactRow | None:
+        items, digest = calibration_inputs(self.db)
+        with self.db.read() as s:
+            existing = s.scalars(
+                select(ArtifactRow).where(ArtifactRow.inputs_sha256 == digest)
+            ).first()
+        if existing is not None:
+            self.status.last_error = None
+            return latest_artifact(self.db)
+        t0 = time.perf_counter()
+        artifact = fit_documents([json.loads(doc) for _, _, doc in items])
+        duration_s = time.perf_counter() - t0
+        row = ArtifactRow(
+            created_at=utcnow(),
+            inputs_sha256=digest,
+            run_ids=json.dumps([rid for rid, _, _ in items]),
+            num_runs=len(items),
+            gpuplan_version=__version__,
+            duration_s=duration_s,
+            artifact=json.dumps(artifact, sort_keys=True, allow_nan=False),
+        )
+        try:
+            with self.db.write() as s:
+                s.add(row)
+        except IntegrityError:
+            log.info("recalibration: another process stored the same inputs first")
+        else:
+            self.status.fits += 1
+            log.info(
+                "recalibrated from %d runs in %.2f s (artifact %s)", len(items), duration_s, row.id
+            )
+        self.status.last_error = None
+        return latest_artifact(self.db)
