@@ -209,6 +209,7 @@ class ServingLoad:
     nodes: Figure
     output_tokens_per_month: Figure
     hours_per_month: Figure
+    cost_interval_factors: tuple[float, float] | None = None
 
 
 @dataclass
@@ -352,12 +353,20 @@ def price_model(
                 [s.nodes, s.hours_per_month, price],
             )
         month_parts.append(monthly)
+        per_mtok = monthly.value / s.output_tokens_per_month.value * 1e6
+        mtok_interval = None
+        if s.cost_interval_factors is not None:
+            mtok_interval = (
+                per_mtok * s.cost_interval_factors[0],
+                per_mtok * s.cost_interval_factors[1],
+            )
         out.per_million_tokens_usd[s.name] = derived(
-            monthly.value / s.output_tokens_per_month.value * 1e6,
+            per_mtok,
             "USD/Mtok",
             f"{label}: {s.name} per million output tokens",
             "serving cost per month / output tokens served per month x 1e6",
             [monthly, s.output_tokens_per_month],
+            interval=mtok_interval,
         )
     if month_parts:
         if all(p.ok for p in month_parts):

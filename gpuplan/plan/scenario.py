@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import InputError, NotFoundError, SchemaError
+from gpuplan.plan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
 SCENARIO_VERSION = 1
 
@@ -249,40 +250,28 @@ class StorageSpec(_Strict):
     tier: str | None = Field(None, description="catalog storage tier id (default: compare all)")
 
 
-class JobClass(_Strict):
-    """A class of jobs a team submits to the shared cluster."""
+class Sensitivity(_Strict):
+    """How far to move each factor when testing the ranking (modelling choices)."""
 
-    name: str
-    gpus: int = Field(gt=0)
-    duration_h: float = Field(gt=0)
-    count: int = Field(1, gt=0)
-    interarrival_h: float | None = Field(None, gt=0, description="mean time between submits")
-
-
-class Team(_Strict):
-    name: str
-    share: float = Field(gt=0, le=1, description="fair share of the cluster")
-    priority: int = 0
-    jobs: list[JobClass] = Field(min_length=1)
-
-
-class SharedCluster(_Strict):
-    """Several teams on one cluster (simulated with gpuplan.plan.scheduling)."""
-
-    policies: list[Literal["fifo", "fair_share", "priority"]] = Field(
-        default_factory=lambda: ["fifo", "fair_share", "priority"]
+    price_fraction: float = Field(
+        0.2, ge=0, lt=1, description="prices moved down and up by this fraction"
     )
-    gpus: int | None = Field(None, gt=0, description="cluster size (default: the planned fleet)")
-    horizon_days: float = Field(30.0, gt=0)
-    seed: int = 0
-    teams: list[Team] = Field(min_length=1)
+    mfu_fraction: float = Field(
+        0.15,
+        ge=0,
+        lt=1,
+        description="achieved throughput moved by this fraction beyond the forecast interval",
+    )
+    utilisation: list[float] = Field(
+        default_factory=lambda: [0.5, 0.9], description="utilisations to try"
+    )
 
-    @model_validator(mode="after")
-    def _shares(self) -> SharedCluster:
-        total = sum(t.share for t in self.teams)
-        if total > 1.0 + 1e-9:
-            raise ValueError(f"team shares add up to {total:g}; they must not exceed 1")
-        return self
+    @field_validator("utilisation")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0 < u <= 1 for u in v):
+            raise ValueError("utilisations are fractions in (0, 1]")
+        return v
 
 
 class Scenario(_Strict):
@@ -297,7 +286,34 @@ class Scenario(_Strict):
     costs: Costs = Field(default_factory=Costs)
     fabric: FabricSpec = Field(default_factory=FabricSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
-    shared_cluster: SharedCluster | None = None
+    rank_by: Literal["auto", "run", "month", "mtok"] = Field(
+        "auto",
+        description="rank options by cost per training run, per month or per million tokens "
+        "(auto: run for training only, mtok for serving only, month for both)",
+    )
+    sensitivity: Sensitivity = Field(default_factory=Sensitivity)
+    teams: list[TeamSpec] | None = Field(
+        None, description="teams sharing the cluster (docs/scheduling.md)"
+    )
+    scheduling: SchedulingSpec | None = None
+
+    @model_validator(mode="after")
+    def _shared_cluster(self) -> Scenario:
+        if self.scheduling is not None and not self.teams:
+            raise ValueError("a scheduling block needs teams")
+        if self.teams:
+            # the scheduling part's own cross-checks (priority classes, node types, names)
+            SharedClusterScenario.model_validate(
+                {
+                    "teams": [t.model_dump(by_alias=True) for t in self.teams],
+                    **(
+                        {"scheduling": self.scheduling.model_dump(by_alias=True)}
+                        if self.scheduling is not None
+                        else {}
+                    ),
+                }
+            )
+        return self
 
 
 # ------------------------------------------------------------------ YAML with line marks

@@ -1,0 +1,158 @@
+"""What one planning run carries around: the scenario, the catalog, the evidence ledger.
+
+:class:`PlanContext` turns scenario fields, catalog fields and forecast fields into
+:class:`~gpuplan.plan.provenance.Figure` objects and records each use in the
+:class:`~gpuplan.plan.provenance.Ledger`, so the report can list every input, catalog row,
+calibration and measurement the plan used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.plan.provenance import (
+    Figure,
+    Ledger,
+    Provenance,
+    catalog_fig,
+    forecast_fig,
+    input_fig,
+)
+from gpuplan.plan.scenario import LoadedScenario, dotted_path
+
+
+def _get(obj: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        if obj is None:
+            return None
+        if isinstance(part, int) or isinstance(obj, dict):
+            obj = obj[part] if isinstance(obj, (list, tuple, dict)) and _has(obj, part) else None
+        else:
+            obj = getattr(obj, part, None)
+    return obj
+
+
+def _has(obj: Any, key: Any) -> bool:
+    if isinstance(obj, dict):
+        return key in obj
+    return isinstance(key, int) and 0 <= key < len(obj)
+
+
+@dataclass
+class PlanContext:
+    """Scenario + catalog + calibration + trial node of one plan, and its evidence ledger."""
+
+    loaded: LoadedScenario
+    catalog: Any
+    artifact: dict[str, Any] | None = None
+    artifact_path: str | None = None
+    trial: Any = None
+    ledger: Ledger = field(default_factory=Ledger)
+    inputs: dict[str, Figure] = field(default_factory=dict)
+    on_progress: Callable[[str], None] | None = None
+    forecast_cache: dict[tuple, Any] = field(default_factory=dict)
+
+    @property
+    def scenario(self):  # -> Scenario
+        return self.loaded.scenario
+
+    def progress(self, message: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(message)
+
+    # ----------------------------------------------------------- scenario inputs
+    def inp(self, path: tuple[Any, ...], unit: str, label: str | None = None) -> Figure:
+        """The scenario value at ``path`` as an input (or default) figure; recorded."""
+        value = _get(self.scenario, path)
+        dotted = dotted_path(path)
+        fig = input_fig(
+            value,
+            unit,
+            label or dotted,
+            self.loaded.ref(*path),
+            default=not self.loaded.given(*path),
+        )
+        if value is None:
+            fig = Figure(
+                None,
+                unit,
+                fig.label,
+                fig.prov,
+                missing=f"not given: add {dotted} to the scenario",
+            )
+        self.inputs.setdefault(dotted, fig)
+        return fig
+
+    # ----------------------------------------------------------- catalog rows
+    def cat(
+        self,
+        row_kind: str,
+        row: Any,
+        field_name: str,
+        unit: str,
+        label: str,
+        *,
+        value: Any = ...,
+        missing: str | None = None,
+    ) -> Figure:
+        """A catalog field as a figure; records the row in the ledger."""
+        if value is ...:
+            value = getattr(row, field_name, None)
+        unverified = bool(getattr(row, "is_unverified", lambda f: False)(field_name))
+        self.ledger.use_row(row_kind, row, [field_name])
+        if value is None and missing is None:
+            missing = f"the catalog row {row_kind}/{row.id} has no {field_name}"
+        return catalog_fig(
+            value,
+            unit,
+            label,
+            row_kind=row_kind,
+            row_id=row.id,
+            field_name=field_name,
+            source=getattr(row, "source", None),
+            retrieved=str(getattr(row, "retrieved", "") or "") or None,
+            unverified=unverified,
+            missing=missing if value is None else None,
+        )
+
+    def price(self, instance: Any, obs: Any, label: str) -> Figure:
+        """A price observation of an instance row as a catalog figure."""
+        self.ledger.use_row("instance", instance, [f"prices.{obs.model}"])
+        unverified = bool(instance.is_unverified("prices")) or bool(
+            instance.is_unverified(f"prices.{obs.model}")
+        )
+        prov = Provenance(
+            "catalog",
+            f"catalog instance/{instance.id} prices.{obs.model} ({obs.region or 'any region'})",
+            source=obs.source,
+            retrieved=str(obs.as_of),
+            unverified=unverified,
+        )
+        return Figure(obs.usd_per_hour, "USD/node-hour", label, prov)
+
+    # ----------------------------------------------------------- forecasts
+    def fc(
+        self,
+        result: dict[str, Any],
+        key: str,
+        unit: str,
+        label: str,
+        ref: str,
+    ) -> Figure:
+        """A forecast field (DESIGN.md 3.3) with its interval where the forecast gives one."""
+        value = result.get(key)
+        interval = None
+        intervals = result.get("intervals") or {}
+        if key in intervals and intervals[key] is not None:
+            lo, hi = intervals[key]
+            interval = (float(lo), float(hi))
+        elif key == "step_time_s" and result.get("step_time_interval_s"):
+            lo, hi = result["step_time_interval_s"]
+            interval = (float(lo), float(hi))
+        src = self.artifact_path or "default calibration artifact"
+        fig = forecast_fig(value, unit, label, f"{ref}: {key}", interval=interval, source=src)
+        if value is None:
+            fig = Figure(None, unit, label, fig.prov, missing=f"the forecast gave no {key}")
+        return fig

@@ -1,0 +1,379 @@
+"""Forecast the scenario's workloads on each candidate GPU (through gpuplan.forecast only).
+
+Training runs are sized for their deadline with ``forecast_training(target_days=...)`` and
+then re-forecast at the GPU count rounded up to whole nodes; serving workloads are sized
+with ``forecast_inference(qps=..., ttft_slo_s=..., tpot_slo_s=...)`` at the mean request
+lengths and, where the scenario gives them, at the SLO percentile's lengths (the larger
+fleet is kept: long requests at the tail must also meet the SLO). A forecast that cannot
+be made (the model does not fit, the deadline cannot be met) is recorded as the reason the
+option is infeasible, never raised.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.provenance import Figure, derived
+
+SECONDS_PER_DAY = 86400.0
+
+
+def _first(result: Any) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    if isinstance(result, list):
+        return result[0] if result else None
+    return result
+
+
+def _args_text(kwargs: dict[str, Any]) -> str:
+    shown = {k: v for k, v in kwargs.items() if v is not None and k != "artifact"}
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
+def forecast_training_cached(
+    ctx: PlanContext, w: Any, gpu_id: str, *, num_gpus: int | None, target_days: float | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One training forecast (cached); returns (result, error line)."""
+    key = ("train", w.name, gpu_id, num_gpus, target_days)
+    if key in ctx.forecast_cache:
+        return ctx.forecast_cache[key]
+    from gpuplan.forecast.training import forecast_training
+
+    kwargs: dict[str, Any] = dict(
+        model=w.model,
+        gpu=gpu_id,
+        num_gpus=num_gpus,
+        seq_len=w.seq_len,
+        global_batch=w.global_batch,
+        global_batch_tokens=w.global_batch_tokens,
+        precision=w.precision,
+        parallelism=dict(w.parallelism) if w.parallelism else None,
+        tokens=w.tokens,
+        target_days=target_days,
+        top=1,
+        artifact=ctx.artifact,
+    )
+    ctx.progress(
+        f"forecast train {w.name} on {gpu_id} ({_args_text({'num_gpus': num_gpus, 'target_days': target_days})})"
+    )
+    try:
+        result, err = _first(forecast_training(**kwargs)), None
+    except GpuplanError as exc:
+        result, err = None, exc.one_line()
+    ctx.ledger.forecasts.append(
+        {
+            "kind": "train",
+            "workload": w.name,
+            "gpu": gpu_id,
+            "call": f"forecast_training({_args_text(kwargs)})",
+            "error": err,
+        }
+    )
+    ctx.forecast_cache[key] = (result, err)
+    return result, err
+
+
+def forecast_inference_cached(
+    ctx: PlanContext, s: Any, gpu_id: str, *, input_tokens: float, output_tokens: float
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One inference sizing forecast (cached); returns (result, error line)."""
+    key = ("infer", s.name, gpu_id, input_tokens, output_tokens)
+    if key in ctx.forecast_cache:
+        return ctx.forecast_cache[key]
+    from gpuplan.forecast.inference import forecast_inference
+
+    kwargs: dict[str, Any] = dict(
+        model=s.model,
+        gpu=gpu_id,
+        tp=s.tp,
+        pp=s.pp,
+        precision=s.precision,
+        input_tokens=round(input_tokens),
+        output_tokens=round(output_tokens),
+        qps=s.qps,
+        ttft_slo_s=s.ttft_slo_s,
+        tpot_slo_s=s.tpot_slo_s,
+        slo_percentile=s.slo_percentile,
+        artifact=ctx.artifact,
+    )
+    ctx.progress(f"forecast infer {s.name} on {gpu_id}")
+    try:
+        result, err = _first(forecast_inference(**kwargs)), None
+    except GpuplanError as exc:
+        result, err = None, exc.one_line()
+    ctx.ledger.forecasts.append(
+        {
+            "kind": "infer",
+            "workload": s.name,
+            "gpu": gpu_id,
+            "call": f"forecast_inference({_args_text(kwargs)})",
+            "error": err,
+        }
+    )
+    ctx.forecast_cache[key] = (result, err)
+    return result, err
+
+
+@dataclass
+class TrainingOnOption:
+    """One training workload sized on one option (GPU type and GPUs per node)."""
+
+    name: str
+    index: int
+    gpus: Figure | None = None
+    nodes: Figure | None = None
+    run_s: Figure | None = None
+    tokens_per_s: Figure | None = None
+    mfu: Figure | None = None
+    step_time_s: Figure | None = None
+    memory_per_gpu_bytes: Figure | None = None
+    parallelism: str | None = None
+    forecast: dict[str, Any] | None = None
+    error: str | None = None
+    binding: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "time_to_train_s": self.run_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "step_time_s": self.step_time_s,
+            "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+            "parallelism": self.parallelism,
+            "error": self.error,
+        }
+
+
+@dataclass
+class ServingOnOption:
+    """One serving workload sized on one option."""
+
+    name: str
+    index: int
+    gpus: Figure | None = None
+    nodes: Figure | None = None
+    replicas: Figure | None = None
+    throughput_per_replica: Figure | None = None
+    ttft_s: Figure | None = None
+    tpot_s: Figure | None = None
+    output_tokens_per_month: Figure | None = None
+    hours_per_month: Figure | None = None
+    sized_at: str | None = None
+    cost_interval_factors: tuple[float, float] | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "replicas": self.replicas,
+            "throughput_output_tokens_per_s_per_replica": self.throughput_per_replica,
+            "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
+            "output_tokens_per_month": self.output_tokens_per_month,
+            "sized_at": self.sized_at,
+            "error": self.error,
+        }
+
+
+def _parallelism_text(p: dict[str, Any] | None) -> str | None:
+    if not p:
+        return None
+    return " ".join(f"{k}={v}" for k, v in p.items())
+
+
+def size_training(
+    ctx: PlanContext, w: Any, index: int, gpu_id: str, gpus_per_node: Figure
+) -> TrainingOnOption:
+    """Size training workload ``w`` on ``gpu_id`` with ``gpus_per_node`` (module docstring)."""
+    out = TrainingOnOption(w.name, index)
+    base = ("workloads", "training", index)
+    gpn = int(gpus_per_node.value)
+    max_gpus = ctx.scenario.constraints.max_gpus
+    if w.num_gpus is not None:
+        asked = ctx.inp((*base, "num_gpus"), "GPUs", f"{w.name}: GPUs asked")
+        n = math.ceil(w.num_gpus / gpn) * gpn
+        gpus = derived(
+            n,
+            "GPUs",
+            f"{w.name}: GPUs",
+            "ceil(GPUs asked / GPUs per node) x GPUs per node",
+            [asked, gpus_per_node],
+        )
+        result, err = forecast_training_cached(ctx, w, gpu_id, num_gpus=n, target_days=None)
+    else:
+        deadline = ctx.inp((*base, "deadline_days"), "days", f"{w.name}: deadline")
+        sized, err = forecast_training_cached(
+            ctx, w, gpu_id, num_gpus=None, target_days=w.deadline_days
+        )
+        if sized is None:
+            out.error = err
+            out.binding.append(
+                {
+                    "constraint": "deadline_days",
+                    "message": f"{w.name}: no cluster of {gpu_id} meets the deadline: {err}",
+                }
+            )
+            return out
+        ref = f"forecast train {w.name} on {gpu_id} (target_days={w.deadline_days:g})"
+        n0 = ctx.fc(sized, "num_gpus", "GPUs", f"{w.name}: GPUs for the deadline", ref)
+        if not n0.ok:
+            out.error = n0.missing
+            return out
+        n = math.ceil(n0.value / gpn) * gpn
+        gpus = derived(
+            n,
+            "GPUs",
+            f"{w.name}: GPUs",
+            "ceil(GPUs for the deadline / GPUs per node) x GPUs per node",
+            [n0, gpus_per_node, deadline],
+        )
+        if max_gpus is not None and n > max_gpus:
+            limit = ctx.inp(("constraints", "max_gpus"), "GPUs", "GPU limit")
+            capped = (max_gpus // gpn) * gpn
+            out.binding.append(
+                {
+                    "constraint": "max_gpus",
+                    "message": (
+                        f"{w.name}: meeting the {w.deadline_days:g}-day deadline on {gpu_id} "
+                        f"needs {n} GPUs; the limit is {max_gpus}"
+                    ),
+                    "needed": gpus,
+                    "limit": limit,
+                }
+            )
+            if capped < gpn:
+                out.error = f"max_gpus {max_gpus} is below one node of {gpn} GPUs"
+                return out
+            n = capped
+            gpus = derived(
+                n,
+                "GPUs",
+                f"{w.name}: GPUs (capped)",
+                "floor(GPU limit / GPUs per node) x GPUs per node",
+                [limit, gpus_per_node],
+            )
+        if n == n0.value:
+            result = sized
+        else:
+            result, err = forecast_training_cached(ctx, w, gpu_id, num_gpus=n, target_days=None)
+    if result is None:
+        out.error = err
+        return out
+    ref = f"forecast train {w.name} on {gpu_id} x{n}"
+    out.forecast = result
+    out.gpus = gpus
+    out.nodes = derived(
+        n // gpn, "nodes", f"{w.name}: nodes", "GPUs / GPUs per node", [gpus, gpus_per_node]
+    )
+    out.run_s = ctx.fc(result, "time_to_train_s", "s", f"{w.name}: time to train", ref)
+    out.tokens_per_s = ctx.fc(result, "tokens_per_s", "tokens/s", f"{w.name}: tokens/s", ref)
+    out.mfu = ctx.fc(result, "mfu", "fraction", f"{w.name}: MFU", ref)
+    out.step_time_s = ctx.fc(result, "step_time_s", "s", f"{w.name}: step time", ref)
+    out.memory_per_gpu_bytes = ctx.fc(
+        result, "memory_per_gpu_bytes", "B", f"{w.name}: memory per GPU", ref
+    )
+    out.parallelism = _parallelism_text(result.get("parallelism"))
+    if w.deadline_days is not None and out.run_s.ok:
+        deadline = ctx.inp((*base, "deadline_days"), "days", f"{w.name}: deadline")
+        if out.run_s.value > w.deadline_days * SECONDS_PER_DAY * (1 + 1e-9):
+            out.binding.append(
+                {
+                    "constraint": "deadline_days",
+                    "message": (
+                        f"{w.name}: takes {out.run_s.value / SECONDS_PER_DAY:.3g} days on "
+                        f"{n} x {gpu_id}, over the {w.deadline_days:g}-day deadline"
+                    ),
+                    "needed": out.run_s,
+                    "limit": deadline,
+                }
+            )
+    return out
+
+
+def size_serving(
+    ctx: PlanContext, s: Any, index: int, gpu_id: str, gpus_per_node: Figure
+) -> ServingOnOption:
+    """Size serving workload ``s`` on ``gpu_id`` (module docstring)."""
+    out = ServingOnOption(s.name, index)
+    base = ("workloads", "inference", index)
+    gpn = int(gpus_per_node.value)
+    cases = [("mean", s.input_tokens.mean, s.output_tokens.mean)]
+    pin = s.input_tokens.at(s.slo_percentile)
+    pout = s.output_tokens.at(s.slo_percentile)
+    if pin is not None or pout is not None:
+        cases.append(
+            (
+                s.slo_percentile,
+                pin if pin is not None else s.input_tokens.mean,
+                pout if pout is not None else s.output_tokens.mean,
+            )
+        )
+    best: tuple[str, dict[str, Any], float, float] | None = None
+    errors = []
+    for tag, lin, lout in cases:
+        result, err = forecast_inference_cached(
+            ctx, s, gpu_id, input_tokens=lin, output_tokens=lout
+        )
+        if result is None:
+            errors.append(err)
+            continue
+        if best is None or (result.get("num_gpus") or 0) > (best[1].get("num_gpus") or 0):
+            best = (tag, result, lin, lout)
+    if best is None:
+        out.error = errors[0] if errors else "no forecast"
+        return out
+    tag, result, lin, lout = best
+    ref = f"forecast infer {s.name} on {gpu_id} ({tag} lengths {lin:g}/{lout:g})"
+    out.sized_at = f"{tag} request lengths ({lin:g} in / {lout:g} out tokens)"
+    need = ctx.fc(result, "num_gpus", "GPUs", f"{s.name}: GPUs for the load and SLOs", ref)
+    out.replicas = ctx.fc(result, "replicas", "replicas", f"{s.name}: replicas", ref)
+    if not need.ok:
+        out.error = need.missing
+        return out
+    n = math.ceil(need.value / gpn) * gpn
+    out.gpus = derived(
+        n,
+        "GPUs",
+        f"{s.name}: GPUs",
+        "ceil(GPUs for the load / GPUs per node) x GPUs per node",
+        [need, gpus_per_node],
+    )
+    out.nodes = derived(
+        n // gpn, "nodes", f"{s.name}: nodes", "GPUs / GPUs per node", [out.gpus, gpus_per_node]
+    )
+    out.throughput_per_replica = ctx.fc(
+        result,
+        "throughput_output_tokens_per_s",
+        "tokens/s",
+        f"{s.name}: output tokens/s per replica",
+        ref,
+    )
+    out.ttft_s = ctx.fc(result, "ttft_s", "s", f"{s.name}: TTFT", ref)
+    out.tpot_s = ctx.fc(result, "tpot_s", "s", f"{s.name}: TPOT", ref)
+    qps = ctx.inp((*base, "qps"), "requests/s", f"{s.name}: load")
+    mean_out = ctx.inp((*base, "output_tokens", "mean"), "tokens", f"{s.name}: mean output")
+    out.hours_per_month = ctx.inp((*base, "hours_per_month"), "h", f"{s.name}: hours per month")
+    out.output_tokens_per_month = derived(
+        qps.value * mean_out.value * 3600.0 * out.hours_per_month.value,
+        "tokens/month",
+        f"{s.name}: output tokens per month",
+        "QPS x mean output tokens x 3600 s x serving hours per month",
+        [qps, mean_out, out.hours_per_month],
+    )
+    thr = out.throughput_per_replica
+    if thr.ok and thr.interval is not None and thr.value > 0:
+        lo, hi = thr.interval
+        # fewer tokens/s per replica -> more replicas for the same load -> higher cost
+        if lo > 0 and hi > 0:
+            out.cost_interval_factors = (thr.value / hi, thr.value / lo)
+    return out
