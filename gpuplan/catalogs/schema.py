@@ -1,0 +1,638 @@
+"""Typed, validated rows of the catalogs (accelerators, instances, nodes, storage, network, models).
+
+Every row carries its provenance: ``id`` (lowercase, hyphens), ``aliases`` (names people
+type), ``source`` (URL, paper + table, or repository + path @commit), ``retrieved`` (the date
+the source was read), ``notes`` and ``unverified`` (the fields whose value has no primary
+source yet; every output that uses such a value says so). Numbers are SI, or carry their
+unit in the field name. A value nobody has published stays ``None``: it is never guessed.
+
+The rows are frozen pydantic models; the loader (:mod:`gpuplan.catalogs.loader`) turns any
+validation failure into a :class:`gpuplan.errors.SchemaError` naming file, row and field.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuplan.errors import InputError
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$"
+
+#: Dtype names of :meth:`Accelerator.peak_flops_per_s` (``int8`` counts operations).
+DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8")
+
+# torch / numpy / vendor spellings of the dtypes above.
+_DTYPE_SYNONYMS: dict[str, str] = {
+    "float64": "fp64",
+    "double": "fp64",
+    "float32": "fp32",
+    "float": "fp32",
+    "tensorfloat32": "tf32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e5m2fnuz": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "float4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "fp4_e2m1": "fp4",
+    "float4_e2m1fn_x2": "fp4",
+    "mxfp6": "fp6",
+    "int8": "int8",
+    "i8": "int8",
+}
+
+
+def normalise_dtype(dtype: str) -> str:
+    """Map a dtype spelling (``bfloat16``, ``torch.float8_e4m3fn``, ``BF16``) to a catalog key.
+
+    >>> normalise_dtype("torch.bfloat16")
+    'bf16'
+    """
+    key = str(dtype).strip().lower().removeprefix("torch.")
+    key = _DTYPE_SYNONYMS.get(key, key)
+    if key not in DTYPES:
+        raise InputError(
+            f"unknown dtype {dtype!r}",
+            hint=f"use one of {', '.join(DTYPES)} (or torch names such as bfloat16)",
+        )
+    return key
+
+
+_DATE_PERIOD = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?|-([HQ])([1-4]))?$")
+
+
+def period_start(text: str) -> _dt.date:
+    """First day of a date or period written ``YYYY-MM-DD``, ``YYYY-MM``, ``YYYY-Q3``, ``YYYY-H1``
+    or ``YYYY``.
+
+    >>> period_start("2025-H2")
+    datetime.date(2025, 7, 1)
+    """
+    m = _DATE_PERIOD.match(text)
+    if not m:
+        raise ValueError(
+            f"{text!r} is not a date (YYYY-MM-DD) or period (YYYY-MM, YYYY-Q1, YYYY-H1)"
+        )
+    year, month, day, kind, num = m.groups()
+    if day:
+        return _dt.date(int(year), int(month), int(day))
+    if month:
+        return _dt.date(int(year), int(month), 1)
+    if kind == "Q":
+        return _dt.date(int(year), 3 * (int(num) - 1) + 1, 1)
+    if kind == "H":
+        if int(num) not in (1, 2):
+            raise ValueError(f"{text!r}: a half-year is H1 or H2")
+        return _dt.date(int(year), 1 if num == "1" else 7, 1)
+    return _dt.date(int(year), 1, 1)
+
+
+class Row(BaseModel):
+    """Fields common to every catalog row."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, serialize_by_alias=True
+    )
+
+    kind: ClassVar[str] = "row"
+
+    id: str = Field(pattern=ID_PATTERN, description="lowercase id with hyphens")
+    aliases: tuple[str, ...] = Field(default=(), description="names people type for this row")
+    source: str = Field(
+        min_length=8, description="URL, paper + table, or repository + path @commit"
+    )
+    retrieved: _dt.date = Field(description="date the source was read")
+    notes: str = ""
+    unverified: tuple[str, ...] = Field(
+        default=(), description="fields whose value has no primary source yet"
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_placeholder(cls, v: str) -> str:
+        if v.strip().lower() in {"todo", "tbd", "unknown", "n/a", "none", "recalled"}:
+            raise ValueError("source must name a URL, paper + table or repository + path")
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _unverified_are_fields(self) -> Row:
+        names = set(type(self).model_fields) | {
+            f.alias for f in type(self).model_fields.values() if f.alias
+        }
+        for item in self.unverified:
+            head = item.split(".", 1)[0]
+            if head not in names:
+                raise ValueError(f"unverified names {item!r}, which is not a field of this row")
+        return self
+
+    def is_unverified(self, field: str) -> bool:
+        """True when ``field`` (or a sub-key such as ``peak_flops_per_s.fp8``) lacks a primary source."""
+        return any(
+            field == u or field.startswith(u + ".") or u.startswith(field + ".")
+            for u in self.unverified
+        )
+
+    #: Fields whose ``None`` means "no source publishes it" (listed by :meth:`missing_fields`);
+    #: other optional fields are simply not applicable when empty.
+    reportable: ClassVar[tuple[str, ...]] = ()
+
+    def missing_fields(self) -> list[str]:
+        """Fields left empty because no source publishes them (never guessed)."""
+        out = []
+        for name in self.reportable:
+            info = type(self).model_fields[name]
+            value = getattr(self, name)
+            key = info.alias or name
+            if value is None:
+                out.append(key)
+            elif isinstance(value, dict):
+                out.extend(f"{key}.{k}" for k, v in value.items() if v is None)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (aliases as keys, dates as ISO strings) plus ``missing``."""
+        data = self.model_dump(mode="json", by_alias=True)
+        data["missing"] = self.missing_fields()
+        return data
+
+
+def _positive(v: float | None, what: str) -> float | None:
+    if v is not None and not v > 0:
+        raise ValueError(f"{what} must be > 0 (or null when unknown), got {v}")
+    return v
+
+
+Vendor = Literal["nvidia", "amd", "intel", "google", "aws"]
+
+
+class Accelerator(Row):
+    """One accelerator (GPU, TPU chip, Trainium chip, Gaudi card).
+
+    Peak FLOP/s are *dense* (no 2:4 sparsity); sparse figures, where published, are kept
+    apart in ``sparse_flops_per_s`` and never used as dense. ``fp64`` is the best fp64
+    matrix rate (tensor cores where present; ``fp64_vector_flops_per_s`` keeps the vector
+    rate). ``int8`` counts operations per second. Memory capacities printed as "GB" by the
+    vendors are binary (GiB), as HBM stacks are: H200 "141 GB" is 144384 MiB.
+    """
+
+    kind: ClassVar[str] = "accelerator"
+    reportable: ClassVar[tuple[str, ...]] = (
+        "memory_bytes",
+        "memory_bandwidth_bytes_per_s",
+        "dense_flops_per_s",
+        "tdp_w",
+        "scale_up_bandwidth_bytes_per_s",
+        "scale_up_domain_size",
+        "host_link_bandwidth_bytes_per_s",
+    )
+
+    name: str
+    vendor: Vendor
+    generation: str = Field(
+        description="architecture; calibration transfers within vendor+generation"
+    )
+    form_factor: str
+    memory_bytes: int | None
+    memory_type: str | None = None
+    memory_bandwidth_bytes_per_s: float | None
+    dense_flops_per_s: dict[str, float | None] = Field(
+        alias="peak_flops_per_s", description="dense peak by dtype"
+    )
+    sparse_flops_per_s: dict[str, float | None] = Field(default_factory=dict)
+    fp64_vector_flops_per_s: float | None = None
+    tdp_w: float | None
+    scale_up_interconnect: str
+    scale_up_bandwidth_bytes_per_s: float | None = Field(description="per GPU, per direction")
+    scale_up_domain_size: int | None = Field(description="accelerators in one scale-up domain")
+    scale_up_in_switch_reduction: bool = Field(
+        default=False, description="in-network reduction on the scale-up fabric (NVLink SHARP)"
+    )
+    scale_up_fabric_id: str | None = None
+    host_link: str | None = None
+    host_link_bandwidth_bytes_per_s: float | None = Field(description="per direction")
+    confidence: Literal["high", "medium", "low"] = "medium"
+
+    @field_validator("dense_flops_per_s", "sparse_flops_per_s")
+    @classmethod
+    def _dtype_keys(cls, v: dict[str, float | None]) -> dict[str, float | None]:
+        for k, x in v.items():
+            if k not in DTYPES:
+                raise ValueError(f"unknown dtype {k!r}; use one of {', '.join(DTYPES)}")
+            _positive(x, f"FLOP/s for {k}")
+        return v
+
+    @field_validator(
+        "memory_bytes",
+        "memory_bandwidth_bytes_per_s",
+        "tdp_w",
+        "host_link_bandwidth_bytes_per_s",
+        "fp64_vector_flops_per_s",
+    )
+    @classmethod
+    def _pos(cls, v: float | None) -> float | None:
+        return _positive(v, "value")
+
+    @model_validator(mode="after")
+    def _dense_not_above_sparse(self) -> Accelerator:
+        for k, sparse in self.sparse_flops_per_s.items():
+            dense = self.dense_flops_per_s.get(k)
+            if sparse is not None and dense is not None and dense > sparse:
+                raise ValueError(f"dense {k} peak {dense:g} is above the sparse peak {sparse:g}")
+        return self
+
+    def peak_flops_per_s(self, dtype: str) -> float | None:
+        """Dense peak FLOP/s for ``dtype`` (``bf16``, ``bfloat16``, ``fp8``...); ``None`` when
+        the accelerator does not support it or no source publishes it."""
+        return self.dense_flops_per_s.get(normalise_dtype(dtype))
+
+
+class PriceObservation(BaseModel):
+    """One published price of an instance, with where and when it was seen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: Literal[
+        "on_demand",
+        "spot",
+        "reserved_1y",
+        "reserved_3y",
+        "capacity_block",
+        "savings_plan_1y",
+        "savings_plan_3y",
+    ]
+    usd_per_hour: float = Field(gt=0)
+    region: str | None
+    as_of: str = Field(
+        description="YYYY-MM-DD, or a period YYYY-MM / YYYY-Q1 / YYYY-H1 when undated"
+    )
+    source: str = Field(min_length=8)
+    currency: Literal["USD"] = "USD"
+    notes: str = ""
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, v: str) -> str:
+        period_start(v)
+        return v
+
+    @property
+    def as_of_date(self) -> _dt.date:
+        """First day of ``as_of`` (for sorting observations by time)."""
+        return period_start(self.as_of)
+
+
+class Instance(Row):
+    """A cloud instance type (or TPU slice) with its accelerators and published prices."""
+
+    kind: ClassVar[str] = "instance"
+    reportable: ClassVar[tuple[str, ...]] = (
+        "vcpus",
+        "memory_bytes",
+        "local_nvme_bytes",
+        "network_bandwidth_bits_per_s",
+    )
+
+    cloud: Literal["aws", "gcp", "azure"]
+    accelerator_id: str
+    accelerators_per_node: int = Field(gt=0)
+    vcpus: int | None
+    memory_bytes: int | None
+    local_nvme_bytes: int | None
+    network_bandwidth_bits_per_s: float | None
+    network_detail: str | None = None
+    nic_id: str | None = None
+    nics_per_node: int | None = None
+    prices: tuple[PriceObservation, ...] = ()
+
+    def price(self, model: str = "on_demand", region: str | None = None) -> PriceObservation | None:
+        """Latest price observation of ``model`` (optionally in ``region``); None if unpublished."""
+        obs = [
+            p for p in self.prices if p.model == model and (region is None or p.region == region)
+        ]
+        return max(obs, key=lambda p: p.as_of_date) if obs else None
+
+
+class NicCount(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    nic_id: str
+    count: int = Field(gt=0)
+    role: Literal["compute", "storage", "frontend", "management"] = "compute"
+
+
+class Node(Row):
+    """An on-premises node type (HGX/DGX, OEM MI300X platforms)."""
+
+    kind: ClassVar[str] = "node"
+    reportable: ClassVar[tuple[str, ...]] = ("max_power_w", "price_usd", "rack_units")
+
+    name: str
+    vendor: str
+    accelerator_id: str
+    accelerators_per_node: int = Field(gt=0)
+    max_power_w: float | None
+    nics: tuple[NicCount, ...] = ()
+    price_usd: float | None = None
+    price_as_of: str | None = None
+    rack_units: int | None = None
+    cpu: str | None = None
+    memory_bytes: int | None = None
+    local_nvme_bytes: int | None = None
+
+    @field_validator("max_power_w", "price_usd")
+    @classmethod
+    def _pos(cls, v: float | None) -> float | None:
+        return _positive(v, "value")
+
+
+class StorageTier(Row):
+    """A storage service tier or file system, sized by throughput per TiB or per node."""
+
+    kind: ClassVar[str] = "storage"
+    reportable: ClassVar[tuple[str, ...]] = ("price_usd_per_tib_month", "gpudirect_storage")
+
+    name: str
+    provider: str
+    kind_of_storage: Literal["parallel_fs", "nfs", "object", "local_nvme", "block"] = Field(
+        alias="type"
+    )
+    read_bytes_per_s_per_tib: float | None = None
+    write_bytes_per_s_per_tib: float | None = None
+    read_bytes_per_s_per_node: float | None = None
+    write_bytes_per_s_per_node: float | None = None
+    throughput_increment_bytes_per_s: float | None = None
+    capacity_min_bytes: int | None = None
+    capacity_max_bytes: int | None = None
+    capacity_step_bytes: int | None = None
+    price_usd_per_tib_month: float | None = None
+    price_as_of: str | None = None
+    gpudirect_storage: bool | None = None
+
+
+class Fabric(Row):
+    """A link technology or network fabric generation (NVLink 4, InfiniBand NDR, EFA v2...)."""
+
+    kind: ClassVar[str] = "fabric"
+
+    name: str
+    scope: Literal["scale_up", "scale_out", "host"]
+    port_bandwidth_bits_per_s: float | None = Field(None, description="per port, per direction")
+    lane_bandwidth_bits_per_s: float | None = None
+    per_gpu_bandwidth_bytes_per_s: float | None = Field(None, description="per GPU, per direction")
+    node_bandwidth_bits_per_s: float | None = Field(None, description="per node, per direction")
+    domain_size: int | None = None
+    in_network_reduction: bool | None = None
+
+
+class Switch(Row):
+    """A network switch model with its radix and port speed."""
+
+    kind: ClassVar[str] = "switch"
+    reportable: ClassVar[tuple[str, ...]] = ("ports", "port_bandwidth_bits_per_s")
+
+    name: str
+    vendor: str
+    fabric_id: str
+    ports: int | None = Field(description="radix at port_bandwidth_bits_per_s")
+    port_bandwidth_bits_per_s: float | None
+    alt_ports: int | None = Field(None, description="radix when split (e.g. 128 x 200G)")
+    alt_port_bandwidth_bits_per_s: float | None = None
+    switching_capacity_bits_per_s: float | None = None
+    rack_units: int | None = None
+    in_network_reduction: bool | None = None
+    max_power_w: float | None = None
+
+
+class Nic(Row):
+    """A network adapter (ConnectX, EFA, ...)."""
+
+    kind: ClassVar[str] = "nic"
+    reportable: ClassVar[tuple[str, ...]] = ("bandwidth_bits_per_s",)
+
+    name: str
+    vendor: str
+    fabric_ids: tuple[str, ...] = ()
+    bandwidth_bits_per_s: float | None = Field(description="per adapter, per direction")
+    host_link: str | None = None
+
+
+class Optic(Row):
+    """An optics or cable class (DAC, AOC, transceiver) with its reach."""
+
+    kind: ClassVar[str] = "optic"
+
+    name: str
+    medium: Literal["copper", "optical"]
+    bandwidth_bits_per_s: float | None
+    max_reach_m: float | None = None
+    power_w: float | None = None
+
+
+class MLAConfig(BaseModel):
+    """Multi-head latent attention dimensions (DeepSeek-V2/V3)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    q_lora_rank: int | None = Field(description="None: queries projected directly from hidden")
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+class ModelArch(Row):
+    """A transformer language model's architecture, from its config file or paper.
+
+    ``ffn_hidden`` is the width of the dense MLP; ``moe_ffn_hidden`` the width of one expert.
+    ``first_dense_layers`` leading layers are dense; after them every ``moe_layer_interval``-th
+    layer is an MoE layer (1 = all, 2 = every other layer as in Llama 4 Maverick).
+    """
+
+    kind: ClassVar[str] = "model"
+
+    name: str
+    family: str
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim_: int | None = Field(None, alias="head_dim")
+    ffn_hidden: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    max_context: int = Field(gt=0)
+    tied_embeddings: bool
+    gated_mlp: bool
+    attention: Literal["mha", "gqa", "mqa", "mla"]
+    mla: MLAConfig | None = None
+    activation: str = "silu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_bias: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    parallel_attention: bool = False
+    norms_per_layer: int = 2
+    learned_positions: int = Field(0, description="learned absolute position embeddings (rows)")
+    lm_head_bias: bool = False
+    num_experts: int = 0
+    top_k: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_hidden: int | None = None
+    shared_expert_ffn_hidden: int | None = None
+    first_dense_layers: int = 0
+    moe_layer_interval: int = 1
+    router_bias: bool = False
+    published_params: float = Field(gt=0, description="parameter count as its source states it")
+    published_active_params: float | None = None
+    published_params_source: str = Field(min_length=8)
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head dimension (``hidden // heads`` unless the config states it)."""
+        return self.head_dim_ if self.head_dim_ is not None else self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelArch:
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
+        if self.attention == "mla" and self.mla is None:
+            raise ValueError("attention 'mla' needs the mla block (kv_lora_rank, ...)")
+        if self.attention != "mla" and self.mla is not None:
+            raise ValueError("an mla block is only valid with attention 'mla'")
+        if self.attention == "mha" and self.kv_heads != self.heads:
+            raise ValueError("attention 'mha' needs kv_heads == heads")
+        if self.attention == "mqa" and self.kv_heads != 1:
+            raise ValueError("attention 'mqa' needs kv_heads == 1")
+        if self.attention == "gqa" and not 1 < self.kv_heads < self.heads:
+            raise ValueError("attention 'gqa' needs 1 < kv_heads < heads")
+        if self.num_experts:
+            if not 0 < self.top_k <= self.num_experts:
+                raise ValueError("top_k must be between 1 and num_experts")
+            if self.moe_ffn_hidden is None:
+                raise ValueError("an MoE model needs moe_ffn_hidden (width of one expert)")
+        elif self.top_k or self.num_shared_experts:
+            raise ValueError("top_k / num_shared_experts need num_experts > 0")
+        if self.first_dense_layers >= self.layers:
+            raise ValueError("first_dense_layers must be below layers")
+        return self
+
+    # ---- parameter counts -------------------------------------------------------------
+    def _attention_params(self) -> int:
+        h, a, kv, d = self.hidden, self.heads, self.kv_heads, self.head_dim
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
+            else:
+                q = h * a * qk
+            kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv_down + kv_up + a * m.v_head_dim * h
+        n = h * a * d + 2 * h * kv * d + a * d * h
+        if self.attention_bias:
+            n += a * d + 2 * kv * d + h
+        if self.qk_norm:
+            n += 2 * d
+        return n
+
+    def _mlp_params(self, width: int) -> int:
+        n = (3 if self.gated_mlp else 2) * self.hidden * width
+        if self.mlp_bias:
+            n += (2 if self.gated_mlp else 1) * width + self.hidden
+        return n
+
+    def _norm_params(self) -> int:
+        return self.hidden * (2 if self.norm_bias else 1)
+
+    def moe_layer_indices(self) -> list[int]:
+        """0-based indices of the MoE layers (empty for a dense model)."""
+        if not self.num_experts:
+            return []
+        return [
+            i
+            for i in range(self.first_dense_layers, self.layers)
+            if (i - self.first_dense_layers + 1) % self.moe_layer_interval == 0
+        ]
+
+    def _params(self, active: bool) -> int:
+        h = self.hidden
+        moe = set(self.moe_layer_indices())
+        per_layer_common = self._attention_params() + self.norms_per_layer * self._norm_params()
+        dense_layer = per_layer_common + self._mlp_params(self.ffn_hidden)
+        total = 0
+        for i in range(self.layers):
+            if i not in moe:
+                total += dense_layer
+                continue
+            assert self.moe_ffn_hidden is not None
+            experts = self.top_k if active else self.num_experts
+            shared_width = self.shared_expert_ffn_hidden or self.moe_ffn_hidden
+            total += per_layer_common
+            total += experts * self._mlp_params(self.moe_ffn_hidden)
+            total += self.num_shared_experts * self._mlp_params(shared_width)
+            total += h * self.num_experts + (self.num_experts if self.router_bias else 0)
+        total += self.vocab * h  # token embedding
+        total += self.learned_positions * h
+        total += self._norm_params()  # final norm
+        if not self.tied_embeddings:
+            total += self.vocab * h
+        if self.lm_head_bias:
+            total += self.vocab
+        return total
+
+    def params_total(self) -> int:
+        """All parameters, from the architecture: embeddings, attention (MHA/GQA/MQA/MLA with
+        biases and QK-norm), MLP (gated: 3 matrices, else 2), every MoE expert with router and
+        shared experts, norms, and the LM head when untied.
+
+        Counting follows the layer definitions of the models' reference implementations
+        (e.g. HF transformers ``LlamaDecoderLayer``, ``DeepseekV3Attention``); the tests
+        compare it with each model's published size.
+        """
+        return self._params(active=False)
+
+    def params_active(self) -> int:
+        """Parameters used per token: as :meth:`params_total` but only ``top_k`` routed
+        experts per MoE layer (shared experts and the router always count)."""
+        return self._params(active=True)
+
+    def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
+        """KV-cache bytes per token: 2·layers·kv_heads·head_dim·bytes (MLA: the compressed
+        latent plus the decoupled RoPE key, (kv_lora_rank + qk_rope_head_dim)·layers·bytes,
+        DeepSeek-V2 paper, Sec. 2.1.2)."""
+        if self.mla is not None:
+            return (
+                self.layers
+                * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim)
+                * bytes_per_element
+            )
+        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["head_dim"] = self.head_dim
+        data["params_total"] = self.params_total()
+        data["params_active"] = self.params_active()
+        return data
+
+
+ROW_TYPES: dict[str, type[Row]] = {
+    cls.kind: cls
+    for cls in (Accelerator, Instance, Node, StorageTier, Fabric, Switch, Nic, Optic, ModelArch)
+}

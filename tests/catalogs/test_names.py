@@ -1,0 +1,143 @@
+"""Name resolution: every GPU name in the published tables, short CLI names, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.catalogs import get_catalog, name_key
+from gpuplan.errors import NotFoundError
+
+# Every distinct `gpu_type` of published/training_runs.csv and published/inference_runs.csv,
+# and every `hardware` of published/microbench.csv that names an accelerator (copied from the
+# shared data folder, which tests must not read), with the catalog id it must resolve to.
+PUBLISHED_GPU_NAMES: dict[str, str] = {
+    # training_runs.csv gpu_type
+    "A100-40GB": "a100-sxm4-40gb",
+    "A100-80GB": "a100-sxm4-80gb",
+    "A100-SXM4-80GB (Selene DGX A100)": "a100-sxm4-80gb",
+    "A100-SXM4-80GB (Selene)": "a100-sxm4-80gb",
+    "H100-80GB": "h100-sxm5-80gb",
+    "H100-SXM5-80GB (DGX H100)": "h100-sxm5-80gb",
+    # inference_runs.csv gpu_type
+    "A100 (SXM, 80GB assumed)": "a100-sxm4-80gb",
+    "H100 SXM 80GB": "h100-sxm5-80gb",
+    "H200 SXM 141GB": "h200-sxm-141gb",
+    # microbench.csv hardware
+    "A100 node (8x, NVLink 3 / NVSwitch)": "a100-sxm4-80gb",
+    "A100 x8": "a100-sxm4-80gb",
+    "A100 x8 per node, IB 200Gb x4 (dual port)": "a100-sxm4-80gb",
+    "A100-SXM4-40GB": "a100-sxm4-40gb",
+    "A100-SXM4-40GB, 2x Xeon 8358, 4x HDR IB per server": "a100-sxm4-40gb",
+    "AMD MI300X": "mi300x",
+    "AMD MI300X node (8x)": "mi300x",
+    "AMD MI325X": "mi325x",
+    "AMD MI355X": "mi355x",
+    "B200 (AWS P6-B200)": "b200-sxm-180gb",
+    "B200 node (AWS p6-b200.48xlarge)": "b200-sxm-180gb",
+    "H100 80GB": "h100-sxm5-80gb",
+    "H100 80GB HBM3": "h100-sxm5-80gb",
+    "H100 80GB HBM3 (8 ranks on one host)": "h100-sxm5-80gb",
+    "H100 80GB HBM3 (host 2x Xeon Platinum 8470)": "h100-sxm5-80gb",
+    "H100 80GB HBM3 SXM5": "h100-sxm5-80gb",
+    "H100 80GB HBM3 SXM5 (Voltage Park node)": "h100-sxm5-80gb",
+    "H100 node (NVLS) / NDR 400G NIC": "h100-sxm5-80gb",
+    "Intel Gaudi 2": "gaudi2",
+    "Intel Gaudi 3": "gaudi3",
+    "MI300X (Dell XE9680, 2x Xeon 8462Y+), ROCm 6.4.1": "mi300x",
+    "NVIDIA A100 PCIe": "a100-pcie-80gb",
+    "NVIDIA A100 SXM": "a100-sxm4-80gb",
+    "NVIDIA B200 SXM": "b200-sxm-180gb",
+    "NVIDIA B300 SXM": "b300-sxm-288gb",
+    "NVIDIA GB200 SXM": "gb200-gpu-186gb",
+    "NVIDIA H100 SXM": "h100-sxm5-80gb",
+    # names the brief and NVML/ROCm report
+    "H100-SXM5-80GB": "h100-sxm5-80gb",
+    "B200 (DGX B200)": "b200-sxm-180gb",
+    "NVIDIA H100 80GB HBM3": "h100-sxm5-80gb",
+    "NVIDIA A100-SXM4-80GB": "a100-sxm4-80gb",
+    "NVIDIA A100-SXM4-40GB": "a100-sxm4-40gb",
+    "NVIDIA H200": "h200-sxm-141gb",
+    "AMD Instinct MI300X": "mi300x",
+    "nvidia_h100_sxm": "h100-sxm5-80gb",
+}
+
+# microbench.csv rows whose `hardware` is not an accelerator: must not resolve to one.
+NOT_ACCELERATORS = [
+    "2x Intel Xeon Platinum 8470 (H100 host)",
+    "Meta Tectonic (7,500 SSD servers, 240 PB)",
+    "Samsung SSD 980 PRO 2TB NVMe (PCIe4, local)",
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(PUBLISHED_GPU_NAMES.items()))
+def test_published_gpu_names_resolve(name: str, expected: str) -> None:
+    assert get_catalog().gpu(name).id == expected
+
+
+@pytest.mark.parametrize("name", NOT_ACCELERATORS)
+def test_non_accelerator_hardware_does_not_resolve(name: str) -> None:
+    with pytest.raises(NotFoundError):
+        get_catalog().gpu(name)
+
+
+@pytest.mark.parametrize(
+    ("short", "expected"),
+    [
+        ("h100", "h100-sxm5-80gb"),
+        ("H100", "h100-sxm5-80gb"),
+        ("h200", "h200-sxm-141gb"),
+        ("a100", "a100-sxm4-80gb"),
+        ("b200", "b200-sxm-180gb"),
+        ("mi300x", "mi300x"),
+        ("tpu-v5p", "tpu-v5p"),
+        ("trn2", "trainium2"),
+        ("gb200", "gb200-gpu-186gb"),
+    ],
+)
+def test_short_cli_names(short: str, expected: str) -> None:
+    assert get_catalog().gpu(short).id == expected
+
+
+def test_case_and_separators_do_not_matter() -> None:
+    cat = get_catalog()
+    variants = ["H100_SXM5_80GB", "h100 sxm5 80gb", "H100-Sxm5-80Gb", "(H100) SXM5 80GB"]
+    assert {cat.gpu(v).id for v in variants} == {"h100-sxm5-80gb"}
+    assert name_key("H100-SXM5-80GB") == name_key("h100 sxm5 80gb")
+
+
+def test_unknown_name_lists_closest_ids() -> None:
+    with pytest.raises(NotFoundError, match="unknown GPU/accelerator 'H1000'") as info:
+        get_catalog().gpu("H1000")
+    assert "h100" in (info.value.hint or "")
+
+
+def test_ambiguous_name_lists_the_candidates() -> None:
+    with pytest.raises(NotFoundError, match="ambiguous") as info:
+        get_catalog().gpu("Intel Gaudi 2/3")
+    assert "gaudi2" in info.value.message and "gaudi3" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("llama3.1-405b", "llama3.1-405b"),
+        ("Llama 3.1 405B", "llama3.1-405b"),
+        ("LLAMA2-70B", "llama2-70b"),
+        ("LLaMA 7B (Llama 2)", "llama2-7b"),
+        ("MPT-7b", "mpt-7b"),
+        ("GPT3-175B", "gpt3-175b"),
+        ("Mixtral 8x7B", "mixtral-8x7b"),
+        ("Falcon 180B", "falcon-180b"),
+        ("GPT-J 6B", "gpt-j-6b"),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+        ("Nemotron-340B", "nemotron4-340b"),
+    ],
+)
+def test_model_names_resolve(name: str, expected: str) -> None:
+    assert get_catalog().model(name).id == expected
+
+
+def test_unknown_model_suggests() -> None:
+    with pytest.raises(NotFoundError, match="unknown model") as info:
+        get_catalog().model("llama3.1-406b")
+    assert "llama3.1-405b" in (info.value.hint or "")
