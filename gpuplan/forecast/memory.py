@@ -1,0 +1,290 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, KV cache, overhead.
+
+Pure functions, vectorised over parallel layouts (numpy arrays broadcast together).
+
+Sources
+-------
+* Mixed-precision Adam states: 2 B (16-bit weights) + 4 B (fp32 main gradients) + 12 B
+  (fp32 master weights, first and second moments) = 18 B per parameter; with the
+  distributed optimizer (ZeRO stage 1) ``6 + 12/d`` (Megatron-core developer guide,
+  "Distributed Optimizer", table of bytes per parameter; Rajbhandari et al. 2020, ZeRO,
+  section 5). Stage 2 also shards the gradients, stage 3 (= PyTorch FSDP FULL_SHARD) the
+  weights; FSDP SHARD_GRAD_OP is stage 2.
+* Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", section 4: ``s*b*h*(34 + 5*a*s/h)`` bytes per layer for a GPT block
+  in 16-bit without parallelism; ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` with tensor
+  parallelism ``t``; ``s*b*h*(34/t + 5*a*s/(h*t))`` with sequence parallelism; ``34*s*b*h/t``
+  with selective recomputation; ``2*s*b*h`` (the layer input) with full recomputation.
+  The pipeline's first stage keeps ``p`` micro-batches in flight, so it holds the
+  activations of ``L`` layers; with ``v`` interleaved stages times ``1 + (p-1)/(p*v)``
+  (section 4.2.3). :func:`activation_bytes_per_layer` generalises the 34 to GQA/MQA,
+  gated MLPs, any FFN width, MoE and flash attention, and reduces to the paper's
+  coefficients for a GPT block (a doctest checks it).
+* KV cache per token: ``2 * layers * kv_heads * head_dim * bytes`` (MLA: the compressed
+  latent plus the rope key, ``layers * (kv_lora_rank + qk_rope_head_dim) * bytes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpuplan.forecast.flops import ModelArch
+
+BYTES_16BIT = 2.0
+WEIGHT_BYTES_PER_PARAM = 2.0
+GRAD_BYTES_PER_PARAM = 4.0
+OPTIMIZER_BYTES_PER_PARAM = 12.0
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+def fmt_gib(value: float) -> str:
+    """Memory for messages, in GiB: ``fmt_gib(80 * 2**30)`` -> ``'80 GiB'``."""
+    return f"{value / 2**30:.3g} GiB"
+
+
+def korthikanti_activation_bytes(
+    s: Any, b: Any, h: Any, a: Any, t: Any = 1, *, sequence_parallel: bool, recompute: str
+) -> Any:
+    """The paper's per-layer activation bytes for a GPT block (Korthikanti et al. 2022, eqs. 2-5).
+
+    >>> korthikanti_activation_bytes(2048, 1, 12288, 96, sequence_parallel=False, recompute="none") / (2048 * 12288)
+    114.0
+    >>> korthikanti_activation_bytes(2048, 1, 12288, 96, 8, sequence_parallel=True, recompute="selective") / (2048 * 12288)
+    4.25
+    """
+    s, b, h, a, t = (np.asarray(x, dtype=float) for x in (s, b, h, a, t))
+    sbh = s * b * h
+    if recompute == "full":
+        return 2.0 * sbh / (t if sequence_parallel else 1.0)
+    attn = 0.0 if recompute == "selective" else 5.0 * a * s / h
+    if sequence_parallel:
+        return sbh * (34.0 / t + attn / t)
+    return sbh * (10.0 + 24.0 / t + attn / t)
+
+
+def activation_bytes_per_layer(
+    arch: ModelArch,
+    seq_len: Any,
+    micro_batch: Any,
+    tp: Any,
+    cp: Any,
+    recompute: Any,
+    *,
+    sequence_parallel: Any = True,
+    flash_attention: bool = True,
+    moe: bool = False,
+) -> Any:
+    """Activation bytes one layer keeps for the backward pass, on one rank.
+
+    Generalises Korthikanti et al. (2022) section 4.1 term by term (16-bit tensors):
+    attention block: QKV input ``2sbh``, Q and K ``2sb(d_q + d_k)``, V ``2sb*d_v``, output
+    projection input ``2sbh``, dropout mask ``sbh``; score matrices ``5as^2b`` (softmax
+    output, dropout mask and output) unless flash attention keeps only the per-row
+    log-sum-exp (``4asb``, fp32); MLP: input ``2sbh``, intermediate tensors ``2sbf`` each
+    (two for GELU, three for a gated MLP), dropout mask ``sbh``; two layer norms ``4sbh``.
+    With sequence parallelism every term is divided by ``t``; without it the norms, the two
+    block inputs and the dropout masks (``8 + 2`` units) are replicated. MoE layers store
+    the dispatched copy of each token for ``top_k`` experts and their intermediates.
+    ``recompute`` 0/1/2 = none/selective (drop the score matrices)/full (keep the layer
+    input only). Context parallelism divides the sequence by ``cp``.
+
+    >>> gpt = ModelArch(layers=1, hidden=12288, heads=96, ffn_hidden=4 * 12288, vocab=1,
+    ...                 gated_mlp=False, dropout=True)
+    >>> float(activation_bytes_per_layer(gpt, 2048, 1, 1, 1, 0, flash_attention=False) / (2048 * 12288))
+    114.0
+    >>> float(activation_bytes_per_layer(gpt, 2048, 1, 8, 1, 1) / (2048 * 12288))
+    4.25
+    """
+    s = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
+    b = np.asarray(micro_batch, dtype=float)
+    t = np.asarray(tp, dtype=float)
+    recompute = np.asarray(recompute)
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    h = float(arch.hidden)
+    sb = s * b
+    drop = 1.0 if arch.dropout else 0.0
+    dq = arch.heads * arch.qk_head_dim
+    dk = arch.n_kv_heads * arch.qk_head_dim if arch.attention != "mla" else dq
+    dv = arch.n_kv_heads * arch.v_head_dim if arch.attention != "mla" else arch.heads * arch.v_head_dim
+    # Terms that tensor parallelism always splits (per token, in units of bytes).
+    split_attn = 2.0 * (dq + dk) + 2.0 * dv + 2.0 * (arch.heads * arch.v_head_dim)
+    if moe and arch.is_moe:
+        fe = float(arch.expert_ffn)
+        n_mid = 3.0 if arch.gated_mlp else 2.0
+        split_mlp = arch.top_k * (2.0 * h + n_mid * 2.0 * fe)
+        split_mlp += arch.num_shared_experts * n_mid * 2.0 * fe
+    else:
+        n_mid = 3.0 if arch.gated_mlp else 2.0
+        split_mlp = n_mid * 2.0 * arch.ffn_hidden
+    # Replicated without sequence parallelism: two norms (4h), two block inputs (4h),
+    # two dropout masks (2h).
+    replicated = 4.0 * h + 4.0 * h + 2.0 * drop * h
+    # Korthikanti's accounting puts the output-projection input (2h) among the split
+    # terms (it is the per-head context, split by TP).
+    split = split_attn + split_mlp
+    per_token = np.where(sp, (replicated + split) / t, replicated + split / t)
+    if flash_attention:
+        scores = 4.0 * arch.heads * np.ones_like(s) / t  # fp32 log-sum-exp per row and head
+    else:
+        scores = (2.0 + 3.0 * drop) * arch.heads * s / t
+    none = sb * (per_token + scores)
+    selective = sb * per_token
+    full = sb * 2.0 * h / np.where(sp, t, 1.0)
+    return np.where(recompute >= 2, full, np.where(recompute == 1, selective, none))
+
+
+def pipeline_inflight_factor(pp: Any, vp: Any, num_microbatches: Any) -> Any:
+    """Micro-batches whose activations the first pipeline stage holds at its peak.
+
+    1F1B keeps ``min(p, m)`` in flight; interleaving ``v`` chunks multiplies the stage's
+    memory by ``1 + (p-1)/(p*v)`` (Korthikanti et al. 2022, section 4.2.3; Narayanan et al.
+    2021, section 2.2.2).
+    """
+    p = np.asarray(pp, dtype=float)
+    v = np.asarray(vp, dtype=float)
+    m = np.asarray(num_microbatches, dtype=float)
+    inflight = np.minimum(p, m)
+    return inflight * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+
+
+def param_counts_per_rank(arch: ModelArch, tp: Any, pp: Any, ep: Any) -> dict[str, Any]:
+    """Parameters held by the most loaded rank: dense (non-expert) and expert parts.
+
+    Transformer layers are split evenly over ``pp`` stages and by ``tp`` inside; the
+    embedding (and, untied or with ``pp > 1``, a second ``V*h`` copy on the last stage)
+    is split by ``tp``; routed experts are spread over ``ep`` ranks and split by ``tp``.
+    """
+    tp = np.asarray(tp, dtype=float)
+    pp = np.asarray(pp, dtype=float)
+    ep = np.asarray(ep, dtype=float)
+    expert_total = arch.num_moe_layers * arch.num_experts * arch.expert_params()
+    layer_dense = arch.layer_params(active=False) - expert_total
+    vh = float(arch.vocab * arch.hidden)
+    # pp == 1: one stage holds input embedding and output projection (one copy if tied).
+    emb_single = vh * (1.0 if arch.tied_embeddings else 2.0)
+    emb = np.where(pp > 1, vh, emb_single)
+    dense = layer_dense / (pp * tp) + emb / tp
+    expert = expert_total / (pp * ep * tp)
+    return {"dense": dense, "expert": expert}
+
+
+def model_state_bytes(
+    arch: ModelArch,
+    tp: Any,
+    pp: Any,
+    ep: Any,
+    dp: Any,
+    cp: Any,
+    zero: Any,
+) -> dict[str, Any]:
+    """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
+
+    Dense weights are replicated over the ``dp*cp`` ranks of their data-parallel group,
+    expert weights over ``dp*cp/ep`` (Megatron-core's expert-data-parallel group); ZeRO
+    stage >= 1 shards the optimizer states over that group, >= 2 the gradients, 3 the
+    weights (Rajbhandari et al. 2020). Stage 3 also holds the gathered weights of about
+    two layers at a time (the current one and the prefetched next one) plus their fp32
+    gradients before the reduce-scatter.
+    """
+    zero = np.asarray(zero)
+    counts = param_counts_per_rank(arch, tp, pp, ep)
+    d_dense = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
+    d_expert = np.maximum(d_dense / np.asarray(ep, dtype=float), 1.0)
+
+    def sharded(per_param: float, stage: int) -> Any:
+        on = zero >= stage
+        return per_param * (
+            counts["dense"] / np.where(on, d_dense, 1.0)
+            + counts["expert"] / np.where(on, d_expert, 1.0)
+        )
+
+    weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
+    grads = sharded(GRAD_BYTES_PER_PARAM, 2)
+    optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM, 1)
+    layers_per_rank = arch.layers / np.asarray(pp, dtype=float)
+    per_layer = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
+    gathered = np.where(
+        zero >= 3, 2.0 * per_layer * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM), 0.0
+    )
+    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "zero3_buffers": gathered}
+
+
+def logits_bytes(arch: ModelArch, seq_len: Any, micro_batch: Any, tp: Any, cp: Any) -> Any:
+    """Output logits of one micro-batch on the last stage: 16-bit logits plus the fp32
+    copy the cross-entropy keeps (``6*s*b*V/t`` bytes)."""
+    s = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
+    return 6.0 * s * np.asarray(micro_batch, dtype=float) * arch.vocab / np.asarray(tp, dtype=float)
+
+
+def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16BIT) -> float:
+    """KV cache per token: ``2*L*kv_heads*head_dim*bytes``; MLA caches the latent.
+
+    >>> kv_cache_bytes_per_token(ModelArch(layers=80, hidden=8192, heads=64, kv_heads=8,
+    ...                                    ffn_hidden=28672, vocab=128256))
+    327680.0
+    """
+    if arch.attention == "mla" and arch.mla:
+        width = int(arch.mla["kv_lora_rank"]) + int(arch.mla["qk_rope_head_dim"])
+        return float(arch.layers * width * bytes_per_value)
+    return float(2 * arch.layers * arch.n_kv_heads * arch.d_head * bytes_per_value)
+
+
+def training_memory_per_gpu(
+    arch: ModelArch,
+    *,
+    seq_len: Any,
+    micro_batch: Any,
+    num_microbatches: Any,
+    tp: Any,
+    pp: Any,
+    cp: Any,
+    ep: Any,
+    dp: Any,
+    vp: Any,
+    recompute: Any,
+    zero: Any,
+    overhead_bytes: float,
+    sequence_parallel: Any = True,
+    flash_attention: bool = True,
+) -> dict[str, Any]:
+    """Peak memory per GPU for training (bytes), with its breakdown.
+
+    Returns ``{"weights", "gradients", "optimizer", "activations", "zero3_buffers",
+    "overhead", "total"}``, each an array over the layouts. ``overhead_bytes`` is the
+    fixed framework overhead (CUDA context, library workspaces, communication buffers),
+    taken from the forecast constants.
+    """
+    state = model_state_bytes(arch, tp, pp, ep, dp, cp, zero)
+    pp_f = np.asarray(pp, dtype=float)
+    layers_per_stage = arch.layers / pp_f
+    kw = dict(sequence_parallel=sequence_parallel, flash_attention=flash_attention)
+    if arch.is_moe:
+        frac_moe = arch.num_moe_layers / arch.layers
+        per_layer = (1.0 - frac_moe) * activation_bytes_per_layer(
+            arch, seq_len, micro_batch, tp, cp, recompute, **kw
+        ) + frac_moe * activation_bytes_per_layer(
+            arch, seq_len, micro_batch, tp, cp, recompute, moe=True, **kw
+        )
+    else:
+        per_layer = activation_bytes_per_layer(arch, seq_len, micro_batch, tp, cp, recompute, **kw)
+    first_stage = per_layer * layers_per_stage * pipeline_inflight_factor(pp, vp, num_microbatches)
+    last_stage = per_layer * layers_per_stage + logits_bytes(arch, seq_len, micro_batch, tp, cp)
+    activations = np.where(pp_f > 1, np.maximum(first_stage, last_stage), first_stage + last_stage - per_layer * layers_per_stage)
+    overhead = np.full_like(np.asarray(activations, dtype=float), float(overhead_bytes))
+    total = (
+        state["weights"] + state["gradients"] + state["optimizer"] + state["zero3_buffers"]
+        + activations + overhead
+    )
+    return {
+        "weights": state["weights"],
+        "gradients": state["gradients"],
+        "optimizer": state["optimizer"],
+        "activations": activations,
+        "zero3_buffers": state["zero3_buffers"],
+        "overhead": overhead,
+        "total": total,
+    }

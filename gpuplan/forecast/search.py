@@ -1,0 +1,365 @@
+"""Search over parallel layouts and cluster sizes for a training run.
+
+Every valid ``(tp, pp, cp, ep, dp, vp, micro_batch, recompute, zero)`` for a GPU count is
+enumerated as numpy arrays, layouts that cannot run (divisibility, batch, unsupported
+combinations) are dropped, layouts that do not fit in memory are pruned with the cheap
+memory model, and the rest are timed in one vectorised call of
+:func:`gpuplan.forecast.training.evaluate_layouts`. With a token budget and a deadline the
+smallest cluster that meets it is found by a geometric scan and a bisection over whole
+scale-up domains.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.memory import RECOMPUTE_NAMES, fmt_gib
+from gpuplan.forecast.training import (
+    LAYOUT_KEYS,
+    SECONDS_PER_DAY,
+    Framework,
+    Hardware,
+    check_layout,
+    evaluate_layouts,
+    layouts_from_dict,
+    memory_only,
+    summarise,
+    take_layouts,
+)
+
+MAX_SEARCH_CP = 32
+MAX_SEARCH_VP = 8
+MAX_SEARCH_MICRO_BATCH = 16
+MAX_CLUSTER_GPUS = 1 << 21
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return [d for d in ds if limit is None or d <= limit]
+
+
+def candidate_values(
+    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int,
+    global_batch: int, node_size: int,
+) -> dict[str, list[int]]:
+    """Values each layout dimension may take (before the joint validity filter)."""
+    cand: dict[str, list[int]] = {}
+    cand["tp"] = [t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0]
+    cand["pp"] = _divisors(arch.layers, num_gpus)
+    cand["cp"] = [c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0]
+    if arch.is_moe:
+        cand["ep"] = _divisors(arch.num_experts, num_gpus)
+    else:
+        cand["ep"] = [1]
+    cand["vp"] = [v for v in (1, 2, 3, 4, 5, 6, 8) if v <= MAX_SEARCH_VP]
+    cand["micro_batch"] = [b for b in _powers_of_two(MAX_SEARCH_MICRO_BATCH) if b <= global_batch]
+    cand["recompute"] = [0, 1, 2]
+    cand["zero"] = [0, 1, 2, 3]
+    for key, value in fixed.items():
+        if key in cand and value is not None:
+            cand[key] = [int(value)]
+    return cand
+
+
+def enumerate_layouts(
+    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int,
+    global_batch: int, node_size: int,
+) -> dict[str, np.ndarray]:
+    """All valid layouts for ``num_gpus`` as arrays (keys of ``LAYOUT_KEYS``)."""
+    cand = candidate_values(
+        arch, num_gpus, fixed, seq_len=seq_len, global_batch=global_batch, node_size=node_size
+    )
+    keys = ["tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero"]
+    # Cartesian product without a Python loop per layout.
+    grids = np.meshgrid(*(np.asarray(cand[k], dtype=np.int64) for k in keys), indexing="ij")
+    L = {k: g.reshape(-1) for k, g in zip(keys, grids, strict=True)}
+    tp, pp, cp, ep, vp, mb, zero = (L[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero"))
+    model_par = tp * pp * cp
+    ok = num_gpus % model_par == 0
+    dp = np.where(ok, num_gpus // np.maximum(model_par, 1), 0)
+    if fixed.get("dp") is not None:
+        ok &= dp == int(fixed["dp"])
+    ok &= dp >= 1
+    ok &= arch.heads % tp == 0
+    ok &= arch.layers % pp == 0
+    lps = np.where(ok, arch.layers // np.maximum(pp, 1), 1)
+    ok &= lps % vp == 0
+    ok &= (vp == 1) | (pp > 1)
+    ok &= seq_len % cp == 0
+    local = dp * mb
+    ok &= (local > 0) & (global_batch % np.maximum(local, 1) == 0)
+    ok &= (zero <= 1) | (pp == 1)
+    if arch.is_moe:
+        ok &= arch.num_experts % ep == 0
+        ok &= (dp * cp) % ep == 0
+    else:
+        ok &= ep == 1
+    L["dp"] = dp
+    return {k: L[k][ok] for k in LAYOUT_KEYS}
+
+
+def _no_layout_error(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], global_batch: int) -> InputError:
+    given = ", ".join(f"{k}={v}" for k, v in fixed.items() if v is not None) or "none"
+    return InputError(
+        f"no valid parallel layout of {arch.name} on {num_gpus} GPUs with a global batch of "
+        f"{global_batch} sequences (fixed: {given})",
+        hint="check that --gpus is divisible by the fixed parallel sizes and that the global "
+        "batch is divisible by the data-parallel size",
+    )
+
+
+def fit_suggestions(
+    arch: ModelArch, hw: Hardware, num_gpus: int, layout: dict[str, int], *, seq_len: int,
+    global_batch: int, framework: Framework, constants: dict[str, Any],
+) -> list[str]:
+    """Single changes to a layout that would make it fit, e.g. ``--recompute full (61 GiB)``."""
+    variants: list[tuple[str, dict[str, int]]] = []
+    if layout["recompute"] != 2:
+        variants.append(("--recompute full", {"recompute": 2}))
+    if layout["pp"] == 1 and layout["zero"] != 3:
+        variants.append(("--zero 3", {"zero": 3}))
+    if layout["pp"] > 1 and layout["zero"] < 1:
+        variants.append(("--zero 1", {"zero": 1}))
+    if layout["micro_batch"] > 1:
+        variants.append(("--micro-batch 1", {"micro_batch": 1}))
+    for key in ("tp", "pp", "cp"):
+        if layout["dp"] % 2 == 0:
+            variants.append(
+                (f"--{key} {layout[key] * 2}", {key: layout[key] * 2, "dp": layout["dp"] // 2})
+            )
+    out: list[str] = []
+    for label, change in variants:
+        par = {**layout, **change}
+        try:
+            check_layout(arch, num_gpus, par, seq_len=seq_len, global_batch=global_batch,
+                         node_size=hw.node_size)
+        except InputError:
+            continue
+        mem = memory_only(arch, hw, layouts_from_dict(par), seq_len=seq_len,
+                          global_batch=global_batch, framework=framework, constants=constants)
+        total = float(mem["total"][0])
+        if total <= hw.memory_bytes:
+            out.append(f"{label} ({fmt_gib(total)})")
+    if not out:
+        out.append(f"more GPUs (or a GPU with more than {fmt_gib(hw.memory_bytes)})")
+    return out
+
+
+def best_layouts(
+    arch: ModelArch,
+    hw: Hardware,
+    num_gpus: int,
+    fixed: dict[str, Any],
+    *,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    framework: Framework,
+    constants: dict[str, Any],
+    top: int = 1,
+    raise_if_none_fits: bool = True,
+) -> dict[str, Any]:
+    """Best layout for ``num_gpus`` (DESIGN 3.3 fields) with ``runners_up`` (``top - 1``).
+
+    When every layout dimension is given the layout is checked (one-line error naming the
+    problem) and forecast even if it does not fit; ``to_fit`` then lists single changes
+    that would make it fit. When some are searched, only fitting layouts are ranked.
+    """
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    complete = all(k in fixed for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero"))
+    if complete:
+        par = dict(fixed)
+        _check_partial(arch, num_gpus, par, seq_len=seq_len)
+        par.setdefault("dp", num_gpus // (int(par["tp"]) * int(par["pp"]) * int(par["cp"])))
+        check_layout(arch, num_gpus, par, seq_len=seq_len, global_batch=global_batch,
+                     node_size=hw.node_size)
+        layouts = layouts_from_dict({k: par[k] for k in LAYOUT_KEYS})
+    else:
+        # Check what was given, one dimension at a time, for a precise message.
+        _check_partial(arch, num_gpus, fixed, seq_len=seq_len)
+        layouts = enumerate_layouts(arch, num_gpus, fixed, seq_len=seq_len,
+                                    global_batch=global_batch, node_size=hw.node_size)
+        if layouts["tp"].size == 0:
+            raise _no_layout_error(arch, num_gpus, fixed, global_batch)
+    mem = memory_only(arch, hw, layouts, seq_len=seq_len, global_batch=global_batch,
+                      framework=framework, constants=constants)
+    fits = mem["total"] <= hw.memory_bytes
+    if not complete:
+        if not np.any(fits):
+            if not raise_if_none_fits:
+                return {"fits_in_memory": False, "num_gpus": num_gpus}
+            j = int(np.argmin(mem["total"]))
+            parts = ", ".join(
+                f"{k} {fmt_gib(float(v[j]))}" for k, v in mem.items() if k != "total"
+            )
+            lay = ", ".join(f"{k}={int(layouts[k][j])}" for k in LAYOUT_KEYS)
+            raise InputError(
+                f"{arch.name} does not fit on {num_gpus} x {hw.gpu_id}: the smallest layout "
+                f"({lay}) needs {fmt_gib(float(mem['total'][j]))} per GPU "
+                f"({parts}) of {fmt_gib(hw.memory_bytes)}",
+                hint="use more GPUs, a GPU with more memory, or a shorter --seq-len",
+            )
+        layouts = take_layouts(layouts, fits)
+    res = evaluate_layouts(arch, hw, layouts, seq_len=seq_len, global_batch=global_batch,
+                           precision=precision, framework=framework, constants=constants)
+    step = np.asarray(res["step_time_s"])[0]
+    order = np.argsort(step, kind="stable")
+    kw = dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
+              num_gpus=num_gpus, constants=constants, fsdp=fixed.get("zero") == 3 and fixed.get("pp") == 1)
+    best = summarise(arch, hw, res, int(order[0]), layouts, **kw)
+    runners = []
+    for j in order[1:top]:
+        s = summarise(arch, hw, res, int(j), layouts, **kw)
+        runners.append({k: s[k] for k in ("parallelism", "step_time_s", "step_time_interval_s",
+                                          "tokens_per_s_per_gpu", "mfu", "memory_per_gpu_bytes",
+                                          "fits_in_memory", "breakdown_s")})
+    best["runners_up"] = runners
+    best["layouts_evaluated"] = int(step.size)
+    if not best["fits_in_memory"]:
+        best["to_fit"] = fit_suggestions(
+            arch, hw, num_gpus, {k: int(best["parallelism"][k]) if k != "recompute" else
+                                 int(layouts["recompute"][int(order[0])]) for k in LAYOUT_KEYS},
+            seq_len=seq_len, global_batch=global_batch, framework=framework, constants=constants,
+        )
+    else:
+        best["to_fit"] = []
+    return best
+
+
+def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int) -> None:
+    for key, value in fixed.items():
+        if key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch") and int(value) < 1:
+            raise InputError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
+    tp, pp, cp, dp = (int(fixed.get(k, 1)) for k in ("tp", "pp", "cp", "dp"))
+    if num_gpus % (tp * pp * cp * dp):
+        raise InputError(
+            f"parallelism does not divide the GPU count: tp {tp} x pp {pp} x cp {cp}"
+            + (f" x dp {dp}" if "dp" in fixed else "")
+            + f" = {tp * pp * cp * dp} does not divide --gpus {num_gpus}",
+            hint="choose sizes whose product divides --gpus",
+        )
+    if "tp" in fixed and arch.heads % tp:
+        raise InputError(f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
+                         hint="use a TP size that divides the number of heads")
+    if "pp" in fixed and arch.layers % pp:
+        raise InputError(f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
+                         hint="use a PP size that divides the number of layers")
+    if "cp" in fixed and seq_len % cp:
+        raise InputError(f"sequence length {seq_len} is not divisible by --cp {cp}")
+    if "ep" in fixed:
+        ep = int(fixed["ep"])
+        if not arch.is_moe and ep != 1:
+            raise InputError(f"--ep {ep} needs a mixture-of-experts model", hint="use --ep 1")
+        if arch.is_moe and arch.num_experts % ep:
+            raise InputError(f"experts ({arch.num_experts}) are not divisible by --ep {ep}")
+    if "zero" in fixed and int(fixed["zero"]) not in (0, 1, 2, 3):
+        raise InputError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
+    if "recompute" in fixed and int(fixed["recompute"]) not in RECOMPUTE_NAMES:
+        raise InputError("--recompute must be none, selective or full")
+
+
+def _cluster_grid(node_size: int) -> list[int]:
+    """Candidate cluster sizes: whole scale-up domains times 1, 2, 3, 4, 6, 8, 12, ..."""
+    out: list[int] = []
+    for k in itertools.count():
+        for f in (1, 3):
+            n = node_size * f * (1 << k) // (2 if f == 3 else 1)
+            if f == 3 and k == 0:
+                continue
+            if n > MAX_CLUSTER_GPUS:
+                return sorted(set(out))
+            out.append(n)
+    return out  # pragma: no cover
+
+
+def smallest_cluster(
+    arch: ModelArch,
+    hw: Hardware,
+    fixed: dict[str, Any],
+    *,
+    tokens: float,
+    target_days: float,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    framework: Framework,
+    constants: dict[str, Any],
+    top: int = 1,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Smallest number of GPUs (whole scale-up domains) that trains ``tokens`` in ``target_days``.
+
+    A geometric scan over 1, 2, 3, 4, 6, 8, ... domains finds the first size that meets the
+    date; a bisection over whole domains between it and the previous size then narrows it.
+    Layout validity depends on divisibility, so time-to-train is not strictly monotone in
+    the cluster size: the answer is the smallest size found by this procedure, and the
+    result says how many sizes were evaluated.
+    """
+    target_s = target_days * SECONDS_PER_DAY
+    kw = dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
+              framework=framework, constants=constants)
+    evaluated: dict[int, dict[str, Any] | None] = {}
+
+    def attempt(n: int) -> dict[str, Any] | None:
+        if n in evaluated:
+            return evaluated[n]
+        try:
+            res = best_layouts(arch, hw, n, fixed, top=top, raise_if_none_fits=False, **kw)
+        except InputError:
+            res = None
+        if res is not None and not res.get("fits_in_memory", False):
+            res = None
+        if res is not None:
+            res["time_to_train_s"] = tokens / res["tokens_per_s"]
+        evaluated[n] = res
+        if progress is not None:
+            progress(n, res)
+        return res
+
+    def meets(res: dict[str, Any] | None) -> bool:
+        return res is not None and res["time_to_train_s"] <= target_s
+
+    node = max(int(hw.node_size), 1)
+    prev_fail = 0
+    found = None
+    for n in _cluster_grid(node):
+        res = attempt(n)
+        if meets(res):
+            found = n
+            break
+        prev_fail = n
+    if found is None:
+        raise InputError(
+            f"no cluster of up to {MAX_CLUSTER_GPUS} {hw.gpu_id} GPUs trains {tokens:.3g} tokens "
+            f"of {arch.name} in {target_days:g} days with a global batch of {global_batch} sequences",
+            hint="raise --target-days or --global-batch-tokens (a small batch caps data parallelism)",
+        )
+    lo_k, hi_k = prev_fail // node, found // node
+    while hi_k - lo_k > 1:
+        mid = (lo_k + hi_k) // 2
+        if meets(attempt(mid * node)):
+            hi_k = mid
+        else:
+            lo_k = mid
+    n_best = hi_k * node
+    out = dict(evaluated[n_best])  # type: ignore[arg-type]
+    out["num_gpus"] = n_best
+    out["gpu_hours"] = out["time_to_train_s"] * n_best / 3600.0
+    lo, hi = out["intervals"]["tokens_per_s"]
+    out["intervals"]["time_to_train_s"] = [tokens / hi, tokens / lo]
+    out["intervals"]["gpu_hours"] = [tokens / hi * n_best / 3600.0, tokens / lo * n_best / 3600.0]
+    out["cluster_sizes_evaluated"] = sorted(evaluated)
+    return out

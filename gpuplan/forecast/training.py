@@ -1,0 +1,986 @@
+"""Forecast of one training step, and of a whole pre-training run, on a GPU cluster.
+
+The step model is a pure, vectorised function of the architecture, a set of parallel
+layouts (numpy arrays: ``tp, pp, cp, ep, dp, vp, micro_batch, recompute, zero``) and the
+calibrated device (:class:`gpuplan.calibration.api.DevicePerf`). One code path serves a
+single forecast (arrays of length 1) and the search over every layout of a cluster
+(:mod:`gpuplan.forecast.search`).
+
+Method (DESIGN.md section 4, "Forecast: training")
+---------------------------------------------------
+Per micro-batch and pipeline stage:
+
+* **GEMMs** at their real per-rank shapes (:func:`gpuplan.forecast.flops.layer_gemms`,
+  they shrink with TP), forward ``(m,n,k)``, data-gradient ``(m,k,n)`` and weight-gradient
+  ``(k,n,m)``, each timed at the calibrated achieved GEMM rate for that shape and dtype.
+* **Attention core** (``QK^T``, ``AV``; PaLM's non-causal count) at the calibrated GEMM
+  rate of the attention shape (``k = head_dim``), forward + 2x backward, plus the forward
+  again under selective or full recomputation.
+* **Non-GEMM work** (norms, residual adds, rotary, activation functions, MoE permutation,
+  FP8 casts, cross-entropy) as bytes moved at the calibrated memory bandwidth.
+* **Tensor-parallel** all-gather/reduce-scatter (or all-reduce) per layer, **context-
+  parallel** ring exchange of K/V overlapped with the attention core, **expert-parallel**
+  all-to-all dispatch and combine, each with the calibrated collective model for its scope
+  (:mod:`gpuplan.forecast.comm`).
+
+Per step: ``m`` micro-batches plus the 1F1B bubble ``(p-1)/v`` micro-batch times
+(Narayanan et al. 2021, section 2.2: bubble fraction ``(p-1)/(m*v+p-1)`` of the step),
+pipeline point-to-point sends, data-parallel gradient/parameter collectives with the
+part the framework does not hide behind the backward/forward (ZeRO/FSDP per micro-batch
+for stage 3), and the Adam step (memory-bound).
+
+Four **framework-efficiency constants** scale the physical terms: GEMM time (sustained
+vs. best-case microbenchmark rate), attention-kernel time, non-GEMM traffic (unfused
+kernels) and a per-layer fixed overhead (kernel launches). They are fitted to the
+published runs shipped with the package by non-negative least squares on relative error;
+``gpuplan validate training`` reports the error of every row *held out* from the fit
+(leave-one-source-out), never the in-sample error alone. See docs/forecast-training.md.
+
+The interval combines the calibration interval (every rate and time taken at its low and
+high end together) with the model-form error: the 5th/95th percentiles of
+``published/forecast`` step-time ratios on the rows of the fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError
+from gpuplan.forecast import comm as comm_mod
+from gpuplan.forecast.flops import (
+    ModelArch,
+    arch_from_catalog,
+    attention_core_flops_per_token_layer,
+    attention_core_shape,
+    hardware_flops_per_token,
+    layer_gemms,
+    model_flops_per_token,
+)
+from gpuplan.forecast.memory import (
+    RECOMPUTE_CODES,
+    RECOMPUTE_NAMES,
+    param_counts_per_rank,
+    training_memory_per_gpu,
+)
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch", "recompute", "zero")
+BREAKDOWN_KEYS = (
+    "compute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_bubble",
+    "pp_comm",
+    "dp_comm_exposed",
+    "optimizer",
+)
+# Adam step bytes per local parameter: read fp32 weight, gradient, m, v (16 B); write
+# weight, m, v (12 B) and the 16-bit copy (2 B); the gradient-norm pass reads the
+# gradient again (4 B). Counted from the update rule (Kingma & Ba 2015, algorithm 1).
+ADAM_BYTES_PER_PARAM = 34.0
+SECONDS_PER_DAY = 86400.0
+DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
+"""Default tokens per step when none is given: 16 Mi tokens, the final batch of Llama 3
+405B pre-training (Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.4.1)."""
+
+
+# ------------------------------------------------------------------------- constants
+@lru_cache(maxsize=4)
+def _load_constants_file(name: str) -> dict[str, Any]:
+    text = resources.files("gpuplan.forecast").joinpath("data", name).read_text("utf-8")
+    return json.loads(text)
+
+
+def default_constants() -> dict[str, Any]:
+    """The shipped framework-efficiency constants (``forecast/data/training_constants.json``)."""
+    return dict(_load_constants_file("training_constants.json"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    """What the training framework does that changes the step time or memory."""
+
+    name: str = "megatron-core"
+    """Label for outputs."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism with TP > 1 (Korthikanti et al. 2022)."""
+    flash_attention: bool = True
+    """Fused attention that never stores the score matrix (Dao et al. 2022)."""
+    dp_overlap: bool = True
+    """Gradient reduce-scatter overlapped with the backward and parameter all-gather with
+    the next forward (Megatron-core overlap_grad_reduce / overlap_param_gather; FSDP
+    prefetch)."""
+    tp_overlap: bool = False
+    """TP collectives overlapped with GEMMs (Transformer Engine userbuffers)."""
+    grad_reduce_bytes: float = 4.0
+    """Bytes per gradient element in the data-parallel reduction (fp32 main grads)."""
+    param_gather_bytes: float = 2.0
+    """Bytes per weight element in the ZeRO/FSDP all-gather (16-bit weights)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """The calibrated accelerator and its fabric, as the step model needs them."""
+
+    gpu_id: str
+    perf: Any
+    """A :class:`gpuplan.calibration.api.DevicePerf`."""
+    memory_bytes: float
+    node_size: int
+    """GPUs per scale-up domain (NVLink/xGMI), e.g. 8 for HGX, 72 for NVL72."""
+    inter_node_bandwidth_bytes_per_s: float | None
+    """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+# -------------------------------------------------------------------------- layouts
+def layouts_from_dict(values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Broadcast a dict of layout values (scalars or arrays) to int64 arrays."""
+    arrays = {k: np.asarray(values[k]) for k in LAYOUT_KEYS}
+    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    shape = shape if shape else (1,)
+    return {k: np.broadcast_to(a, shape).astype(np.int64) for k, a in arrays.items()}
+
+
+def take_layouts(layouts: dict[str, np.ndarray], index: Any) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v)[index] for k, v in layouts.items()}
+
+
+def _dtype_for_attention(precision: str) -> str:
+    # Attention kernels run in 16-bit even in FP8 recipes (Transformer Engine).
+    return "fp16" if precision == "fp16" else "bf16"
+
+
+def _unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    stacked = np.stack([np.asarray(c, dtype=float) for c in cols], axis=1)
+    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    return tuple(uniq[:, i] for i in range(uniq.shape[1])), inverse.reshape(-1)
+
+
+# ------------------------------------------------------------------------ step model
+def evaluate_layouts(
+    arch: ModelArch,
+    hw: Hardware,
+    layouts: dict[str, np.ndarray],
+    *,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    framework: Framework | None = None,
+    constants: dict[str, Any] | None = None,
+    with_memory: bool = True,
+) -> dict[str, Any]:
+    """Step time (with breakdown and interval) and memory of every layout.
+
+    Parameters
+    ----------
+    arch:
+        The model.
+    hw:
+        Calibrated device, memory, scale-up domain and scale-out bandwidth.
+    layouts:
+        Arrays ``tp, pp, cp, ep, dp, vp, micro_batch, recompute (0/1/2), zero (0-3)`` of
+        one shape; validity (divisibility, batch) is the caller's job
+        (:func:`gpuplan.forecast.search.enumerate_layouts` or :func:`check_layout`).
+    seq_len:
+        Tokens per sequence.
+    global_batch:
+        Sequences per optimizer step.
+    precision:
+        GEMM dtype: bf16, fp16, fp8 or fp4.
+
+    Returns
+    -------
+    dict
+        ``step_time_s`` (3, n) [value, low, high] before the model-error band,
+        ``breakdown_s`` {key: (3, n)}, ``compute_detail_s``, ``memory`` {part: (n,)} and the
+        derived quantities used by :func:`summarise`.
+    """
+    fw = framework or Framework()
+    c = constants or default_constants()
+    perf = hw.perf
+    L = {k: np.asarray(v) for k, v in layouts.items()}
+    tp = L["tp"].astype(float)
+    pp = L["pp"].astype(float)
+    cp = L["cp"].astype(float)
+    ep = L["ep"].astype(float)
+    dp = L["dp"].astype(float)
+    vp = L["vp"].astype(float)
+    mb = L["micro_batch"].astype(float)
+    rc = L["recompute"].astype(np.int64)
+    zero = L["zero"].astype(np.int64)
+    s = float(seq_len)
+    h = float(arch.hidden)
+    m_micro = float(global_batch) / (dp * mb)  # micro-batches per step per pipeline
+    layers_per_stage = arch.layers / pp
+    dense_per_stage = arch.num_dense_layers / pp
+    moe_per_stage = arch.num_moe_layers / pp
+    sp = np.asarray(fw.sequence_parallel) & (tp > 1)
+    tokens = mb * s / cp  # tokens of one micro-batch on one rank (after CP split)
+    full = (rc >= 2).astype(float)
+    any_rc = (rc >= 1).astype(float)
+
+    # ---- GEMM rates on the unique (tokens, tp, ep) combinations only.
+    (u_t, u_tp, u_ep), inv = _unique_rows(tokens, tp, ep)
+    gemms = layer_gemms(arch, u_t, u_tp, u_ep)
+    shapes_m, shapes_n, shapes_k = [], [], []
+    for g in gemms:
+        gm = np.maximum(g.m, 1.0)
+        for mm, nn, kk in ((gm, g.n, g.k), (gm, g.k, g.n), (g.k, g.n, gm)):
+            shapes_m.append(np.broadcast_to(mm, u_t.shape))
+            shapes_n.append(np.broadcast_to(nn, u_t.shape))
+            shapes_k.append(np.broadcast_to(kk, u_t.shape))
+    # Attention core shape on the unique (mb, cp, tp) combinations.
+    (a_mb, a_cp, a_tp), a_inv = _unique_rows(mb, cp, tp)
+    am, an, ak, abatch = attention_core_shape(arch, a_mb, s, a_tp, a_cp)
+    big_m = np.concatenate([np.concatenate(shapes_m), am * abatch])
+    big_n = np.concatenate([np.concatenate(shapes_n), an])
+    big_k = np.concatenate([np.concatenate(shapes_k), ak])
+    n_u = u_t.size
+    gemm_rates = comm_mod.estimate3(
+        perf.matmul_flops_per_s(big_m[: 3 * len(gemms) * n_u], big_n[: 3 * len(gemms) * n_u],
+                                big_k[: 3 * len(gemms) * n_u], precision),
+        rate=True,
+    )
+    attn_rate_u = comm_mod.estimate3(
+        perf.matmul_flops_per_s(big_m[3 * len(gemms) * n_u:], big_n[3 * len(gemms) * n_u:],
+                                big_k[3 * len(gemms) * n_u:], _dtype_for_attention(precision)),
+        rate=True,
+    )
+    per_stage = {"layer": None, "dense": None, "moe": None, "model": None}
+    fwd_u = np.zeros((3, n_u))
+    bwd_u = np.zeros((3, n_u))
+    layer_fwd_u = {k: np.zeros((3, n_u)) for k in per_stage}
+    bwd_by_per = {k: np.zeros((3, n_u)) for k in per_stage}
+    cast_fwd_elems = {k: np.zeros(n_u) for k in per_stage}
+    cast_bwd_elems = {k: np.zeros(n_u) for k in per_stage}
+    for i, g in enumerate(gemms):
+        r = gemm_rates[:, 3 * i * n_u: 3 * (i + 1) * n_u].reshape(3, 3, n_u)
+        flops = np.broadcast_to(g.flops(), (n_u,))
+        tf = flops / r[:, 0]
+        tb = flops / r[:, 1] + flops / r[:, 2]
+        layer_fwd_u[g.per] = layer_fwd_u[g.per] + tf
+        bwd_by_per[g.per] = bwd_by_per[g.per] + tb
+        cnt = np.broadcast_to(g.count, (n_u,))
+        cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
+        cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
+    del fwd_u, bwd_u
+
+    def per_layout(u: np.ndarray) -> np.ndarray:
+        return u[..., inv]
+
+    mult = {
+        "layer": layers_per_stage,
+        "dense": dense_per_stage,
+        "moe": moe_per_stage,
+        "model": np.ones_like(pp),
+    }
+    gemm_fwd = sum(per_layout(layer_fwd_u[k]) * mult[k] for k in mult)
+    gemm_bwd = sum(per_layout(bwd_by_per[k]) * mult[k] for k in mult)
+    gemm_fwd_layers = gemm_fwd - per_layout(layer_fwd_u["model"])  # no logits recompute
+    gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers)
+    gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
+    gemm_bwd_c = c["gemm_time_factor"] * (gemm_bwd + full * gemm_fwd_layers)
+
+    # ---- attention core: PaLM count (non-causal) per layer on this rank.
+    attn_fwd_flops = tokens * attention_core_flops_per_token_layer(arch, s) / tp * layers_per_stage
+    attn_rate = attn_rate_u[..., a_inv]
+    attn_fwd = c["attention_time_factor"] * attn_fwd_flops / attn_rate
+    attn_bwd = 2.0 * attn_fwd + any_rc * attn_fwd
+    attn_time = attn_fwd + attn_bwd
+
+    # ---- non-GEMM traffic (bytes) per micro-batch per stage.
+    f = float(arch.ffn_hidden)
+    dq = arch.heads * arch.qk_head_dim
+    dk = arch.n_kv_heads * arch.qk_head_dim if arch.attention != "mla" else dq
+    seq_split = np.where(sp, tp, 1.0)
+    per_token_layer = (
+        20.0 * h / seq_split  # two norms (read+write) and two residual adds (2 reads + write)
+        + 4.0 * (dq + dk) / tp  # rotary on q and k
+    )
+    act_dense = (6.0 * f if arch.gated_mlp else 4.0 * f) / tp
+    if arch.is_moe:
+        fe = float(arch.expert_ffn)
+        act_moe = (
+            arch.top_k * (6.0 * fe if arch.gated_mlp else 4.0 * fe)
+            + arch.num_shared_experts * (6.0 * fe if arch.gated_mlp else 4.0 * fe)
+        ) / tp + 8.0 * arch.top_k * h / seq_split  # permute + unpermute (read + write)
+    else:
+        act_moe = 0.0
+    fwd_bytes = tokens * (
+        per_token_layer * layers_per_stage + act_dense * dense_per_stage + act_moe * moe_per_stage
+    )
+    if precision in ("fp8", "fp4"):
+        # Transformer Engine casts every GEMM input to 8 bits (read 2 B, write 1 B) and
+        # the output gradients in the backward.
+        cast_f = sum(per_layout(cast_fwd_elems[k]) * mult[k] for k in mult)
+        cast_b = sum(per_layout(cast_bwd_elems[k]) * mult[k] for k in mult)
+        fwd_bytes = fwd_bytes + 3.0 * cast_f
+        bwd_cast = 3.0 * cast_b
+    else:
+        bwd_cast = 0.0
+    # Cross-entropy over the logits on the last stage: 16-bit logits read, fp32 softmax
+    # written and read back in the backward (2 + 4 + 4 + 2 B per element).
+    ce_bytes = tokens * arch.vocab / tp * 12.0
+    nongemm_bytes = fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes
+    membw = comm_mod.estimate3(perf.memory_bandwidth_bytes_per_s(None), rate=True).reshape(3, 1)
+    mem_time = c["nongemm_traffic_factor"] * nongemm_bytes / membw
+    mem_fwd = c["nongemm_traffic_factor"] * (fwd_bytes + ce_bytes / 3.0) / membw
+    launch = c["layer_overhead_s"] * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1))
+
+    compute_mb = gemm_time + attn_time + mem_time + launch
+    fwd_mb = gemm_fwd_c + attn_fwd + mem_fwd + launch * 0.25
+    bwd_mb = np.maximum(compute_mb - fwd_mb, 0.0)
+
+    # ---- tensor parallel
+    nic = hw.inter_node_bandwidth_bytes_per_s
+    node = float(hw.node_size)
+    act_bytes = tokens * h * 2.0
+    tp_layer = comm_mod.tp_layer_comm_time3(
+        perf, act_bytes, tp, node, sequence_parallel=sp, inter_node_bandwidth_bytes_per_s=nic
+    )
+    tp_mb = tp_layer * layers_per_stage * (2.0 + full)
+    if fw.tp_overlap:
+        tp_mb = np.maximum(tp_mb - gemm_time, 0.0)
+
+    # ---- context parallel: ring exchange of K and V, overlapped with the attention core.
+    if arch.attention == "mla":
+        kv_width = arch.heads * (arch.qk_head_dim + arch.v_head_dim)
+    else:
+        kv_width = arch.n_kv_heads * (arch.qk_head_dim + arch.v_head_dim)
+    kv_bytes = tokens * kv_width * 2.0 / tp
+    same_node_cp = tp * cp <= node
+    cp_p2p = comm_mod.p2p_time3(perf, kv_bytes, same_node_cp, inter_node_bandwidth_bytes_per_s=nic)
+    cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
+    cp_mb = np.where(cp > 1, np.maximum(cp_total - attn_time, 0.0), 0.0)
+
+    # ---- expert parallel: all-to-all dispatch and combine per MoE layer.
+    if arch.is_moe:
+        a2a_bytes = tokens / np.where(sp, tp, 1.0) * arch.top_k * h * 2.0
+        ep_rpn = comm_mod.group_ranks_per_node(ep, tp * cp, node)
+        a2a = comm_mod.collective_time3(
+            perf, "all_to_all", a2a_bytes, ep, ranks_per_node=ep_rpn,
+            inter_node_bandwidth_bytes_per_s=nic,
+        )
+        ep_mb = a2a * moe_per_stage * (4.0 + 2.0 * full)
+    else:
+        ep_mb = np.zeros_like(compute_mb)
+
+    t_mb = compute_mb + tp_mb + cp_mb + ep_mb
+    bubble = (pp - 1.0) / vp * t_mb
+
+    # ---- pipeline point-to-point (scatter/gather optimisation: 1/t of the activation).
+    pp_bytes = act_bytes / tp
+    same_node_pp = tp * cp * dp * 2.0 <= node
+    p2p = comm_mod.p2p_time3(perf, pp_bytes, same_node_pp, inter_node_bandwidth_bytes_per_s=nic)
+    pp_comm = np.where(pp > 1, 2.0 * p2p * (m_micro * vp + pp - 1.0), 0.0)
+
+    # ---- data parallel (dense weights over dp*cp; experts over dp*cp/ep)
+    counts = param_counts_per_rank(arch, tp, pp, ep)
+    dense_grp = dp * cp
+    dense = comm_mod.data_parallel_times3(
+        perf,
+        grad_bytes=counts["dense"] * fw.grad_reduce_bytes,
+        param_bytes=counts["dense"] * fw.param_gather_bytes,
+        ranks=dense_grp,
+        stride=tp,
+        node_size=node,
+        zero=zero,
+        inter_node_bandwidth_bytes_per_s=nic,
+    )
+    grad_t, param_t = dense["grad"], dense["param"]
+    if arch.is_moe:
+        exp_grp = np.maximum(dense_grp / ep, 1.0)
+        expert = comm_mod.data_parallel_times3(
+            perf,
+            grad_bytes=counts["expert"] * fw.grad_reduce_bytes,
+            param_bytes=counts["expert"] * fw.param_gather_bytes,
+            ranks=exp_grp,
+            stride=tp * ep,
+            node_size=node,
+            zero=zero,
+            inter_node_bandwidth_bytes_per_s=nic,
+        )
+        grad_t = grad_t + expert["grad"]
+        param_t = param_t + expert["param"]
+    z3 = zero >= 3
+    if fw.dp_overlap:
+        once = np.maximum(grad_t - bwd_mb, 0.0) + np.maximum(param_t - fwd_mb, 0.0)
+        per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t + grad_t - bwd_mb, 0.0)
+        first_layer = param_t / np.maximum(layers_per_stage, 1.0)
+        dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once)
+    else:
+        dp_exposed = np.where(z3, m_micro * (2.0 * param_t + grad_t), grad_t + param_t)
+
+    # ---- optimizer step (memory-bound Adam over the local shard)
+    local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts["expert"] / np.where(
+        zero >= 1, np.maximum(dense_grp / ep, 1.0), 1.0
+    )
+    optimizer = local_params * ADAM_BYTES_PER_PARAM / membw
+
+    breakdown = {
+        "compute": m_micro * compute_mb,
+        "tp_comm": m_micro * tp_mb,
+        "cp_comm": m_micro * cp_mb,
+        "ep_comm": m_micro * ep_mb,
+        "pp_bubble": bubble,
+        "pp_comm": pp_comm,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": optimizer * np.ones_like(bubble),
+    }
+    step = sum(breakdown.values())
+    detail = {
+        "gemm": m_micro * gemm_time,
+        "attention": m_micro * attn_time,
+        "memory_bound": m_micro * mem_time,
+        "layer_overhead": m_micro * launch * np.ones_like(gemm_time),
+    }
+    out: dict[str, Any] = {
+        "step_time_s": step,
+        "breakdown_s": breakdown,
+        "compute_detail_s": detail,
+        "num_microbatches": m_micro,
+        # Linear decomposition used by the constants fit (validation_training.py):
+        # step = sum_i c_i * basis_i + rest, with the bubble spread over the basis terms.
+        "fit_basis": {
+            "gemm_time_factor": (m_micro + (pp - 1.0) / vp) * gemm_time / c["gemm_time_factor"],
+            "attention_time_factor": (m_micro + (pp - 1.0) / vp) * attn_time / c["attention_time_factor"],
+            "nongemm_traffic_factor": (m_micro + (pp - 1.0) / vp) * mem_time / c["nongemm_traffic_factor"],
+            "layer_overhead_s": (m_micro + (pp - 1.0) / vp) * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1)),
+        },
+    }
+    if with_memory:
+        out["memory"] = training_memory_per_gpu(
+            arch,
+            seq_len=s,
+            micro_batch=mb,
+            num_microbatches=m_micro,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            ep=ep,
+            dp=dp,
+            vp=vp,
+            recompute=rc,
+            zero=zero,
+            overhead_bytes=float(c["framework_overhead_bytes"]),
+            sequence_parallel=sp,
+            flash_attention=fw.flash_attention,
+        )
+    return out
+
+
+def memory_only(
+    arch: ModelArch,
+    hw: Hardware,
+    layouts: dict[str, np.ndarray],
+    *,
+    seq_len: int,
+    global_batch: int,
+    framework: Framework | None = None,
+    constants: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Memory per GPU of each layout (cheap; used to prune the search before timing)."""
+    fw = framework or Framework()
+    c = constants or default_constants()
+    L = {k: np.asarray(v).astype(float) for k, v in layouts.items()}
+    sp = np.asarray(fw.sequence_parallel) & (L["tp"] > 1)
+    return training_memory_per_gpu(
+        arch,
+        seq_len=float(seq_len),
+        micro_batch=L["micro_batch"],
+        num_microbatches=float(global_batch) / (L["dp"] * L["micro_batch"]),
+        tp=L["tp"],
+        pp=L["pp"],
+        cp=L["cp"],
+        ep=L["ep"],
+        dp=L["dp"],
+        vp=L["vp"],
+        recompute=L["recompute"].astype(np.int64),
+        zero=L["zero"].astype(np.int64),
+        overhead_bytes=float(c["framework_overhead_bytes"]),
+        sequence_parallel=sp,
+        flash_attention=fw.flash_attention,
+    )
+
+
+# ------------------------------------------------------------------------- checks
+def check_layout(arch: ModelArch, num_gpus: int, par: dict[str, int], *, seq_len: int,
+                 global_batch: int, node_size: int) -> None:
+    """Raise :class:`InputError` naming the first thing wrong with a fully given layout."""
+    tp, pp, cp, ep, dp, vp, mb = (int(par[k]) for k in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch"))
+    for key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch"):
+        if int(par[key]) < 1:
+            raise InputError(f"--{key.replace('_', '-')} must be >= 1, got {par[key]}")
+    if tp * pp * cp * dp != num_gpus:
+        raise InputError(
+            f"parallelism does not multiply to the GPU count: tp {tp} x pp {pp} x cp {cp} x "
+            f"dp {dp} = {tp * pp * cp * dp}, but --gpus is {num_gpus}",
+            hint="choose --tp/--pp/--cp so that their product divides --gpus, or leave one "
+            "out to have it searched",
+        )
+    if arch.heads % tp:
+        raise InputError(
+            f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
+            hint="use a TP size that divides the number of heads",
+        )
+    if arch.layers % pp:
+        raise InputError(
+            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
+            hint="use a PP size that divides the number of layers",
+        )
+    if (arch.layers // pp) % vp:
+        raise InputError(
+            f"layers per stage ({arch.layers // pp}) are not divisible by --vp {vp}",
+            hint="use a virtual-stage count that divides layers/pp, or --vp 1",
+        )
+    if vp > 1 and pp == 1:
+        raise InputError("--vp > 1 (interleaved stages) needs --pp > 1", hint="use --vp 1")
+    if seq_len % cp:
+        raise InputError(
+            f"sequence length {seq_len} is not divisible by --cp {cp}",
+            hint="use a context-parallel size that divides --seq-len",
+        )
+    if arch.is_moe:
+        if arch.num_experts % ep:
+            raise InputError(
+                f"experts ({arch.num_experts}) are not divisible by --ep {ep}",
+                hint="use an EP size that divides the number of experts",
+            )
+        if (dp * cp) % ep:
+            raise InputError(
+                f"--ep {ep} must divide dp x cp = {dp * cp} (experts are spread over "
+                "data-parallel ranks)",
+                hint="choose --ep dividing the data-parallel size",
+            )
+    elif ep != 1:
+        raise InputError(f"--ep {ep} needs a mixture-of-experts model", hint="use --ep 1")
+    if global_batch % (dp * mb):
+        raise InputError(
+            f"global batch ({global_batch} sequences) is not divisible by dp {dp} x "
+            f"micro-batch {mb}",
+            hint="change --global-batch, --micro-batch or the layout",
+        )
+    if int(par["zero"]) not in (0, 1, 2, 3):
+        raise InputError(f"--zero must be 0, 1, 2 or 3, got {par['zero']}")
+    if int(par["zero"]) >= 2 and pp > 1:
+        raise InputError(
+            f"ZeRO stage {par['zero']} with pipeline parallelism (--pp {pp}) is not supported "
+            "by Megatron-LM or DeepSpeed",
+            hint="use --zero 0 or 1 with --pp > 1",
+        )
+    if tp > node_size:
+        # Allowed, but say so through the hardware scope (collectives leave the node).
+        pass
+
+
+# ------------------------------------------------------------------------ summaries
+def summarise(
+    arch: ModelArch,
+    hw: Hardware,
+    result: dict[str, Any],
+    index: int,
+    layouts: dict[str, np.ndarray],
+    *,
+    seq_len: int,
+    global_batch: int,
+    precision: str,
+    num_gpus: int,
+    constants: dict[str, Any],
+    fsdp: bool = False,
+) -> dict[str, Any]:
+    """The DESIGN.md 3.3 JSON fields for layout ``index`` of an evaluation."""
+    i = index
+    step3 = np.asarray(result["step_time_s"])[:, i]
+    r_lo, r_hi = constants.get("residual_ratio_quantiles", [1.0, 1.0])
+    step = float(step3[0])
+    step_lo = float(min(step3[1] * r_lo, step))
+    step_hi = float(max(step3[2] * r_hi, step))
+    tokens_per_step = float(global_batch) * seq_len
+    rc = int(layouts["recompute"][i])
+    peak = hw.perf.peak_flops_per_s(precision)
+    model_flops = float(model_flops_per_token(arch, seq_len)) * tokens_per_step
+    hw_flops = float(hardware_flops_per_token(arch, seq_len, rc)) * tokens_per_step
+
+    def per_gpu_tflops(flops: float, t: float) -> float:
+        return flops / t / num_gpus / 1e12
+
+    def band(fn):
+        return [fn(step_hi), fn(step_lo)]
+
+    mem = {k: float(np.asarray(v)[i]) for k, v in result["memory"].items()}
+    fits = mem["total"] <= hw.memory_bytes
+    tps = tokens_per_step / step
+    par = {
+        "tp": int(layouts["tp"][i]),
+        "pp": int(layouts["pp"][i]),
+        "dp": int(layouts["dp"][i]),
+        "cp": int(layouts["cp"][i]),
+        "ep": int(layouts["ep"][i]),
+        "vp": int(layouts["vp"][i]),
+        "micro_batch": int(layouts["micro_batch"][i]),
+        "recompute": RECOMPUTE_NAMES[rc],
+        "zero": int(layouts["zero"][i]),
+        "fsdp": bool(fsdp and int(layouts["zero"][i]) == 3),
+        "num_microbatches": int(round(float(np.asarray(result["num_microbatches"])[i]))),
+    }
+    breakdown = {k: float(np.asarray(v)[0, i]) for k, v in result["breakdown_s"].items()}
+    breakdown_iv = {
+        k: [float(np.asarray(v)[1, i]), float(np.asarray(v)[2, i])]
+        for k, v in result["breakdown_s"].items()
+    }
+    out: dict[str, Any] = {
+        "step_time_s": step,
+        "step_time_interval_s": [step_lo, step_hi],
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / num_gpus,
+        "model_tflops_per_gpu": per_gpu_tflops(model_flops, step),
+        "hardware_tflops_per_gpu": per_gpu_tflops(hw_flops, step),
+        "mfu": model_flops / step / num_gpus / peak if peak else None,
+        "hfu": hw_flops / step / num_gpus / peak if peak else None,
+        "memory_per_gpu_bytes": mem["total"],
+        "fits_in_memory": bool(fits),
+        "parallelism": par,
+        "breakdown_s": breakdown,
+        "intervals": {
+            "step_time_s": [step_lo, step_hi],
+            "tokens_per_s": band(lambda t: tokens_per_step / t),
+            "tokens_per_s_per_gpu": band(lambda t: tokens_per_step / t / num_gpus),
+            "model_tflops_per_gpu": band(lambda t: per_gpu_tflops(model_flops, t)),
+            "hardware_tflops_per_gpu": band(lambda t: per_gpu_tflops(hw_flops, t)),
+            "mfu": band(lambda t: model_flops / t / num_gpus / peak) if peak else None,
+            "hfu": band(lambda t: hw_flops / t / num_gpus / peak) if peak else None,
+            "breakdown_s": breakdown_iv,
+        },
+        "num_gpus": int(num_gpus),
+        "memory_breakdown_bytes": {k: v for k, v in mem.items() if k != "total"},
+        "memory_capacity_bytes": float(hw.memory_bytes),
+        "compute_detail_s": {
+            k: float(np.asarray(v)[0, i]) for k, v in result["compute_detail_s"].items()
+        },
+    }
+    return out
+
+
+# ------------------------------------------------------------------- resolution
+def resolve_model(model: Any) -> ModelArch:
+    """A :class:`ModelArch` from a catalog id, a catalog row, a dict or a ModelArch."""
+    if isinstance(model, ModelArch):
+        return model
+    if isinstance(model, dict):
+        try:
+            return ModelArch(**model)
+        except TypeError as exc:
+            raise InputError(
+                f"model description has an unknown or missing field: {exc}",
+                hint="fields: layers, hidden, heads, kv_heads, ffn_hidden, vocab, num_experts, "
+                "top_k, moe_ffn_hidden, ...",
+            ) from None
+    if isinstance(model, str):
+        from gpuplan.catalogs import get_catalog
+
+        return arch_from_catalog(get_catalog().model(model))
+    return arch_from_catalog(model)
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _nic_bandwidth_bytes_per_s(cat: Any, nic_id: str) -> float | None:
+    try:
+        nic = cat.nic(nic_id)
+    except Exception:
+        return None
+    bits = _get(nic, "bandwidth_bits_per_s", "port_rate_bits_per_s", "rate_bits_per_s")
+    if bits:
+        return float(bits) / 8.0
+    byts = _get(nic, "bandwidth_bytes_per_s")
+    return float(byts) if byts else None
+
+
+def node_inter_bandwidth(cat: Any, node: Any) -> float | None:
+    """Scale-out bandwidth per GPU of an on-premises node row (sum of its NICs / GPUs)."""
+    total = 0.0
+    for entry in _get(node, "nics", default=[]) or []:
+        bw = _nic_bandwidth_bytes_per_s(cat, _get(entry, "nic_id", "id"))
+        if bw is None:
+            return None
+        total += bw * float(_get(entry, "count", default=1))
+    per = float(_get(node, "accelerators_per_node", default=0) or 0)
+    return total / per if total > 0 and per > 0 else None
+
+
+def instance_inter_bandwidth(instance: Any) -> float | None:
+    bits = _get(instance, "network_bandwidth_bits_per_s")
+    per = float(_get(instance, "accelerators_per_node", default=0) or 0)
+    return float(bits) / 8.0 / per if bits and per > 0 else None
+
+
+def resolve_hardware(
+    gpu: str,
+    *,
+    artifact: Any = None,
+    node: str | None = None,
+    instance: str | None = None,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
+) -> Hardware:
+    """Catalog GPU + calibration + the scale-out bandwidth per GPU.
+
+    The scale-out bandwidth comes from, in order: the explicit argument; the named node or
+    instance row; the first catalog node row built around this GPU (e.g. DGX H100 for
+    H100); the first instance row with this GPU. Without any, the calibration's own
+    inter-node default is used and the provenance says so.
+    """
+    from gpuplan.calibration import device_perf
+    from gpuplan.catalogs import get_catalog
+
+    cat = get_catalog()
+    row = cat.gpu(gpu)
+    perf = device_perf(row.id, artifact=artifact)
+    prov: dict[str, Any] = {"gpu": row.id, "gpu_source": _get(row, "source")}
+    bw = inter_node_bandwidth_bytes_per_s
+    if bw is not None:
+        prov["inter_node_bandwidth"] = "given"
+    elif node is not None:
+        n = cat.node(node)
+        bw = node_inter_bandwidth(cat, n)
+        prov["inter_node_bandwidth"] = f"node {n.id}"
+    elif instance is not None:
+        inst = cat.instance(instance)
+        bw = instance_inter_bandwidth(inst)
+        prov["inter_node_bandwidth"] = f"instance {inst.id}"
+    else:
+        for n in getattr(cat, "nodes", []) or []:
+            if _get(n, "accelerator_id") == row.id:
+                bw = node_inter_bandwidth(cat, n)
+                if bw:
+                    prov["inter_node_bandwidth"] = f"default: node {n.id} (same GPU)"
+                    break
+        if bw is None:
+            for inst in getattr(cat, "instances", []) or []:
+                if _get(inst, "accelerator_id") == row.id:
+                    bw = instance_inter_bandwidth(inst)
+                    if bw:
+                        prov["inter_node_bandwidth"] = f"default: instance {inst.id} (same GPU)"
+                        break
+    if bw is None:
+        prov["inter_node_bandwidth"] = "calibration default (no node or instance row)"
+    prov["inter_node_bandwidth_bytes_per_s"] = bw
+    node_size = int(_get(row, "scale_up_domain_size", default=1) or 1)
+    return Hardware(
+        gpu_id=row.id,
+        perf=perf,
+        memory_bytes=float(row.memory_bytes),
+        node_size=node_size,
+        inter_node_bandwidth_bytes_per_s=bw,
+        provenance=prov,
+    )
+
+
+def global_batch_sequences(
+    seq_len: int, global_batch: int | None, global_batch_tokens: float | None
+) -> int:
+    """Sequences per step from ``--global-batch`` or ``--global-batch-tokens`` (or the default)."""
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError(
+            "give either --global-batch (sequences) or --global-batch-tokens, not both"
+        )
+    if global_batch is not None:
+        if int(global_batch) < 1:
+            raise InputError(f"--global-batch must be >= 1, got {global_batch}")
+        return int(global_batch)
+    tokens = DEFAULT_GLOBAL_BATCH_TOKENS if global_batch_tokens is None else global_batch_tokens
+    if tokens <= 0:
+        raise InputError(f"--global-batch-tokens must be positive, got {tokens}")
+    seqs = int(round(float(tokens) / seq_len))
+    if seqs < 1:
+        raise InputError(
+            f"--global-batch-tokens {tokens:g} is less than one sequence of {seq_len} tokens",
+            hint="raise --global-batch-tokens or lower --seq-len",
+        )
+    return seqs
+
+
+def forecast_training(
+    model: Any,
+    gpu: str = "h100",
+    num_gpus: int | None = None,
+    seq_len: int = 8192,
+    global_batch: int | None = None,
+    global_batch_tokens: float | None = None,
+    precision: str = "bf16",
+    parallelism: dict[str, Any] | None = None,
+    tokens: float | None = None,
+    target_days: float | None = None,
+    top: int = 1,
+    artifact: Any = None,
+    *,
+    fsdp: bool = False,
+    node: str | None = None,
+    instance: str | None = None,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
+    framework: Framework | None = None,
+    constants: dict[str, Any] | None = None,
+    hardware: Hardware | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
+
+    Parameters
+    ----------
+    model:
+        Catalog id (``"llama3.1-405b"``), a :class:`ModelArch`, or a dict of its fields.
+    gpu:
+        Catalog GPU name or alias.
+    num_gpus:
+        Cluster size; ``None`` with ``target_days`` searches the smallest cluster.
+    seq_len, global_batch, global_batch_tokens:
+        Sequence length (tokens) and batch per step (sequences, or tokens).
+    precision:
+        bf16 | fp16 | fp8 | fp4 (GEMM dtype; MFU uses the dense peak of this dtype).
+    parallelism:
+        Any of ``tp pp cp ep dp vp micro_batch recompute zero``; missing ones are searched.
+    tokens:
+        Total training tokens: adds ``time_to_train_s`` and ``gpu_hours``.
+    target_days:
+        With ``tokens``: find the smallest cluster that trains within this many days.
+    top:
+        Number of layouts to return (the best first, then ``runners_up``).
+    artifact:
+        Calibration artifact (dict or path); ``None`` = the shipped default.
+    fsdp:
+        Use PyTorch FSDP (ZeRO-3 without pipeline parallelism) semantics.
+    hardware:
+        A ready :class:`Hardware` (tests, validation); otherwise built from the catalog.
+
+    Returns
+    -------
+    dict
+        Fields of DESIGN.md 3.3 plus ``runners_up``, ``model``, ``gpu``, ``precision``,
+        ``seq_len``, ``global_batch``, ``global_batch_tokens`` and ``provenance``.
+    """
+    from gpuplan.forecast import search as search_mod
+
+    if precision not in PRECISIONS:
+        raise InputError(
+            f"unknown precision {precision!r}", hint="use one of " + ", ".join(PRECISIONS)
+        )
+    if int(seq_len) < 1:
+        raise InputError(f"--seq-len must be >= 1, got {seq_len}")
+    if top < 1:
+        raise InputError(f"--top must be >= 1, got {top}")
+    if tokens is not None and not tokens > 0:
+        raise InputError(f"--tokens must be positive, got {tokens}")
+    if target_days is not None:
+        if not target_days > 0:
+            raise InputError(f"--target-days must be positive, got {target_days}")
+        if tokens is None:
+            raise InputError(
+                "--target-days needs --tokens (the total training tokens)",
+                hint="add --tokens 15e12 (for example)",
+            )
+    if num_gpus is None and target_days is None:
+        raise InputError(
+            "give --gpus N, or --tokens and --target-days to have the cluster size searched"
+        )
+    if num_gpus is not None and int(num_gpus) < 1:
+        raise InputError(f"--gpus must be >= 1, got {num_gpus}")
+    arch = resolve_model(model)
+    hw = hardware or resolve_hardware(
+        gpu,
+        artifact=artifact,
+        node=node,
+        instance=instance,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+    )
+    if hw.perf.peak_flops_per_s(precision) is None:
+        raise InputError(
+            f"{hw.gpu_id} has no dense {precision} peak in the catalog (unsupported dtype)",
+            hint="use --precision bf16",
+        )
+    gbs = global_batch_sequences(int(seq_len), global_batch, global_batch_tokens)
+    par = dict(parallelism or {})
+    if "recompute" in par and isinstance(par["recompute"], str):
+        if par["recompute"] not in RECOMPUTE_CODES:
+            raise InputError(
+                f"unknown --recompute {par['recompute']!r}", hint="use none, selective or full"
+            )
+        par["recompute"] = RECOMPUTE_CODES[par["recompute"]]
+    if fsdp:
+        if par.get("zero", 3) != 3:
+            raise InputError("--fsdp shards weights, gradients and optimizer (ZeRO-3); "
+                             "drop --zero or use --zero 3")
+        if par.get("pp", 1) != 1:
+            raise InputError("--fsdp cannot be combined with --pp > 1", hint="drop --pp")
+        par["zero"] = 3
+        par["pp"] = 1
+        par.setdefault("tp", 1)
+    fw = framework or Framework()
+    c = constants or default_constants()
+    common = dict(
+        seq_len=int(seq_len),
+        global_batch=gbs,
+        precision=precision,
+        framework=fw,
+        constants=c,
+    )
+    if num_gpus is None:
+        out = search_mod.smallest_cluster(
+            arch, hw, par, tokens=float(tokens), target_days=float(target_days), top=top,
+            progress=progress, **common,
+        )
+    else:
+        out = search_mod.best_layouts(arch, hw, int(num_gpus), par, top=top, **common)
+        if tokens is not None:
+            out["time_to_train_s"] = float(tokens) / out["tokens_per_s"]
+            out["gpu_hours"] = out["time_to_train_s"] * int(num_gpus) / 3600.0
+            lo, hi = out["intervals"]["tokens_per_s"]
+            out["intervals"]["time_to_train_s"] = [float(tokens) / hi, float(tokens) / lo]
+            out["intervals"]["gpu_hours"] = [
+                float(tokens) / hi * int(num_gpus) / 3600.0,
+                float(tokens) / lo * int(num_gpus) / 3600.0,
+            ]
+    out.setdefault("time_to_train_s", None)
+    out.setdefault("gpu_hours", None)
+    out["model"] = arch.name
+    out["gpu"] = hw.gpu_id
+    out["precision"] = precision
+    out["seq_len"] = int(seq_len)
+    out["global_batch"] = gbs
+    out["global_batch_tokens"] = gbs * int(seq_len)
+    out["tokens"] = float(tokens) if tokens is not None else None
+    out["target_days"] = float(target_days) if target_days is not None else None
+    out["provenance"] = {
+        **hw.provenance,
+        "calibration_basis": _basis_summary(hw.perf, precision),
+        "constants": c.get("provenance", {}),
+        "framework": fw.name,
+    }
+    return out
+
+
+def _basis_summary(perf: Any, precision: str) -> dict[str, Any]:
+    try:
+        summary = perf.summary()
+    except Exception:  # a DevicePerf without a summary still forecasts
+        return {}
+    keep = (f"matmul_{precision}_flops_per_s", "memory_bandwidth_bytes_per_s",
+            "allreduce_busbw_bytes_per_s")
+    return {k: getattr(v, "basis", None) for k, v in summary.items() if k in keep}
+
+
+def isfinite_all(values: dict[str, float]) -> bool:
+    return all(math.isfinite(v) for v in values.values())
