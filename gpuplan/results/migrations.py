@@ -22,7 +22,9 @@ Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 UPGRADES: dict[int, Upgrade] = {}
 
 
-def upgrade(doc: dict[str, Any], *, where: str = "document", target: int = SCHEMA_VERSION) -> dict[str, Any]:
+def upgrade(
+    doc: dict[str, Any], *, where: str = "document", target: int = SCHEMA_VERSION
+) -> dict[str, Any]:
     """Return ``doc`` upgraded to ``target`` (the current version by default).
 
     Raises
@@ -33,7 +35,9 @@ def upgrade(doc: dict[str, Any], *, where: str = "document", target: int = SCHEM
     """
     version = doc.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise SchemaError(f"{where}: no integer 'schema_version'", hint="is this a gpuplan result file?")
+        raise SchemaError(
+            f"{where}: no integer 'schema_version'", hint="is this a gpuplan result file?"
+        )
     if version > target:
         raise SchemaError(
             f"{where}: schema_version {version} is newer than this gpuplan understands ({target})",

@@ -5,6 +5,7 @@ Layout (asv-style): ``<root>/<machine_id>/<started_at>_<run_id[:8]>.json``, one 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuplan.errors import InputError, SchemaError
+from gpuplan.errors import InputError, NotFoundError, SchemaError
 from gpuplan.results.migrations import upgrade
 from gpuplan.results.schema import ResultDocument
 
@@ -51,13 +52,28 @@ def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> Path
         if overwrite:
             os.replace(tmp, path)
         else:
-            os.link(tmp, path)  # atomic and fails if path exists
-            os.unlink(tmp)
+            _publish_new(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def _publish_new(tmp: str, path: Path) -> None:
+    """Move ``tmp`` to ``path`` atomically, failing with FileExistsError if ``path`` exists."""
+    try:
+        os.link(tmp, path)  # atomic, and fails if path exists
+    except FileExistsError:
+        raise
+    except OSError:
+        # Filesystems without hard links (some FUSE/SMB mounts): reserve the name with
+        # O_EXCL (fails if it exists), then atomically replace our own empty placeholder.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def save_result(doc: ResultDocument, root: Path | str = "results") -> Path:
@@ -92,7 +108,9 @@ def load_result(path: Path | str) -> ResultDocument:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"no result file {path}", hint="list runs with 'gpuplan results ls'") from None
+        raise InputError(
+            f"no result file {path}", hint="list runs with 'gpuplan results ls'"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -115,3 +133,49 @@ def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
 def load_results(paths: Iterable[Path | str]) -> list[tuple[Path, ResultDocument]]:
     """Load every result file under ``paths``."""
     return [(p, load_result(p)) for p in iter_result_files(paths)]
+
+
+def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
+    """Resolve ``ref`` (a file path, a run id or a unique prefix of one) to a result file.
+
+    Raises
+    ------
+    NotFoundError
+        when nothing matches (listing the closest run ids) or the prefix is ambiguous.
+    """
+    path = Path(ref)
+    if path.is_file():
+        return path
+    roots = [Path(r) for r in roots]
+    matches: list[tuple[Path, str]] = []
+    known: list[str] = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for file in iter_result_files([root]):
+            run_id = _peek_run_id(file)
+            if run_id is None:
+                continue
+            known.append(run_id)
+            if run_id.startswith(ref) or file.stem == ref or file.name == ref:
+                matches.append((file, run_id))
+    if len(matches) == 1:
+        return matches[0][0]
+    where = ", ".join(str(r) for r in roots)
+    if not matches:
+        close = difflib.get_close_matches(ref, known, n=3, cutoff=0.3)
+        hint = f"closest: {', '.join(close)}" if close else "list runs with 'gpuplan results ls'"
+        raise NotFoundError(f"no result file or run id '{ref}' under {where}", hint=hint)
+    ids = ", ".join(sorted({rid[:12] for _, rid in matches}))
+    raise NotFoundError(
+        f"run id prefix '{ref}' matches {len(matches)} results ({ids})", hint="give more characters"
+    )
+
+
+def _peek_run_id(path: Path) -> str | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run_id = data.get("run_id") if isinstance(data, dict) else None
+    return run_id if isinstance(run_id, str) else None

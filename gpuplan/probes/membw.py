@@ -1,0 +1,134 @@
+"""Memory bandwidth probe: copy and triad by array size, from inside the cache to well past it.
+
+The kernels and the byte counts are STREAM's (McCalpin, "Memory Bandwidth and Machine
+Balance in Current High Performance Computers", IEEE TCCA Newsletter 1995):
+
+* copy  ``a[:] = b``          moves ``2 * size`` bytes (read b, write a);
+* triad ``a[:] = b + s * c``  moves ``3 * size`` bytes (read b and c, write a).
+
+Write-allocate traffic is not counted, as in STREAM. Sizes grow by x4 from below the
+last-level cache (L2 on GPUs, LLC on CPUs, read from the device) to at least 8x (quick) or
+16x (default) of it, so that the cache knee is visible and the largest points measure
+main memory (HBM on GPUs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan.probes.base import ProbeContext, import_torch, timer_for
+from gpuplan.probes.inventory import available_memory_bytes, cpu_llc_bytes
+from gpuplan.probes.timing import measure
+
+PROBE_VERSION = 1
+_FALLBACK_LLC_BYTES = 32 << 20  # used only when the cache size cannot be read (recorded)
+
+_BYTES_PER_CALL = {"copy": 2, "triad": 3}
+
+
+def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
+    """Array sizes (bytes, powers of two) from ``llc/16`` to ``8*llc`` (quick) / ``16*llc``.
+
+    ``limit_bytes`` caps one array so that the three triad arrays fit in free memory.
+
+    >>> [s >> 20 for s in sizes(32 << 20, quick=True, limit_bytes=None)]
+    [2, 8, 32, 128, 256]
+    """
+    top = 8 * llc_bytes if quick else 16 * llc_bytes
+    size = 1 << max(12, (llc_bytes // 16).bit_length() - 1)  # power of two <= llc/16
+    out = []
+    while size < top:
+        out.append(size)
+        size *= 4
+    out.append(1 << (top.bit_length() - 1))  # the last one: a power of two <= top
+    out = sorted(set(out))
+    if limit_bytes is not None:
+        out = [s for s in out if s <= limit_bytes] or [min(out)]
+    return out
+
+
+def device_llc_bytes(torch: Any, gpu: bool) -> tuple[int, str]:
+    """(last-level cache bytes, where it came from)."""
+    if gpu:
+        props = torch.cuda.get_device_properties(0)
+        l2 = getattr(props, "L2_cache_size", None) or getattr(props, "l2_cache_size", None)
+        if l2:
+            return int(l2), "torch.cuda.get_device_properties().L2_cache_size"
+        return _FALLBACK_LLC_BYTES, "unknown (assumed 32 MiB)"
+    llc = cpu_llc_bytes()
+    if llc:
+        return llc, "sysfs/lscpu"
+    return _FALLBACK_LLC_BYTES, "unknown (assumed 32 MiB)"
+
+
+def run(ctx: ProbeContext) -> None:
+    """Copy and triad over :func:`sizes`; one ProbeResult for the device."""
+    torch = import_torch()
+    gpu = ctx.device.is_gpu
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    llc, llc_source = device_llc_bytes(torch, gpu)
+    if gpu:
+        free, _ = torch.cuda.mem_get_info(0)
+        limit = free // 4
+    else:
+        avail = available_memory_bytes()
+        limit = avail // 6 if avail else None
+    points = sizes(llc, quick=ctx.quick, limit_bytes=limit)
+    rec = ctx.record(
+        "membw",
+        PROBE_VERSION,
+        device=str(device),
+        dtype="float32",
+        llc_bytes=llc,
+        llc_source=llc_source,
+        threads=None if gpu else torch.get_num_threads(),
+    )
+    task = ctx.progress.task("membw", total=2 * len(points))
+    timer = timer_for(ctx.device, 0)
+    scalar = 3.0
+    with ctx.power_sampling(rec, [0] if gpu else []):
+        for size in points:
+            n = size // 4
+            try:
+                a = torch.empty(n, device=device, dtype=torch.float32)
+                b = torch.rand(n, device=device, dtype=torch.float32)
+                c = torch.rand(n, device=device, dtype=torch.float32)
+            except _oom(torch) as exc:
+                rec.warn(f"{size} bytes: out of memory: {exc}")
+                task.advance(2)
+                continue
+            kernels = {
+                "copy": lambda a=a, b=b: a.copy_(b),
+                "triad": lambda a=a, b=b, c=c: torch.add(b, c, alpha=scalar, out=a),
+            }
+            for op, fn in kernels.items():
+                ctx.check_deadline()
+                fn()
+                expected = b if op == "copy" else b + scalar * c
+                if not torch.allclose(a[:4096], expected[:4096]):
+                    rec.warn(f"{op} {size} bytes: result incorrect")
+                timed = measure(fn, timer, ctx.timing)
+                moved = _BYTES_PER_CALL[op] * size
+                rec.add(
+                    {
+                        "op": op,
+                        "size_bytes": size,
+                        "bytes_moved": moved,
+                        **timed.as_dict(),
+                        "bytes_per_s": moved / timed.median_s,
+                    }
+                )
+                task.advance()
+                ctx.point_done()
+            del a, b, c
+            if gpu:
+                torch.cuda.empty_cache()
+    if any("incorrect" in w for w in rec.warnings):
+        rec.fail("; ".join(w for w in rec.warnings if "incorrect" in w))
+    else:
+        rec.ok()
+
+
+def _oom(torch: Any) -> tuple[type[BaseException], ...]:
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (MemoryError, oom) if oom is not None else (MemoryError,)
