@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from gpuplan import __version__
-from gpuplan.errors import EnvironmentProblem, GpuplanError
+from gpuplan.errors import GpuplanError
 from gpuplan.service.db import ArtifactRow, Database, RunRow, iso_utc, utcnow
 
 log = logging.getLogger("gpuplan.service")
@@ -66,18 +66,11 @@ def calibration_inputs(db: Database) -> tuple[list[tuple[str, str, str]], str]:
 
 
 def fit_documents(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    """Run the calibration on decoded result documents (the same call as the local CLI)."""
-    try:
-        from gpuplan.calibration.fit import calibrate_documents
-    except ImportError as exc:
-        raise EnvironmentProblem(
-            f"this gpuplan has no calibration fit ({exc})",
-            hint="install a gpuplan version that ships gpuplan.calibration.fit",
-        ) from None
-    from gpuplan.results.store import parse_result
+    """Run the calibration on decoded result documents (the same call as the client's refit
+    and the local ``gpuplan calibrate``)."""
+    from gpuplan.service.client import refit_documents
 
-    docs = [parse_result(d, where=f"run {d.get('run_id')}") for d in documents]
-    return calibrate_documents(docs, include_reference=True)
+    return refit_documents(documents)
 
 
 def artifact_provenance(row: ArtifactRow, *, include_artifact: bool = True) -> dict[str, Any]:
