@@ -145,7 +145,7 @@ def check_catalog(files: dict[str, list[Row]]) -> list[Problem]:
     """Whole-catalog checks: unique ids and aliases, references between kinds."""
     problems: list[Problem] = []
     where: dict[str, tuple[str, str]] = {}  # id -> (file, kind)
-    alias_keys: dict[tuple[str, str], str] = {}  # (kind, key) -> id
+    alias_keys: dict[str, str] = {}  # name key -> id
     by_kind: dict[str, set[str]] = {}
     for fname, rows in files.items():
         for row in rows:
@@ -155,10 +155,11 @@ def check_catalog(files: dict[str, list[Row]]) -> list[Problem]:
                 )
             where[row.id] = (fname, row.kind)
             by_kind.setdefault(row.kind, set()).add(row.id)
+    # Names are unique across all kinds, so that 'gpuplan catalog show NAME' is unambiguous.
     for fname, rows in files.items():
         for row in rows:
             for name in (row.id, *row.aliases):
-                key = (row.kind, name_key(name))
+                key = name_key(name)
                 other = alias_keys.get(key)
                 if other is not None and other != row.id:
                     problems.append(

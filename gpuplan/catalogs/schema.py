@@ -98,6 +98,15 @@ def period_start(text: str) -> _dt.date:
     return _dt.date(int(year), 1, 1)
 
 
+def _period_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, _dt.date):
+        v = v.isoformat()
+    period_start(str(v))
+    return str(v)
+
+
 class Row(BaseModel):
     """Fields common to every catalog row."""
 
@@ -267,9 +276,8 @@ class PriceObservation(BaseModel):
         "spot",
         "reserved_1y",
         "reserved_3y",
+        "reserved",  # a commitment whose term the source does not state
         "capacity_block",
-        "savings_plan_1y",
-        "savings_plan_3y",
     ]
     usd_per_hour: float = Field(gt=0)
     region: str | None
@@ -280,11 +288,13 @@ class PriceObservation(BaseModel):
     currency: Literal["USD"] = "USD"
     notes: str = ""
 
-    @field_validator("as_of")
+    @field_validator("as_of", mode="before")
     @classmethod
-    def _as_of(cls, v: str) -> str:
-        period_start(v)
-        return v
+    def _as_of(cls, v: Any) -> str:
+        if isinstance(v, _dt.date):
+            v = v.isoformat()
+        period_start(str(v))
+        return str(v)
 
     @property
     def as_of_date(self) -> _dt.date:
@@ -354,6 +364,17 @@ class Node(Row):
     def _pos(cls, v: float | None) -> float | None:
         return _positive(v, "value")
 
+    @field_validator("price_as_of", mode="before")
+    @classmethod
+    def _as_of(cls, v: Any) -> str | None:
+        return _period_text(v)
+
+    @model_validator(mode="after")
+    def _price_dated(self) -> Node:
+        if self.price_usd is not None and self.price_as_of is None:
+            raise ValueError("price_usd needs price_as_of (when the price was published)")
+        return self
+
 
 class StorageTier(Row):
     """A storage service tier or file system, sized by throughput per TiB or per node."""
@@ -377,6 +398,17 @@ class StorageTier(Row):
     price_usd_per_tib_month: float | None = None
     price_as_of: str | None = None
     gpudirect_storage: bool | None = None
+
+    @field_validator("price_as_of", mode="before")
+    @classmethod
+    def _as_of(cls, v: Any) -> str | None:
+        return _period_text(v)
+
+    @model_validator(mode="after")
+    def _price_dated(self) -> StorageTier:
+        if self.price_usd_per_tib_month is not None and self.price_as_of is None:
+            raise ValueError("price_usd_per_tib_month needs price_as_of")
+        return self
 
 
 class Fabric(Row):
