@@ -8,8 +8,10 @@ same whichever side computed it.
 
 Rules:
 
-* ``env``: keep a key only if the probe's allowlist admits it, and drop it anyway when its
-  name looks like a credential (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*`` ...);
+* ``env``: keep a key only if the probe's allowlist admits it
+  (:data:`gpuplan.results.privacy.ENV_ALLOWLIST`, the same rule ``gpuplan probe`` applies
+  when it records the environment), which also drops names that look like credentials
+  (``*TOKEN*``, ``*SECRET*``, ``*PASS*``, ``*KEY*`` ...);
 * host names: unless the uploader opts in (``--include-hostname``), ``host.hostname`` is
   removed, environment variables that name hosts (``MASTER_ADDR``, ``SLURM_NODELIST`` ...)
   or whose value equals the host name are dropped, and a ``host.machine_id`` that contains
@@ -22,36 +24,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# Used only until gpuplan.probes exposes its allowlist (see _probe_allowlist).
-_FALLBACK_ALLOWED_PREFIXES = (
-    "NCCL_",
-    "CUDA_",
-    "NVIDIA_",
-    "CUBLAS_",
-    "CUDNN_",
-    "HIP_",
-    "HSA_",
-    "ROCR_",
-    "RCCL_",
-    "TORCH_",
-    "PYTORCH_",
-    "OMP_",
-    "MKL_",
-    "GLOO_",
-    "UCX_",
-    "FI_",
-    "GPUPLAN_",
-)
-_FALLBACK_ALLOWED_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")
+from gpuplan.results.privacy import env_allowed
 
-_SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE|AUTH|SESSION|COOKIE|SIGNATURE|_KEY$|^KEY",
-    re.IGNORECASE,
-)
 HOST_ENV_KEYS = frozenset(
     {
         "HOSTNAME",
@@ -72,27 +49,10 @@ HOST_ENV_KEYS = frozenset(
 )
 
 
-def _probe_allowlist() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(allowed prefixes, allowed exact keys) from gpuplan.probes when it defines them."""
-    try:
-        from gpuplan import probes
-    except ImportError:  # pragma: no cover - gpuplan.probes is part of the package
-        probes = None  # type: ignore[assignment]
-    allow = getattr(probes, "ENV_ALLOWLIST", None)
-    if allow:
-        items = tuple(str(x) for x in allow)
-        prefixes = tuple(x[:-1] if x.endswith("*") else x for x in items if x.endswith(("_", "*")))
-        keys = tuple(x for x in items if not x.endswith(("_", "*")))
-        return prefixes, keys
-    return _FALLBACK_ALLOWED_PREFIXES, _FALLBACK_ALLOWED_KEYS
-
-
 def env_key_allowed(key: str) -> bool:
-    """True when ``key`` is on the probe's allowlist and does not look like a credential."""
-    prefixes, keys = _probe_allowlist()
-    if _SECRET_NAME.search(key):
-        return False
-    return key in keys or key.startswith(prefixes)
+    """The probe's own rule (:func:`gpuplan.results.privacy.env_allowed`): on the allowlist of
+    communication-library and device-visibility variables, and not named like a credential."""
+    return env_allowed(key)
 
 
 @dataclass

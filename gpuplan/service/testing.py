@@ -259,3 +259,107 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TcpProxy:
+    """A loopback TCP proxy that can slow the client-to-server direction down and cut links.
+
+    Used to make an upload last long enough to kill the server in the middle of it, and to
+    make a database unreachable on demand.
+
+    Parameters
+    ----------
+    target_port:
+        port on 127.0.0.1 to forward to.
+    rate_bytes_per_s:
+        ceiling of the client-to-server direction (None: as fast as possible).
+    """
+
+    def __init__(self, target_port: int, *, rate_bytes_per_s: float | None = None) -> None:
+        import threading
+
+        self.target_port = target_port
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self.enabled = True
+        self.bytes_up = 0  # client -> server bytes forwarded so far
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self.enabled:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.connections += 1
+                self._socks.update({client, upstream})
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        try:
+            while True:
+                rate = self.rate_bytes_per_s if up else None
+                data = src.recv(4096 if rate else 65536)
+                if not data:
+                    break
+                if rate:
+                    time.sleep(len(data) / rate)
+                dst.sendall(data)
+                if up:
+                    with self._lock:
+                        self.bytes_up += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    s.close()
+            with self._lock:
+                self._socks.discard(src)
+                self._socks.discard(dst)
+
+    def cut(self) -> None:
+        """Close every open connection (both ends see a reset/EOF)."""
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def __enter__(self) -> TcpProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

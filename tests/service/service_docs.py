@@ -21,6 +21,8 @@ def make_doc(
     hostname: str = "trial-node-07",
     matmul_flops_per_s: float | None = None,
     membw_bytes_per_s: float | None = None,
+    pcie_bytes_per_s: float = 5.0e10,
+    matmul_dtype: str = "bfloat16",
     samples: int = 5,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -73,7 +75,7 @@ def make_doc(
                 "probe": "matmul",
                 "probe_version": 1,
                 "status": "ok",
-                "params": {"dtype": "bfloat16", "device": "cuda:0"},
+                "params": {"dtype": matmul_dtype, "device": "cuda:0"},
                 "measurements": [
                     {
                         "shape": {"m": m, "n": n, "k": k},
@@ -111,7 +113,7 @@ def make_doc(
                         "memory": "pinned",
                         "size_bytes": 2**28,
                         **timing(2**28 / 5.0e10),
-                        "bytes_per_s": 5.0e10 * (1 - 0.02 * rng.random()),
+                        "bytes_per_s": pcie_bytes_per_s * (1 - 0.02 * rng.random()),
                     }
                     for d in ("h2d", "d2h")
                 ],

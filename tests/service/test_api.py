@@ -7,6 +7,7 @@ import json
 import pytest
 from service_docs import deep, make_doc
 
+from gpuplan.catalogs import get_catalog
 from gpuplan.results import migrations
 from gpuplan.service.tokens import revoke_token
 
@@ -227,7 +228,13 @@ def test_secrets_and_host_names_are_stripped_unless_kept(api):
 
 def test_list_by_team_and_device(api):
     a = make_doc(seed=20)
-    b = make_doc(seed=21, accelerator="NVIDIA A100-SXM4-80GB")
+    b = make_doc(
+        seed=21,
+        accelerator="NVIDIA A100-SXM4-80GB",
+        matmul_flops_per_s=2.3e14,
+        membw_bytes_per_s=1.7e12,
+        pcie_bytes_per_s=2.4e10,
+    )
     c = make_doc(seed=22)
     assert api.upload(a, which="rw").status_code == 201
     assert api.upload(b, which="rw").status_code == 201
@@ -241,10 +248,12 @@ def test_list_by_team_and_device(api):
     ]  # newest first
     nlp = api.get("/v1/results", team="nlp").json()
     assert [r["run_id"] for r in nlp["runs"]] == [c["run_id"]]
+    assert {r["status"] for r in everything["runs"]} == {"accepted"}
     h100_id = api.get(f"/v1/results/{a['run_id']}").json()["device_id"]
     a100_id = api.get(f"/v1/results/{b['run_id']}").json()["device_id"]
-    assert h100_id != a100_id
-    h100 = api.get("/v1/results", device=h100_id).json()
+    assert h100_id == get_catalog().gpu("h100").id
+    assert a100_id == get_catalog().gpu("a100 80gb").id
+    h100 = api.get("/v1/results", device="H100").json()  # an alias resolves to the catalog id
     assert {r["run_id"] for r in h100["runs"]} == {a["run_id"], c["run_id"]}
     both = api.get("/v1/results", device=h100_id, team="vision").json()
     assert [r["run_id"] for r in both["runs"]] == [a["run_id"]]
