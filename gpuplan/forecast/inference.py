@@ -1,0 +1,1022 @@
+"""Forecast of LLM serving: latency, throughput, KV cache, memory and fleet size for a load.
+
+:func:`forecast_inference` is the library form of ``gpuplan forecast infer`` and returns
+exactly its JSON (DESIGN.md section 3.3). Method (DESIGN.md section 4, "Forecast:
+inference"):
+
+* **Prefill** is compute-bound: every GEMM at its real per-GPU shape at the calibrated GEMM
+  rate, plus causal attention FLOPs (:mod:`gpuplan.forecast.inference_step`).
+* **Decode** streams the weights and the KV cache at the calibrated HBM bandwidth, until
+  the batch crosses the roofline and the GEMMs become compute-bound; MoE layers read only
+  the experts the batch touches, ``E * (1 - (1 - k/E)**tokens)`` of them.
+* **TP** adds all-reduces per layer of small messages, at the calibrated collective time
+  (latency-dominated); EP adds all-to-alls, PP a send per stage boundary.
+* **Memory**: weights (quantised bytes incl. scales), KV cache
+  ``2 * layers * kv_heads * head_dim * bytes`` per token (MLA: the latent), activations of
+  one layer, within ``memory_utilization`` of the GPU memory (vLLM's
+  ``gpu_memory_utilization`` default, 0.9). ``max_batch`` is what fits.
+* **Framework constants** (per-layer and per-step overheads, achieved fractions of the
+  calibrated rates) are fitted on the published TensorRT-LLM runs and scored held-out
+  (:mod:`gpuplan.forecast.inference_fit`, ``gpuplan validate inference``).
+* **Load**: with ``qps`` and TTFT/TPOT targets, replicas come from a discrete-event
+  simulation of continuous batching under Poisson arrivals (:mod:`gpuplan.forecast.serving`),
+  comparing TP choices, batch caps and GPU types; the cheapest GPU count wins.
+
+Intervals: the calibration's low/high taken together, combined in quadrature (log space)
+with the held-out model error quantiles recorded with the fitted constants.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference_arch import (
+    Arch,
+    Layout,
+    PrecisionSpec,
+    Sharded,
+    arch_from,
+    check_layout,
+    divisors,
+    kv_cache_bytes_per_token,
+    resolve_precision,
+    shard,
+)
+from gpuplan.forecast.inference_fit import FittedOverheads, load_overheads, widen
+from gpuplan.forecast.inference_step import (
+    FAST,
+    SLOW,
+    VALUE,
+    DeviceRates,
+    StepCostModel,
+    combine,
+    continuous_iteration,
+    pass_parts,
+    static_run_parts,
+    static_run_time,
+)
+from gpuplan.forecast.serving import (
+    PERCENTILES,
+    Candidate,
+    LengthDist,
+    ReplicaModel,
+    simulate,
+    size_fleet,
+)
+
+#: fraction of GPU memory the engine may use (vLLM ``gpu_memory_utilization`` default, see
+#: https://docs.vllm.ai/en/latest/serving/engine_args.html); the rest is CUDA context,
+#: allocator fragmentation and library workspaces.
+DEFAULT_MEMORY_UTILIZATION = 0.9
+#: per-iteration token budget of continuous batching (vLLM ``max_num_batched_tokens`` for
+#: chunked prefill; a serving setting, not a hardware figure)
+DEFAULT_CHUNK_TOKENS = 8192
+BATCHING_MODES = ("continuous", "static")
+
+
+def device_perf_for(gpu_id: str, artifact: Any = None) -> Any:
+    """The calibrated :class:`DevicePerf` of a catalog GPU (default artifact when None)."""
+    from gpuplan.calibration import device_perf
+
+    return device_perf(gpu_id, artifact=artifact)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+def resolve_model(model: Any, catalog: Any) -> tuple[Arch, dict[str, Any]]:
+    """An :class:`Arch` and its provenance from a catalog id, a catalog row, a dict or an arch."""
+    if isinstance(model, str):
+        row = catalog.model(model)
+        arch = arch_from(row)
+        info = {"id": row.id, "source": getattr(row, "source", None)}
+    elif isinstance(model, dict):
+        arch = arch_from(model)
+        info = {"id": arch.name, "source": model.get("source", "given architecture")}
+    else:
+        arch = arch_from(model)
+        info = {"id": arch.name, "source": getattr(model, "source", None) or "given architecture"}
+    info["params_total"] = arch.params_total
+    info["params_active"] = arch.params_active
+    return arch, info
+
+
+def _gpu_list(gpu: Any) -> list[str]:
+    if isinstance(gpu, (list, tuple)):
+        names = [str(g).strip() for g in gpu]
+    else:
+        names = [g.strip() for g in str(gpu).split(",")]
+    names = [n for n in names if n]
+    if not names:
+        raise InputError("no GPU given", hint="use --gpu h100 (or several: --gpu h100,h200,a100)")
+    return names
+
+
+def _positive_int(name: str, value: Any) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"--{name} must be an integer, got {value!r}") from None
+    if not (math.isfinite(f) and f >= 1 and f == int(f)):
+        raise InputError(f"--{name} must be a positive integer, got {value!r}")
+    return int(f)
+
+
+def _positive(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        raise InputError(f"--{name} must be a positive number, got {value!r}")
+    return v
+
+
+def usd_per_gpu_hour(catalog: Any, gpu_id: str) -> tuple[float | None, str | None]:
+    """Cheapest published on-demand price per GPU-hour of any instance with this GPU."""
+    best: tuple[float | None, str | None] = (None, None)
+    for inst in getattr(catalog, "instances", []) or []:
+        if getattr(inst, "accelerator_id", None) != gpu_id:
+            continue
+        price = inst.price("on_demand") if hasattr(inst, "price") else None
+        if price is None:
+            continue
+        per = price.usd_per_hour / inst.accelerators_per_node
+        if best[0] is None or per < best[0]:
+            best = (per, f"{inst.id} on-demand {price.region or ''} {price.as_of} ({price.source})")
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory of a layout: what is fixed and what one cached token costs."""
+
+    capacity_bytes: float
+    usable_bytes: float
+    weights_bytes: float
+    activation_bytes: float
+    kv_bytes_per_token: float
+
+    @property
+    def kv_budget_bytes(self) -> float:
+        return self.usable_bytes - self.weights_bytes - self.activation_bytes
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        return max(self.kv_budget_bytes, 0.0) / self.kv_bytes_per_token
+
+    def max_batch(self, tokens_per_request: float) -> int:
+        return int(self.kv_capacity_tokens // max(tokens_per_request, 1.0))
+
+    def breakdown(self, kv_tokens: float) -> dict[str, float]:
+        kv = kv_tokens * self.kv_bytes_per_token
+        return {
+            "weights": self.weights_bytes,
+            "kv_cache": kv,
+            "activations": self.activation_bytes,
+            "total": self.weights_bytes + kv + self.activation_bytes,
+            "usable": self.usable_bytes,
+            "capacity": self.capacity_bytes,
+        }
+
+
+def memory_plan(
+    sh: Sharded, gpu: Any, *, tokens_in_pass: float, rows: float, utilization: float
+) -> MemoryPlan:
+    cap = float(getattr(gpu, "memory_bytes", 0) or 0)
+    if cap <= 0:
+        raise InputError(
+            f"the catalog has no memory size for {getattr(gpu, 'id', gpu)}",
+            hint="pick a GPU whose catalog row gives memory_bytes",
+        )
+    return MemoryPlan(
+        capacity_bytes=cap,
+        usable_bytes=utilization * cap,
+        weights_bytes=sh.weight_bytes_per_gpu,
+        activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
+        kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
+    )
+
+
+def _fmt_gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
+
+
+def tp_options(arch: Arch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]:
+    """TP degrees to consider: powers of two dividing the heads, within the scale-up domain."""
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    out = []
+    t = 1
+    while t <= max(domain // max(pp, 1), 1):
+        if arch.heads % t == 0 and t % ep == 0:
+            out.append(t)
+        t *= 2
+    return out or [1]
+
+
+def smallest_fitting_tp(
+    arch: Arch,
+    gpu: Any,
+    prec: PrecisionSpec,
+    *,
+    pp: int,
+    ep: int,
+    request_tokens: float,
+    chunk: float,
+    utilization: float,
+) -> int | None:
+    for t in [d for d in divisors(arch.heads) if d % ep == 0]:
+        sh = shard(arch, Layout(t, pp, ep), prec)
+        mp = memory_plan(
+            sh, gpu, tokens_in_pass=min(chunk, request_tokens), rows=1, utilization=utilization
+        )
+        if mp.kv_capacity_tokens >= request_tokens:
+            return t
+    return None
+
+
+def no_fit_error(
+    arch: Arch,
+    gpu: Any,
+    prec: PrecisionSpec,
+    layout: Layout,
+    mp: MemoryPlan,
+    request_tokens: float,
+    chunk: float,
+    utilization: float,
+) -> InputError:
+    """The one-line error for a model that does not fit even at batch 1."""
+    need = mp.weights_bytes + mp.activation_bytes + request_tokens * mp.kv_bytes_per_token
+    smallest = smallest_fitting_tp(
+        arch,
+        gpu,
+        prec,
+        pp=layout.pp,
+        ep=layout.ep,
+        request_tokens=request_tokens,
+        chunk=chunk,
+        utilization=utilization,
+    )
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    if smallest is None:
+        hint = (
+            f"no TP up to {arch.heads} fits with pp={layout.pp}: add pipeline stages (--pp), "
+            "a smaller --precision, or a GPU with more memory"
+        )
+    elif smallest * layout.pp > domain:
+        hint = f"the smallest TP that fits is {smallest} (more than the {domain}-GPU scale-up domain); consider --pp or a smaller --precision"
+    else:
+        hint = f"the smallest TP that fits is --tp {smallest}"
+    return InputError(
+        f"{arch.name} at {prec.name} does not fit on {getattr(gpu, 'id', gpu)} with "
+        f"tp={layout.tp} pp={layout.pp} even at batch 1: per GPU weights {_fmt_gib(mp.weights_bytes)} + "
+        f"activations {_fmt_gib(mp.activation_bytes)} + KV of one {int(request_tokens)}-token request "
+        f"{_fmt_gib(request_tokens * mp.kv_bytes_per_token)} = {_fmt_gib(need)} > usable "
+        f"{_fmt_gib(mp.usable_bytes)} ({utilization:.0%} of {_fmt_gib(mp.capacity_bytes)})",
+        hint=hint,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# One layout, no load
+# ---------------------------------------------------------------------------------------------
+def _round(x: Any, digits: int = 6) -> Any:
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return None
+        return float(f"{x:.{digits}g}")
+    return x
+
+
+def _interval(
+    value: float, low: float, high: float, q: tuple[float, float], *, is_time: bool
+) -> list[float]:
+    """[low, high] for a forecast: calibration interval widened by the held-out model error."""
+    lo, hi = widen(value, low, high, *q)
+    return [float(lo), float(hi)]
+
+
+def _best_batch(
+    cost: StepCostModel, prompt: float, answer: float, max_batch: int, mode: str, coef: float
+) -> int:
+    """Batch with the highest output throughput (vectorised over 1..max_batch)."""
+    b = np.arange(1, max(max_batch, 1) + 1, dtype=float)
+    ctx = prompt + answer / 2.0
+    if mode == "static":
+        ttft = cost.time(b * prompt, b, 0.0, b * coef * prompt**2 / 2.0, b * prompt)
+        tpot = cost.time(b, b, b * ctx)
+        thr = b * answer / (ttft + max(answer - 1, 0) * tpot)
+    else:
+        new = b / max(answer, 1.0)
+        t = cost.time(b + new * prompt, b, b * ctx, new * coef * prompt**2 / 2.0, new * prompt)
+        thr = b / t
+    return int(b[int(np.argmax(thr))])
+
+
+def _single_layout(
+    *,
+    arch: Arch,
+    gpu: Any,
+    perf: Any,
+    prec: PrecisionSpec,
+    layout: Layout,
+    fitted: FittedOverheads,
+    input_tokens: int,
+    output_tokens: int,
+    batch: int | None,
+    max_throughput: bool,
+    batching: str,
+    chunk_tokens: int,
+    utilization: float,
+) -> dict[str, Any]:
+    params = fitted.params
+    sh = shard(arch, layout, prec)
+    rates = DeviceRates(perf, gpu, sh)
+    req = float(input_tokens + output_tokens)
+    static = batching == "static"
+    # memory: continuous batching prefills at most a chunk per iteration
+    mp1 = memory_plan(
+        sh,
+        gpu,
+        tokens_in_pass=min(chunk_tokens, input_tokens) if not static else input_tokens,
+        rows=1,
+        utilization=utilization,
+    )
+    if mp1.kv_capacity_tokens < req:
+        raise no_fit_error(arch, gpu, prec, layout, mp1, req, chunk_tokens, utilization)
+    if static:
+        per_req = sh.kv_bytes_per_token_per_gpu() * req + float(
+            sh.activation_bytes_peak(input_tokens, 1)
+        )
+        budget = mp1.usable_bytes - mp1.weights_bytes
+        max_batch = int(budget // per_req)
+    else:
+        mp_chunk = memory_plan(
+            sh, gpu, tokens_in_pass=chunk_tokens, rows=chunk_tokens, utilization=utilization
+        )
+        max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
+    coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
+    if max_throughput:
+        top_tokens = max_batch * input_tokens if static else chunk_tokens + max_batch
+        cost = StepCostModel.build(
+            rates, params, max_tokens=max(top_tokens, 2), typical_prompt=input_tokens
+        )
+        batch = _best_batch(cost, input_tokens, output_tokens, max_batch, batching, coef)
+    elif batch is None:
+        batch = 1
+    b = int(batch)
+    run = static_run_parts(rates, b, input_tokens, output_tokens)
+    st = static_run_time(run, params)
+    if static:
+        ttft3, tpot3, thr3 = st.ttft_s, st.tpot_s, st.throughput_tokens_per_s
+        mem_pass = b * input_tokens
+        phase_ttft, phase_tpot = st.prefill, st.decode
+    else:
+        pp = layout.pp
+        it_parts, hop = continuous_iteration(rates, b / pp, input_tokens, output_tokens)
+        it = combine(it_parts, params)
+        tpot3 = pp * it.total_s + (pp - 1) * hop
+        thr3 = b / tpot3
+        # a new request: wait for the running iteration, then the iteration holding its prompt
+        new_parts, _ = pass_parts(
+            rates,
+            tokens=b / pp + min(input_tokens, chunk_tokens),
+            logit_rows=b / pp + 1,
+            attn_flops=float(
+                sh.attention_flops_prefill(input_tokens)
+                + b
+                / pp
+                * (input_tokens + output_tokens / 2)
+                * sh.attention_flops_decode_per_ctx_token()
+            ),
+            attn_bytes=(b / pp * (input_tokens + output_tokens / 2) + input_tokens)
+            * sh.kv_bytes_per_ctx_token_stage(),
+            attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
+        )
+        chunks = math.ceil(input_tokens / chunk_tokens)
+        ttft3 = 0.5 * tpot3 + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
+        mem_pass = min(chunk_tokens, b + input_tokens)
+        phase_ttft, phase_tpot = combine(new_parts, params), it
+    mp = memory_plan(sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization)
+    kv_tokens = b * req
+    mb = mp.breakdown(kv_tokens)
+    fits = mb["total"] <= mp.usable_bytes
+    gpus = layout.gpus
+    q_thr = fitted.interval_quantiles("throughput_per_gpu")
+    q_ttft = fitted.interval_quantiles("ttft")
+    ttft = float(ttft3[VALUE])
+    tpot = float(tpot3[VALUE])
+    thr = float(thr3[VALUE])
+    # which phase dominates a request decides the bottleneck
+    decode_share = (output_tokens - 1) * tpot
+    bottleneck = phase_tpot.bottleneck if decode_share >= ttft else phase_ttft.bottleneck
+    intervals = {
+        "ttft_s": _interval(ttft, float(ttft3[FAST]), float(ttft3[SLOW]), q_ttft, is_time=True),
+        # TPOT errors follow the throughput errors (throughput = batch / TPOT in decode)
+        "tpot_s": _interval(
+            tpot, float(tpot3[FAST]), float(tpot3[SLOW]), (-q_thr[1], -q_thr[0]), is_time=True
+        ),
+        "throughput_output_tokens_per_s": _interval(
+            thr, float(thr3[SLOW]), float(thr3[FAST]), q_thr, is_time=False
+        ),
+    }
+    intervals["throughput_output_tokens_per_s_per_gpu"] = [
+        v / gpus for v in intervals["throughput_output_tokens_per_s"]
+    ]
+    return {
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "throughput_output_tokens_per_s": thr,
+        "throughput_output_tokens_per_s_per_gpu": thr / gpus,
+        "batch": b,
+        "max_batch": int(max_batch),
+        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, prec.kv_bytes),
+        "kv_cache_bytes_per_token_per_gpu": sh.kv_bytes_per_token_per_gpu(),
+        "memory_per_gpu_bytes": mb["total"],
+        "fits_in_memory": bool(fits),
+        "bottleneck": bottleneck,
+        "intervals": intervals,
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "ep": layout.ep,
+        "gpus_per_replica": gpus,
+        "memory_breakdown_bytes": mb,
+        "breakdown_s": {
+            "first_token": {**phase_ttft.breakdown(), "total": float(phase_ttft.total_s[VALUE])},
+            "decode_step": {**phase_tpot.breakdown(), "total": float(phase_tpot.total_s[VALUE])},
+        },
+        "static_batch": {
+            "ttft_s": float(st.ttft_s[VALUE]),
+            "tpot_s": float(st.tpot_s[VALUE]),
+            "throughput_output_tokens_per_s": float(st.throughput_tokens_per_s[VALUE]),
+            "request_latency_s": float(st.total_s[VALUE]),
+        },
+        "_rates": rates,
+        "_memory": mp,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry point
+# ---------------------------------------------------------------------------------------------
+def forecast_inference(
+    model: Any,
+    gpu: Any = "h100",
+    tp: int | None = None,
+    pp: int = 1,
+    ep: int = 1,
+    precision: str = "bf16",
+    input_tokens: int = 2048,
+    output_tokens: int = 256,
+    batch: int | None = None,
+    max_throughput: bool = False,
+    qps: float | None = None,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+    slo_percentile: str = "p99",
+    artifact: Any = None,
+    *,
+    kv_precision: str | None = None,
+    input_tokens_p99: float | None = None,
+    output_tokens_p99: float | None = None,
+    batching: str = "continuous",
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    seed: int = 0,
+    num_requests: int = 2000,
+    catalog: Any = None,
+    perf_for: Any = None,
+    overheads: FittedOverheads | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
+
+    Parameters
+    ----------
+    model:
+        Catalog id (``"llama3.3-70b"``), catalog row, architecture dict or ``Arch``.
+    gpu:
+        Catalog GPU name; with ``qps`` several may be given (``"h100,h200,a100"`` or a list)
+        and compared.
+    tp, pp, ep:
+        Parallel layout of one replica (``tp x pp`` GPUs; EP inside the TP group). ``tp=None``
+        picks the smallest TP that fits (with ``qps``: every TP in the scale-up domain is
+        compared).
+    precision:
+        bf16, fp16, fp8, int8 (W8A8), int4 (W4A16) or fp4; refused where the catalog lists
+        no peak for the GPU (e.g. fp8 on A100). ``kv_precision`` overrides the KV-cache dtype.
+    input_tokens, output_tokens:
+        Mean prompt and answer lengths; ``*_p99`` makes them lognormal with that p99.
+    batch, max_throughput:
+        Concurrent requests (default 1), or the batch with the highest throughput that fits.
+    qps, ttft_slo_s, tpot_slo_s, slo_percentile:
+        Load (requests/s) and latency targets at the percentile (p50, p90, p95, p99).
+    batching:
+        ``continuous`` (in-flight batching with chunked prefill, default) or ``static``
+        (a batch of requests that start together, as in TensorRT-LLM's gptSessionBenchmark).
+    artifact:
+        Calibration artifact (path or dict); None for the shipped default.
+
+    Returns
+    -------
+    dict
+        The ``forecast infer`` JSON: ``ttft_s``, ``tpot_s``, ``throughput_output_tokens_per_s``
+        (replica), ``..._per_gpu``, ``batch``, ``max_batch``, ``kv_cache_bytes_per_token``,
+        ``memory_per_gpu_bytes``, ``fits_in_memory``, ``bottleneck``, ``intervals``, ``tp``,
+        ``pp``, ``ep``, breakdowns, and with ``qps`` also ``replicas``, ``num_gpus``,
+        ``candidates`` and the simulated latencies.
+    """
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    arch, model_info = resolve_model(model, catalog)
+    input_tokens = _positive_int("input-tokens", input_tokens)
+    output_tokens = _positive_int("output-tokens", output_tokens)
+    pp = _positive_int("pp", pp)
+    ep = _positive_int("ep", ep)
+    if tp is not None:
+        tp = _positive_int("tp", tp)
+    if batch is not None:
+        batch = _positive_int("batch", batch)
+        if max_throughput:
+            raise InputError("give either --batch or --max-throughput, not both")
+    chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
+    if not 0 < memory_utilization <= 1:
+        raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
+    if batching not in BATCHING_MODES:
+        raise InputError(f"unknown batching {batching!r}", hint="use continuous or static")
+    if slo_percentile not in PERCENTILES:
+        raise InputError(
+            f"unknown SLO percentile {slo_percentile!r}",
+            hint=f"use one of {', '.join(PERCENTILES)}",
+        )
+    qps = _positive("qps", qps)
+    ttft_slo_s = _positive("ttft-slo-s", ttft_slo_s)
+    tpot_slo_s = _positive("tpot-slo-s", tpot_slo_s)
+    if (ttft_slo_s or tpot_slo_s) and qps is None:
+        raise InputError("SLO targets need a load", hint="add --qps (requests per second)")
+    max_ctx = arch.max_context
+    inputs = LengthDist(
+        float(input_tokens), _positive("input-tokens-p99", input_tokens_p99), max_ctx
+    )
+    outputs = LengthDist(
+        float(output_tokens), _positive("output-tokens-p99", output_tokens_p99), max_ctx
+    )
+    if max_ctx and input_tokens + output_tokens > max_ctx:
+        raise InputError(
+            f"{input_tokens} + {output_tokens} tokens exceed the {max_ctx}-token context of {arch.name}",
+            hint="shorten --input-tokens or --output-tokens",
+        )
+    fitted = overheads or load_overheads()
+    gpus = [catalog.gpu(g) for g in _gpu_list(gpu)]
+    get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
+
+    base = {
+        "model": model_info,
+        "precision": precision,
+        "input_tokens": inputs.describe(),
+        "output_tokens": outputs.describe(),
+        "batching": batching,
+        "framework_constants": {
+            **fitted.params.as_dict(),
+            "fitted_on": fitted.record.get("fitted_on"),
+            "held_out": fitted.record.get("held_out", {}).get("leave-one-model-out"),
+        },
+    }
+    if qps is None:
+        if len(gpus) > 1:
+            raise InputError(
+                "several GPUs are compared only when sizing for a load",
+                hint="add --qps and SLO targets, or give one --gpu",
+            )
+        g = gpus[0]
+        prec = resolve_precision(precision, g, kv_precision)
+        perf = get_perf(g.id)
+        if tp is None:
+            req = float(input_tokens + output_tokens)
+            tp = (
+                smallest_fitting_tp(
+                    arch,
+                    g,
+                    prec,
+                    pp=pp,
+                    ep=ep,
+                    request_tokens=req,
+                    chunk=chunk_tokens,
+                    utilization=memory_utilization,
+                )
+                or 1
+            )
+        layout = Layout(tp, pp, ep)
+        check_layout(arch, layout)
+        out = _single_layout(
+            arch=arch,
+            gpu=g,
+            perf=perf,
+            prec=prec,
+            layout=layout,
+            fitted=fitted,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            batch=batch,
+            max_throughput=max_throughput,
+            batching=batching,
+            chunk_tokens=chunk_tokens,
+            utilization=memory_utilization,
+        )
+        out.pop("_rates")
+        out.pop("_memory")
+        basis = _basis(perf)
+        return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
+    return _size_for_load(
+        arch=arch,
+        gpus=gpus,
+        base=base,
+        precision=precision,
+        kv_precision=kv_precision,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        inputs=inputs,
+        outputs=outputs,
+        qps=qps,
+        ttft_slo_s=ttft_slo_s,
+        tpot_slo_s=tpot_slo_s,
+        percentile=slo_percentile,
+        batch=batch,
+        fitted=fitted,
+        get_perf=get_perf,
+        catalog=catalog,
+        chunk_tokens=chunk_tokens,
+        utilization=memory_utilization,
+        seed=seed,
+        num_requests=num_requests,
+        progress=progress,
+    )
+
+
+def _basis(perf: Any) -> str | None:
+    try:
+        s = perf.summary()
+        bases = {e.basis for e in s.values()}
+        order = ["spec", "transferred", "measured"]
+        for b in order:
+            if b in bases:
+                return b
+    except Exception:
+        return None
+    return None
+
+
+def build_candidates(
+    *,
+    arch: Arch,
+    gpus: list[Any],
+    precision: str,
+    kv_precision: str | None,
+    tp: int | None,
+    pp: int,
+    ep: int,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    batch: int | None,
+    fitted: FittedOverheads,
+    get_perf: Any,
+    catalog: Any,
+    chunk_tokens: int,
+    utilization: float,
+) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    """Every (GPU, TP, batch cap) that could serve, with a replica model each.
+
+    Returns the candidates and the (gpu, tp) layouts left out with the reason.
+    """
+    params = fitted.params
+    cands: list[Candidate] = []
+    dropped: list[dict[str, Any]] = []
+    req_mean = inputs.mean + outputs.mean
+    req_max = inputs.quantile(0.999) + outputs.quantile(0.999)
+    for g in gpus:
+        try:
+            prec = resolve_precision(precision, g, kv_precision)
+        except InputError as exc:
+            dropped.append({"gpu": g.id, "reason": exc.one_line()})
+            continue
+        price, price_src = usd_per_gpu_hour(catalog, g.id)
+        perf = None
+        for t in [tp] if tp is not None else tp_options(arch, g, ep, pp):
+            layout = Layout(t, pp, ep)
+            try:
+                check_layout(arch, layout)
+            except InputError as exc:
+                dropped.append({"gpu": g.id, "tp": t, "reason": exc.one_line()})
+                continue
+            sh = shard(arch, layout, prec)
+            mp = memory_plan(
+                sh, g, tokens_in_pass=chunk_tokens, rows=chunk_tokens, utilization=utilization
+            )
+            if mp.kv_capacity_tokens < req_max:
+                dropped.append(
+                    {
+                        "gpu": g.id,
+                        "tp": t,
+                        "reason": f"does not fit: {mp.kv_capacity_tokens:.0f} KV tokens free for requests of up to {req_max:.0f}",
+                        "memory_breakdown_bytes": mp.breakdown(0),
+                    }
+                )
+                continue
+            perf = perf or get_perf(g.id)
+            rates = DeviceRates(perf, g, sh)
+            max_b = max(mp.max_batch(req_mean), 1)
+            cost = StepCostModel.build(
+                rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
+            )
+            coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0
+            caps = (
+                [batch]
+                if batch is not None
+                else sorted({c for c in (2**i for i in range(3, 16)) if c < max_b} | {max_b})
+            )
+            for cap in caps:
+                rep = ReplicaModel(
+                    cost=cost,
+                    max_batch=int(cap),
+                    kv_capacity_tokens=mp.kv_capacity_tokens * layout.pp / layout.pp,
+                    prefill_flops_coef=coef,
+                    chunk_tokens=chunk_tokens,
+                    label=f"{g.id} tp={t} cap={cap}",
+                )
+                cands.append(
+                    Candidate(
+                        gpu=g.id,
+                        tp=t,
+                        pp=pp,
+                        ep=ep,
+                        replica=rep,
+                        usd_per_gpu_hour=price,
+                        extra={
+                            "price_source": price_src,
+                            "memory": mp,
+                            "sharded": sh,
+                            "rates": rates,
+                            "kv_max_batch": max_b,
+                        },
+                    )
+                )
+    return cands, dropped
+
+
+def _size_for_load(
+    *,
+    arch: Arch,
+    gpus: list[Any],
+    base: dict[str, Any],
+    precision: str,
+    kv_precision: str | None,
+    tp: int | None,
+    pp: int,
+    ep: int,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    qps: float,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str,
+    batch: int | None,
+    fitted: FittedOverheads,
+    get_perf: Any,
+    catalog: Any,
+    chunk_tokens: int,
+    utilization: float,
+    seed: int,
+    num_requests: int,
+    progress: Any,
+) -> dict[str, Any]:
+    cands, dropped = build_candidates(
+        arch=arch,
+        gpus=gpus,
+        precision=precision,
+        kv_precision=kv_precision,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        inputs=inputs,
+        outputs=outputs,
+        batch=batch,
+        fitted=fitted,
+        get_perf=get_perf,
+        catalog=catalog,
+        chunk_tokens=chunk_tokens,
+        utilization=utilization,
+    )
+    if not cands:
+        reasons = "; ".join(
+            f"{d['gpu']}{' tp=' + str(d['tp']) if 'tp' in d else ''}: {d['reason']}"
+            for d in dropped[:4]
+        )
+        raise InputError(
+            f"no layout can serve {arch.name} at {precision}: {reasons}",
+            hint="try --pp, a smaller --precision or a GPU with more memory",
+        )
+    # single-request latency: the floor no number of replicas can beat
+    q = PERCENTILES[percentile] / 100.0
+    i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
+    o_q = outputs.quantile(q) if q > 0.5 else outputs.quantile(0.5)
+    floors: dict[tuple[str, int], tuple[float, float]] = {}
+    for c in cands:
+        key = (c.gpu, c.tp)
+        if key not in floors:
+            floors[key] = c.replica.single_request(i_q, o_q)
+        ttft1, tpot1 = floors[key]
+        why = []
+        if ttft_slo_s is not None and ttft1 > ttft_slo_s:
+            why.append(f"TTFT {ttft1:.3g} s alone > {ttft_slo_s:g} s")
+        if tpot_slo_s is not None and tpot1 > tpot_slo_s:
+            why.append(f"TPOT {tpot1:.3g} s alone > {tpot_slo_s:g} s")
+        if why:
+            c.reason = "SLO below the single-request latency: " + ", ".join(why)
+    if all(c.reason for c in cands):
+        best_ttft = min(floors.values(), key=lambda x: x[0])[0]
+        best_tpot = min(floors.values(), key=lambda x: x[1])[1]
+        parts = []
+        if ttft_slo_s is not None and best_ttft > ttft_slo_s:
+            parts.append(
+                f"--ttft-slo-s {ttft_slo_s:g} is below the fastest single-request TTFT {best_ttft:.3g} s"
+            )
+        if tpot_slo_s is not None and best_tpot > tpot_slo_s:
+            parts.append(
+                f"--tpot-slo-s {tpot_slo_s:g} is below the fastest single-request TPOT {best_tpot:.3g} s"
+            )
+        if not parts:
+            parts.append("no layout meets both SLOs even for a single request")
+        raise InputError(
+            "impossible SLO: "
+            + "; ".join(parts)
+            + f" ({percentile} lengths, best layout of {', '.join(g.id for g in gpus)})",
+            hint="relax the SLO, use a larger --tp, a faster GPU or shorter prompts; more replicas cannot help",
+        )
+    best, all_cands = size_fleet(
+        cands,
+        qps,
+        inputs,
+        outputs,
+        ttft_slo_s,
+        tpot_slo_s,
+        percentile,
+        num_requests=num_requests,
+        seed=seed,
+        progress=progress,
+    )
+    # one line per (gpu, tp): the cheapest batch cap
+    table: dict[tuple[str, int], Candidate] = {}
+    for c in all_cands:
+        k = (c.gpu, c.tp)
+        cur = table.get(k)
+        rc = c.replicas or c.replicas_analytic
+        if cur is None:
+            table[k] = c
+            continue
+        rcur = cur.replicas or cur.replicas_analytic
+        if rc is not None and (
+            rcur is None or (c.replicas is not None, -rc) > (cur.replicas is not None, -rcur)
+        ):
+            table[k] = c
+    cand_rows = [c.as_dict() for c in table.values()]
+    cand_rows += [{k: v for k, v in d.items() if k != "memory_breakdown_bytes"} for d in dropped]
+    cand_rows.sort(
+        key=lambda d: (
+            d.get("num_gpus") is None,
+            d.get("num_gpus") or 0,
+            d.get("gpu"),
+            d.get("tp", 0),
+        )
+    )
+    if best is None or best.replicas is None:
+        raise InputError(
+            f"no layout meets the SLOs at {qps:g} requests/s in simulation",
+            hint="relax the SLOs or try other GPUs / --tp",
+        )
+    sim_val = simulate(
+        best.replica, qps / best.replicas, inputs, outputs, num_requests=num_requests, seed=seed
+    )
+    sim_slow = simulate(
+        best.replica,
+        qps / best.replicas,
+        inputs,
+        outputs,
+        num_requests=num_requests,
+        seed=seed,
+        scenario=SLOW,
+    )
+    sim_fast = simulate(
+        best.replica,
+        qps / best.replicas,
+        inputs,
+        outputs,
+        num_requests=num_requests,
+        seed=seed,
+        scenario=FAST,
+    )
+    pct = PERCENTILES[percentile]
+    sv = sim_val.summary()
+    mp: Any = best.extra["memory"]
+    sh: Any = best.extra["sharded"]
+    gpr = best.gpus_per_replica
+    thr_rep = sv["throughput_output_tokens_per_s"]
+    mean_running = sv["mean_running_requests"]
+    kv_tokens = mean_running * (inputs.mean + outputs.mean)
+    mb = mp.breakdown(kv_tokens)
+    # replicas at the calibration's slow and fast ends (analytic ratio)
+    from gpuplan.forecast.serving import max_rate_meeting
+
+    def reps(scn: int) -> int | None:
+        r = max_rate_meeting(best.replica, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile, scn)
+        if r <= 0 or not best.max_rate:
+            return None
+        return max(1, math.ceil(best.replicas * best.max_rate / r))
+
+    r_slow, r_fast = reps(SLOW), reps(FAST)
+    q_thr = fitted.interval_quantiles("throughput_per_gpu")
+    q_ttft = fitted.interval_quantiles("ttft")
+    ttft_v = sim_val.percentile("ttft", pct)
+    tpot_v = sim_val.percentile("tpot", pct)
+    rates: Any = best.extra["rates"]
+    decode_parts = combine(
+        continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
+        fitted.params,
+    )
+    out = {
+        **base,
+        "gpu": best.gpu,
+        "basis": _basis(rates.perf),
+        "ttft_s": ttft_v,
+        "tpot_s": tpot_v,
+        "throughput_output_tokens_per_s": thr_rep,
+        "throughput_output_tokens_per_s_per_gpu": thr_rep / gpr,
+        "batch": best.replica.max_batch,
+        "max_batch": int(best.extra["kv_max_batch"]),
+        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, sh.precision.kv_bytes),
+        "kv_cache_bytes_per_token_per_gpu": sh.kv_bytes_per_token_per_gpu(),
+        "memory_per_gpu_bytes": mb["total"],
+        "fits_in_memory": bool(mb["total"] <= mp.usable_bytes),
+        "bottleneck": decode_parts.bottleneck,
+        "intervals": {
+            "ttft_s": _interval(
+                ttft_v,
+                sim_fast.percentile("ttft", pct),
+                sim_slow.percentile("ttft", pct),
+                q_ttft,
+                is_time=True,
+            )
+            if math.isfinite(ttft_v)
+            else None,
+            "tpot_s": _interval(
+                tpot_v,
+                sim_fast.percentile("tpot", pct),
+                sim_slow.percentile("tpot", pct),
+                (-q_thr[1], -q_thr[0]),
+                is_time=True,
+            )
+            if math.isfinite(tpot_v)
+            else None,
+            # at a fixed load the fleet serves what arrives: no interval beyond the load itself
+            "throughput_output_tokens_per_s": [thr_rep, thr_rep],
+            "throughput_output_tokens_per_s_per_gpu": [thr_rep / gpr, thr_rep / gpr],
+            "replicas": [r_fast or best.replicas, r_slow or best.replicas],
+        },
+        "tp": best.tp,
+        "pp": best.pp,
+        "ep": best.ep,
+        "gpus_per_replica": gpr,
+        "replicas": best.replicas,
+        "num_gpus": best.replicas * gpr,
+        "usd_per_hour": None
+        if best.usd_per_gpu_hour is None
+        else best.usd_per_gpu_hour * best.replicas * gpr,
+        "price_source": best.extra.get("price_source"),
+        "memory_breakdown_bytes": mb,
+        "load": {
+            "qps": qps,
+            "qps_per_replica": qps / best.replicas,
+            "slo_percentile": percentile,
+            "ttft_slo_s": ttft_slo_s,
+            "tpot_slo_s": tpot_slo_s,
+            "mean_running_requests": mean_running,
+            "batch_cap": best.replica.max_batch,
+            "chunk_tokens": best.replica.chunk_tokens,
+        },
+        "simulation": {
+            "method": "discrete-event simulation of one continuous-batching replica, Poisson arrivals split evenly over replicas",
+            "seed": seed,
+            **sv,
+        },
+        "candidates": cand_rows,
+    }
+    return out

@@ -1,0 +1,616 @@
+"""Inference view of a model: precision, parallel layout, per-GPU GEMM shapes, weights and KV.
+
+Pure functions of a model architecture (a catalog :class:`gpuplan.catalogs.ModelArch`, or any
+object with the same attribute names) and a layout. Nothing here reads a file or a device
+model: :mod:`gpuplan.forecast.inference_step` turns the shapes into time with a
+:class:`gpuplan.calibration.api.DevicePerf`.
+
+Conventions
+-----------
+* Tensor parallelism (TP) follows Megatron-LM (Shoeybi et al. 2019, Sec. 3): attention heads
+  and the FFN width are split over ``tp`` GPUs, KV heads too, replicated when there are fewer
+  KV heads than GPUs (as TensorRT-LLM and vLLM do for GQA). The vocabulary is split as well.
+* Expert parallelism (EP) lives inside the TP group, the TensorRT-LLM convention
+  ``moe_tp_size x moe_ep_size = tp_size``: ``tp`` must be a multiple of ``ep``; each GPU holds
+  ``num_experts / ep`` experts, each sharded ``tp / ep`` ways. A replica has ``tp x pp`` GPUs.
+* Pipeline parallelism (PP) splits the layers into ``pp`` equal stages; figures are for the
+  average stage (``layers / pp`` layers).
+* Embeddings and the LM head stay in the activation dtype when the weights are quantised
+  (the default of AWQ, SmoothQuant and NVIDIA ModelOpt FP8 recipes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """How one ``--precision`` choice stores weights and KV and which tensor-core rate it uses.
+
+    Attributes
+    ----------
+    name:
+        The ``--precision`` value (bf16, fp16, fp8, int8, int4, fp4).
+    weight_bytes:
+        Bytes per weight of the transformer layers, quantisation scales included.
+    kv_bytes:
+        Bytes per KV-cache element.
+    gemm_dtype:
+        Catalog dtype whose peak the layer GEMMs run at.
+    activation_dtype:
+        Dtype of activations, attention math, embeddings and the LM head.
+    requires:
+        Catalog dtypes the accelerator must support (peak not empty).
+    """
+
+    name: str
+    weight_bytes: float
+    kv_bytes: float
+    gemm_dtype: str
+    activation_dtype: str
+    requires: tuple[str, ...]
+    description: str
+
+    @property
+    def activation_bytes(self) -> float:
+        return 2.0
+
+
+#: The precisions of ``forecast infer --precision``. Scale overheads: AWQ (Lin et al. 2024)
+#: stores one fp16 scale per 128 int4 weights (16/128 bit per weight); NVFP4 one FP8 (E4M3)
+#: scale per 16 FP4 values (NVIDIA, "Introducing NVFP4", 2025). FP8 and SmoothQuant INT8
+#: (Xiao et al. 2023) use per-tensor/per-channel scales, negligible per weight.
+PRECISIONS: dict[str, PrecisionSpec] = {
+    "bf16": PrecisionSpec("bf16", 2.0, 2.0, "bf16", "bf16", ("bf16",), "bf16 weights, KV, math"),
+    "fp16": PrecisionSpec("fp16", 2.0, 2.0, "fp16", "fp16", ("fp16",), "fp16 weights, KV, math"),
+    "fp8": PrecisionSpec(
+        "fp8", 1.0, 1.0, "fp8", "bf16", ("fp8",), "FP8 weights and KV cache, FP8 GEMMs"
+    ),
+    "int8": PrecisionSpec(
+        "int8", 1.0, 1.0, "int8", "bf16", ("int8",), "W8A8 (SmoothQuant) with INT8 KV cache"
+    ),
+    "int4": PrecisionSpec(
+        "int4",
+        0.5 + 2.0 / 128,
+        2.0,
+        "bf16",
+        "bf16",
+        ("bf16",),
+        "W4A16 weight-only (AWQ/GPTQ, group 128): bf16 GEMMs, bf16 KV cache",
+    ),
+    "fp4": PrecisionSpec(
+        "fp4",
+        0.5 + 1.0 / 16,
+        1.0,
+        "fp4",
+        "bf16",
+        ("fp4", "fp8"),
+        "NVFP4 weights and activations, FP8 KV cache",
+    ),
+}
+
+KV_PRECISIONS: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
+
+
+def _peak(gpu: Any, dtype: str) -> float | None:
+    fn = getattr(gpu, "peak_flops_per_s", None)
+    if fn is None:
+        return None
+    try:
+        return fn(dtype)
+    except Exception:  # unknown dtype for this catalog version
+        return None
+
+
+def resolve_precision(precision: str, gpu: Any, kv_precision: str | None = None) -> PrecisionSpec:
+    """The :class:`PrecisionSpec` for ``precision`` on ``gpu``; refuses what the GPU lacks.
+
+    The catalog's dense peak per dtype decides: an empty FP8 peak (A100) means no FP8 tensor
+    cores, so ``--precision fp8`` is refused with the alternatives that do work.
+    """
+    key = str(precision).strip().lower()
+    if key not in PRECISIONS:
+        raise InputError(
+            f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}"
+        )
+    spec = PRECISIONS[key]
+    gpu_name = getattr(gpu, "id", str(gpu))
+    ok = [p for p in PRECISIONS.values() if all(_peak(gpu, d) for d in p.requires)]
+    missing = [d for d in spec.requires if not _peak(gpu, d)]
+    if missing:
+        raise InputError(
+            f"{gpu_name} has no {'/'.join(missing).upper()} tensor-core rate in the catalog, "
+            f"so --precision {key} cannot run on it",
+            hint=f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU",
+        )
+    if kv_precision is not None:
+        kv = str(kv_precision).strip().lower()
+        if kv not in KV_PRECISIONS:
+            raise InputError(
+                f"unknown KV-cache precision {kv_precision!r}",
+                hint=f"use one of {', '.join(KV_PRECISIONS)}",
+            )
+        if kv == "fp8" and not _peak(gpu, "fp8"):
+            raise InputError(
+                f"{gpu_name} has no FP8 support in the catalog, so an FP8 KV cache cannot run",
+                hint="use --kv-precision int8 or bf16",
+            )
+        spec = PrecisionSpec(
+            spec.name,
+            spec.weight_bytes,
+            KV_PRECISIONS[kv],
+            spec.gemm_dtype,
+            spec.activation_dtype,
+            spec.requires,
+            f"{spec.description}; KV cache {kv}",
+        )
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arch:
+    """The architecture fields the inference model reads, normalised from a catalog row."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+    vocab: int
+    tied_embeddings: bool
+    gated_mlp: bool
+    attention: str
+    parallel_attention: bool = False
+    num_experts: int = 0
+    top_k: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_hidden: int = 0
+    shared_expert_ffn_hidden: int = 0
+    num_moe_layers: int = 0
+    # MLA (DeepSeek-V2): None or (q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head_dim)
+    mla: tuple[int, int, int, int, int] | None = None
+    max_context: int | None = None
+    params_total: float | None = None
+    params_active: float | None = None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and self.num_moe_layers > 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.layers - self.num_moe_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        if self.mla is not None:
+            return self.mla[2] + self.mla[3]
+        return self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla[4] if self.mla is not None else self.head_dim
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def arch_from(model: Any) -> Arch:
+    """Normalise a catalog ``ModelArch`` (or a dict / object with its field names) to :class:`Arch`."""
+    if isinstance(model, Arch):
+        return model
+    try:
+        layers = int(_get(model, "layers"))
+        hidden = int(_get(model, "hidden"))
+        heads = int(_get(model, "heads"))
+        kv_heads = int(_get(model, "kv_heads") or heads)
+        head_dim = int(_get(model, "head_dim") or hidden // heads)
+        ffn = int(_get(model, "ffn_hidden"))
+        vocab = int(_get(model, "vocab"))
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"model architecture is incomplete ({exc})",
+            hint="give layers, hidden, heads, kv_heads, ffn_hidden and vocab",
+        ) from exc
+    num_experts = int(_get(model, "num_experts", 0) or 0)
+    if num_experts <= 1:
+        num_experts = 0
+    moe_layers = 0
+    if num_experts:
+        idx = _get(model, "moe_layer_indices")
+        if callable(idx):
+            moe_layers = len(idx())
+        else:
+            first = int(_get(model, "first_dense_layers", 0) or 0)
+            every = int(_get(model, "moe_layer_interval") or _get(model, "moe_layer_freq") or 1)
+            moe_layers = sum(1 for i in range(first, layers) if (i - first + 1) % every == 0)
+    mla = _get(model, "mla")
+    mla_t = None
+    if mla is not None:
+        mla_t = (
+            int(_get(mla, "q_lora_rank") or 0),
+            int(_get(mla, "kv_lora_rank")),
+            int(_get(mla, "qk_nope_head_dim")),
+            int(_get(mla, "qk_rope_head_dim")),
+            int(_get(mla, "v_head_dim")),
+        )
+    moe_ffn = int(_get(model, "moe_ffn_hidden", 0) or 0) or (ffn if num_experts else 0)
+
+    def _count(name: str) -> float | None:
+        fn = _get(model, name)
+        try:
+            return float(fn()) if callable(fn) else (float(fn) if fn is not None else None)
+        except Exception:
+            return None
+
+    attention = str(_get(model, "attention", "") or ("mha" if kv_heads == heads else "gqa"))
+    if mla_t is not None:
+        attention = "mla"
+    for name, val in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab)):
+        if val <= 0:
+            raise InputError(f"model {name} must be positive, got {val}")
+    return Arch(
+        name=str(_get(model, "id", None) or _get(model, "name", "custom")),
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden=ffn,
+        vocab=vocab,
+        tied_embeddings=bool(_get(model, "tied_embeddings", False)),
+        gated_mlp=bool(_get(model, "gated_mlp", True)),
+        attention=attention,
+        parallel_attention=bool(_get(model, "parallel_attention", False)),
+        num_experts=num_experts,
+        top_k=int(_get(model, "top_k", 0) or 0),
+        num_shared_experts=int(_get(model, "num_shared_experts", 0) or 0),
+        moe_ffn_hidden=moe_ffn,
+        shared_expert_ffn_hidden=int(_get(model, "shared_expert_ffn_hidden", 0) or 0) or moe_ffn,
+        num_moe_layers=moe_layers,
+        mla=mla_t,
+        max_context=_get(model, "max_context"),
+        params_total=_count("params_total"),
+        params_active=_count("params_active"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout and sharding
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """Parallel layout of one serving replica (``tp x pp`` GPUs)."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+def check_layout(arch: Arch, layout: Layout) -> None:
+    """Raise :class:`InputError` for a layout the model cannot be split into."""
+    tp, pp, ep = layout.tp, layout.pp, layout.ep
+    for name, v in (("tp", tp), ("pp", pp), ("ep", ep)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"--{name} must be a positive integer, got {v!r}")
+    if arch.heads % tp:
+        raise InputError(
+            f"--tp {tp} does not divide the {arch.heads} attention heads of {arch.name}",
+            hint=f"use a tp among {', '.join(str(d) for d in divisors(arch.heads) if d <= 64)}",
+        )
+    if pp > arch.layers:
+        raise InputError(
+            f"--pp {pp} is more than the {arch.layers} layers of {arch.name}",
+            hint=f"use --pp {arch.layers} or less",
+        )
+    if ep > 1:
+        if not arch.is_moe:
+            raise InputError(
+                f"--ep {ep} needs a mixture-of-experts model; {arch.name} is dense",
+                hint="drop --ep",
+            )
+        if tp % ep or arch.num_experts % ep:
+            raise InputError(
+                f"--ep {ep} must divide both --tp {tp} and the {arch.num_experts} experts "
+                "(expert parallelism runs inside the TP group: moe_tp x moe_ep = tp)",
+                hint=f"use --tp {ep * max(1, tp // ep)} or an --ep dividing {tp}",
+            )
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, tokens: Any) -> Any:
+    """Expected number of distinct experts that ``tokens`` tokens route to.
+
+    With uniform routing each token picks ``top_k`` of ``E`` experts, so an expert is missed by
+    one token with probability ``1 - k/E`` and by all of them with ``(1 - k/E)**tokens``:
+    ``E * (1 - (1 - k/E)**tokens)`` (occupancy problem; as used for MoE decode in e.g.
+    the DeepSpeed-MoE inference analysis, Rajbhandari et al. 2022, Sec. 5).
+
+    >>> round(float(expected_distinct_experts(8, 2, 1)), 6)
+    2.0
+    >>> round(float(expected_distinct_experts(8, 2, 1000)), 6)
+    8.0
+    """
+    t = np.asarray(tokens, dtype=float)
+    if num_experts <= 0:
+        return np.zeros_like(t)
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** t)
+
+
+@dataclass(frozen=True)
+class Gemms:
+    """The GEMMs of one forward pass on one GPU of the average pipeline stage.
+
+    Arrays of one length: ``m`` (rows = tokens), ``n``, ``k``, ``count`` (how many such
+    GEMMs per pass, fractional for expected expert counts) and ``weight_bytes_per_elem``.
+    ``names`` labels each entry for breakdowns.
+    """
+
+    names: tuple[str, ...]
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    count: np.ndarray
+    weight_bytes_per_elem: np.ndarray
+    quantised: np.ndarray  # bool: runs at the precision's GEMM dtype (else activation dtype)
+
+
+@dataclass(frozen=True)
+class Sharded:
+    """A model split over a layout at a precision: the per-GPU quantities the step model uses."""
+
+    arch: Arch
+    layout: Layout
+    precision: PrecisionSpec
+    # per GPU, average stage
+    layers_per_stage: float
+    dense_layers_per_stage: float
+    moe_layers_per_stage: float
+    q_heads_per_gpu: int
+    kv_heads_per_gpu: int
+    weight_bytes_per_gpu: float
+    weight_breakdown_bytes: dict[str, float] = field(default_factory=dict)
+
+    # ---- KV cache ---------------------------------------------------------------------
+    def kv_bytes_per_token_per_layer_per_gpu(self) -> float:
+        """KV bytes one token adds to one layer on one GPU (MLA: the latent, replicated)."""
+        a = self.arch
+        if a.mla is not None:
+            return (a.mla[1] + a.mla[3]) * self.precision.kv_bytes
+        return 2 * self.kv_heads_per_gpu * a.head_dim * self.precision.kv_bytes
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
+            self.arch.layers / self.layout.pp
+        )
+
+    # ---- GEMMs ------------------------------------------------------------------------
+    def gemms(self, tokens: float, logit_rows: float) -> Gemms:
+        """GEMMs of one forward pass over ``tokens`` tokens, ``logit_rows`` of which need logits."""
+        a, lay, p = self.arch, self.layout, self.precision
+        tp, ep = lay.tp, lay.ep
+        h = a.hidden
+        wb = p.weight_bytes
+        ab = p.activation_bytes
+        rows: list[tuple[str, float, float, float, float, float]] = []
+        ld, lm = self.dense_layers_per_stage, self.moe_layers_per_stage
+        layers = ld + lm
+        qh, kvh = self.q_heads_per_gpu, self.kv_heads_per_gpu
+        # attention projections
+        if a.mla is None:
+            rows.append(("qkv", tokens, (qh + 2 * kvh) * a.head_dim, h, layers, wb))
+            rows.append(("attn_out", tokens, h, qh * a.head_dim, layers, wb))
+        else:
+            q_lora, kv_lora, nope, rope, vd = a.mla
+            if q_lora:
+                rows.append(("q_down", tokens, q_lora, h, layers, wb))
+                rows.append(("q_up", tokens, qh * (nope + rope), q_lora, layers, wb))
+            else:
+                rows.append(("q", tokens, qh * (nope + rope), h, layers, wb))
+            rows.append(("kv_down", tokens, kv_lora + rope, h, layers, wb))
+            rows.append(("kv_up", tokens, qh * (nope + vd), kv_lora, layers, wb))
+            rows.append(("attn_out", tokens, h, qh * vd, layers, wb))
+        up = 2 if a.gated_mlp else 1
+        if ld:
+            f = a.ffn_hidden / tp
+            rows.append(("mlp_up", tokens, up * f, h, ld, wb))
+            rows.append(("mlp_down", tokens, h, f, ld, wb))
+        if lm:
+            e_tp = tp / ep  # each expert sharded this many ways
+            fe = a.moe_ffn_hidden / e_tp
+            distinct = float(expected_distinct_experts(a.num_experts, a.top_k, tokens))
+            per_expert = tokens * a.top_k / max(distinct, 1e-12)
+            local = distinct / ep
+            rows.append(("router", tokens, a.num_experts, h, lm, ab))
+            rows.append(("expert_up", per_expert, up * fe, h, lm * local, wb))
+            rows.append(("expert_down", per_expert, h, fe, lm * local, wb))
+            if a.num_shared_experts:
+                fs = a.num_shared_experts * a.shared_expert_ffn_hidden / tp
+                rows.append(("shared_up", tokens, up * fs, h, lm, wb))
+                rows.append(("shared_down", tokens, h, fs, lm, wb))
+        # LM head on the last stage only: 1/pp of it on the average stage
+        rows.append(("lm_head", logit_rows, a.vocab / tp, h, 1.0 / lay.pp, ab))
+        names = tuple(r[0] for r in rows)
+        arr = np.array([r[1:] for r in rows], dtype=float)
+        quantised = np.array([n not in ("router", "lm_head") for n in names])
+        return Gemms(names, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], quantised)
+
+    # ---- element-wise traffic -----------------------------------------------------------
+    def elementwise_bytes_per_token(self) -> float:
+        """Bytes read + written per token by the unfused element-wise kernels of the stage.
+
+        Counted per layer: ``norms_per_layer`` norms (read + write ``h``), two residual adds
+        (read 2h, write h), the MLP activation (gated: read 2f, write f; else read f, write
+        f) and RoPE on q and k (read + write) -- the non-GEMM traffic the Megatron analysis
+        (Korthikanti et al. 2022, Sec. 4) lists as activations.
+        """
+        a, p = self.arch, self.precision
+        tp = self.layout.tp
+        h = a.hidden
+        ab = p.activation_bytes
+        per_layer = 2 * 2 * h + 2 * 3 * h
+        per_layer += 2 * (self.q_heads_per_gpu + self.kv_heads_per_gpu) * a.qk_head_dim
+        dense_f = a.ffn_hidden / tp
+        moe_f = (
+            a.top_k * a.moe_ffn_hidden + a.num_shared_experts * a.shared_expert_ffn_hidden
+        ) / tp
+        act = 3 if a.gated_mlp else 2
+        total = (
+            self.layers_per_stage * per_layer
+            + self.dense_layers_per_stage * act * dense_f
+            + self.moe_layers_per_stage * act * moe_f
+        )
+        return total * ab
+
+    # ---- attention ----------------------------------------------------------------------
+    def attention_flops_prefill(self, seq_len: Any, prefix: Any = 0) -> Any:
+        """Attention FLOPs of one sequence's prefill chunk on one GPU, whole stage.
+
+        ``2 * heads * (d_qk + d_v) * (s * c + s**2 / 2)`` for a chunk of ``s`` tokens after
+        ``c`` cached ones: QK^T and PV each cost ``2 * s * ctx * d`` per head, and causal
+        masking halves the square part (FlashAttention, Dao et al. 2022, Sec. 3 counts).
+        """
+        s = np.asarray(seq_len, dtype=float)
+        c = np.asarray(prefix, dtype=float)
+        a = self.arch
+        dsum = a.qk_head_dim + a.v_head_dim
+        return 2.0 * self.q_heads_per_gpu * dsum * (s * c + s * s / 2.0) * self.layers_per_stage
+
+    def attention_flops_decode_per_ctx_token(self) -> float:
+        """Decode attention FLOPs per cached token of one sequence on one GPU, whole stage.
+
+        ``2 * heads * (d_qk + d_v)`` per cached token and layer; with MLA the absorbed form
+        attends over the latent: ``d_qk = kv_lora + rope`` and ``d_v = kv_lora`` (DeepSeek-V2,
+        Appendix C).
+        """
+        a = self.arch
+        if a.mla is not None:
+            dsum = (a.mla[1] + a.mla[3]) + a.mla[1]
+        else:
+            dsum = a.qk_head_dim + a.v_head_dim
+        return 2.0 * self.q_heads_per_gpu * dsum * self.layers_per_stage
+
+    def activation_bytes_peak(self, tokens: Any, logit_rows: Any) -> Any:
+        """Peak activation memory of one forward pass over ``tokens`` tokens on one GPU.
+
+        Inference keeps no activations between layers, so the peak is one layer's working
+        set: the residual stream, the normalised input and the layer output (3h) plus the
+        widest intermediate (the QKV + attention output, or the MLP up-projection and its
+        activation), and the fp32 logits of the ``logit_rows`` rows that need them.
+        """
+        a, p = self.arch, self.precision
+        tp = self.layout.tp
+        attn_w = (self.q_heads_per_gpu * 2 + 2 * self.kv_heads_per_gpu) * a.qk_head_dim
+        up = 3 if a.gated_mlp else 2
+        mlp_w = up * max(a.ffn_hidden, a.top_k * a.moe_ffn_hidden) / tp
+        per_token = (3 * a.hidden + max(attn_w, mlp_w)) * p.activation_bytes
+        t = np.asarray(tokens, dtype=float)
+        return t * per_token + np.asarray(logit_rows, dtype=float) * a.vocab / tp * 4.0
+
+    def kv_bytes_per_ctx_token_stage(self) -> float:
+        """KV bytes read per cached token of one sequence in one decode step, whole stage."""
+        return self.kv_bytes_per_token_per_layer_per_gpu() * self.layers_per_stage
+
+    # ---- communication volumes ----------------------------------------------------------
+    def tp_allreduces_per_pass(self) -> float:
+        """All-reduces of ``tokens x hidden`` activations per pass on the stage (Megatron: one
+        after attention and one after the MLP; one per layer with parallel attention+MLP)."""
+        if self.layout.tp == 1:
+            return 0.0
+        per_layer = 1.0 if self.arch.parallel_attention else 2.0
+        if self.layout.ep > 1:
+            # MoE layers exchange tokens by all-to-all instead of reducing the MLP output
+            # (see :func:`gpuplan.forecast.inference_step.pass_parts`)
+            return per_layer * self.dense_layers_per_stage + 1.0 * self.moe_layers_per_stage
+        return per_layer * self.layers_per_stage
+
+
+def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
+    """Split ``arch`` over ``layout`` at ``precision`` (after :func:`check_layout`)."""
+    check_layout(arch, layout)
+    tp, pp = layout.tp, layout.pp
+    h = arch.hidden
+    wb = precision.weight_bytes
+    ab = precision.activation_bytes
+    qh = arch.heads // tp
+    kvh = max(1, math.ceil(arch.kv_heads / tp))
+    layers_stage = arch.layers / pp
+    ld = arch.num_dense_layers / pp
+    lm = arch.num_moe_layers / pp
+    # attention weights per GPU and layer
+    if arch.mla is None:
+        attn = (qh + 2 * kvh) * arch.head_dim * h + qh * arch.head_dim * h
+    else:
+        q_lora, kv_lora, nope, rope, vd = arch.mla
+        q = (h * q_lora + q_lora * qh * (nope + rope)) if q_lora else h * qh * (nope + rope)
+        attn = q + h * (kv_lora + rope) + kv_lora * qh * (nope + vd) + qh * vd * h
+    up = 3 if arch.gated_mlp else 2
+    dense_mlp = up * h * arch.ffn_hidden / tp
+    moe_mlp = 0.0
+    if arch.is_moe:
+        moe_mlp = arch.num_experts * up * h * arch.moe_ffn_hidden / tp
+        moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn_hidden / tp
+    # slowest (largest) stage for memory: ceil of the layers
+    frac = math.ceil(arch.layers / pp) / arch.layers
+    attn_bytes = attn * arch.layers * frac * wb
+    mlp_bytes = (dense_mlp * arch.num_dense_layers + moe_mlp * arch.num_moe_layers) * frac * wb
+    router_bytes = (h * arch.num_experts * arch.num_moe_layers * frac * ab) if arch.is_moe else 0.0
+    embed = arch.vocab * h / tp * ab
+    head = 0.0 if arch.tied_embeddings else arch.vocab * h / tp * ab
+    emb_bytes = embed + head if pp == 1 else max(embed, head if head else embed)
+    breakdown = {
+        "attention": attn_bytes,
+        "mlp": mlp_bytes + router_bytes,
+        "embeddings": emb_bytes,
+    }
+    return Sharded(
+        arch=arch,
+        layout=layout,
+        precision=precision,
+        layers_per_stage=layers_stage,
+        dense_layers_per_stage=ld,
+        moe_layers_per_stage=lm,
+        q_heads_per_gpu=qh,
+        kv_heads_per_gpu=kvh,
+        weight_bytes_per_gpu=sum(breakdown.values()),
+        weight_breakdown_bytes=breakdown,
+    )
+
+
+def kv_cache_bytes_per_token(arch: Arch, kv_bytes: float) -> float:
+    """Whole-model KV-cache bytes per token: ``2 * layers * kv_heads * head_dim * bytes``;
+    MLA keeps the compressed latent and the decoupled RoPE key,
+    ``layers * (kv_lora_rank + qk_rope_head_dim) * bytes`` (DeepSeek-V2, Sec. 2.1.2).
+
+    >>> a = Arch("x", 80, 8192, 64, 8, 128, 28672, 32000, False, True, "gqa")
+    >>> kv_cache_bytes_per_token(a, 2.0)
+    327680.0
+    """
+    if arch.mla is not None:
+        return float(arch.layers * (arch.mla[1] + arch.mla[3]) * kv_bytes)
+    return float(2 * arch.layers * arch.kv_heads * arch.head_dim * kv_bytes)

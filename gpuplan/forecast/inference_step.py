@@ -1,0 +1,592 @@
+"""Time of one inference forward pass (prefill, decode step, or a mixed continuous-batching
+iteration) from the calibrated device model.
+
+Every pass is split into the parts a reader can audit (per GPU, average pipeline stage):
+
+* **GEMMs** at the real shapes: compute ``2*m*n*k / F(m, n, k)`` with ``F`` the calibrated
+  GEMM rate (:meth:`DevicePerf.matmul_flops_per_s`), memory ``(weights + inputs + outputs) /
+  B`` with ``B`` the calibrated HBM bandwidth; the two combine by a smooth roofline
+  ``(c**p + m**p)**(1/p)`` (Williams et al. 2009 roofline, made smooth as in the "smooth max"
+  of the LLM-Viewer/roofline analyses; ``p -> inf`` is the hard ``max``).
+* **attention**: FLOPs of QK^T and PV (FlashAttention counts) against streaming the KV cache.
+* **element-wise** kernels (norms, residuals, activation, RoPE): bandwidth only.
+* **communication**: Megatron TP all-reduces per layer, MoE all-to-alls, PP sends, each from
+  the calibrated collective model at the real (small) message size, where latency dominates.
+* **overhead**: per-layer and per-step time the calibration cannot see (kernel launches,
+  scheduling, sampling) -- framework constants fitted on published runs, see
+  :mod:`gpuplan.forecast.inference_fit`.
+
+Every quantity carries a scenario axis of length 3: ``[value, slow, fast]``: the calibrated
+central value, the pessimistic end (low FLOP/s and bandwidth, high collective time) and the
+optimistic end, so that intervals come from the calibration's ``low``/``high``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuplan.forecast.inference_arch import Gemms, Sharded
+
+#: Rows below which a GEMM's compute ceiling is read at this many rows. The calibrated rate
+#: of a thin GEMM already contains its weight traffic at the probe's element size; this model
+#: counts that traffic itself, with the real (possibly quantised) weight bytes, on the memory
+#: side of the roofline. Reading the compute side at >= 1024 rows, where GEMMs of transformer
+#: widths are compute-bound on current GPUs, avoids counting the weights twice.
+COMPUTE_CEILING_MIN_ROWS = 1024.0
+
+#: index of the scenario axis
+VALUE, SLOW, FAST = 0, 1, 2
+_BASIS_ORDER = {"measured": 0, "transferred": 1, "spec": 2}
+
+
+def _worst(*bases: str) -> str:
+    known = [b for b in bases if b in _BASIS_ORDER]
+    return max(known, key=_BASIS_ORDER.__getitem__) if known else "spec"
+
+
+def rate3(est: Any) -> np.ndarray:
+    """``[value, low, high]`` of a rate Estimate: dividing work by it gives [value, slow, fast]."""
+    return np.stack(
+        [np.asarray(est.value, float), np.asarray(est.low, float), np.asarray(est.high, float)]
+    )
+
+
+def time3(est: Any) -> np.ndarray:
+    """``[value, high, low]`` of a time Estimate (slow scenario = high time)."""
+    return np.stack(
+        [np.asarray(est.value, float), np.asarray(est.high, float), np.asarray(est.low, float)]
+    )
+
+
+@dataclass(frozen=True)
+class OverheadParams:
+    """Framework constants that the calibration cannot derive, fitted on published runs.
+
+    Attributes
+    ----------
+    gemm_efficiency:
+        Achieved fraction of the calibrated GEMM (and attention) FLOP/s inside the serving
+        engine (fused kernels, quantisation epilogues, non-ideal tiles).
+    bandwidth_efficiency:
+        Achieved fraction of the calibrated HBM copy bandwidth when streaming weights and KV.
+    roofline_sharpness:
+        Exponent ``p`` of the smooth roofline ``(c**p + m**p)**(1/p)``.
+    overhead_per_layer_s:
+        Fixed time per layer and forward pass (kernel launches and syncs), seconds.
+    overhead_per_step_s:
+        Fixed time per forward pass (scheduling, sampling, host work), seconds.
+    comm_efficiency:
+        Multiplier on the calibrated collective time (1 = as calibrated).
+    """
+
+    gemm_efficiency: float = 1.0
+    bandwidth_efficiency: float = 1.0
+    roofline_sharpness: float = 4.0
+    overhead_per_layer_s: float = 0.0
+    overhead_per_step_s: float = 0.0
+    comm_efficiency: float = 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+def smooth_max(c: Any, m: Any, p: float) -> Any:
+    """``(c**p + m**p)**(1/p)``, computed without overflow; equals ``max`` as ``p -> inf``.
+
+    >>> float(smooth_max(3.0, 4.0, 2.0))
+    5.0
+    >>> round(float(smooth_max(1.0, 0.0, 8.0)), 12)
+    1.0
+    """
+    c = np.asarray(c, dtype=float)
+    m = np.asarray(m, dtype=float)
+    hi = np.maximum(c, m)
+    safe = np.where(hi > 0, hi, 1.0)
+    return np.where(hi > 0, hi * ((c / safe) ** p + (m / safe) ** p) ** (1.0 / p), 0.0)
+
+
+@dataclass(frozen=True)
+class PassParts:
+    """The physical parts of one forward pass on one GPU of the average stage.
+
+    Arrays have the scenario axis first: ``gemm_*`` are ``(3, G)`` per single GEMM,
+    the others ``(3,)``. Times are at the calibrated rates, before :class:`OverheadParams`.
+    """
+
+    names: tuple[str, ...]
+    gemm_compute_s: np.ndarray
+    gemm_memory_s: np.ndarray
+    gemm_count: np.ndarray
+    attn_compute_s: np.ndarray
+    attn_memory_s: np.ndarray
+    elementwise_s: np.ndarray
+    comm_s: np.ndarray
+    layers: float
+    basis: str = "spec"
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """A combined pass: total and breakdown, each ``(3,)`` = [value, slow, fast]."""
+
+    total_s: np.ndarray
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    elementwise_s: np.ndarray
+    comm_s: np.ndarray
+    overhead_s: np.ndarray
+    compute_side_s: np.ndarray
+    memory_side_s: np.ndarray
+
+    @property
+    def bottleneck(self) -> str:
+        v = {
+            "compute": float(self.compute_side_s[VALUE]),
+            "memory": float(self.memory_side_s[VALUE]),
+            "communication": float(self.comm_s[VALUE]),
+        }
+        return max(v, key=v.__getitem__)
+
+    def breakdown(self) -> dict[str, float]:
+        return {
+            "gemm": float(self.gemm_s[VALUE]),
+            "attention": float(self.attention_s[VALUE]),
+            "elementwise": float(self.elementwise_s[VALUE]),
+            "communication": float(self.comm_s[VALUE]),
+            "overhead": float(self.overhead_s[VALUE]),
+        }
+
+
+def combine(parts: PassParts, params: OverheadParams) -> PassTime:
+    """Apply the framework constants and the smooth roofline to the parts of a pass."""
+    p = params.roofline_sharpness
+    ec, em = params.gemm_efficiency, params.bandwidth_efficiency
+    gc = parts.gemm_compute_s / ec
+    gm = parts.gemm_memory_s / em
+    gemm = (parts.gemm_count * smooth_max(gc, gm, p)).sum(axis=-1)
+    ac = parts.attn_compute_s / ec
+    am = parts.attn_memory_s / em
+    attn = smooth_max(ac, am, p)
+    ew = parts.elementwise_s / em
+    comm = parts.comm_s * params.comm_efficiency
+    ovh = np.broadcast_to(
+        np.asarray(parts.layers, dtype=float)[..., None] * params.overhead_per_layer_s
+        + params.overhead_per_step_s,
+        gemm.shape,
+    )
+    total = gemm + attn + ew + comm + ovh
+    comp = (parts.gemm_count * gc).sum(axis=-1) + ac
+    mem = (parts.gemm_count * gm).sum(axis=-1) + am + ew
+    return PassTime(total, gemm, attn, ew, comm, ovh, comp, mem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+# ---------------------------------------------------------------------------------------------
+def _scale_up_domain(gpu: Any) -> int:
+    d = getattr(gpu, "scale_up_domain_size", None)
+    return int(d) if d else 1
+
+
+def collective3(
+    perf: Any, op: str, size_bytes: Any, ranks: int, *, intra: bool = True
+) -> tuple[np.ndarray, str]:
+    """Collective time ``[value, slow, fast]`` (zeros for one rank) and its basis."""
+    size = np.asarray(size_bytes, dtype=float)
+    if ranks <= 1:
+        return np.zeros((3, *size.shape)), "measured"
+    kwargs: dict[str, Any] = {}
+    if not intra:
+        kwargs["ranks_per_node"] = 1
+    est = perf.collective_time_s(op, size, ranks, **kwargs)
+    return time3(est), est.basis
+
+
+# ---------------------------------------------------------------------------------------------
+# Passes
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DeviceRates:
+    """Calibrated rates of one device for one precision, cached for many passes."""
+
+    perf: Any
+    gpu: Any
+    sharded: Sharded
+    bandwidth: np.ndarray = field(init=False)
+    bandwidth_basis: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        est = self.perf.memory_bandwidth_bytes_per_s()
+        self.bandwidth = rate3(est)
+        self.bandwidth_basis = est.basis
+
+    def gemm_rates(self, g: Gemms) -> tuple[np.ndarray, str]:
+        """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype."""
+        prec = self.sharded.precision
+        out = np.empty((3, len(g.names)))
+        bases = []
+        m = np.maximum(g.m, COMPUTE_CEILING_MIN_ROWS)
+        for flag, dtype in ((True, prec.gemm_dtype), (False, prec.activation_dtype)):
+            sel = g.quantised == flag
+            if not sel.any():
+                continue
+            est = self.perf.matmul_flops_per_s(m[sel], g.n[sel], g.k[sel], dtype)
+            out[:, sel] = rate3(est)
+            bases.append(est.basis)
+        return out, _worst(*bases)
+
+    def attention_rate(self, m: Any, n: Any, k: Any) -> tuple[np.ndarray, str]:
+        est = self.perf.matmul_flops_per_s(
+            np.maximum(np.asarray(m, float), COMPUTE_CEILING_MIN_ROWS),
+            np.maximum(np.asarray(n, float), 1.0),
+            np.asarray(k, float),
+            self.sharded.precision.activation_dtype,
+        )
+        return rate3(est), est.basis
+
+    @property
+    def replica_in_one_domain(self) -> bool:
+        return self.sharded.layout.gpus <= _scale_up_domain(self.gpu)
+
+    def comm(self, tokens: float) -> tuple[np.ndarray, np.ndarray, str]:
+        """Per-pass collective time of the stage and the time of one PP hop."""
+        sh = self.sharded
+        a, lay = sh.arch, sh.layout
+        ab = sh.precision.activation_bytes
+        act = tokens * a.hidden * ab
+        intra_tp = lay.tp <= _scale_up_domain(self.gpu)
+        t = np.zeros(3)
+        bases = ["measured"]
+        n_ar = sh.tp_allreduces_per_pass()
+        if n_ar:
+            c, b = collective3(self.perf, "all_reduce", act, lay.tp, intra=intra_tp)
+            t = t + n_ar * c
+            bases.append(b)
+        if lay.ep > 1 and sh.moe_layers_per_stage:
+            a2a_size = tokens * a.top_k * a.hidden * ab / lay.ep
+            c, b = collective3(self.perf, "all_to_all", a2a_size, lay.ep, intra=intra_tp)
+            t = t + 2 * sh.moe_layers_per_stage * c
+            bases.append(b)
+            if lay.tp // lay.ep > 1:
+                c, b = collective3(self.perf, "all_reduce", act, lay.tp // lay.ep, intra=intra_tp)
+                t = t + sh.moe_layers_per_stage * c
+        hop = np.zeros(3)
+        if lay.pp > 1:
+            hop, b = collective3(self.perf, "p2p", act, 2, intra=self.replica_in_one_domain)
+            bases.append(b)
+        return t, hop, _worst(*bases)
+
+
+def pass_parts(
+    rates: DeviceRates,
+    *,
+    tokens: float,
+    logit_rows: float,
+    attn_flops: float,
+    attn_bytes: float,
+    attn_shape: tuple[float, float, float],
+) -> tuple[PassParts, np.ndarray]:
+    """Parts of one forward pass over ``tokens`` tokens (and the PP hop time).
+
+    Parameters
+    ----------
+    tokens:
+        Tokens processed by the GEMMs in this pass (prefill tokens + decoding sequences).
+    logit_rows:
+        Rows that need logits (one per sequence that emits a token).
+    attn_flops, attn_bytes:
+        Attention FLOPs and KV-cache bytes moved on one GPU for the whole stage.
+    attn_shape:
+        ``(m, n, k)`` of the attention matmuls, for the calibrated rate at that shape.
+    """
+    sh = rates.sharded
+    g = sh.gemms(tokens, logit_rows)
+    rate, b_gemm = rates.gemm_rates(g)
+    flops = 2.0 * g.m * g.n * g.k
+    ab = sh.precision.activation_bytes
+    bytes_ = g.n * g.k * g.weight_bytes_per_elem + g.m * (g.k + g.n) * ab
+    bw = rates.bandwidth[:, None]
+    gemm_c = flops[None, :] / rate
+    gemm_m = bytes_[None, :] / bw
+    arate, b_attn = rates.attention_rate(*attn_shape)
+    attn_c = attn_flops / arate
+    attn_m = attn_bytes / rates.bandwidth
+    ew = tokens * sh.elementwise_bytes_per_token() / rates.bandwidth
+    comm, hop, b_comm = rates.comm(tokens)
+    parts = PassParts(
+        names=g.names,
+        gemm_compute_s=gemm_c,
+        gemm_memory_s=gemm_m,
+        gemm_count=g.count,
+        attn_compute_s=np.asarray(attn_c, float).reshape(3),
+        attn_memory_s=np.asarray(attn_m, float).reshape(3),
+        elementwise_s=np.asarray(ew, float).reshape(3),
+        comm_s=comm,
+        layers=sh.layers_per_stage,
+        basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
+        flops=float((g.count * flops).sum() + attn_flops),
+        bytes=float((g.count * bytes_).sum() + attn_bytes),
+    )
+    return parts, hop
+
+
+def prefill_pass(rates: DeviceRates, batch: float, seq_len: float, prefix: float = 0.0):
+    """Parts of the prefill of ``batch`` prompts of ``seq_len`` tokens (after ``prefix`` cached)."""
+    sh = rates.sharded
+    kv = sh.kv_bytes_per_ctx_token_stage()
+    return pass_parts(
+        rates,
+        tokens=batch * seq_len,
+        logit_rows=batch,
+        attn_flops=float(batch * sh.attention_flops_prefill(seq_len, prefix)),
+        attn_bytes=float(batch * (seq_len + prefix) * kv),
+        attn_shape=(seq_len, seq_len + prefix, sh.arch.qk_head_dim),
+    )
+
+
+def decode_pass(rates: DeviceRates, batch: float, ctx: float):
+    """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each."""
+    sh = rates.sharded
+    group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
+    return pass_parts(
+        rates,
+        tokens=batch,
+        logit_rows=batch,
+        attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
+        attn_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
+        attn_shape=(group, ctx, sh.arch.qk_head_dim),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole requests
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticRunParts:
+    """A static batch: one prefill of the whole batch, then ``steps`` decode steps.
+
+    Decode attention is linear in the context length and the smooth roofline is homogeneous
+    of degree one, so the sum over the steps equals ``steps`` times the step at the mean
+    context (exactly, not as an approximation).
+    """
+
+    prefill: PassParts
+    decode: PassParts
+    hop_prefill_s: np.ndarray
+    hop_decode_s: np.ndarray
+    batch: float
+    input_tokens: float
+    output_tokens: float
+    pp: int
+    micro_batches: int
+
+    @property
+    def steps(self) -> float:
+        return max(self.output_tokens - 1.0, 0.0)
+
+
+def static_run_parts(
+    rates: DeviceRates, batch: int, input_tokens: int, output_tokens: int
+) -> StaticRunParts:
+    """Parts of a static batch of ``batch`` requests (TensorRT-LLM ``gptSessionBenchmark``).
+
+    With PP the batch runs as ``min(batch, pp)`` micro-batches (GPipe, Huang et al. 2019).
+    """
+    pp = rates.sharded.layout.pp
+    mb = max(1, min(int(batch), pp))
+    pre, hop_p = prefill_pass(rates, batch / mb, input_tokens)
+    mean_ctx = input_tokens + (output_tokens) / 2.0
+    dec, hop_d = decode_pass(rates, batch / mb, mean_ctx)
+    return StaticRunParts(
+        pre, dec, hop_p, hop_d, float(batch), float(input_tokens), float(output_tokens), pp, mb
+    )
+
+
+@dataclass(frozen=True)
+class StaticRunTime:
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    total_s: np.ndarray
+    throughput_tokens_per_s: np.ndarray
+    prefill: PassTime
+    decode: PassTime
+
+
+def static_run_time(run: StaticRunParts, params: OverheadParams) -> StaticRunTime:
+    """TTFT, TPOT and output tokens/s of a static batch (replica-wide), ``(3,)`` each.
+
+    Prefill of the batch through ``pp`` stages in ``mb`` micro-batches takes
+    ``(pp + mb - 1)`` stage passes; each decode step of all sequences takes ``pp`` stage
+    passes of a micro-batch (the pipeline holds ``mb <= pp`` micro-batches).
+    """
+    pre = combine(run.prefill, params)
+    dec = combine(run.decode, params)
+    pp, mb = run.pp, run.micro_batches
+    ttft = (pp + mb - 1) * pre.total_s + (pp - 1) * run.hop_prefill_s
+    tpot = pp * dec.total_s + (pp - 1) * run.hop_decode_s
+    total = ttft + run.steps * tpot
+    thr = run.batch * run.output_tokens / total
+    return StaticRunTime(ttft, tpot, total, thr, pre, dec)
+
+
+def continuous_iteration(
+    rates: DeviceRates, batch: float, input_tokens: float, output_tokens: float
+):
+    """Parts of the average continuous-batching iteration with ``batch`` running requests.
+
+    In steady state (Orca, Yu et al. 2022; vLLM) each iteration decodes one token of every
+    running request and, since ``batch / output_tokens`` requests finish per iteration and
+    are replaced, prefills ``batch * input / output`` prompt tokens (chunked prefill,
+    Sarathi-Serve, Agrawal et al. 2024). Mean context: ``input + output / 2``.
+    """
+    sh = rates.sharded
+    o = max(output_tokens, 1.0)
+    new = batch / o
+    mean_ctx = input_tokens + o / 2.0
+    pf_tokens = new * input_tokens
+    kv = sh.kv_bytes_per_ctx_token_stage()
+    group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
+    return pass_parts(
+        rates,
+        tokens=batch + pf_tokens,
+        logit_rows=batch,
+        attn_flops=float(
+            new * sh.attention_flops_prefill(input_tokens)
+            + batch * mean_ctx * sh.attention_flops_decode_per_ctx_token()
+        ),
+        attn_bytes=batch * mean_ctx * kv + pf_tokens * kv,
+        attn_shape=(max(group, 1), mean_ctx, sh.arch.qk_head_dim),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A fast iteration-cost model for the serving simulation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StepCostModel:
+    """Iteration time of one replica as a cheap function of what the iteration holds.
+
+    The GEMM, element-wise and communication parts depend on the number of tokens only and
+    are tabulated on a geometric grid (one vectorised call to the calibration); attention
+    is linear in the cached context and in the prefill attention FLOPs. Times are the
+    ``[value, slow, fast]`` scenarios; :meth:`time` returns one scenario.
+    """
+
+    grid_tokens: np.ndarray
+    log_grid: np.ndarray
+    base_s: np.ndarray  # (3, len(grid)) gemms + elementwise + comm + overhead, one stage
+    lm_s: np.ndarray  # (3, len(grid)) LM head by rows that need logits
+    attn_s_per_ctx_token: np.ndarray  # (3,) decode attention per cached token
+    attn_s_per_prefill_flop: np.ndarray  # (3,)
+    kv_s_per_prefill_token: np.ndarray  # (3,)
+    stage_factor: float
+    hop_s: np.ndarray  # (3,)
+    max_tokens: float
+    pp: int
+
+    @classmethod
+    def build(
+        cls,
+        rates: DeviceRates,
+        params: OverheadParams,
+        *,
+        max_tokens: float,
+        typical_prompt: float = 1024.0,
+        points: int = 48,
+    ) -> StepCostModel:
+        sh = rates.sharded
+        grid = np.unique(np.round(np.geomspace(1.0, max(max_tokens, 2.0), points)))
+        g_all = [sh.gemms(float(t), float(t)) for t in grid]
+        # one calibration call per dtype for the whole grid
+        names = g_all[0].names
+        m = np.concatenate([g.m for g in g_all])
+        n = np.concatenate([g.n for g in g_all])
+        k = np.concatenate([g.k for g in g_all])
+        cnt = np.concatenate([g.count for g in g_all])
+        wbe = np.concatenate([g.weight_bytes_per_elem for g in g_all])
+        q = np.concatenate([g.quantised for g in g_all])
+        big = Gemms(names * len(grid), m, n, k, cnt, wbe, q)
+        rate, _ = rates.gemm_rates(big)
+        ab = sh.precision.activation_bytes
+        flops = 2 * m * n * k
+        bytes_ = n * k * wbe + m * (k + n) * ab
+        bw = rates.bandwidth[:, None]
+        pcomb = params.roofline_sharpness
+        per = cnt * smooth_max(
+            flops / rate / params.gemm_efficiency, bytes_ / bw / params.bandwidth_efficiency, pcomb
+        )
+        per = per.reshape(3, len(grid), len(names))
+        is_lm = np.array([nm == "lm_head" for nm in names])
+        gemm = per[:, :, ~is_lm].sum(axis=-1)
+        lm = per[:, :, is_lm].sum(axis=-1)
+        ew = grid[None, :] * sh.elementwise_bytes_per_token() / bw / params.bandwidth_efficiency
+        comm = np.stack([rates.comm(float(t))[0] for t in grid], axis=1) * params.comm_efficiency
+        ovh = sh.layers_per_stage * params.overhead_per_layer_s + params.overhead_per_step_s
+        base = gemm + ew + comm + ovh
+        # attention: decode streams KV (memory side), prefill is compute-bound
+        group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
+        kv = sh.kv_bytes_per_ctx_token_stage()
+        dflops = sh.attention_flops_decode_per_ctx_token()
+        drate, _ = rates.attention_rate(group, typical_prompt, sh.arch.qk_head_dim)
+        prate, _ = rates.attention_rate(typical_prompt, typical_prompt, sh.arch.qk_head_dim)
+        bwv = rates.bandwidth
+        attn_ctx = smooth_max(
+            dflops / drate / params.gemm_efficiency, kv / bwv / params.bandwidth_efficiency, pcomb
+        )
+        attn_pf = 1.0 / prate / params.gemm_efficiency
+        kv_pf = kv / bwv / params.bandwidth_efficiency
+        _, hop, _ = rates.comm(1.0)
+        lay = sh.layout
+        return cls(
+            grid_tokens=grid,
+            log_grid=np.log(grid),
+            base_s=base,
+            lm_s=lm,
+            attn_s_per_ctx_token=np.asarray(attn_ctx, float),
+            attn_s_per_prefill_flop=np.asarray(attn_pf, float),
+            kv_s_per_prefill_token=np.asarray(kv_pf, float),
+            stage_factor=float(lay.pp),
+            hop_s=hop,
+            max_tokens=float(grid[-1]),
+            pp=lay.pp,
+        )
+
+    def base(self, tokens: Any, scenario: int = VALUE) -> Any:
+        """GEMM + element-wise + communication + overhead time of ``tokens`` tokens."""
+        t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+        return np.interp(np.log(t), self.log_grid, self.base_s[scenario])
+
+    def lm(self, rows: Any, scenario: int = VALUE) -> Any:
+        r = np.maximum(np.asarray(rows, dtype=float), 1.0)
+        return np.interp(np.log(r), self.log_grid, self.lm_s[scenario])
+
+    def time(
+        self,
+        tokens: Any,
+        rows: Any,
+        ctx_tokens: Any,
+        prefill_flops: Any = 0.0,
+        prefill_tokens: Any = 0.0,
+        scenario: int = VALUE,
+    ) -> Any:
+        """Iteration time (replica) for ``tokens`` GEMM tokens, ``rows`` sequences emitting a
+        token, ``ctx_tokens`` cached tokens read by decode attention, and the prefill
+        attention FLOPs / newly written KV tokens."""
+        stage = (
+            self.base(tokens, scenario)
+            + self.lm(rows, scenario)
+            + np.asarray(ctx_tokens, float) * self.attn_s_per_ctx_token[scenario]
+            + np.asarray(prefill_flops, float) * self.attn_s_per_prefill_flop[scenario]
+            + np.asarray(prefill_tokens, float) * self.kv_s_per_prefill_token[scenario]
+        )
+        return self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario]
+
+
+def ceil_div(a: float, b: float) -> int:
+    return math.ceil(a / b)

@@ -1,0 +1,695 @@
+"""Serving a request stream: continuous batching, a discrete-event simulation of one replica,
+an analytic steady-state model for fast search, and fleet sizing for a load and SLOs.
+
+Model of a replica (Orca, Yu et al. 2022; vLLM, Kwon et al. 2023; chunked prefill as in
+Sarathi-Serve, Agrawal et al. 2024): every iteration decodes one token of each running
+request and spends the rest of a token budget (``chunk_tokens``, vLLM's
+``max_num_batched_tokens``) on prompt chunks of admitted requests, first come first served.
+A request is admitted when a batch slot is free and its whole KV cache (prompt + answer)
+can be reserved, so nothing is ever preempted. Replicas share the load by random (Poisson
+splitting) dispatch, so each sees a Poisson stream of ``qps / replicas`` and one replica is
+simulated.
+
+The iteration time comes from :class:`gpuplan.forecast.inference_step.StepCostModel`,
+calibrated per device. Everything is seeded and deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference_step import VALUE, StepCostModel
+
+#: z-score of the 99th percentile of a standard normal
+_Z99 = 2.3263478740408408
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Length distributions
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LengthDist:
+    """Prompt or answer length in tokens: fixed (``p99`` None) or lognormal by mean and p99.
+
+    The lognormal's ``sigma`` solves ``log(p99 / mean) = z99 * sigma - sigma**2 / 2`` (mean
+    ``exp(mu + sigma**2/2)``, p99 ``exp(mu + z99 * sigma)``); samples are rounded and clipped
+    to ``[1, max_tokens]``.
+
+    >>> d = LengthDist(1000, 4000)
+    >>> round(d.quantile(0.99))
+    4000
+    >>> LengthDist(256).quantile(0.99)
+    256.0
+    """
+
+    mean: float
+    p99: float | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.mean >= 1:
+            raise InputError(f"a mean length must be at least 1 token, got {self.mean}")
+        if self.p99 is not None:
+            if self.p99 <= self.mean:
+                raise InputError(
+                    f"p99 length {self.p99:g} must be above the mean {self.mean:g}",
+                    hint="omit the p99 for fixed lengths",
+                )
+            if math.log(self.p99 / self.mean) >= _Z99**2 / 2:
+                raise InputError(
+                    f"p99 length {self.p99:g} is more than {math.exp(_Z99**2 / 2):.1f}x the mean "
+                    f"{self.mean:g}: no lognormal has that mean and p99",
+                    hint="give a smaller p99 or a larger mean",
+                )
+
+    @property
+    def kind(self) -> str:
+        return "fixed" if self.p99 is None else "lognormal"
+
+    @property
+    def sigma(self) -> float:
+        if self.p99 is None:
+            return 0.0
+        return _Z99 - math.sqrt(_Z99**2 - 2 * math.log(self.p99 / self.mean))
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.mean) - self.sigma**2 / 2
+
+    def quantile(self, q: float) -> float:
+        """Length at quantile ``q`` (before rounding and clipping)."""
+        if self.p99 is None:
+            return float(self.mean)
+        from statistics import NormalDist
+
+        v = math.exp(self.mu + self.sigma * NormalDist().inv_cdf(q))
+        return min(v, self.max_tokens) if self.max_tokens else v
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.p99 is None:
+            x = np.full(n, round(self.mean))
+        else:
+            x = np.rint(rng.lognormal(self.mu, self.sigma, n))
+        hi = self.max_tokens or np.inf
+        return np.clip(x, 1, hi).astype(np.int64)
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "mean": self.mean}
+        if self.p99 is not None:
+            d.update(p99=self.p99, sigma=round(self.sigma, 4))
+        return d
+
+
+# ---------------------------------------------------------------------------------------------
+# One replica
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class ReplicaModel:
+    """What the simulation needs to know about one replica of one layout on one GPU type.
+
+    Attributes
+    ----------
+    cost:
+        Iteration-time model.
+    max_batch:
+        Running-request cap (batch slots).
+    kv_capacity_tokens:
+        KV-cache tokens that fit after weights and activations (per replica).
+    prefill_flops_coef:
+        Attention FLOPs of a prefill chunk are ``coef * (s * c + s**2 / 2)`` (whole replica
+        stage, see :meth:`Sharded.attention_flops_prefill`).
+    chunk_tokens:
+        Token budget per iteration.
+    """
+
+    cost: StepCostModel
+    max_batch: int
+    kv_capacity_tokens: float
+    prefill_flops_coef: float
+    chunk_tokens: int = 8192
+    label: str = ""
+
+    def iteration_time(
+        self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
+    ) -> float:
+        return float(self.cost.time(tokens, rows, ctx, pf_flops, pf_tokens))
+
+    def single_request(self, input_tokens: float, output_tokens: float, scenario: int = VALUE):
+        """TTFT and TPOT of one request alone on the replica (no queue, no other load)."""
+        ttft, t_dec = 0.0, 0.0
+        done = 0.0
+        budget = float(self.chunk_tokens)
+        while done < input_tokens:
+            c = min(budget, input_tokens - done)
+            flops = self.prefill_flops_coef * (c * done + c * c / 2.0)
+            ttft += float(self.cost.time(c, 1.0, 0.0, flops, c, scenario))
+            done += c
+        ctx = input_tokens + output_tokens / 2.0
+        t_dec = float(self.cost.time(1.0, 1.0, ctx, 0.0, 0.0, scenario))
+        return ttft, t_dec
+
+
+@dataclass
+class SimResult:
+    """Per-request latencies of one simulated replica (warm-up requests dropped)."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    qps: float
+    duration_s: float
+    output_tokens: int
+    mean_running: float
+    saturated: bool
+    requests: int
+
+    def percentile(self, what: str, pct: float) -> float:
+        arr = self.ttft_s if what == "ttft" else self.tpot_s
+        if self.saturated or arr.size == 0:
+            return math.inf
+        return float(np.percentile(arr, pct))
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "requests": self.requests,
+            "saturated": self.saturated,
+            "mean_running_requests": round(self.mean_running, 2),
+            "throughput_output_tokens_per_s": self.output_tokens / self.duration_s
+            if self.duration_s > 0
+            else 0.0,
+        }
+        for name in ("p50", "p90", "p99"):
+            out[f"ttft_{name}_s"] = self.percentile("ttft", PERCENTILES[name])
+            out[f"tpot_{name}_s"] = self.percentile("tpot", PERCENTILES[name])
+        out["ttft_mean_s"] = (
+            float(self.ttft_s.mean()) if self.ttft_s.size and not self.saturated else math.inf
+        )
+        out["tpot_mean_s"] = (
+            float(self.tpot_s.mean()) if self.tpot_s.size and not self.saturated else math.inf
+        )
+        return out
+
+
+def simulate(
+    replica: ReplicaModel,
+    qps: float,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    *,
+    num_requests: int = 2000,
+    warmup_fraction: float = 0.1,
+    seed: int = 0,
+    scenario: int = VALUE,
+    max_queue: int | None = None,
+    skip: bool = True,
+) -> SimResult:
+    """Discrete-event simulation of one continuous-batching replica under Poisson arrivals.
+
+    Iterations that only decode are advanced in closed form between events (an arrival that
+    can be admitted, or a request finishing): with ``n`` running requests the iteration
+    time grows linearly with the iteration index (the KV cache each one reads grows by ``n``
+    tokens), so ``K`` iterations take ``K*a + b*K*(K-1)/2``. Iterations with prompt chunks are
+    simulated one by one.
+
+    Returns per-request TTFT (arrival to first token) and TPOT ((last token - first token) /
+    (answer length - 1)) of the requests after the warm-up fraction.
+    """
+    if qps <= 0:
+        raise InputError(f"--qps must be positive, got {qps}")
+    rng = np.random.default_rng(seed)
+    n_req = int(num_requests)
+    arrivals = np.cumsum(rng.exponential(1.0 / qps, n_req))
+    lin = inputs.sample(rng, n_req)
+    lout = outputs.sample(rng, n_req)
+    need = lin + lout
+    if need.max() > replica.kv_capacity_tokens:
+        # never admissible: the whole request does not fit in the KV cache
+        return SimResult(np.array([]), np.array([]), qps, 0.0, 0, 0.0, True, n_req)
+    first = np.full(n_req, np.nan)
+    finish = np.full(n_req, np.nan)
+    max_queue = max_queue if max_queue is not None else 4 * replica.max_batch + 200
+    coef = replica.prefill_flops_coef
+    chunk = replica.chunk_tokens
+    cost = replica.cost
+
+    t = 0.0
+    it = 0  # iterations completed
+    nxt = 0  # next arrival index
+    waiting: deque[int] = deque()
+    prefilling: deque[list[int]] = deque()  # [req, tokens done]
+    heap: list[tuple[int, int]] = []  # (finish iteration, req)
+    n_dec = 0
+    s0 = 0.0  # ctx_sum = s0 + n_dec * it
+    kv_used = 0.0
+    running = 0
+    busy_time = 0.0
+    area_running = 0.0
+    saturated = False
+
+    def base_time(
+        tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
+    ) -> float:
+        return float(cost.time(tokens, rows, ctx, pf_flops, pf_tokens, scenario))
+
+    while True:
+        while nxt < n_req and arrivals[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if len(waiting) > max_queue:
+            saturated = True
+            break
+        # admission (FCFS, whole KV reserved)
+        while (
+            waiting
+            and running < replica.max_batch
+            and kv_used + need[waiting[0]] <= replica.kv_capacity_tokens
+        ):
+            r = waiting.popleft()
+            kv_used += need[r]
+            running += 1
+            prefilling.append([r, 0])
+        if prefilling:
+            budget = max(chunk - n_dec, 1)
+            pf_tok = 0.0
+            pf_flops = 0.0
+            done_now: list[int] = []
+            for item in prefilling:
+                if budget <= 0:
+                    break
+                r, done = item
+                c = min(budget, int(lin[r]) - done)
+                pf_flops += coef * (c * done + c * c / 2.0)
+                pf_tok += c
+                budget -= c
+                item[1] = done + c
+                if item[1] >= lin[r]:
+                    done_now.append(r)
+            ctx = s0 + n_dec * it
+            dt = base_time(n_dec + pf_tok, n_dec + len(done_now), ctx, pf_flops, pf_tok)
+            t += dt
+            busy_time += dt
+            area_running += running * dt
+            it += 1
+            for _ in done_now:
+                prefilling.popleft()
+            while heap and heap[0][0] <= it:
+                f, r = heapq.heappop(heap)
+                finish[r] = t
+                kv_used -= need[r]
+                running -= 1
+                n_dec -= 1
+                s0 -= lin[r] + 1 - (f - (int(lout[r]) - 1))
+            for r in done_now:
+                first[r] = t
+                rem = int(lout[r]) - 1
+                if rem <= 0:
+                    finish[r] = t
+                    kv_used -= need[r]
+                    running -= 1
+                else:
+                    heapq.heappush(heap, (it + rem, r))
+                    n_dec += 1
+                    # ctx of r at iteration j is lin + 1 + (j - it)
+                    s0 += lin[r] + 1 - it
+        elif n_dec > 0:
+            # decode-only iterations until the next finish or an admissible arrival
+            k_fin = heap[0][0] - it
+            a = base_time(n_dec, n_dec, s0 + n_dec * it, 0.0, 0.0)
+            b = base_time(n_dec, n_dec, s0 + n_dec * (it + 1), 0.0, 0.0) - a
+            k = k_fin if skip else 1
+            can_admit = running < replica.max_batch
+            if skip and nxt < n_req and can_admit:
+                gap = arrivals[nxt] - t
+                # smallest K with K*a + b*K*(K-1)/2 >= gap
+                if b > 1e-15:
+                    aa, bb = b / 2.0, a - b / 2.0
+                    kk = (-bb + math.sqrt(bb * bb + 4 * aa * gap)) / (2 * aa)
+                else:
+                    kk = gap / a
+                k = max(1, min(k, math.ceil(kk - 1e-9)))
+            dt = k * a + b * k * (k - 1) / 2.0
+            t += dt
+            busy_time += dt
+            area_running += running * dt
+            it += k
+            while heap and heap[0][0] <= it:
+                f, r = heapq.heappop(heap)
+                finish[r] = t
+                kv_used -= need[r]
+                running -= 1
+                n_dec -= 1
+                s0 -= lin[r] + 1 - (f - (int(lout[r]) - 1))
+        elif nxt < n_req:
+            t = max(t, arrivals[nxt])
+        else:
+            break
+
+    start = int(n_req * warmup_fraction)
+    sel = np.arange(n_req) >= start
+    done = sel & ~np.isnan(finish)
+    if saturated or not done.any():
+        return SimResult(np.array([]), np.array([]), qps, t, 0, 0.0, True, n_req)
+    ttft = (first - arrivals)[done]
+    multi = done & (lout > 1)
+    tpot = ((finish - first) / np.maximum(lout - 1, 1))[multi]
+    window = finish[done].max() - arrivals[start]
+    out_tokens = int(lout[done].sum())
+    return SimResult(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        qps=qps,
+        duration_s=float(window),
+        output_tokens=out_tokens,
+        mean_running=area_running / t if t > 0 else 0.0,
+        saturated=False,
+        requests=int(done.sum()),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytic steady state (for the fast search)
+# ---------------------------------------------------------------------------------------------
+def analytic_latency(
+    replica: ReplicaModel,
+    rate: Any,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    percentile: str = "p99",
+    scenario: int = VALUE,
+    iterations: int = 40,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Approximate TTFT and TPOT at arrival ``rate`` (array) per replica, and feasibility.
+
+    Steady state of continuous batching: with iteration time ``tau``, Little's law gives
+    ``n = rate * O * tau`` decoding requests and ``rate * I * tau`` prompt tokens per
+    iteration; ``tau`` solves ``tau = t_iter(n + rate*I*tau, ...)`` by fixed-point iteration
+    (it converges from below while the replica is stable). TPOT is ``tau``; TTFT is the wait
+    for the running iteration plus the prompt's own chunks plus an M/D/1-like queueing
+    delay for the prefill budget (utilisation ``rho`` = prompt tokens per iteration / free
+    budget); the percentile uses the quantile of the prompt length. Infeasible: no fixed
+    point, more running requests than batch slots, or KV cache overflow.
+    """
+    lam = np.asarray(rate, dtype=float)
+    i_mean, o_mean = inputs.mean, outputs.mean
+    q = PERCENTILES[percentile] / 100.0
+    i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
+    coef = replica.prefill_flops_coef
+    cost = replica.cost
+    tau = np.full_like(lam, float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario)))
+    for _ in range(iterations):
+        n = lam * o_mean * tau
+        pf = lam * i_mean * tau
+        new_tau = cost.time(
+            n + pf,
+            np.maximum(n, 1.0),
+            n * (i_mean + o_mean / 2.0),
+            lam * tau * coef * i_mean**2 / 2.0,
+            pf,
+            scenario,
+        )
+        new_tau = np.minimum(new_tau, 1e6)
+        tau = new_tau
+    n = lam * o_mean * tau
+    pf = lam * i_mean * tau
+    check = cost.time(
+        n + pf,
+        np.maximum(n, 1.0),
+        n * (i_mean + o_mean / 2.0),
+        lam * tau * coef * i_mean**2 / 2.0,
+        pf,
+        scenario,
+    )
+    converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
+    feasible = (
+        converged
+        & (n <= replica.max_batch)
+        & (n * (i_mean + o_mean) <= replica.kv_capacity_tokens)
+        & (tau < 1e5)
+    )
+    budget = np.maximum(replica.chunk_tokens - n, 1.0)
+    rho = np.minimum(pf / budget, 0.999)
+    own_chunks = np.ceil(i_q / budget)
+    t_own = cost.time(
+        n + np.minimum(i_q, budget) + pf,
+        np.maximum(n, 1.0) + 1,
+        n * (i_mean + o_mean / 2.0),
+        coef * np.minimum(i_q, budget) ** 2 / 2.0 + lam * tau * coef * i_mean**2 / 2.0,
+        np.minimum(i_q, budget) + pf,
+        scenario,
+    )
+    wait_iter = tau if q > 0.5 else tau / 2.0
+    # M/D/1 queue: mean wait rho / (2 (1 - rho)) service times; tail by an exponential
+    queue = t_own * rho / (2 * (1 - rho)) * (math.log(1 / (1 - q)) if q > 0.5 else 1.0)
+    ttft = wait_iter + own_chunks * t_own + queue
+    tpot = tau * (1.0 + (0.1 if q > 0.5 else 0.0) * rho)
+    ttft = np.where(feasible, ttft, np.inf)
+    tpot = np.where(feasible, tpot, np.inf)
+    return ttft, tpot, feasible
+
+
+def max_rate_meeting(
+    replica: ReplicaModel,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str,
+    scenario: int = VALUE,
+) -> float:
+    """Largest per-replica arrival rate (requests/s) whose analytic latencies meet the SLOs."""
+    # upper bound: the replica's best throughput in requests/s
+    t1 = float(
+        replica.cost.time(
+            replica.max_batch,
+            replica.max_batch,
+            replica.max_batch * (inputs.mean + outputs.mean / 2),
+            0,
+            0,
+            scenario,
+        )
+    )
+    hi = replica.max_batch / max(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
+    grid = np.geomspace(hi * 1e-5, hi, 96)
+    ttft, tpot, feas = analytic_latency(replica, grid, inputs, outputs, percentile, scenario)
+    ok = feas.copy()
+    if ttft_slo_s is not None:
+        ok &= ttft <= ttft_slo_s
+    if tpot_slo_s is not None:
+        ok &= tpot <= tpot_slo_s
+    if not ok.any():
+        return 0.0
+    # the feasible set is an interval from 0; take the largest contiguous passing rate
+    idx = np.argmin(ok) - 1 if not ok.all() else len(ok) - 1
+    if idx < 0:
+        return 0.0
+    lo_r = grid[idx]
+    hi_r = grid[min(idx + 1, len(grid) - 1)]
+    for _ in range(20):
+        mid = math.sqrt(lo_r * hi_r)
+        tt, tp, f = analytic_latency(
+            replica, np.array([mid]), inputs, outputs, percentile, scenario
+        )
+        good = (
+            bool(f[0])
+            and (ttft_slo_s is None or tt[0] <= ttft_slo_s)
+            and (tpot_slo_s is None or tp[0] <= tpot_slo_s)
+        )
+        if good:
+            lo_r = mid
+        else:
+            hi_r = mid
+    return float(lo_r)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fleet sizing
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    """One way to serve the load: a GPU type, a layout and a batch cap."""
+
+    gpu: str
+    tp: int
+    pp: int
+    ep: int
+    replica: ReplicaModel
+    usd_per_gpu_hour: float | None = None
+    max_rate: float = 0.0
+    replicas_analytic: int | None = None
+    replicas: int | None = None
+    sim: dict[str, Any] | None = None
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    def num_gpus(self, replicas: int | None) -> int | None:
+        return None if replicas is None else replicas * self.gpus_per_replica
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.replicas if self.replicas is not None else self.replicas_analytic
+        d = {
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "max_batch": self.replica.max_batch,
+            "replicas": r,
+            "num_gpus": self.num_gpus(r),
+            "verified_by_simulation": self.replicas is not None,
+            "max_qps_per_replica": self.max_rate,
+            "usd_per_hour": None
+            if self.usd_per_gpu_hour is None or r is None
+            else self.usd_per_gpu_hour * self.num_gpus(r),
+        }
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+def meets(
+    sim: SimResult, ttft_slo_s: float | None, tpot_slo_s: float | None, percentile: str
+) -> bool:
+    pct = PERCENTILES[percentile]
+    if sim.saturated:
+        return False
+    if ttft_slo_s is not None and sim.percentile("ttft", pct) > ttft_slo_s:
+        return False
+    return not (tpot_slo_s is not None and sim.percentile("tpot", pct) > tpot_slo_s)
+
+
+def verify_replicas(
+    cand: Candidate,
+    qps: float,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str,
+    *,
+    num_requests: int,
+    seed: int,
+    start: int,
+    limit: int | None = None,
+) -> tuple[int | None, SimResult | None]:
+    """Smallest replica count (searching around ``start``) whose simulation meets the SLOs."""
+    cache: dict[int, SimResult] = {}
+
+    def ok(r: int) -> bool:
+        if r < 1:
+            return False
+        if r not in cache:
+            cache[r] = simulate(
+                cand.replica, qps / r, inputs, outputs, num_requests=num_requests, seed=seed
+            )
+        return meets(cache[r], ttft_slo_s, tpot_slo_s, percentile)
+
+    start = max(1, int(start))
+    if ok(start):
+        # exponential search downwards, then bisection between a failing lo and passing hi
+        hi, d = start, 1
+        lo = hi - d
+        while ok(lo):
+            hi = lo
+            d *= 2
+            lo = max(hi - d, 0)
+    else:
+        lo, d = start, 1
+        hi = lo + d
+        while not ok(hi):
+            lo = hi
+            d *= 2
+            hi = lo + d
+            if (limit is not None and hi > limit) or hi > 10**6:
+                return None, None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, cache[hi]
+
+
+def size_fleet(
+    candidates: list[Candidate],
+    qps: float,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str = "p99",
+    *,
+    num_requests: int = 2000,
+    seed: int = 0,
+    verify: int = 3,
+    progress: Any = None,
+) -> tuple[Candidate | None, list[Candidate]]:
+    """Cheapest candidate (by cost when every candidate has a price, else by GPU count).
+
+    The analytic model ranks every candidate; the cheapest ``verify`` are then checked by the
+    discrete-event simulation, which decides the replica count. Returns the winner and all
+    candidates (with their analytic or simulated replica counts, or why they cannot serve).
+    """
+    for c in candidates:
+        if c.reason:
+            continue
+        c.max_rate = max_rate_meeting(
+            c.replica, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile
+        )
+        if c.max_rate <= 0:
+            c.reason = "cannot meet the SLOs at any load (analytic model)"
+            continue
+        c.replicas_analytic = max(1, math.ceil(qps / c.max_rate))
+    live = [c for c in candidates if not c.reason and c.replicas_analytic]
+    by_price = all(c.usd_per_gpu_hour for c in live) and bool(live)
+
+    def key(c: Candidate, r: int | None) -> float:
+        n = c.num_gpus(r) or math.inf
+        return n * c.usd_per_gpu_hour if by_price else n
+
+    # one candidate per (gpu, tp): the analytic best batch cap
+    live.sort(key=lambda c: (key(c, c.replicas_analytic), -c.replica.max_batch))
+    best: Candidate | None = None
+    checked = 0
+    for c in live:
+        if checked >= verify:
+            break
+        if best is not None and key(c, c.replicas_analytic) > 1.5 * key(best, best.replicas):
+            break
+        limit = None
+        if best is not None and best.replicas is not None:
+            limit = math.ceil(key(best, best.replicas) / max(key(c, 1), 1e-12)) + 1
+        r, sim = verify_replicas(
+            c,
+            qps,
+            inputs,
+            outputs,
+            ttft_slo_s,
+            tpot_slo_s,
+            percentile,
+            num_requests=num_requests,
+            seed=seed,
+            start=c.replicas_analytic or 1,
+            limit=limit,
+        )
+        checked += 1
+        if progress is not None:
+            progress()
+        if r is None:
+            c.reason = c.reason or "simulation: more replicas than the best candidate"
+            continue
+        c.replicas = r
+        c.sim = sim.summary() if sim else None
+        if best is None or key(c, r) < key(best, best.replicas):
+            best = c
+    return best, candidates
