@@ -85,6 +85,20 @@ class PlanContext:
         self.inputs.setdefault(dotted, fig)
         return fig
 
+    def quote(self, path: tuple[Any, ...], unit: str, label: str) -> Figure:
+        """A user's price quote (``{usd, source, as_of}``) as an input figure."""
+        q = _get(self.scenario, path)
+        ref = self.loaded.ref(*path)
+        prov = Provenance(
+            "input",
+            ref,
+            source=getattr(q, "source", None),
+            retrieved=getattr(q, "as_of", None),
+        )
+        fig = Figure(getattr(q, "usd", None), unit, label, prov)
+        self.inputs.setdefault(dotted_path(path), fig)
+        return fig
+
     # ----------------------------------------------------------- catalog rows
     def cat(
         self,

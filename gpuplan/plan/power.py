@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.plan.provenance import Figure, derived, missing_fig
+from gpuplan.plan.provenance import Figure, Text, derived, missing_fig
 
 
 def node_power_w(
@@ -134,16 +134,18 @@ def racks_for(
     npr = derived(int(per_rack), "nodes", "nodes per rack", formula, used_all)
     if per_rack < 1:
         if limited_by == "rack power":
-            binding = (
-                f"one node draws {node_power.value / 1000:.3g} kW, more than the "
-                f"{power_per_rack_kw.value:g} kW a rack may take (constraints.power_per_rack_kw)"
+            binding = Text(
+                "one node draws {node}, more than the {rack} kW a rack may take "
+                "(constraints.power_per_rack_kw)",
+                {"node": node_power, "rack": power_per_rack_kw},
             )
         else:
-            binding = (
-                f"one node is {node_rack_units.value:g} U, taller than a "
-                f"{rack_units_per_rack.value:g} U rack (constraints.rack_units_per_rack)"
+            binding = Text(
+                "one node is {node} tall, more than a {rack} rack holds "
+                "(constraints.rack_units_per_rack)",
+                {"node": node_rack_units, "rack": rack_units_per_rack},
             )
-        racks = missing_fig("racks", "racks", binding, [npr])
+        racks = missing_fig("racks", "racks", binding.plain(), [npr])
         return {"nodes_per_rack": npr, "racks": racks, "limited_by": limited_by, "binding": binding}
     racks = derived(
         math.ceil(nodes.value / per_rack),

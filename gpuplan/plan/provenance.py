@@ -150,6 +150,132 @@ def _finite(x: Any) -> bool:
         return False
 
 
+# ---------------------------------------------------------------- display
+
+
+def format_value(fig: Figure) -> str:
+    """A figure's value for people, in display units (1 GB = 1e9 B, memory in TiB/GiB).
+
+    >>> format_value(input_fig(1234567.0, "USD", "x", "r"))
+    '$1,234,567'
+    >>> format_value(input_fig(0.4213, "fraction", "x", "r"))
+    '42.1%'
+    """
+    v = fig.value
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "missing" if v is None else ("unbounded" if v > 0 else "-inf")
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    u = fig.unit
+    if u.startswith("USD"):
+        rest = u[3:]
+        if abs(v) >= 100:
+            text = f"${v:,.0f}"
+        elif abs(v) >= 1:
+            text = f"${v:,.2f}"
+        else:
+            text = f"${v:.3g}"
+        return text + (f"/{rest.lstrip('/')}" if rest else "")
+    if u == "fraction":
+        return f"{v * 100:.3g}%"
+    if u == "s":
+        return _duration(v)
+    if u == "B":
+        return _bytes(v)
+    if u == "B/s":
+        return _si(v, "B/s")
+    if u == "bit/s":
+        return _si(v, "bit/s")
+    if u == "W":
+        return _si(v, "W")
+    if u == "FLOP/s":
+        return _si(v, "FLOP/s")
+    if u == "days":
+        return f"{v:.4g} days"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
+        return f"{int(v):,} {u}".strip()
+    return f"{v:.4g} {u}".strip()
+
+
+def _si(v: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def _bytes(v: float) -> str:
+    for scale, unit in ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB")):
+        if abs(v) >= scale:
+            return f"{v / scale:.4g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _duration(v: float) -> str:
+    if v < 1:
+        return f"{v * 1e3:.3g} ms"
+    if v < 120:
+        return f"{v:.3g} s"
+    if v < 7200:
+        return f"{v / 60:.3g} min"
+    if v < 2 * 86400:
+        return f"{v / 3600:.3g} h"
+    return f"{v / 86400:.3g} days"
+
+
+@dataclass(frozen=True)
+class Text:
+    """A sentence whose numbers are figures: ``Text("needs {a}; has {b}", {"a": f, "b": g})``.
+
+    The JSON and Markdown get :meth:`plain`; the HTML renders each placeholder as a figure
+    with its provenance, so messages never carry a number without a source.
+    """
+
+    template: str
+    figs: Mapping[str, Figure] = field(default_factory=dict)
+
+    def plain(self) -> str:
+        return self.template.format(**{k: format_value(f) for k, f in self.figs.items()})
+
+    def parts(self) -> list[str | Figure]:
+        """The template split into literal text and figures, in order."""
+        import string
+
+        out: list[str | Figure] = []
+        for literal, name, _spec, _conv in string.Formatter().parse(self.template):
+            if literal:
+                out.append(literal)
+            if name is not None:
+                out.append(self.figs[name])
+        return out
+
+    def __str__(self) -> str:
+        return self.plain()
+
+
+def join_texts(parts: Iterable[Text | str], sep: str = "; ") -> Text:
+    """Join sentences (texts or plain strings) into one :class:`Text`."""
+    import string
+
+    template_parts: list[str] = []
+    figs: dict[str, Figure] = {}
+    for i, part in enumerate(parts):
+        if isinstance(part, Text):
+            pieces = []
+            for literal, name, _spec, _conv in string.Formatter().parse(part.template):
+                pieces.append(literal.replace("{", "{{").replace("}", "}}"))
+                if name is not None:
+                    key = f"p{i}_{name}"
+                    figs[key] = part.figs[name]
+                    pieces.append("{" + key + "}")
+            template_parts.append("".join(pieces))
+        else:
+            template_parts.append(str(part).replace("{", "{{").replace("}", "}}"))
+    return Text(sep.replace("{", "{{").replace("}", "}}").join(template_parts), figs)
+
+
 # ---------------------------------------------------------------- constructors
 
 
@@ -263,9 +389,14 @@ def missing_fig(unit: str, label: str, reason: str, inputs: Iterable[Figure] = (
 
 
 def figures_to_json(obj: Any) -> Any:
-    """Turn nested dicts/lists of figures into JSON types (figures become dicts)."""
+    """Turn nested dicts/lists of figures into JSON types (figures become dicts, texts
+    their plain sentence)."""
     if isinstance(obj, Figure):
         return obj.to_json()
+    if isinstance(obj, Text):
+        return obj.plain()
+    if hasattr(obj, "to_json") and not isinstance(obj, (dict, list, str)):
+        return figures_to_json(obj.to_json())
     if isinstance(obj, Mapping):
         return {str(k): figures_to_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -296,7 +427,16 @@ class Unsourced:
 # Keys whose numeric values are structure, not plan figures (versions, line numbers,
 # indices, counts of list items in the provenance section itself).
 STRUCTURAL_KEYS = frozenset(
-    {"plan_version", "line", "schema_version", "artifact_version", "rank", "index", "count"}
+    {
+        "plan_version",
+        "line",
+        "schema_version",
+        "artifact_version",
+        "rank",
+        "rank_nominal",
+        "rank_if",
+        "index",
+    }
 )
 
 

@@ -197,6 +197,20 @@ class CommitmentDiscounts(_Strict):
     reserved_3y: float | None = Field(None, ge=0, lt=1)
 
 
+class Quote(_Strict):
+    """A price the user supplies (a vendor quote), with where it comes from."""
+
+    usd: float = Field(gt=0)
+    source: str | None = Field(None, description="who quoted it / where it was published")
+    as_of: str | None = Field(None, description="date of the quote")
+
+
+def _as_quote(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"usd": v}
+    return v
+
+
 class Costs(_Strict):
     """Money assumptions. What is absent stays missing in the plan; nothing is invented."""
 
@@ -211,14 +225,17 @@ class Costs(_Strict):
         None, ge=0, description="maintenance, support contracts, colocation per node"
     )
     staff_usd_per_year: float | None = Field(None, ge=0)
-    onprem_node_prices_usd: dict[str, float] = Field(
-        default_factory=dict, description="quotes per node id where the catalog has no price"
+    onprem_node_prices_usd: dict[str, Quote] = Field(
+        default_factory=dict,
+        description="quotes per node id where the catalog has no price: a number or "
+        "{usd, source, as_of}",
     )
-    network_prices_usd: dict[str, float] = Field(
-        default_factory=dict, description="quotes per switch/NIC/optic/cable id"
+    network_prices_usd: dict[str, Quote] = Field(
+        default_factory=dict, description="quotes per switch/optic id (number or {usd, source})"
     )
-    storage_usd_per_gib_month: dict[str, float] = Field(
-        default_factory=dict, description="storage prices per tier id where the catalog has none"
+    storage_usd_per_gib_month: dict[str, Quote] = Field(
+        default_factory=dict,
+        description="storage prices (USD per GiB-month) per tier id where the catalog has none",
     )
     spot_interruptions_per_node_hour: float | None = Field(
         None, ge=0, description="rate at which one spot instance is reclaimed"
@@ -229,6 +246,15 @@ class Costs(_Strict):
     restart_s: float | None = Field(
         None, ge=0, description="time to get going again after an interruption"
     )
+
+    @field_validator(
+        "onprem_node_prices_usd", "network_prices_usd", "storage_usd_per_gib_month", mode="before"
+    )
+    @classmethod
+    def _quotes(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: _as_quote(x) for k, x in v.items()}
+        return v
 
 
 class FabricSpec(_Strict):

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Figure, derived
+from gpuplan.plan.provenance import Figure, Text, derived
 
 SECONDS_PER_DAY = 86400.0
 
@@ -35,11 +35,40 @@ def _args_text(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
+def _accepts(fn: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def forecast_training_cached(
-    ctx: PlanContext, w: Any, gpu_id: str, *, num_gpus: int | None, target_days: float | None
+    ctx: PlanContext,
+    w: Any,
+    gpu_id: str,
+    *,
+    num_gpus: int | None,
+    target_days: float | None,
+    platform: tuple[str, str] | None = None,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """One training forecast (cached); returns (result, error line)."""
-    key = ("train", w.name, gpu_id, num_gpus, target_days)
+    """One training forecast (cached); returns (result, error line).
+
+    ``platform`` is ``("node", id)`` or ``("instance", id)``: the forecast then takes the
+    scale-out bandwidth per GPU from that row; ``inter_node_bandwidth_bytes_per_s``
+    overrides it (the fabric's figure when it is lower).
+    """
+    key = (
+        "train",
+        w.name,
+        gpu_id,
+        num_gpus,
+        target_days,
+        platform,
+        inter_node_bandwidth_bytes_per_s,
+    )
     if key in ctx.forecast_cache:
         return ctx.forecast_cache[key]
     from gpuplan.forecast.training import forecast_training
@@ -136,6 +165,8 @@ class TrainingOnOption:
     forecast: dict[str, Any] | None = None
     error: str | None = None
     binding: list[dict[str, Any]] = field(default_factory=list)
+    platform: tuple[str, str] | None = None
+    run_on_fabric_s: Figure | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +179,7 @@ class TrainingOnOption:
             "step_time_s": self.step_time_s,
             "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "parallelism": self.parallelism,
+            "time_to_train_on_fabric_s": self.run_on_fabric_s,
             "error": self.error,
         }
 
@@ -192,10 +224,16 @@ def _parallelism_text(p: dict[str, Any] | None) -> str | None:
 
 
 def size_training(
-    ctx: PlanContext, w: Any, index: int, gpu_id: str, gpus_per_node: Figure
+    ctx: PlanContext,
+    w: Any,
+    index: int,
+    gpu_id: str,
+    gpus_per_node: Figure,
+    platform: tuple[str, str] | None = None,
 ) -> TrainingOnOption:
     """Size training workload ``w`` on ``gpu_id`` with ``gpus_per_node`` (module docstring)."""
     out = TrainingOnOption(w.name, index)
+    out.platform = platform
     base = ("workloads", "training", index)
     gpn = int(gpus_per_node.value)
     max_gpus = ctx.scenario.constraints.max_gpus
@@ -209,11 +247,13 @@ def size_training(
             "ceil(GPUs asked / GPUs per node) x GPUs per node",
             [asked, gpus_per_node],
         )
-        result, err = forecast_training_cached(ctx, w, gpu_id, num_gpus=n, target_days=None)
+        result, err = forecast_training_cached(
+            ctx, w, gpu_id, num_gpus=n, target_days=None, platform=platform
+        )
     else:
         deadline = ctx.inp((*base, "deadline_days"), "days", f"{w.name}: deadline")
         sized, err = forecast_training_cached(
-            ctx, w, gpu_id, num_gpus=None, target_days=w.deadline_days
+            ctx, w, gpu_id, num_gpus=None, target_days=w.deadline_days, platform=platform
         )
         if sized is None:
             out.error = err
@@ -243,16 +283,17 @@ def size_training(
             out.binding.append(
                 {
                     "constraint": "max_gpus",
-                    "message": (
-                        f"{w.name}: meeting the {w.deadline_days:g}-day deadline on {gpu_id} "
-                        f"needs {n} GPUs; the limit is {max_gpus}"
+                    "message": Text(
+                        f"{w.name}: meeting the deadline of {{deadline}} on {gpu_id} needs "
+                        "{needed}; the limit is {limit}",
+                        {"deadline": deadline, "needed": gpus, "limit": limit},
                     ),
                     "needed": gpus,
                     "limit": limit,
                 }
             )
             if capped < gpn:
-                out.error = f"max_gpus {max_gpus} is below one node of {gpn} GPUs"
+                out.error = "constraints.max_gpus is below one node"
                 return out
             n = capped
             gpus = derived(
@@ -265,7 +306,9 @@ def size_training(
         if n == n0.value:
             result = sized
         else:
-            result, err = forecast_training_cached(ctx, w, gpu_id, num_gpus=n, target_days=None)
+            result, err = forecast_training_cached(
+                ctx, w, gpu_id, num_gpus=n, target_days=None, platform=platform
+            )
     if result is None:
         out.error = err
         return out
@@ -289,9 +332,10 @@ def size_training(
             out.binding.append(
                 {
                     "constraint": "deadline_days",
-                    "message": (
-                        f"{w.name}: takes {out.run_s.value / SECONDS_PER_DAY:.3g} days on "
-                        f"{n} x {gpu_id}, over the {w.deadline_days:g}-day deadline"
+                    "message": Text(
+                        f"{w.name}: takes {{run}} on {{gpus}} of {gpu_id}, over the deadline "
+                        "of {deadline}",
+                        {"run": out.run_s, "gpus": out.gpus, "deadline": deadline},
                     ),
                     "needed": out.run_s,
                     "limit": deadline,

@@ -1,0 +1,1219 @@
+"""One candidate option: a GPU on a cloud instance type or an on-premises node type.
+
+For each option the plan sizes the workloads (:mod:`gpuplan.plan.workloads`), builds the
+fleet (nodes, racks, fabric, storage, power) and prices it under every purchasing model
+(:mod:`gpuplan.plan.cost`), then checks the constraints. A constraint that cannot be met
+makes the option infeasible and is recorded as *binding* with the figures on both sides;
+nothing raises.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.plan import cost as costmod
+from gpuplan.plan import fabric as fabmod
+from gpuplan.plan import power as powmod
+from gpuplan.plan import storage as stomod
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.provenance import Figure, Text, derived, input_fig, missing_fig
+from gpuplan.plan.workloads import (
+    ServingOnOption,
+    TrainingOnOption,
+    size_serving,
+    size_training,
+)
+
+CLOUD_PROVIDER_NAMES = {
+    "aws": ("aws", "amazon"),
+    "gcp": ("gcp", "google"),
+    "azure": ("azure", "microsoft"),
+}
+
+
+@dataclass
+class Option:
+    """A candidate fleet and its evaluation (see module docstring)."""
+
+    id: str
+    kind: str  # "cloud" | "onprem"
+    label: str
+    gpu: Any
+    platform: Any
+    cloud: str | None
+    gpus_per_node: Figure
+    training: list[TrainingOnOption] = field(default_factory=list)
+    serving: list[ServingOnOption] = field(default_factory=list)
+    nodes: Figure | None = None
+    gpus: Figure | None = None
+    fabric: dict[str, Any] = field(default_factory=dict)
+    storage: dict[str, Any] = field(default_factory=dict)
+    power: dict[str, Any] = field(default_factory=dict)
+    costs: dict[str, costmod.ModelCost] = field(default_factory=dict)
+    tco: costmod.OnPremTCO | None = None
+    break_even: Figure | None = None
+    break_even_against: str | None = None
+    binding: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    within_budget: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.binding and not self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "label": self.label,
+            "gpu": self.gpu.id,
+            "platform": self.platform.id,
+            "cloud": self.cloud,
+            "feasible": self.feasible,
+            "binding": self.binding,
+            "errors": self.errors,
+            "notes": self.notes,
+            "gpus_per_node": self.gpus_per_node,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "training": [t.to_json() for t in self.training],
+            "inference": [s.to_json() for s in self.serving],
+            "fabric": self.fabric,
+            "storage": self.storage,
+            "power": self.power,
+            "costs": {k: v.to_json() for k, v in self.costs.items()},
+            "within_budget": self.within_budget,
+            "onprem_tco": self.tco.to_json() if self.tco is not None else None,
+            "break_even_utilisation": self.break_even,
+            "break_even_against": self.break_even_against,
+        }
+
+
+# ------------------------------------------------------------------ candidates
+
+
+def _gpu_id(catalog: Any, name: str) -> str | None:
+    try:
+        return catalog.gpu(name).id
+    except GpuplanError:
+        return None
+
+
+def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
+    """Options from the scenario's candidates; returns (options, notes on what was skipped)."""
+    cat = ctx.catalog
+    cand = ctx.scenario.candidates
+    gpus = [cat.gpu(g) for g in cand.gpus]  # NotFoundError lists the closest ids
+    gpu_ids = {g.id: g for g in gpus}
+    notes: list[str] = []
+    options: list[Option] = []
+    clouds = None if cand.clouds is None else {c.lower() for c in cand.clouds}
+    if cand.instances is not None:
+        instances = [cat.instance(i) for i in cand.instances]
+    else:
+        instances = list(cat.instances)
+    for inst in instances:
+        gid = _gpu_id(cat, inst.accelerator_id)
+        if gid not in gpu_ids:
+            if cand.instances is not None:
+                notes.append(
+                    f"instance {inst.id} carries {inst.accelerator_id}, not a candidate GPU: skipped"
+                )
+            continue
+        if clouds is not None and inst.cloud.lower() not in clouds:
+            continue
+        gpn = ctx.cat("instance", inst, "accelerators_per_node", "GPUs", f"{inst.id} GPUs per node")
+        options.append(
+            Option(
+                id=f"{inst.cloud}/{inst.id}",
+                kind="cloud",
+                label=f"{inst.id} ({inst.cloud}, {inst.accelerators_per_node} x {gpu_ids[gid].name})",
+                gpu=gpu_ids[gid],
+                platform=inst,
+                cloud=inst.cloud,
+                gpus_per_node=gpn,
+            )
+        )
+    if cand.onprem_nodes is not None:
+        nodes = [cat.node(n) for n in cand.onprem_nodes]
+    else:
+        nodes = list(cat.nodes)
+    for node in nodes:
+        gid = _gpu_id(cat, node.accelerator_id)
+        if gid not in gpu_ids:
+            if cand.onprem_nodes is not None:
+                notes.append(
+                    f"node {node.id} carries {node.accelerator_id}, not a candidate GPU: skipped"
+                )
+            continue
+        gpn = ctx.cat("node", node, "accelerators_per_node", "GPUs", f"{node.id} GPUs per node")
+        options.append(
+            Option(
+                id=f"onprem/{node.id}",
+                kind="onprem",
+                label=f"{node.name} (on premises, {node.accelerators_per_node} x {gpu_ids[gid].name})",
+                gpu=gpu_ids[gid],
+                platform=node,
+                cloud=None,
+                gpus_per_node=gpn,
+            )
+        )
+    return options, notes
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
+    """Size, build, price and check one option (module docstring)."""
+    sc = ctx.scenario
+    for i, w in enumerate(sc.workloads.training):
+        platform = ("instance" if opt.kind == "cloud" else "node", opt.platform.id)
+        t = size_training(ctx, w, i, opt.gpu.id, opt.gpus_per_node, platform)
+        opt.training.append(t)
+        opt.binding.extend({**b, "option": opt.id} for b in t.binding)
+        if t.error and not t.binding:
+            opt.errors.append(f"{w.name}: {t.error}")
+    for i, s in enumerate(sc.workloads.inference):
+        sv = size_serving(ctx, s, i, opt.gpu.id, opt.gpus_per_node)
+        opt.serving.append(sv)
+        if sv.error:
+            opt.errors.append(f"{s.name}: {sv.error}")
+    parts = [t.nodes for t in opt.training if t.nodes is not None] + [
+        s.nodes for s in opt.serving if s.nodes is not None
+    ]
+    if not parts:
+        return opt
+    opt.nodes = derived(
+        sum(p.value for p in parts),
+        "nodes",
+        "fleet nodes",
+        "sum of the nodes of every workload (they run side by side)",
+        parts,
+    )
+    opt.gpus = derived(
+        opt.nodes.value * opt.gpus_per_node.value,
+        "GPUs",
+        "fleet GPUs",
+        "nodes x GPUs per node",
+        [opt.nodes, opt.gpus_per_node],
+    )
+    max_gpus = sc.constraints.max_gpus
+    if (
+        max_gpus is not None
+        and opt.gpus.value > max_gpus
+        and not any(b["constraint"] == "max_gpus" for b in opt.binding)
+    ):
+        opt.binding.append(
+            {
+                "constraint": "max_gpus",
+                "option": opt.id,
+                "message": Text(
+                    "the fleet needs {needed}; the limit is {limit}",
+                    {
+                        "needed": opt.gpus,
+                        "limit": ctx.inp(("constraints", "max_gpus"), "GPUs", "GPU limit"),
+                    },
+                ),
+                "needed": opt.gpus,
+                "limit": ctx.inp(("constraints", "max_gpus"), "GPUs", "GPU limit"),
+            }
+        )
+    build_fabric(ctx, opt)
+    build_storage(ctx, opt)
+    build_power(ctx, opt)
+    price_option(ctx, opt)
+    check_budget(ctx, opt)
+    return opt
+
+
+# ------------------------------------------------------------------ fabric
+
+
+def _pick_switch(ctx: PlanContext, nic_bits: float | None) -> Any:
+    cat = ctx.catalog
+    want = ctx.scenario.fabric.switch
+    if want:
+        return cat.switch(want)
+    if nic_bits is None:
+        return None
+    best = None
+    for sw in cat.switches:
+        radix = _radix_at(sw, nic_bits)
+        if radix is None:
+            continue
+        if best is None or radix > best[0] or (radix == best[0] and sw.id < best[1].id):
+            best = (radix, sw)
+    return best[1] if best else None
+
+
+def _radix_at(sw: Any, nic_bits: float) -> int | None:
+    """Ports of ``sw`` at the NIC's rate (its native or split port speed)."""
+    if (
+        sw.port_bandwidth_bits_per_s
+        and sw.ports
+        and abs(sw.port_bandwidth_bits_per_s - nic_bits) < 1
+    ):
+        return int(sw.ports)
+    alt = getattr(sw, "alt_port_bandwidth_bits_per_s", None)
+    if alt and sw.alt_ports and abs(alt - nic_bits) < 1:
+        return int(sw.alt_ports)
+    return None
+
+
+def _node_nics(ctx: PlanContext, opt: Option) -> tuple[Figure, Figure, Any] | None:
+    """(NICs per node, bits/s per NIC, nic row) for the scale-out fabric, or None."""
+    cat = ctx.catalog
+    p = opt.platform
+    want = ctx.scenario.fabric.nic
+    if opt.kind == "onprem":
+        compute = [n for n in p.nics if n.role == "compute"]
+        if not compute:
+            return None
+        entry = compute[0]
+        nic = cat.nic(want or entry.nic_id)
+        count = ctx.cat(
+            "node", p, "nics", "NICs", f"{p.id} compute NICs per node", value=entry.count
+        )
+        bw = ctx.cat("nic", nic, "bandwidth_bits_per_s", "bit/s", f"{nic.id} bandwidth")
+        return count, bw, nic
+    if getattr(p, "nic_id", None) and getattr(p, "nics_per_node", None):
+        nic = cat.nic(want or p.nic_id)
+        count = ctx.cat("instance", p, "nics_per_node", "NICs", f"{p.id} NICs per node")
+        bw = ctx.cat("nic", nic, "bandwidth_bits_per_s", "bit/s", f"{nic.id} bandwidth")
+        return count, bw, nic
+    return None
+
+
+def build_fabric(ctx: PlanContext, opt: Option) -> None:
+    """Scale-out fabric of the option and the check of the forecast's network assumption."""
+    fs = ctx.scenario.fabric
+    gpn = opt.gpus_per_node
+    out: dict[str, Any] = {}
+    nics = _node_nics(ctx, opt)
+    oversub = ctx.inp(("fabric", "oversubscription"), "ratio", "leaf oversubscription")
+    if opt.kind == "cloud":
+        net = ctx.cat(
+            "instance",
+            opt.platform,
+            "network_bandwidth_bits_per_s",
+            "bit/s",
+            f"{opt.platform.id} network bandwidth",
+        )
+        out["kind"] = "provider fabric"
+        out["note"] = (
+            f"{opt.cloud} runs the scale-out network; the plan checks the per-GPU bandwidth only"
+        )
+        per_gpu = derived(
+            net.value / 8.0 / gpn.value if net.ok else None,
+            "B/s",
+            "scale-out bandwidth per GPU",
+            "instance network bit/s / 8 / GPUs per node",
+            [net, gpn],
+        )
+        out["per_gpu_bandwidth_worst_bytes_per_s"] = per_gpu
+        out["per_gpu_bandwidth_best_bytes_per_s"] = per_gpu
+    elif nics is None:
+        out["kind"] = "missing"
+        out["note"] = f"node {opt.platform.id} lists no compute NICs in the catalog"
+        opt.notes.append(out["note"])
+    else:
+        count, bw, nic = nics
+        switch = _pick_switch(ctx, bw.value if bw.ok else None)
+        worst, best = fabmod.per_gpu_fabric_bandwidth_bytes_per_s(
+            nic_bandwidth_bits_per_s=bw.value or 0.0,
+            nics_per_node=int(count.value),
+            gpus_per_node=int(gpn.value),
+            oversubscription=oversub.value,
+        )
+        out["per_gpu_bandwidth_worst_bytes_per_s"] = derived(
+            worst if bw.ok else None,
+            "B/s",
+            "scale-out bandwidth per GPU (across leaves)",
+            "NICs x NIC bit/s / 8 / GPUs per node / oversubscription",
+            [count, bw, gpn, oversub],
+        )
+        out["per_gpu_bandwidth_best_bytes_per_s"] = derived(
+            best if bw.ok else None,
+            "B/s",
+            "scale-out bandwidth per GPU (within a leaf or rail)",
+            "NICs x NIC bit/s / 8 / GPUs per node",
+            [count, bw, gpn],
+        )
+        out["nic"] = nic.id
+        out["nics_per_node"] = count
+        out["nic_bandwidth_bits_per_s"] = bw
+        if switch is None:
+            out["kind"] = "missing"
+            out["note"] = f"no catalog switch has ports at the rate of {nic.id}: set fabric.switch"
+            opt.notes.append(out["note"])
+        else:
+            radix_value = _radix_at(switch, bw.value) if bw.ok else None
+            field_name = "ports"
+            if radix_value is None:
+                radix_value = switch.ports
+                opt.notes.append(
+                    f"switch {switch.id} ports run at a different rate than {nic.id}; "
+                    "one NIC per switch port assumed"
+                )
+            elif radix_value != switch.ports:
+                field_name = "alt_ports"
+            radix = ctx.cat(
+                "switch", switch, field_name, "ports", f"{switch.id} radix", value=radix_value
+            )
+            topo = ctx.inp(("fabric", "topology"), "", "fabric topology")
+            host_links = ctx.inp(("fabric", "host_links"), "", "host link medium")
+            if not radix.ok:
+                out["kind"] = "missing"
+                out["note"] = f"switch {switch.id} has no port count in the catalog"
+            else:
+                tree = fabmod.design_fat_tree(
+                    nodes=int(opt.nodes.value),
+                    nics_per_node=int(count.value),
+                    radix=int(radix.value),
+                    oversubscription=float(oversub.value),
+                    topology=fs.topology,
+                    host_links_optical=fs.host_links == "optical",
+                )
+                inputs = [opt.nodes, count, radix, oversub, topo]
+                out.update(_fabric_figures(tree, inputs, host_links, switch.id))
+                if not tree.feasible:
+                    opt.binding.append(
+                        {
+                            "constraint": "fabric",
+                            "option": opt.id,
+                            "message": Text(
+                                "{endpoints} exceed a three-tier fat tree of "
+                                f"{switch.id} switches (at most {{limit}})",
+                                {
+                                    "endpoints": out["endpoints"],
+                                    "limit": out["max_endpoints_at_tiers"],
+                                },
+                            ),
+                        }
+                    )
+                _network_money(ctx, opt, out, tree, switch)
+    _comm_check(ctx, opt, out)
+    opt.fabric = out
+
+
+def _fabric_figures(
+    tree: fabmod.FatTree, inputs: list[Figure], host_links: Figure, switch_id: str
+) -> dict:
+    src = "folded-Clos fat tree (Al-Fares et al. 2008 sec. 3; gpuplan.plan.fabric)"
+
+    def d(
+        value: Any, unit: str, label: str, formula: str, extra: list[Figure] | None = None
+    ) -> Figure:
+        return derived(value, unit, label, f"{formula} [{src}]", inputs + (extra or []))
+
+    return {
+        "kind": tree.topology,
+        "switch": switch_id,
+        "feasible": tree.feasible,
+        "reason": tree.reason,
+        "tiers": d(
+            tree.tiers,
+            "tiers",
+            "fabric tiers",
+            "smallest tier count whose capacity holds the NIC ports",
+        ),
+        "endpoints": d(tree.endpoints, "ports", "NIC ports on the fabric", "nodes x NICs per node"),
+        "leaf_down_ports": d(
+            tree.down_ports_per_leaf, "ports", "leaf ports down", "floor(radix x r / (r + 1))"
+        ),
+        "leaf_up_ports": d(
+            tree.up_ports_per_leaf, "ports", "leaf ports up", "radix - leaf ports down"
+        ),
+        "leaf_switches": d(
+            tree.leaves,
+            "switches",
+            "leaf switches",
+            "ceil(NIC ports / leaf ports down) (rail-optimised: rails x ceil(nodes / leaf ports down))",
+        ),
+        "spine_switches": d(
+            tree.spines,
+            "switches",
+            "spine (aggregation) switches",
+            "ceil(leaves x leaf ports up / radix) (3 tiers: per pod ceil(leaves in pod x up / (radix/2)))",
+        ),
+        "core_switches": d(
+            tree.cores,
+            "switches",
+            "core switches",
+            "3 tiers: ceil(leaves x leaf ports up / radix); else 0",
+        ),
+        "switches": d(tree.switches, "switches", "switches", "leaf + spine + core"),
+        "pods": d(tree.pods, "pods", "pods", "ceil(leaves / (radix / 2)) in a three-tier tree"),
+        "host_links": d(tree.host_links, "cables", "node-to-leaf cables", "one per NIC port"),
+        "switch_links": d(
+            tree.switch_links,
+            "cables",
+            "switch-to-switch cables",
+            "leaves x leaf ports up per tier above the leaf",
+        ),
+        "cables": d(tree.links, "cables", "cables", "node-to-leaf + switch-to-switch"),
+        "transceivers": d(
+            tree.transceivers,
+            "transceivers",
+            "optical transceivers",
+            "one per optical link end (copper host links need none)",
+            [host_links],
+        ),
+        "max_endpoints_at_tiers": d(
+            tree.max_endpoints,
+            "ports",
+            "largest fabric at this tier count",
+            "radix x leaf ports down (2 tiers); radix x radix/2 x leaf ports down (3 tiers)",
+        ),
+    }
+
+
+def _network_money(
+    ctx: PlanContext, opt: Option, out: dict, tree: fabmod.FatTree, switch: Any
+) -> None:
+    prices = ctx.scenario.costs.network_prices_usd
+    cat = ctx.catalog
+    parts: list[Figure] = []
+    missing = []
+    sw_price = (
+        ctx.quote(("costs", "network_prices_usd", switch.id), "USD", f"{switch.id} price")
+        if switch.id in prices
+        else None
+    )
+    if sw_price is None:
+        missing.append(f"no price for switch {switch.id}: add costs.network_prices_usd.{switch.id}")
+    else:
+        parts.append(
+            derived(
+                out["switches"].value * sw_price.value,
+                "USD",
+                "switch capex",
+                "switches x switch price",
+                [out["switches"], sw_price],
+            )
+        )
+    if tree.transceivers:
+        optic_id = ctx.scenario.fabric.optic
+        if optic_id is None:
+            missing.append("no transceiver chosen: set fabric.optic and its price")
+        else:
+            optic = cat.optic(optic_id)
+            if optic.id in prices:
+                op = ctx.quote(
+                    ("costs", "network_prices_usd", optic.id), "USD", f"{optic.id} price"
+                )
+                parts.append(
+                    derived(
+                        out["transceivers"].value * op.value,
+                        "USD",
+                        "transceiver capex",
+                        "transceivers x transceiver price",
+                        [out["transceivers"], op],
+                    )
+                )
+            else:
+                missing.append(f"no price for {optic.id}: add costs.network_prices_usd.{optic.id}")
+    if missing:
+        out["capex_usd"] = missing_fig("USD", "network capex", "; ".join(missing), parts)
+    else:
+        out["capex_usd"] = derived(
+            sum(p.value for p in parts), "USD", "network capex", "switch + transceiver capex", parts
+        )
+    if switch.max_power_w:
+        swp = ctx.cat("switch", switch, "max_power_w", "W", f"{switch.id} max power")
+        out["power_w"] = derived(
+            out["switches"].value * swp.value,
+            "W",
+            "network power",
+            "switches x switch max power",
+            [out["switches"], swp],
+        )
+
+
+def _assumed_inter_node_bw(result: dict[str, Any]) -> float | None:
+    for holder in (result, result.get("provenance") or {}, result.get("assumptions") or {}):
+        for key in ("inter_node_bandwidth_bytes_per_s", "inter_node_bandwidth_per_gpu_bytes_per_s"):
+            v = holder.get(key) if isinstance(holder, dict) else None
+            if isinstance(v, (int, float)) and v > 0:
+                return float(v)
+    return None
+
+
+def _comm_check(ctx: PlanContext, opt: Option, out: dict) -> None:
+    """Does the fabric give each GPU the inter-node bandwidth the forecast assumed?
+
+    When it gives less (an oversubscribed leaf), the run is forecast again at the fabric's
+    worst-case bandwidth per GPU with the same GPU count, and the plan reports both times.
+    """
+    from gpuplan.plan.provenance import forecast_fig
+    from gpuplan.plan.workloads import forecast_training_cached
+
+    worst = out.get("per_gpu_bandwidth_worst_bytes_per_s")
+    checks = []
+    for t in opt.training:
+        if t.forecast is None:
+            continue
+        assumed_v = _assumed_inter_node_bw(t.forecast)
+        entry: dict[str, Any] = {"workload": t.name}
+        if assumed_v is None:
+            entry["status"] = "unknown"
+            entry["note"] = "the forecast does not report the inter-node bandwidth it used"
+            checks.append(entry)
+            continue
+        where = (t.forecast.get("provenance") or {}).get("inter_node_bandwidth", "")
+        assumed = forecast_fig(
+            assumed_v,
+            "B/s",
+            f"{t.name}: inter-node bandwidth per GPU the forecast assumed",
+            f"forecast train {t.name} on {opt.gpu.id}: provenance.inter_node_bandwidth_bytes_per_s"
+            + (f" ({where})" if where else ""),
+        )
+        entry["assumed_bytes_per_s"] = assumed
+        if worst is None or not worst.ok:
+            entry["status"] = "unknown"
+            entry["note"] = "the fabric's per-GPU bandwidth is unknown"
+            checks.append(entry)
+            continue
+        ratio = derived(
+            worst.value / assumed.value,
+            "ratio",
+            f"{t.name}: fabric / assumed bandwidth per GPU",
+            "fabric worst-case bandwidth per GPU / forecast's assumption",
+            [worst, assumed],
+        )
+        entry["ratio"] = ratio
+        entry["status"] = "holds" if ratio.value >= 1.0 - 1e-9 else "short"
+        if entry["status"] == "short" and t.gpus is not None:
+            w = ctx.scenario.workloads.training[t.index]
+            res, err = forecast_training_cached(
+                ctx,
+                w,
+                opt.gpu.id,
+                num_gpus=int(t.gpus.value),
+                target_days=None,
+                platform=t.platform,
+                inter_node_bandwidth_bytes_per_s=float(worst.value),
+            )
+            if res is not None:
+                t.run_on_fabric_s = ctx.fc(
+                    res,
+                    "time_to_train_s",
+                    "s",
+                    f"{t.name}: time to train at the fabric's bandwidth",
+                    f"forecast train {t.name} on {opt.gpu.id} x{int(t.gpus.value)} "
+                    f"(inter-node {worst.value:.4g} B/s per GPU)",
+                )
+                entry["time_to_train_on_fabric_s"] = t.run_on_fabric_s
+                if t.run_s is not None and t.run_s.ok and t.run_on_fabric_s.ok:
+                    slow = t.run_on_fabric_s.value / t.run_s.value - 1.0
+                    longer = derived(
+                        slow,
+                        "fraction",
+                        f"{t.name}: longer on the fabric",
+                        "time at fabric bandwidth / time at assumed bandwidth - 1",
+                        [t.run_on_fabric_s, t.run_s],
+                    )
+                    entry["note"] = Text(
+                        "the fabric gives {ratio} the bandwidth per GPU the forecast assumed; "
+                        "the run takes {longer} longer on it",
+                        {"ratio": ratio, "longer": longer},
+                    )
+                    opt.notes.append(
+                        Text(f"{t.name}: " + entry["note"].template, entry["note"].figs)
+                    )
+            else:
+                entry["note"] = f"could not re-forecast at the fabric's bandwidth: {err}"
+        checks.append(entry)
+    out["communication_check"] = checks
+
+
+# ------------------------------------------------------------------ storage
+
+
+def _tiers_for(ctx: PlanContext, opt: Option) -> list[Any]:
+    cat = ctx.catalog
+    want = ctx.scenario.storage.tier
+    if want:
+        return [cat.storage_tier(want)]
+    tiers = []
+    cloud_names = {n for names in CLOUD_PROVIDER_NAMES.values() for n in names}
+    for t in cat.storage:
+        if getattr(t, "kind_of_storage", None) == "local_nvme":
+            continue
+        prov = str(getattr(t, "provider", "")).lower()
+        if opt.kind == "cloud":
+            if any(n in prov for n in CLOUD_PROVIDER_NAMES.get(opt.cloud or "", ())):
+                tiers.append(t)
+        elif not any(n in prov for n in cloud_names):
+            tiers.append(t)
+    return tiers
+
+
+def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
+    tib = stomod.TIB
+
+    def get(field_name: str, unit: str, label: str) -> Figure:
+        return ctx.cat("storage", t, field_name, unit, f"{t.id} {label}")
+
+    price_fields = ctx.scenario.costs.storage_usd_per_gib_month
+    if t.id in price_fields:
+        price = ctx.quote(
+            ("costs", "storage_usd_per_gib_month", t.id), "USD/GiB-month", f"{t.id} price"
+        )
+    elif getattr(t, "price_usd_per_tib_month", None):
+        per_tib = get("price_usd_per_tib_month", "USD/TiB-month", "price per TiB-month")
+        price = derived(
+            per_tib.value / 1024.0,
+            "USD/GiB-month",
+            f"{t.id} price per GiB-month",
+            "USD per TiB-month / 1024",
+            [per_tib],
+        )
+    else:
+        price = missing_fig(
+            "USD/GiB-month",
+            f"{t.id} price",
+            f"no price for {t.id}: add costs.storage_usd_per_gib_month.{t.id}",
+        )
+    del tib
+    return stomod.StorageTier(
+        id=t.id,
+        name=getattr(t, "name", t.id),
+        read_bytes_per_s_per_tib=get("read_bytes_per_s_per_tib", "B/s per TiB", "read per TiB"),
+        write_bytes_per_s_per_tib=get("write_bytes_per_s_per_tib", "B/s per TiB", "write per TiB"),
+        min_capacity_bytes=get("capacity_min_bytes", "B", "minimum capacity"),
+        max_capacity_bytes=get("capacity_max_bytes", "B", "maximum capacity"),
+        increment_bytes=get("capacity_step_bytes", "B", "capacity step"),
+        price_usd_per_gib_month=price,
+        cloud=getattr(t, "provider", None),
+    )
+
+
+def build_storage(ctx: PlanContext, opt: Option) -> None:
+    """Size the shared storage tier for the training workloads (see gpuplan.plan.storage)."""
+    sc = ctx.scenario
+    trainings = [t for t in opt.training if t.tokens_per_s is not None]
+    if not trainings:
+        opt.storage = {"note": "no training workload: no shared storage sized"}
+        return
+    caps, reads, writes, ckpts = [], [], [], []
+    per_workload = []
+    for t in trainings:
+        w = sc.workloads.training[t.index]
+        base = ("workloads", "training", t.index)
+        model = ctx.catalog.model(w.model)
+        params = ctx.cat(
+            "model",
+            model,
+            "params_total",
+            "parameters",
+            f"{model.id} parameters",
+            value=model.params_total(),
+        )
+        bpp = ctx.inp(
+            (*base, "checkpoint", "bytes_per_param"),
+            "B",
+            f"{w.name}: checkpoint bytes per parameter",
+        )
+        ckpt = stomod.checkpoint_bytes(params, bpp)
+        retained = ctx.inp(
+            (*base, "checkpoint", "retained"), "checkpoints", f"{w.name}: checkpoints kept"
+        )
+        if w.bytes_per_token is not None:
+            bpt = ctx.inp((*base, "bytes_per_token"), "B", f"{w.name}: bytes per token")
+        else:
+            vocab = ctx.cat("model", model, "vocab", "tokens", f"{model.id} vocabulary")
+            bpt = derived(
+                stomod.bytes_per_token_for_vocab(int(vocab.value)),
+                "B",
+                f"{w.name}: bytes per token",
+                "2 if vocabulary <= 65,536 else 4 (smallest integer type for token ids)",
+                [vocab],
+            )
+        if w.dataset_bytes is not None:
+            dataset = ctx.inp((*base, "dataset_bytes"), "B", f"{w.name}: dataset")
+        else:
+            tokens = ctx.inp((*base, "tokens"), "tokens", f"{w.name}: training tokens")
+            epochs = ctx.inp((*base, "epochs"), "epochs", f"{w.name}: epochs")
+            dataset = derived(
+                tokens.value / epochs.value * bpt.value,
+                "B",
+                f"{w.name}: dataset",
+                "training tokens / epochs x bytes per token",
+                [tokens, epochs, bpt],
+            )
+        cap = stomod.capacity_bytes(dataset, ckpt, retained)
+        if w.bytes_per_sample is not None:
+            seq = ctx.inp((*base, "seq_len"), "tokens", f"{w.name}: sequence length")
+            bps = ctx.inp((*base, "bytes_per_sample"), "B", f"{w.name}: bytes per sample")
+            read = stomod.read_bandwidth_samples(t.tokens_per_s, seq, bps)
+        else:
+            read = stomod.read_bandwidth(t.tokens_per_s, bpt)
+        budget = ctx.inp(
+            (*base, "checkpoint", "write_budget_s"), "s", f"{w.name}: checkpoint write budget"
+        )
+        write = stomod.write_bandwidth(ckpt, budget)
+        caps.append(cap)
+        reads.append(read)
+        writes.append(write)
+        ckpts.append(ckpt)
+        per_workload.append(
+            {
+                "workload": w.name,
+                "checkpoint_bytes": ckpt,
+                "dataset_bytes": dataset,
+                "capacity_bytes": cap,
+                "read_bytes_per_s": read,
+                "checkpoint_write_bytes_per_s": write,
+            }
+        )
+
+    def total(figs: list[Figure], label: str, unit: str) -> Figure:
+        if len(figs) == 1:
+            return figs[0]
+        return derived(sum(f.value for f in figs), unit, label, "sum over training workloads", figs)
+
+    cap_t = total(caps, "storage capacity needed", "B")
+    read_t = total(reads, "sustained read for the data pipeline", "B/s")
+    write_t = total(writes, "checkpoint write bandwidth needed", "B/s")
+    ckpt_t = total(ckpts, "checkpoint size (all workloads)", "B")
+    fits = [
+        stomod.fit_tier(
+            _tier_figures(ctx, t), capacity=cap_t, read_bps=read_t, write_bps=write_t, ckpt=ckpt_t
+        )
+        for t in _tiers_for(ctx, opt)
+    ]
+    chosen = stomod.pick_tier(fits)
+    out: dict[str, Any] = {
+        "workloads": per_workload,
+        "capacity_bytes": cap_t,
+        "read_bytes_per_s": read_t,
+        "checkpoint_write_bytes_per_s": write_t,
+        "tiers": [f.to_json() for f in fits],
+        "chosen": chosen.tier.id if chosen else None,
+    }
+    if chosen is None:
+        out["note"] = "no catalog storage tier fits: " + (
+            "; ".join(f"{f.tier.id}: {f.reason}" for f in fits)
+            if fits
+            else "none for this platform"
+        )
+        opt.notes.append(out["note"])
+    if ctx.trial is not None and ctx.trial.storage_read_bytes_per_s is not None:
+        out["local_nvme"] = stomod.local_nvme_check(
+            read_t, opt.nodes, ctx.trial.storage_read_bytes_per_s
+        )
+    # checkpoint write and restart times for the Young/Daly model
+    if chosen is not None and chosen.checkpoint_write_s.ok:
+        out["checkpoint_write_s"] = chosen.checkpoint_write_s
+        if chosen.read_bytes_per_s.ok:
+            out["restart_read_s"] = derived(
+                ckpt_t.value / chosen.read_bytes_per_s.value,
+                "s",
+                "checkpoint read time at restart",
+                "checkpoint size / tier read bandwidth",
+                [ckpt_t, chosen.read_bytes_per_s],
+            )
+    else:
+        budgets = [
+            ctx.inp(("workloads", "training", t.index, "checkpoint", "write_budget_s"), "s")
+            for t in trainings
+        ]
+        out["checkpoint_write_s"] = derived(
+            max(b.value for b in budgets),
+            "s",
+            "checkpoint write time (the budget: no tier matched)",
+            "the scenario's checkpoint write budget",
+            budgets,
+        )
+    opt.storage = out
+
+
+# ------------------------------------------------------------------ power
+
+
+def build_power(ctx: PlanContext, opt: Option) -> None:
+    """Node, rack and facility power; site constraints for on-premises options."""
+    if opt.kind != "onprem":
+        opt.power = {"note": "the cloud provider supplies power and racks"}
+        return
+    sc = ctx.scenario
+    node = opt.platform
+    gpu = opt.gpu
+    tdp = ctx.cat("accelerator", gpu, "tdp_w", "W", f"{gpu.id} TDP")
+    node_max = ctx.cat("node", node, "max_power_w", "W", f"{node.id} max power")
+    measured = None
+    trial = ctx.trial
+    if trial is not None and trial.gpu_power_w is not None and trial.catalog_id == gpu.id:
+        measured = trial.gpu_power_w
+    node_w = powmod.node_power_w(
+        gpus_per_node=opt.gpus_per_node,
+        tdp_w=tdp,
+        node_max_power_w=node_max,
+        measured_gpu_power_w=measured,
+    )
+    c = sc.constraints
+    rack_kw = (
+        ctx.inp(("constraints", "power_per_rack_kw"), "kW", "power per rack")
+        if c.power_per_rack_kw
+        else None
+    )
+    rack_u = (
+        ctx.inp(("constraints", "rack_units_per_rack"), "U", "rack units per rack")
+        if c.rack_units_per_rack
+        else None
+    )
+    node_u = (
+        ctx.cat("node", node, "rack_units", "U", f"{node.id} height") if node.rack_units else None
+    )
+    racks = powmod.racks_for(
+        nodes=opt.nodes,
+        node_power=node_w,
+        power_per_rack_kw=rack_kw,
+        rack_units_per_rack=rack_u,
+        node_rack_units=node_u,
+    )
+    it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"))
+    pue = ctx.inp(("costs", "pue"), "ratio", "PUE")
+    facility = powmod.facility_power_w(it, pue)
+    opt.power = {
+        "node_power_w": node_w,
+        "basis": "measured" if measured is not None else "catalog",
+        "nodes_per_rack": racks["nodes_per_rack"],
+        "racks": racks["racks"],
+        "racks_limited_by": racks["limited_by"],
+        "it_power_w": it,
+        "facility_power_w": facility,
+    }
+    if racks["binding"]:
+        opt.binding.append(
+            {
+                "constraint": "power_per_rack_kw"
+                if racks["limited_by"] == "rack power"
+                else "rack_units_per_rack",
+                "option": opt.id,
+                "message": racks["binding"],
+                "needed": node_w,
+                "limit": rack_kw if racks["limited_by"] == "rack power" else rack_u,
+            }
+        )
+    if c.max_racks is not None and racks["racks"].ok and racks["racks"].value > c.max_racks:
+        opt.binding.append(
+            {
+                "constraint": "max_racks",
+                "option": opt.id,
+                "message": Text(
+                    "needs {needed}; the site has {limit}",
+                    {
+                        "needed": racks["racks"],
+                        "limit": ctx.inp(("constraints", "max_racks"), "racks", "racks available"),
+                    },
+                ),
+                "needed": racks["racks"],
+                "limit": ctx.inp(("constraints", "max_racks"), "racks", "racks available"),
+            }
+        )
+    if c.floor_space_m2 is not None and racks["racks"].ok:
+        per = ctx.inp(("constraints", "floor_m2_per_rack"), "m2", "floor per rack")
+        floor = ctx.inp(("constraints", "floor_space_m2"), "m2", "floor space")
+        area = derived(
+            racks["racks"].value * per.value,
+            "m2",
+            "floor area needed",
+            "racks x floor per rack",
+            [racks["racks"], per],
+        )
+        opt.power["floor_area_m2"] = area
+        if area.value > floor.value:
+            opt.binding.append(
+                {
+                    "constraint": "floor_space_m2",
+                    "option": opt.id,
+                    "message": Text(
+                        "needs {needed} of floor; the site has {limit}",
+                        {"needed": area, "limit": floor},
+                    ),
+                    "needed": area,
+                    "limit": floor,
+                }
+            )
+    if c.site_power_kw is not None:
+        site = ctx.inp(("constraints", "site_power_kw"), "kW", "site power")
+        draw = facility if facility.ok else it
+        if draw.ok and draw.value > site.value * 1000.0:
+            gpn = opt.gpus_per_node.value
+            per_node_site_w = draw.value / opt.nodes.value
+            max_nodes = math.floor(site.value * 1000.0 / per_node_site_w)
+            fits = derived(
+                max_nodes * gpn,
+                "GPUs",
+                "largest fleet within the site power",
+                "floor(site power / facility power per node) x GPUs per node",
+                [site, draw, opt.nodes, opt.gpus_per_node],
+            )
+            opt.power["max_gpus_within_site_power"] = fits
+            what = "facility power (with PUE)" if facility.ok else "IT power (no PUE given)"
+            opt.binding.append(
+                {
+                    "constraint": "site_power_kw",
+                    "option": opt.id,
+                    "message": Text(
+                        f"the fleet needs {{needed}} of {what}; the site has {{limit}} kW "
+                        "(at most {fits} fit)",
+                        {"needed": draw, "limit": site, "fits": fits},
+                    ),
+                    "needed": draw,
+                    "limit": site,
+                }
+            )
+
+
+# ------------------------------------------------------------------ cost
+
+
+def _loads(opt: Option) -> tuple[list[costmod.TrainingLoad], list[costmod.ServingLoad]]:
+    tl = [
+        costmod.TrainingLoad(t.name, t.nodes, t.run_s)
+        for t in opt.training
+        if t.nodes is not None and t.run_s is not None
+    ]
+    sl = [
+        costmod.ServingLoad(
+            s.name, s.nodes, s.output_tokens_per_month, s.hours_per_month, s.cost_interval_factors
+        )
+        for s in opt.serving
+        if s.nodes is not None
+    ]
+    return tl, sl
+
+
+def _reliabilities(
+    ctx: PlanContext, opt: Option, trainings: list[costmod.TrainingLoad], spot: bool
+) -> dict[str, costmod.Reliability]:
+    costs = ctx.scenario.costs
+    fail = ctx.inp(("costs", "node_failures_per_node_hour"), "1/node-hour", "node failure rate")
+    if spot:
+        sp = ctx.inp(
+            ("costs", "spot_interruptions_per_node_hour"), "1/node-hour", "spot interruption rate"
+        )
+        if not sp.ok:
+            rate = missing_fig(
+                "1/node-hour",
+                "interruption rate (spot)",
+                "no spot interruption rate: add costs.spot_interruptions_per_node_hour",
+            )
+        else:
+            rate = derived(
+                sp.value + (fail.value if fail.ok else 0.0),
+                "1/node-hour",
+                "interruption rate (spot)",
+                "spot interruptions + node failures per node-hour",
+                [sp, fail] if fail.ok else [sp],
+            )
+    else:
+        rate = (
+            fail
+            if fail.ok
+            else input_fig(
+                0.0,
+                "1/node-hour",
+                "node failure rate",
+                "default costs.node_failures_per_node_hour (none given)",
+                default=True,
+            )
+        )
+    delta = opt.storage.get("checkpoint_write_s") if opt.storage else None
+    if delta is None:
+        delta = missing_fig("s", "checkpoint write time", "no training storage sized")
+    if costs.restart_s is not None:
+        restart = ctx.inp(("costs", "restart_s"), "s", "restart time")
+    elif opt.storage.get("restart_read_s") is not None:
+        restart = opt.storage["restart_read_s"]
+    else:
+        restart = derived(
+            delta.value if delta.ok else None,
+            "s",
+            "restart time (= checkpoint write time)",
+            "no restart time given: taken equal to the checkpoint write time",
+            [delta],
+        )
+    out = {}
+    for t in trainings:
+        if not rate.ok:
+            g = missing_fig("fraction", "goodput", rate.missing or "")
+            out[t.name] = costmod.Reliability(rate, g, g, g, g)
+            continue
+        out[t.name] = costmod.reliability(
+            nodes=t.nodes, rate_per_node_hour=rate, checkpoint_s=delta, restart_s=restart
+        )
+    return out
+
+
+def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
+    inst = opt.platform
+    region = ctx.scenario.constraints.region
+    prices: dict[str, Figure] = {}
+    for model in ("on_demand", "spot", "reserved_1y", "reserved_3y"):
+        obs = inst.price(model, region)
+        label = f"{inst.id} {model} price"
+        if obs is not None:
+            prices[model] = ctx.price(inst, obs, label)
+            continue
+        where = f" in {region}" if region else ""
+        reason = f"the catalog has no {model} price for {inst.id}{where}"
+        if model in ("reserved_1y", "reserved_3y"):
+            disc = getattr(ctx.scenario.costs.commitment_discounts, model)
+            if disc is not None and prices.get("on_demand") is not None and prices["on_demand"].ok:
+                d = ctx.inp(
+                    ("costs", "commitment_discounts", model), "fraction", f"{model} discount"
+                )
+                prices[model] = costmod.discounted_price(prices["on_demand"], d, model)
+                continue
+            reason += f" (add costs.commitment_discounts.{model} to derive one from on-demand)"
+        elif region and inst.price(model) is not None:
+            reason += " (prices exist in other regions; change constraints.region)"
+        prices[model] = missing_fig("USD/node-hour", label, reason)
+    return prices
+
+
+def price_option(ctx: PlanContext, opt: Option) -> None:
+    """Every purchasing model of the option (see gpuplan.plan.cost)."""
+    trainings, servings = _loads(opt)
+    util = ctx.inp(("costs", "utilisation"), "fraction", "utilisation")
+    if opt.kind == "cloud":
+        prices = _cloud_prices(ctx, opt)
+        for model, price in prices.items():
+            rel = _reliabilities(ctx, opt, trainings, spot=model == "spot")
+            opt.costs[model] = costmod.price_model(
+                model,
+                price,
+                trainings=trainings,
+                servings=servings,
+                utilisation=util,
+                interruptions=rel,
+            )
+        return
+    node = opt.platform
+    c = ctx.scenario.costs
+    if node.id in c.onprem_node_prices_usd:
+        node_price = ctx.quote(
+            ("costs", "onprem_node_prices_usd", node.id), "USD", f"{node.id} price"
+        )
+    else:
+        node_price = ctx.cat(
+            "node",
+            node,
+            "price_usd",
+            "USD",
+            f"{node.id} price",
+            missing=f"no price for node {node.id}: add costs.onprem_node_prices_usd.{node.id} (a quote)",
+        )
+    net = opt.fabric.get("capex_usd") or missing_fig("USD", "network capex", "fabric not designed")
+    facility = opt.power.get("facility_power_w") or missing_fig(
+        "W", "facility power", "no power model"
+    )
+    opt.tco = costmod.onprem_tco(
+        nodes=opt.nodes,
+        node_price_usd=node_price,
+        network_capex_usd=net,
+        depreciation_years=ctx.inp(("costs", "depreciation_years"), "years", "depreciation"),
+        facility_power_w=facility,
+        electricity_usd_per_kwh=ctx.inp(
+            ("costs", "electricity_usd_per_kwh"), "USD/kWh", "electricity price"
+        ),
+        ops_usd_per_node_per_year=ctx.inp(
+            ("costs", "ops_usd_per_node_per_year"), "USD/node-year", "operations per node"
+        ),
+        staff_usd_per_year=ctx.inp(("costs", "staff_usd_per_year"), "USD/year", "staff"),
+    )
+    rel = _reliabilities(ctx, opt, trainings, spot=False)
+    opt.costs["onprem"] = costmod.price_model(
+        "onprem",
+        opt.tco.usd_per_node_hour,
+        trainings=trainings,
+        servings=servings,
+        utilisation=util,
+        interruptions=rel,
+    )
+    if opt.tco.excludes:
+        opt.notes.append("owned cost excludes: " + "; ".join(opt.tco.excludes))
+
+
+def link_break_even(options: list[Option]) -> None:
+    """Break-even utilisation of each on-premises option against the cheapest cloud
+    on-demand price per GPU-hour for the same GPU (see gpuplan.plan.cost)."""
+    for opt in options:
+        if opt.kind != "onprem" or opt.tco is None:
+            continue
+        best = None
+        for other in options:
+            if other.kind != "cloud" or other.gpu.id != opt.gpu.id:
+                continue
+            od = other.costs.get("on_demand")
+            if od is None or not od.price_usd_per_node_hour.ok:
+                continue
+            per_gpu = od.price_usd_per_node_hour.value / other.gpus_per_node.value
+            if best is None or per_gpu < best[0]:
+                best = (per_gpu, other, od.price_usd_per_node_hour)
+        if best is None:
+            opt.break_even = missing_fig(
+                "fraction",
+                "break-even utilisation (own vs on-demand)",
+                f"no cloud on-demand price for {opt.gpu.id} among the candidates",
+            )
+            continue
+        _, other, od_price = best
+        per_node_equiv = derived(
+            od_price.value / other.gpus_per_node.value * opt.gpus_per_node.value,
+            "USD/node-hour",
+            f"{other.platform.id} on-demand per {opt.platform.id}-sized node",
+            "on-demand price / GPUs per instance x GPUs per owned node",
+            [od_price, other.gpus_per_node, opt.gpus_per_node],
+        )
+        opt.break_even = costmod.break_even_utilisation(opt.tco, opt.nodes, per_node_equiv)
+        opt.break_even_against = other.id
+
+
+def check_budget(ctx: PlanContext, opt: Option) -> None:
+    """Mark purchasing models over budget; the option binds when none is within it."""
+    c = ctx.scenario.constraints
+    if c.budget_usd_per_month is None and c.budget_usd_per_run is None:
+        return
+    ok_any = False
+    worst_msgs = []
+    for model, mc in opt.costs.items():
+        ok = mc.available
+        if (
+            c.budget_usd_per_month is not None
+            and mc.per_month_usd is not None
+            and mc.per_month_usd.ok
+        ) and mc.per_month_usd.value > c.budget_usd_per_month:
+            ok = False
+            worst_msgs.append((mc.per_month_usd, "budget_usd_per_month", model))
+        if c.budget_usd_per_run is not None:
+            for run in mc.per_run_usd.values():
+                if run.ok and run.value > c.budget_usd_per_run:
+                    ok = False
+                    worst_msgs.append((run, "budget_usd_per_run", model))
+        opt.within_budget[model] = ok
+        ok_any = ok_any or ok
+    if not ok_any and worst_msgs:
+        fig, which, _ = min(worst_msgs, key=lambda x: x[0].value)
+        limit = ctx.inp(("constraints", which), "USD", which)
+        opt.binding.append(
+            {
+                "constraint": which,
+                "option": opt.id,
+                "message": Text(
+                    "the cheapest purchasing model costs {needed}; the budget is {limit}",
+                    {"needed": fig, "limit": limit},
+                ),
+                "needed": fig,
+                "limit": limit,
+            }
+        )

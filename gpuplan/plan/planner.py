@@ -1,0 +1,447 @@
+"""Build a capacity plan from a scenario: the entry point of ``gpuplan plan``.
+
+:func:`build_plan` resolves the candidates in the catalog, reads the trial node's latest
+probe run, forecasts every workload on every candidate GPU (with the calibration artifact),
+builds and prices each option (:mod:`gpuplan.plan.options`), ranks them, tests the
+ranking's sensitivity, simulates the shared cluster when the scenario has teams, and
+returns a :class:`Plan`: a tree of figures with their provenance plus the ledger of every
+catalog row, calibration and measurement used. Rendering lives in :mod:`gpuplan.report`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuplan import __version__
+from gpuplan.errors import GpuplanError
+from gpuplan.plan import cost as costmod
+from gpuplan.plan import ranking as rankmod
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.options import Option, candidate_options, evaluate_option, link_break_even
+from gpuplan.plan.provenance import (
+    Figure,
+    Text,
+    calibration_fig,
+    derived,
+    figures_to_json,
+    input_fig,
+    join_texts,
+)
+from gpuplan.plan.scenario import LoadedScenario
+from gpuplan.plan.workloads import forecast_training_cached
+
+PLAN_VERSION = 1
+CURVE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+@dataclass
+class Plan:
+    """A capacity plan: the JSON document (figures inside) and what the charts need."""
+
+    doc: dict[str, Any]
+    options: list[Option] = field(default_factory=list)
+    curves: list[dict[str, Any]] = field(default_factory=list)
+    trial: Any = None
+    roofline_spec: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON types (figures become ``{value, unit, provenance...}``)."""
+        return figures_to_json(self.doc)
+
+
+def _load_artifact(path: str | Path | None) -> tuple[dict[str, Any] | None, str | None]:
+    if path is None:
+        return None, None
+    from gpuplan.calibration import load_artifact
+
+    return load_artifact(path), str(path)
+
+
+def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> dict[str, Any]:
+    """Per candidate GPU: the calibrated summary (DESIGN.md 3.2), each with its basis."""
+    out: dict[str, Any] = {
+        "artifact": ctx.artifact_path or "default artifact shipped with gpuplan",
+    }
+    art = ctx.artifact
+    if art is None:
+        try:
+            from gpuplan.calibration import default_artifact_path, load_artifact
+
+            p = default_artifact_path()
+            art = load_artifact(p)
+            out["artifact"] = f"{p} (default)"
+        except (GpuplanError, ImportError, OSError) as exc:
+            out["error"] = f"no calibration artifact could be read: {exc}"
+            art = None
+    if art is not None:
+        out["created_at"] = art.get("created_at")
+        out["training_data_sha256"] = art.get("training_data_sha256")
+        out["inputs"] = [str(x) for x in art.get("inputs", [])]
+    ctx.ledger.calibration = {k: v for k, v in out.items()}
+    devices: dict[str, Any] = {}
+    try:
+        from gpuplan.calibration import calibrated_summary
+    except ImportError:
+        calibrated_summary = None  # type: ignore[assignment]
+    for gid in gpu_ids:
+        if calibrated_summary is None:
+            break
+        try:
+            summ = calibrated_summary(gid, artifact=ctx.artifact)
+        except GpuplanError as exc:
+            devices[gid] = {"error": exc.one_line()}
+            continue
+        figs = {}
+        for q, est in (summ or {}).items():
+            if not isinstance(est, dict) or est.get("value") is None:
+                continue
+            unit = (
+                "FLOP/s"
+                if q.endswith("flops_per_s")
+                else "B/s"
+                if q.endswith("bytes_per_s")
+                else ""
+            )
+            lo, hi = est.get("low"), est.get("high")
+            figs[q] = calibration_fig(
+                est["value"],
+                unit,
+                f"{gid} {q}",
+                f"calibration {gid} {q}",
+                basis=str(est.get("basis", "spec")),
+                source=str(out.get("artifact")),
+                interval=(lo, hi) if lo is not None and hi is not None else None,
+            )
+        devices[gid] = figs
+    out["devices"] = devices
+    return out
+
+
+def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
+    """Time to train vs cluster size for each training workload and candidate GPU."""
+    curves = []
+    seen = set()
+    for opt in options:
+        for t in opt.training:
+            key = (t.name, opt.gpu.id)
+            if key in seen or t.gpus is None:
+                continue
+            seen.add(key)
+            w = ctx.scenario.workloads.training[t.index]
+            gpn = int(opt.gpus_per_node.value)
+            if w.sizes:
+                sizes = sorted(set(w.sizes))
+            else:
+                n = int(t.gpus.value)
+                sizes = sorted({max(gpn, round(n * f / gpn) * gpn) for f in CURVE_FACTORS})
+            points = []
+            for i, n in enumerate(sizes):
+                res, err = forecast_training_cached(
+                    ctx, w, opt.gpu.id, num_gpus=n, target_days=None
+                )
+                if res is None:
+                    points.append({"gpus": n, "error": err})
+                    continue
+                size = (
+                    ctx.inp(
+                        ("workloads", "training", t.index, "sizes", i),
+                        "GPUs",
+                        f"{w.name}: curve size",
+                    )
+                    if w.sizes
+                    else derived(
+                        n,
+                        "GPUs",
+                        f"{w.name}: curve size {n}",
+                        "planned GPUs x {1/4, 1/2, 1, 2, 4}, rounded to whole nodes",
+                        [t.gpus],
+                    )
+                )
+                points.append(
+                    {
+                        "gpus": size,
+                        "time_to_train_s": ctx.fc(
+                            res,
+                            "time_to_train_s",
+                            "s",
+                            f"{w.name}: time to train on {n} x {opt.gpu.id}",
+                            f"forecast train {w.name} on {opt.gpu.id} x{n}",
+                        ),
+                        "mfu": ctx.fc(
+                            res,
+                            "mfu",
+                            "fraction",
+                            f"{w.name}: MFU on {n} x {opt.gpu.id}",
+                            f"forecast train {w.name} on {opt.gpu.id} x{n}",
+                        ),
+                    }
+                )
+            deadline = None
+            if w.deadline_days is not None:
+                deadline = ctx.inp(
+                    ("workloads", "training", t.index, "deadline_days"),
+                    "days",
+                    f"{w.name}: deadline",
+                )
+            curves.append(
+                {"workload": w.name, "gpu": opt.gpu.id, "points": points, "deadline_days": deadline}
+            )
+    return curves
+
+
+def _roofline_spec(ctx: PlanContext) -> dict[str, Any] | None:
+    """Catalog spec of the trial node's accelerator (for the roofline chart), if any."""
+    trial = ctx.trial
+    if trial is None or not trial.catalog_id:
+        return None
+    try:
+        gpu = ctx.catalog.gpu(trial.catalog_id)
+    except GpuplanError:
+        return None
+    dtype = trial.best_dtype() or "bf16"
+    peak = gpu.peak_flops_per_s(dtype)
+    return {
+        "gpu": gpu.id,
+        "dtype": dtype,
+        "peak_flops_per_s": ctx.cat(
+            "accelerator",
+            gpu,
+            f"peak_flops_per_s.{dtype}",
+            "FLOP/s",
+            f"{gpu.id} {dtype} peak",
+            value=peak,
+        ),
+        "memory_bandwidth_bytes_per_s": ctx.cat(
+            "accelerator", gpu, "memory_bandwidth_bytes_per_s", "B/s", f"{gpu.id} memory bandwidth"
+        ),
+    }
+
+
+def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float], Figure | None]:
+    from gpuplan.plan.options import _loads, _reliabilities
+
+    def reprice(opt: Option, utilisation: float) -> Figure | None:
+        util = input_fig(
+            utilisation, "fraction", f"utilisation {utilisation:g}", "sensitivity.utilisation"
+        )
+        trainings, servings = _loads(opt)
+        best = None
+        for model, mc in opt.costs.items():
+            rel = _reliabilities(ctx, opt, trainings, spot=model == "spot")
+            again = costmod.price_model(
+                model,
+                mc.price_usd_per_node_hour,
+                trainings=trainings,
+                servings=servings,
+                utilisation=util,
+                interruptions=rel,
+            )
+            fig = rankmod.model_metric(again, metric, opt)
+            if fig is not None and fig.ok and (best is None or fig.value < best.value):
+                best = fig
+        return best
+
+    return reprice
+
+
+def _shared_cluster(
+    ctx: PlanContext, ranked: list[rankmod.Entry], options: list[Option]
+) -> dict[str, Any] | None:
+    """Simulate the teams on the planned fleet (gpuplan.plan.scheduling), if any teams."""
+    sc = ctx.scenario
+    if not sc.teams:
+        return None
+    from gpuplan.plan.scheduling import shared_cluster_for_plan
+
+    top = ranked[0].option if ranked else (options[0] if options else None)
+    if top is None or top.nodes is None:
+        return {"error": "no sized option to simulate the teams on"}
+    ctx.progress("simulating the shared cluster")
+    try:
+        result = shared_cluster_for_plan(
+            teams=sc.teams,
+            scheduling=sc.scheduling,
+            nodes=int(top.nodes.value),
+            gpus_per_node=int(top.gpus_per_node.value),
+            gpu=top.gpu.id,
+            artifact=ctx.artifact,
+        )
+    except GpuplanError as exc:
+        return {"option": top.id, "error": exc.one_line()}
+    return {"option": top.id, **_wrap_simulation(result, top)}
+
+
+def _wrap_simulation(result: dict[str, Any], top: Option) -> dict[str, Any]:
+    """Every number of the simulation output becomes a derived figure citing the simulation."""
+    ref_inputs = [top.nodes, top.gpus_per_node]
+
+    def wrap(obj: Any, path: str) -> Any:
+        if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+            return obj
+        if isinstance(obj, (int, float)):
+            if isinstance(obj, float) and not math.isfinite(obj):
+                return None
+            return derived(
+                obj,
+                _unit_from_key(path),
+                f"shared cluster {path}",
+                "discrete-event simulation of the teams' jobs (gpuplan.plan.scheduling)",
+                ref_inputs,
+            )
+        if isinstance(obj, dict):
+            return {k: wrap(v, f"{path}.{k}" if path else str(k)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [wrap(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        return str(obj)
+
+    return wrap(result, "")
+
+
+def _unit_from_key(path: str) -> str:
+    key = path.rsplit(".", 1)[-1]
+    for suffix, unit in (
+        ("_s", "s"),
+        ("_gpus", "GPUs"),
+        ("_h", "h"),
+        ("_fraction", "fraction"),
+        ("utilisation", "fraction"),
+    ):
+        if key.endswith(suffix):
+            return unit
+    return ""
+
+
+def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list[dict[str, Any]]:
+    """Which constraints bind, over all options (one line per constraint)."""
+    by: dict[str, dict[str, Any]] = {}
+    for opt in options:
+        for b in opt.binding:
+            entry = by.setdefault(
+                b["constraint"],
+                {"constraint": b["constraint"], "options": [], "example": b["message"]},
+            )
+            if opt.id not in entry["options"]:
+                entry["options"].append(opt.id)
+    return list(by.values())
+
+
+def _headline(
+    metric: str, ranked: list[rankmod.Entry], options: list[Option], binding: list[dict]
+) -> Text:
+    if ranked:
+        e = ranked[0]
+        return Text(
+            f"Recommended: {e.option.label}, {e.model.replace('_', ' ')}: {{gpus}} on "
+            f"{{nodes}}; {rankmod.METRIC_LABEL[metric]}: {{metric}}",
+            {"gpus": e.option.gpus, "nodes": e.option.nodes, "metric": e.metric},
+        )
+    if binding:
+        parts: list[Text | str] = ["No option meets all constraints. Binding"]
+        for b in binding:
+            parts.append(join_texts([f"{b['constraint']}: ", b["example"]], sep=""))
+        return join_texts(parts, sep="; ")
+    if not options:
+        return Text(
+            "No candidate option: the catalog has no instance or node with the candidate GPUs"
+        )
+    return Text("No option could be priced: see each option's missing prices")
+
+
+def build_plan(
+    loaded: LoadedScenario,
+    *,
+    catalog: Any = None,
+    artifact_path: str | Path | None = None,
+    results_paths: Iterable[str | Path] = ("results",),
+    trial_run: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> Plan:
+    """Plan the scenario (module docstring). Never raises for a constraint that cannot be
+    met: the plan says which constraint binds. Raises :class:`GpuplanError` for unknown
+    names (GPUs, instances, models) and unreadable artifacts."""
+    from gpuplan.plan.trial import find_trial_run
+
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    artifact, art_path = _load_artifact(artifact_path)
+    ctx = PlanContext(loaded, catalog, artifact, art_path, on_progress=on_progress)
+    sc = ctx.scenario
+    ctx.progress("reading the trial node's probe results")
+    ctx.trial = find_trial_run(results_paths, trial_run)
+    if ctx.trial is not None:
+        ctx.ledger.measurements[ctx.trial.run_id] = {
+            "path": ctx.trial.path,
+            "started_at": ctx.trial.started_at,
+            "machine_id": ctx.trial.machine_id,
+            "device": ctx.trial.device,
+            "accelerator": ctx.trial.accelerator_name,
+            "catalog_id": ctx.trial.catalog_id,
+            "probes": ctx.trial.probes,
+        }
+    # models must exist (NotFoundError names the closest) before any forecast runs
+    for w in [*sc.workloads.training, *sc.workloads.inference]:
+        catalog.model(w.model)
+    options, cand_notes = candidate_options(ctx)
+    for i, opt in enumerate(options):
+        ctx.progress(f"option {i + 1}/{len(options)}: {opt.id}")
+        evaluate_option(ctx, opt)
+    link_break_even(options)
+    metric = rankmod.rank_metric(sc)
+    ranked, unranked = rankmod.rank(options, metric)
+    sens = rankmod.sensitivity(
+        ranked,
+        metric,
+        price_fraction=sc.sensitivity.price_fraction,
+        mfu_fraction=sc.sensitivity.mfu_fraction,
+        utilisations=sc.sensitivity.utilisation,
+        reprice=_reprice_factory(ctx, metric),
+    )
+    ctx.progress("time to train vs cluster size")
+    curves = _curves(ctx, options)
+    shared = _shared_cluster(ctx, ranked, options)
+    calibration = _calibration_section(ctx, sorted({o.gpu.id for o in options}))
+    roof = _roofline_spec(ctx)
+    binding = _binding_summary(options, ranked)
+    headline = _headline(metric, ranked, options, binding)
+    ranking_json = []
+    for i, e in enumerate(ranked):
+        ranking_json.append({"rank": i + 1, **e.to_json()})
+    doc: dict[str, Any] = {
+        "plan_version": PLAN_VERSION,
+        "gpuplan_version": __version__,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "scenario": {
+            "name": sc.name,
+            "description": sc.description,
+            "path": loaded.display_path,
+            "sha256": loaded.sha256,
+        },
+        "summary": {
+            "headline": headline,
+            "rank_by": metric,
+            "rank_by_label": rankmod.METRIC_LABEL[metric],
+            "recommended": ranked[0].to_json() if ranked else None,
+            "feasible": bool(ranked),
+            "binding_constraints": binding,
+            "notes": cand_notes,
+        },
+        "inputs": sorted(ctx.inputs.values(), key=lambda f: f.prov.ref),
+        "trial_node": ctx.trial.to_json() if ctx.trial is not None else None,
+        "roofline_spec": roof,
+        "calibration": calibration,
+        "options": [o.to_json() for o in options],
+        "ranking": ranking_json,
+        "unranked": unranked,
+        "sensitivity": sens,
+        "time_to_train_curves": curves,
+        "shared_cluster": shared,
+        "provenance": ctx.ledger.to_json(),
+    }
+    return Plan(doc, options=options, curves=curves, trial=ctx.trial, roofline_spec=roof)
