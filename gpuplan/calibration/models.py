@@ -1,0 +1,640 @@
+"""Per-quantity calibration: fit measured devices, transfer to the others, evaluate.
+
+Each quantity has three steps that the artifact, the cross-validation and the
+leave-one-device-out validation all share:
+
+* ``fit_*(records, specs, ...) -> state``: one fitted estimator per measured device (and
+  key: dtype, op, algorithm...), stored as a JSON-ready *entry*;
+* ``entry_*(state, specs, device, ...) -> entry | None``: the measured entry, or one
+  transferred from the measured devices (:mod:`gpuplan.calibration.transfer`), or ``None``
+  when the device cannot have the quantity (no fp8 on an A100, no scale-up fabric);
+* ``predict_*(entry, records)``: the entry's prediction at the records' features.
+
+An entry is ``{"estimator", "params", "coefficients", "basis", "interval", "n_points",
+"machines", "fraction", "transfer"}`` where ``interval`` is ``[low, high]`` as ratios to
+the value and ``fraction`` the achieved fraction of the catalog figure it is scaled by.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpuplan.calibration.dataset import Record
+from gpuplan.calibration.estimators import (
+    AlphaBetaRegressor,
+    HierarchicalAlphaBeta,
+    LatencyBandwidthRegressor,
+    MatmulRoofline,
+    StorageThroughputRegressor,
+)
+from gpuplan.calibration.reference import busbw_factor
+from gpuplan.calibration.specs import DeviceSpec
+from gpuplan.calibration.transfer import Sample, transfer_fraction
+from gpuplan.calibration.units import BYTES_PER_ELEMENT
+
+#: Relative half-width given to a measured value when the data cannot say more (a single
+#: published number): the run-to-run spread of repeated benchmark runs is of this order
+#: (e.g. the two independent H100 nccl-tests sweeps in the reference set agree within 0.5%
+#: at 1 GiB). Recorded in the artifact's params; never a hardware figure.
+MEASURED_FLOOR_REL = 0.02
+INTERVAL_LEVEL = 0.9
+#: Size at which the summary evaluates an all-reduce (DESIGN.md 3.2: 1 GiB).
+ALLREDUCE_SUMMARY_BYTES = 2**30
+
+ESTIMATORS = {
+    "MatmulRoofline": MatmulRoofline,
+    "LatencyBandwidthRegressor": LatencyBandwidthRegressor,
+    "AlphaBetaRegressor": AlphaBetaRegressor,
+    "HierarchicalAlphaBeta": HierarchicalAlphaBeta,
+    "StorageThroughputRegressor": StorageThroughputRegressor,
+}
+
+# coefficient name -> fitted attribute (name + "_")
+_COEFS = {
+    "MatmulRoofline": ("latency_s", "compute_flops_per_s", "memory_bytes_per_s"),
+    "LatencyBandwidthRegressor": ("latency_s", "bandwidth_bytes_per_s"),
+    "AlphaBetaRegressor": ("alpha_s", "bandwidth_bytes_per_s"),
+    "HierarchicalAlphaBeta": ("alpha_s", "inter_bandwidth_bytes_per_s"),
+    "StorageThroughputRegressor": ("max_bytes_per_s", "latency_s"),
+}
+
+
+def _jsonable(v: float) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def make_entry(
+    est: Any,
+    *,
+    basis: str,
+    interval: tuple[float, float],
+    n_points: int = 0,
+    machines: Sequence[str] = (),
+    fraction: float | None = None,
+    transfer: dict | None = None,
+) -> dict[str, Any]:
+    name = type(est).__name__
+    return {
+        "estimator": name,
+        "params": {k: v for k, v in est.get_params().items()},
+        "coefficients": {c: _jsonable(getattr(est, c + "_")) for c in _COEFS[name]},
+        "basis": basis,
+        "interval": [float(interval[0]), float(interval[1])],
+        "n_points": int(n_points),
+        "machines": sorted(set(machines)),
+        "fraction": _jsonable(fraction) if fraction is not None else None,
+        "transfer": transfer,
+    }
+
+
+def restore(entry: dict[str, Any]) -> Any:
+    """The fitted estimator an entry describes (no refit)."""
+    cls = ESTIMATORS[entry["estimator"]]
+    est = cls(**entry["params"])
+    for c, v in entry["coefficients"].items():
+        setattr(est, c + "_", math.inf if v is None else float(v))
+    if isinstance(est, MatmulRoofline):
+        peak = est.peak_flops_per_s
+        est.peak_fraction_ = est.compute_flops_per_s_ / peak if peak else math.nan
+    return est
+
+
+def _measured_interval(
+    y: np.ndarray, pred: np.ndarray, spreads: Sequence[float]
+) -> tuple[float, float]:
+    resid = pred / y - 1.0
+    rms = float(np.sqrt(np.mean(resid**2))) if resid.size else 0.0
+    spread = float(np.median(spreads)) if len(spreads) else 0.0
+    e = max(MEASURED_FLOOR_REL, rms, spread)
+    return (max(1.0 - e, 0.0), 1.0 + e)
+
+
+def _transfer_interval(tr: Any) -> tuple[float, float]:
+    return (tr.low / tr.fraction, tr.high / tr.fraction)
+
+
+def _group(records: Sequence[Record], key: Callable[[Record], Any]) -> dict[Any, list[Record]]:
+    out: dict[Any, list[Record]] = defaultdict(list)
+    for r in records:
+        out[key(r)].append(r)
+    return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
+
+
+def _xy(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
+    return np.array([r.x for r in records], dtype=float), np.array(
+        [r.y for r in records], dtype=float
+    )
+
+
+def _samples(
+    state: dict, specs: dict[str, DeviceSpec], pick: Callable[[Any, dict], bool]
+) -> list[Sample]:
+    out = []
+    for key, entry in state.items():
+        dev = key[0]
+        if entry.get("fraction") and pick(key, entry) and entry["basis"] == "measured":
+            spec = specs.get(dev)
+            out.append(
+                Sample(
+                    dev,
+                    spec.vendor if spec else None,
+                    spec.generation if spec else None,
+                    entry["fraction"],
+                )
+            )
+    return out
+
+
+# --- bandwidth quantities: membw, h2d, d2h ------------------------------------------------
+
+
+def _bandwidth_ceiling(quantity: str, spec: DeviceSpec | None) -> float | None:
+    if spec is None:
+        return None
+    if quantity == "membw":
+        return spec.memory_bandwidth_bytes_per_s
+    return spec.host_link_bandwidth_bytes_per_s
+
+
+def fit_bandwidth(
+    quantity: str,
+    records: Sequence[Record],
+    specs: dict[str, DeviceSpec],
+    pooled_latency: float | None = None,
+    _second: bool = False,
+) -> dict:
+    """Latency-bandwidth fits per device for ``membw`` (copy preferred), ``h2d`` or ``d2h`` (pinned).
+
+    A device measured at one size only cannot separate latency from bandwidth: it gets the
+    median latency of the devices measured at several sizes (a second pass).
+    """
+    if not _second:
+        first = fit_bandwidth(quantity, records, specs, None, True)
+        lat = [e["coefficients"]["latency_s"] for e in first.values() if e.get("latency_fitted")]
+        pooled = float(np.median(lat)) if lat else None
+        if pooled is None:
+            return first
+        return fit_bandwidth(quantity, records, specs, pooled, True)
+    state: dict = {}
+    for device, recs in _group(records, lambda r: r.device).items():
+        if quantity == "membw":
+            copies = [r for r in recs if r.key[0] == "copy"]
+            recs = copies or recs
+        else:
+            pinned = [r for r in recs if r.key[0] == "pinned"]
+            recs = pinned or recs
+        X, y = _xy(recs)
+        ceiling = _bandwidth_ceiling(quantity, specs.get(device))
+        # the catalog ceiling bounds a GPU; a measured value above it means the catalog figure
+        # is per direction while the probe counted both: then only the data bounds it
+        cap = ceiling if ceiling and float(np.max(y)) <= ceiling else None
+        single = np.unique(X[:, 0]).size < 2
+        latency = pooled_latency if single else None
+        est = LatencyBandwidthRegressor(latency_s=latency, max_bandwidth_bytes_per_s=cap).fit(X, y)
+        pred = est.predict_bandwidth(X[:, 0])
+        fraction = est.bandwidth_bytes_per_s_ / ceiling if ceiling else None
+        state[(device,)] = make_entry(
+            est,
+            basis="measured",
+            interval=_measured_interval(y, pred, [r.rel_spread for r in recs]),
+            n_points=len(recs),
+            machines=[r.machine for r in recs],
+            fraction=fraction,
+        )
+        state[(device,)]["latency_fitted"] = not single
+    return state
+
+
+def entry_bandwidth(
+    quantity: str,
+    state: dict,
+    specs: dict[str, DeviceSpec],
+    device: str,
+    exclude: str | None = None,
+) -> dict | None:
+    if (device,) in state and device != exclude:
+        return state[(device,)]
+    spec = specs.get(device)
+    ceiling = _bandwidth_ceiling(quantity, spec)
+    if not ceiling:
+        return None
+    samples = [s for s in _samples(state, specs, lambda k, e: True) if s.device != exclude]
+    tr = transfer_fraction(samples, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
+    latencies = [
+        e["coefficients"]["latency_s"]
+        for k, e in state.items()
+        if k[0] != exclude and e.get("latency_fitted")
+    ]
+    est = LatencyBandwidthRegressor(max_bandwidth_bytes_per_s=ceiling)
+    est.latency_s_ = float(np.median(latencies)) if latencies else 0.0
+    if tr is None:
+        est.bandwidth_bytes_per_s_ = ceiling
+        return make_entry(est, basis="spec", interval=(0.0, 1.0), fraction=1.0)
+    est.bandwidth_bytes_per_s_ = min(tr.fraction, 1.0) * ceiling
+    return make_entry(
+        est,
+        basis="transferred",
+        interval=_transfer_interval(tr),
+        fraction=tr.fraction,
+        transfer=tr.as_dict(),
+    )
+
+
+def predict_bandwidth(entry: dict, size_bytes: Any) -> Any:
+    return restore(entry).predict_bandwidth(size_bytes)
+
+
+# --- matmul --------------------------------------------------------------------------------
+
+
+def fit_matmul(
+    records: Sequence[Record],
+    specs: dict[str, DeviceSpec],
+    memory_bandwidth: Callable[[str], float | None],
+) -> dict:
+    """Roofline fits per (device, dtype)."""
+    state: dict = {}
+    for (device, dtype), recs in _group(records, lambda r: (r.device, r.key[0])).items():
+        spec = specs.get(device)
+        peak = spec.peak(dtype) if spec else None
+        X, y = _xy(recs)
+        if peak is not None and float(np.max(y)) > peak:
+            peak = None  # measured above the catalog peak: the catalog row is wrong; trust data
+        est = MatmulRoofline(
+            bytes_per_element=BYTES_PER_ELEMENT.get(dtype, 2),
+            peak_flops_per_s=peak,
+            memory_bandwidth_bytes_per_s=memory_bandwidth(device),
+        ).fit(X, y)
+        pred = est.predict_flops(X[:, 0], X[:, 1], X[:, 2])
+        state[(device, dtype)] = make_entry(
+            est,
+            basis="measured",
+            interval=_measured_interval(y, pred, [r.rel_spread for r in recs]),
+            n_points=len(recs),
+            machines=[r.machine for r in recs],
+            fraction=est.compute_flops_per_s_ / peak if peak else None,
+        )
+    return state
+
+
+def entry_matmul(
+    state: dict,
+    specs: dict[str, DeviceSpec],
+    device: str,
+    dtype: str,
+    memory_bandwidth: Callable[[str], float | None],
+    exclude: str | None = None,
+) -> dict | None:
+    if (device, dtype) in state and device != exclude:
+        return state[(device, dtype)]
+    spec = specs.get(device)
+    peak = spec.peak(dtype) if spec else None
+    if not peak:
+        return None
+    same = [s for s in _samples(state, specs, lambda k, e: k[1] == dtype) if s.device != exclude]
+    tr = transfer_fraction(same, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
+    note = None
+    if tr is None:
+        # no device measured this dtype: tensor-core efficiency of the other dtypes is the
+        # closest evidence (same units, same GEMM kernels); the pool says which dtypes
+        other = [s for s in _samples(state, specs, lambda k, e: True) if s.device != exclude]
+        tr = transfer_fraction(other, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
+        note = "from other dtypes"
+    latencies = [
+        e["coefficients"]["latency_s"]
+        for k, e in state.items()
+        if k[1] == dtype and k[0] != exclude
+    ]
+    est = MatmulRoofline(
+        bytes_per_element=BYTES_PER_ELEMENT.get(dtype, 2),
+        peak_flops_per_s=peak,
+        memory_bandwidth_bytes_per_s=memory_bandwidth(device),
+    )
+    est.latency_s_ = float(np.median(latencies)) if latencies else 0.0
+    mem = memory_bandwidth(device)
+    est.memory_bytes_per_s_ = mem if mem else math.inf
+    if tr is None:
+        est.compute_flops_per_s_ = peak
+        est.peak_fraction_ = 1.0
+        return make_entry(est, basis="spec", interval=(0.0, 1.0), fraction=1.0)
+    fraction = min(tr.fraction, 1.0)
+    est.compute_flops_per_s_ = fraction * peak
+    est.peak_fraction_ = fraction
+    info = tr.as_dict()
+    if note:
+        info["note"] = note
+    return make_entry(
+        est, basis="transferred", interval=_transfer_interval(tr), fraction=fraction, transfer=info
+    )
+
+
+# --- collectives ---------------------------------------------------------------------------
+
+
+def default_algorithm(spec: DeviceSpec | None, op: str) -> str:
+    """What NCCL runs by default inside a node: NVLS all-reduce where the switch reduces."""
+    if spec is not None and spec.in_switch_reduction and op == "all_reduce":
+        return "nvls"
+    return "ring"
+
+
+def _mesh(spec: DeviceSpec | None) -> int | None:
+    if (
+        spec is not None
+        and spec.mesh
+        and spec.scale_up_domain_size
+        and spec.scale_up_domain_size > 2
+    ):
+        return int(spec.scale_up_domain_size)
+    return None
+
+
+def fit_collectives_intra(
+    records: Sequence[Record], specs: dict[str, DeviceSpec], pooled_alpha: dict | None = None
+) -> dict:
+    """Alpha-beta fits per (device, op, algorithm) on single-node records.
+
+    A device measured at one size only gets the median per-step latency of the devices
+    measured at several sizes (same algorithm, else any), in a second pass.
+    """
+    if pooled_alpha is None:
+        first = fit_collectives_intra(records, specs, {})
+        by_algo: dict[str, list[float]] = defaultdict(list)
+        for k, e in first.items():
+            if e.get("latency_fitted"):
+                by_algo[k[2]].append(e["coefficients"]["alpha_s"])
+        every = [a for v in by_algo.values() for a in v]
+        if not every:
+            return first
+        pooled = {a: float(np.median(v)) for a, v in by_algo.items()}
+        pooled["*"] = float(np.median(every))
+        return fit_collectives_intra(records, specs, pooled)
+    state: dict = {}
+    intra = [r for r in records if r.x[2] <= 1 and r.x[1] >= 2]
+    for (device, op, algo), recs in _group(intra, lambda r: (r.device, r.key[0], r.key[2])).items():
+        spec = specs.get(device)
+        algorithm = default_algorithm(spec, op) if algo == "auto" else algo
+        if algorithm not in ("ring", "tree", "nvls"):
+            algorithm = "ring"
+        X, y = _xy(recs)
+        link = spec.link_bandwidth() if spec else None
+        single = np.unique(X[:, 0]).size < 2
+        alpha = pooled_alpha.get(algorithm, pooled_alpha.get("*")) if single else None
+        est = AlphaBetaRegressor(
+            op=op, algorithm=algorithm, mesh_domain_size=_mesh(spec), alpha_s=alpha
+        ).fit(X[:, :2], y)
+        pred = est.predict_busbw(X[:, 0], X[:, 1])
+        key = (device, op, algorithm)
+        entry = make_entry(
+            est,
+            basis="measured",
+            interval=_measured_interval(y, pred, [r.rel_spread for r in recs]),
+            n_points=len(recs),
+            machines=[r.machine for r in recs],
+            fraction=est.bandwidth_bytes_per_s_ / link if link else None,
+        )
+        entry["max_ranks"] = int(np.max(X[:, 1]))
+        entry["latency_fitted"] = not single
+        # same algorithm labelled explicitly and by default: keep the larger set
+        if key in state and state[key]["n_points"] >= entry["n_points"]:
+            continue
+        state[key] = entry
+    return state
+
+
+def entries_collective_intra(
+    state: dict, specs: dict[str, DeviceSpec], device: str, op: str, exclude: str | None = None
+) -> dict[str, dict]:
+    """Entries by algorithm for ``op`` on ``device`` (measured, else transferred)."""
+    measured = {
+        k[2]: e for k, e in state.items() if k[0] == device and k[1] == op and device != exclude
+    }
+    if measured:
+        return measured
+    spec = specs.get(device)
+    link = spec.link_bandwidth() if spec else None
+    if not link:
+        return {}
+    algorithms = ["ring"] + (["nvls"] if spec.in_switch_reduction and op == "all_reduce" else [])
+    out = {}
+    for algorithm in algorithms:
+        pick_op = [
+            s
+            for s in _samples(state, specs, lambda k, e, a=algorithm: k[1] == op and k[2] == a)
+            if s.device != exclude
+        ]
+        note = None
+        if not pick_op and op != "all_reduce":
+            # nobody measured this op with this algorithm: a ring moves the same bytes per link
+            # for all-gather/reduce-scatter as for all-reduce (busbw is comparable, nccl-tests
+            # PERFORMANCE.md), so the all-reduce ring efficiency is the evidence
+            pick_op = [
+                s
+                for s in _samples(
+                    state, specs, lambda k, e: k[1] == "all_reduce" and k[2] == "ring"
+                )
+                if s.device != exclude
+            ]
+            note = "from all_reduce ring"
+        related = [s for s in _samples(state, specs, lambda k, e: True) if s.device != exclude]
+        tr = transfer_fraction(
+            pick_op, spec.vendor, spec.generation, level=INTERVAL_LEVEL, spread_samples=related
+        )
+        if tr is None:
+            continue
+        alphas = [
+            e["coefficients"]["alpha_s"]
+            for k, e in state.items()
+            if k[2] == algorithm and k[0] != exclude and e.get("latency_fitted")
+        ]
+        if not alphas:  # the per-step latency is a property of the library more than the algorithm
+            alphas = [
+                e["coefficients"]["alpha_s"]
+                for k, e in state.items()
+                if k[0] != exclude and e.get("latency_fitted")
+            ]
+        est = AlphaBetaRegressor(op=op, algorithm=algorithm, mesh_domain_size=_mesh(spec))
+        est.alpha_s_ = float(np.median(alphas)) if alphas else 0.0
+        est.bandwidth_bytes_per_s_ = tr.fraction * link
+        info = tr.as_dict()
+        if note:
+            info["note"] = note
+        out[algorithm] = make_entry(
+            est,
+            basis="transferred",
+            interval=_transfer_interval(tr),
+            fraction=tr.fraction,
+            transfer=info,
+        )
+    if not out:
+        est = AlphaBetaRegressor(op=op, algorithm="ring", mesh_domain_size=_mesh(spec))
+        est.alpha_s_ = 0.0
+        est.bandwidth_bytes_per_s_ = link
+        out["ring"] = make_entry(est, basis="spec", interval=(0.0, 1.0), fraction=1.0)
+    return out
+
+
+def intra_time(entries: dict[str, dict], size_bytes: Any, ranks: Any) -> tuple[Any, Any, Any, str]:
+    """(time, low, high, basis) of the fastest algorithm at each size (NCCL's tuner picks it)."""
+    best_t = best_lo = best_hi = None
+    basis = "measured"
+    candidates = []
+    for entry in entries.values():
+        est = restore(entry)
+        candidates.append((entry, est))
+        if est.algorithm == "ring" and est.mesh_domain_size is None:
+            # NCCL's double binary tree moves the same bytes per rank as the ring at full
+            # bandwidth with log2(n) latency steps (Sanders, Speck and Traeff 2009, "Two-tree
+            # algorithms for full bandwidth broadcast, reduction and scan", Parallel Computing
+            # 35(12)); it wins for many ranks and small messages.
+            tree = AlphaBetaRegressor(op=est.op, algorithm="tree")
+            tree.alpha_s_, tree.bandwidth_bytes_per_s_ = est.alpha_s_, est.bandwidth_bytes_per_s_
+            candidates.append((entry, tree))
+    for entry, est in candidates:
+        t = est.predict_time(size_bytes, ranks)
+        lo_r, hi_r = entry["interval"]
+        # a lower throughput bound is a longer time: time interval = t / [high, low]
+        t_lo = t / hi_r
+        t_hi = t / lo_r if lo_r > 0 else np.full_like(np.asarray(t, dtype=float), np.inf)
+        if best_t is None:
+            best_t, best_lo, best_hi = t, t_lo, t_hi
+        else:
+            better = t < best_t
+            best_t = np.where(better, t, best_t)
+            best_lo = np.where(better, t_lo, best_lo)
+            best_hi = np.where(better, t_hi, best_hi)
+        if entry["basis"] != "measured":
+            basis = entry["basis"] if basis == "measured" or entry["basis"] == "spec" else basis
+    return best_t, best_lo, best_hi, basis
+
+
+def intra_busbw_asymptote(entries: dict[str, dict], op: str, ranks: float) -> float:
+    big = 2.0**50
+    t, _, _, _ = intra_time(entries, big, ranks)
+    return float(big * busbw_factor(op, float(max(ranks, 2))) / t)
+
+
+def fit_collectives_inter(
+    records: Sequence[Record],
+    specs: dict[str, DeviceSpec],
+    intra_state: dict,
+    pooled_alpha: float | None = None,
+    _second: bool = False,
+) -> dict:
+    """Hierarchical fits per (device, op) on multi-node records (single-size devices get the
+    median latency of the others, as for the intra-node fits)."""
+    if not _second:
+        first = fit_collectives_inter(records, specs, intra_state, None, True)
+        alphas = [e["coefficients"]["alpha_s"] for e in first.values() if e.get("latency_fitted")]
+        if not alphas:
+            return first
+        return fit_collectives_inter(records, specs, intra_state, float(np.median(alphas)), True)
+    state: dict = {}
+    inter = [r for r in records if r.x[2] > 1]
+    for (device, op), recs in _group(inter, lambda r: (r.device, r.key[0])).items():
+        X, y = _xy(recs)
+        r_per_node = float(np.median(X[:, 1] / X[:, 2]))
+        intra_entries = entries_collective_intra(intra_state, specs, device, op)
+        if not intra_entries and op != "all_reduce":
+            intra_entries = entries_collective_intra(intra_state, specs, device, "all_reduce")
+        b_intra = intra_busbw_asymptote(intra_entries, op, r_per_node) if intra_entries else None
+        if op in ("p2p",):
+            continue
+        single = np.unique(X[:, 0]).size < 2
+        est = HierarchicalAlphaBeta(
+            op=op,
+            intra_bandwidth_bytes_per_s=b_intra,
+            alpha_s=(pooled_alpha or 0.0) if single else None,
+        ).fit(X, y)
+        pred = est.predict(X)
+        nics = [r.extra.get("nic_bandwidth_bytes_per_s_per_gpu") for r in recs]
+        nic = float(np.median([n for n in nics if n])) if any(nics) else None
+        fraction = est.inter_bandwidth_bytes_per_s_ / nic if nic else None
+        entry = make_entry(
+            est,
+            basis="measured",
+            interval=_measured_interval(y, pred, [r.rel_spread for r in recs]),
+            n_points=len(recs),
+            machines=[r.machine for r in recs],
+            fraction=fraction if fraction is not None and fraction <= 1.0 else None,
+        )
+        entry["nic_bandwidth_bytes_per_s_per_gpu"] = nic
+        entry["latency_fitted"] = not single
+        state[(device, op)] = entry
+    return state
+
+
+def entry_collective_inter(
+    state: dict,
+    specs: dict[str, DeviceSpec],
+    device: str,
+    op: str,
+    intra_entries: dict[str, dict],
+    ranks_per_node: float,
+    exclude: str | None = None,
+) -> dict | None:
+    """Measured inter-node entry, else one built from the pooled NIC efficiency."""
+    if (device, op) in state and device != exclude:
+        return state[(device, op)]
+    pool = [
+        (k, e)
+        for k, e in state.items()
+        if k[0] != exclude and (k[1] == op or op not in {kk[1] for kk in state})
+    ]
+    if not pool:
+        pool = [(k, e) for k, e in state.items() if k[0] != exclude and k[1] == "all_reduce"]
+    if not pool:
+        return None
+    fractions = [e["fraction"] for _, e in pool if e.get("fraction")]
+    absolute = [e["coefficients"]["inter_bandwidth_bytes_per_s"] for _, e in pool]
+    alphas = [e["coefficients"]["alpha_s"] for _, e in pool if e.get("latency_fitted")] or [0.0]
+    b_intra = (
+        intra_busbw_asymptote(intra_entries, op if op != "p2p" else "all_reduce", ranks_per_node)
+        if intra_entries
+        else None
+    )
+    est = HierarchicalAlphaBeta(
+        op=op if op != "p2p" else "broadcast", intra_bandwidth_bytes_per_s=b_intra
+    )
+    est.alpha_s_ = float(np.median(alphas))
+    est.inter_bandwidth_bytes_per_s_ = float(np.median(absolute))
+    samples = [
+        Sample(k[0], None, None, f)
+        for (k, e), f in zip(pool, [e.get("fraction") for _, e in pool], strict=True)
+        if f
+    ]
+    tr = transfer_fraction(samples, None, None, level=INTERVAL_LEVEL)
+    lo_hi = _transfer_interval(tr) if tr else (0.5, 2.0)
+    entry = make_entry(
+        est,
+        basis="transferred",
+        interval=lo_hi,
+        fraction=float(np.exp(np.mean(np.log(fractions)))) if fractions else None,
+        transfer={"from_devices": sorted({k[0] for k, _ in pool}), "pool": "all"},
+    )
+    entry["nic_bandwidth_bytes_per_s_per_gpu"] = None
+    return entry
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+def fit_storage(records: Sequence[Record]) -> dict:
+    state: dict = {}
+    for (device, rw), recs in _group(records, lambda r: (r.device, r.key[0])).items():
+        X, y = _xy(recs)
+        est = StorageThroughputRegressor().fit(X, y)
+        pred = est.predict_throughput(X[:, 0], X[:, 1], X[:, 2])
+        state[(device, rw)] = make_entry(
+            est,
+            basis="measured",
+            interval=_measured_interval(y, pred, [r.rel_spread for r in recs]),
+            n_points=len(recs),
+            machines=[r.machine for r in recs],
+        )
+    return state

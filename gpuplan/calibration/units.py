@@ -1,0 +1,128 @@
+"""Small parsers shared by the reference conversion and the fitting code.
+
+Sizes in published tables come as free text ("1GiB", "32KiB", "up to 4GiB", "8GB",
+"32,000,000 B", "best shape MxNxK 1024x10240x5120"). Binary prefixes (KiB, MiB, GiB) are
+powers of 1024; decimal ones (KB, MB, GB) powers of 1000, the way nccl-tests and CUDA's
+bandwidthTest print them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuplan.errors import InputError
+
+_UNITS: dict[str, float] = {
+    "": 1.0,
+    "b": 1.0,
+    "kib": 2.0**10,
+    "mib": 2.0**20,
+    "gib": 2.0**30,
+    "tib": 2.0**40,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    # nccl-tests' -b/-e and fio's shorthand (32k, 1m, 16G) mean binary multiples
+    "k": 2.0**10,
+    "m": 2.0**20,
+    "g": 2.0**30,
+    "t": 2.0**40,
+}
+
+_SIZE = re.compile(r"(?P<num>\d[\d,]*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|[KMGT]|B)?\b", re.IGNORECASE)
+_SHAPE = re.compile(r"(\d+)\s*x\s*(\d+)\s*x\s*(\d+)")
+
+
+def parse_size_bytes(text: str) -> int:
+    """Bytes named by a size string.
+
+    >>> parse_size_bytes("1GiB")
+    1073741824
+    >>> parse_size_bytes("up to 4GiB")
+    4294967296
+    >>> parse_size_bytes("32,000,000 B")
+    32000000
+    >>> parse_size_bytes("0.9MB")
+    900000
+    >>> parse_size_bytes("filesize=1m"[9:])
+    1048576
+    """
+    match = _SIZE.search(text or "")
+    if match is None:
+        raise InputError(f"cannot read a size from {text!r}", hint="write it like '1GiB' or '32MB'")
+    number = float(match.group("num").replace(",", ""))
+    unit = (match.group("unit") or "").lower()
+    return round(number * _UNITS[unit])
+
+
+def parse_gemm_shape(text: str) -> tuple[int, int, int]:
+    """(m, n, k) of a ``MxNxK`` shape string such as ``best shape MxNxK 1024x10240x5120``.
+
+    >>> parse_gemm_shape("best shape MxNxK 1024x10240x5120")
+    (1024, 10240, 5120)
+    """
+    match = _SHAPE.search(text or "")
+    if match is None:
+        raise InputError(
+            f"cannot read a GEMM shape from {text!r}", hint="write it as MxNxK, e.g. 4096x4096x4096"
+        )
+    m, n, k = (int(g) for g in match.groups())
+    return m, n, k
+
+
+_DTYPES: dict[str, str] = {
+    "float32": "fp32",
+    "fp32": "fp32",
+    "float": "fp32",
+    "tf32": "tf32",
+    "tensorfloat32": "tf32",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp16": "fp16",
+    "float8_e4m3fn": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2": "fp8",
+    "fp8": "fp8",
+    "int8": "int8",
+    "float64": "fp64",
+    "fp64": "fp64",
+}
+
+
+def short_dtype(name: str) -> str:
+    """The catalog's dtype name (fp32, tf32, bf16, fp16, fp8, int8, fp64) for a torch name.
+
+    >>> short_dtype("bfloat16"), short_dtype("float8_e4m3fn"), short_dtype("fp16")
+    ('bf16', 'fp8', 'fp16')
+    """
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise InputError(
+            f"unknown dtype {name!r}", hint=f"use one of {', '.join(sorted(set(_DTYPES.values())))}"
+        )
+    return _DTYPES[key]
+
+
+BYTES_PER_ELEMENT: dict[str, int] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,  # stored as fp32
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "int8": 1,
+}
+
+
+def slug(text: str) -> str:
+    """Lower-case, dash-separated identifier: ``slug('Intel(R) Xeon(R) 8470')``.
+
+    >>> slug("2x Intel Xeon Platinum 8470 (H100 host)")
+    '2x-intel-xeon-platinum-8470-h100-host'
+    """
+    text = re.sub(r"\((?:R|TM)\)", "", text or "", flags=re.IGNORECASE)
+    out = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return out or "unknown"
