@@ -1,0 +1,86 @@
+"""One-line summaries of probe results (for tables: ``gpuplan probe``, ``results ls|show``).
+
+Each probe result gets a *headline*: the figure a person looks at first, with its unit.
+These are display helpers only; calibration reads the raw measurements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan.results.schema import ProbeResult, ResultDocument
+
+
+def _best(measurements: list[dict[str, Any]], key: str, **match: Any) -> dict[str, Any] | None:
+    rows = [
+        m
+        for m in measurements
+        if isinstance(m.get(key), (int, float)) and all(m.get(k) == v for k, v in match.items())
+    ]
+    return max(rows, key=lambda m: m[key]) if rows else None
+
+
+def headline(probe: ProbeResult) -> dict[str, Any] | None:
+    """``{"label", "value", "unit"}`` for the probe's main figure, or None.
+
+    matmul: best FLOP/s over the shapes; membw: copy bandwidth at the largest size (past
+    the caches); pcie: best pinned host-to-device bandwidth; collectives: best all-reduce
+    bus bandwidth; storage: best read bandwidth.
+    """
+    ms = probe.measurements
+    if not ms:
+        return None
+    if probe.probe == "matmul":
+        m = _best(ms, "flops_per_s")
+        if m:
+            shape = m["shape"]
+            return {
+                "label": f"best {shape['m']}x{shape['n']}x{shape['k']}",
+                "value": m["flops_per_s"],
+                "unit": "FLOP/s",
+            }
+    elif probe.probe == "membw":
+        copies = [m for m in ms if m.get("op") == "copy"]
+        if copies:
+            m = max(copies, key=lambda m: m["size_bytes"])
+            return {
+                "label": f"copy {m['size_bytes'] >> 20} MiB",
+                "value": m["bytes_per_s"],
+                "unit": "B/s",
+            }
+    elif probe.probe == "pcie":
+        m = _best(ms, "bytes_per_s", direction="h2d", memory="pinned")
+        if m:
+            return {"label": "h2d pinned", "value": m["bytes_per_s"], "unit": "B/s"}
+    elif probe.probe == "collectives":
+        m = _best(ms, "busbw_bytes_per_s", op="all_reduce")
+        if m:
+            return {
+                "label": f"all_reduce busbw ({m['ranks']} ranks)",
+                "value": m["busbw_bytes_per_s"],
+                "unit": "B/s",
+            }
+    elif probe.probe == "storage":
+        reads = [m for m in ms if m.get("rw") in ("read", "randread")]
+        if reads:
+            m = max(reads, key=lambda m: m["bw_bytes_per_s"])
+            return {
+                "label": f"{m['rw']} bs={m['block_size_bytes']}",
+                "value": m["bw_bytes_per_s"],
+                "unit": "B/s",
+            }
+    return None
+
+
+def variant(probe: ProbeResult) -> str:
+    """What distinguishes results of the same probe in one run (dtype, device, backend)."""
+    p = probe.params
+    parts = [str(p[k]) for k in ("dtype", "device", "backend") if p.get(k)]
+    return " ".join(parts)
+
+
+def status_counts(doc: ResultDocument) -> dict[str, int]:
+    counts = {"ok": 0, "failed": 0, "skipped": 0}
+    for p in doc.probes:
+        counts[p.status] = counts.get(p.status, 0) + 1
+    return counts
