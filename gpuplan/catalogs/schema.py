@@ -529,8 +529,13 @@ class ModelArch(Row):
 
     @property
     def head_dim(self) -> int:
-        """Per-head dimension (``hidden // heads`` unless the config states it)."""
-        return self.head_dim_ if self.head_dim_ is not None else self.hidden // self.heads
+        """Per-head query/key dimension: as the config states it, else ``hidden // heads``;
+        for MLA the decoupled ``qk_nope_head_dim + qk_rope_head_dim`` (DeepSeek-V2 Sec. 2.1)."""
+        if self.head_dim_ is not None:
+            return self.head_dim_
+        if self.mla is not None:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.hidden // self.heads
 
     @property
     def is_moe(self) -> bool:
