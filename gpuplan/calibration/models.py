@@ -407,6 +407,21 @@ def fit_collectives_intra(
     return state
 
 
+def _groups_by_op_algorithm(
+    state: dict, specs: dict[str, DeviceSpec], exclude: str | None
+) -> list[list[Sample]]:
+    groups: dict[tuple, list[Sample]] = defaultdict(list)
+    for k, e in state.items():
+        if k[0] != exclude and e.get("fraction") and e["basis"] == "measured":
+            sp = specs.get(k[0])
+            groups[(k[1], k[2])].append(
+                Sample(
+                    k[0], sp.vendor if sp else None, sp.generation if sp else None, e["fraction"]
+                )
+            )
+    return [groups[g] for g in sorted(groups)]
+
+
 def entries_collective_intra(
     state: dict, specs: dict[str, DeviceSpec], device: str, op: str, exclude: str | None = None
 ) -> dict[str, dict]:
@@ -441,9 +456,12 @@ def entries_collective_intra(
                 if s.device != exclude
             ]
             note = "from all_reduce ring"
-        related = [s for s in _samples(state, specs, lambda k, e: True) if s.device != exclude]
         tr = transfer_fraction(
-            pick_op, spec.vendor, spec.generation, level=INTERVAL_LEVEL, spread_samples=related
+            pick_op,
+            spec.vendor,
+            spec.generation,
+            level=INTERVAL_LEVEL,
+            spread_groups=_groups_by_op_algorithm(state, specs, exclude),
         )
         if tr is None:
             continue

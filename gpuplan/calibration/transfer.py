@@ -10,7 +10,8 @@ The interval is a prediction interval for one new member of the pool, in log spa
 (the classical normal-theory prediction interval, e.g. Geisser 1993, "Predictive
 Inference", ch. 2), where the centre comes from the most specific non-empty pool (``n``
 devices) and the spread ``s`` from the most specific pool with at least three devices
-(``m`` devices): one or two devices say little about how much devices differ.
+(``m`` devices): one or two devices say little about how much devices differ. Failing
+that, ``s`` is the pooled within-group standard deviation of related quantities.
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ def _pools(
     return [("generation", gen), ("vendor", ven), ("all", list(samples))]
 
 
+def _pooled_within(groups: Sequence[Sequence[Sample]]) -> tuple[float, int]:
+    """Pooled within-group standard deviation of log fractions and its degrees of freedom."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if len(g) >= 2:
+            logs = np.log([x.fraction for x in g])
+            ss += float(np.sum((logs - logs.mean()) ** 2))
+            df += len(g) - 1
+    return (math.sqrt(ss / df), df) if df else (math.nan, 0)
+
+
 def transfer_fraction(
     samples: Sequence[Sample],
     vendor: str | None,
@@ -68,14 +80,15 @@ def transfer_fraction(
     *,
     level: float = 0.9,
     exclude: str | None = None,
-    spread_samples: Sequence[Sample] = (),
+    spread_groups: Sequence[Sequence[Sample]] = (),
 ) -> Transferred | None:
     """Predicted fraction and interval for a device of ``vendor``/``generation``.
 
-    ``exclude`` drops one device from the pools (leave-one-device-out).
-    ``spread_samples`` are related measurements (e.g. the other algorithms of a collective)
-    used for the spread when fewer than three devices share the quantity itself. Returns
-    ``None`` when no sample is left.
+    ``exclude`` drops one device from the pools (leave-one-device-out). When fewer than
+    three devices share the quantity, the spread is the pooled within-group standard
+    deviation of related quantities ``spread_groups`` (e.g. the other algorithms of a
+    collective; each group has its own mean, so differences between groups do not count as
+    spread). Returns ``None`` when no sample is left.
     """
     samples = sorted(
         (s for s in samples if s.device != exclude and s.fraction > 0), key=lambda s: s.device
@@ -87,14 +100,14 @@ def transfer_fraction(
     logs = np.log([s.fraction for s in centre])
     mean = float(np.mean(logs))
     spread_pool = next((p for _, p in pools if len(p) >= 3), None)
-    if spread_pool is None:
-        related = [x for x in spread_samples if x.device != exclude and x.fraction > 0]
-        spread_pool = related if len(related) > len(pools[-1][1]) else pools[-1][1]
-    spread_logs = np.log([s.fraction for s in spread_pool])
-    m = len(spread_logs)
-    if m >= 2:
-        s = float(np.std(spread_logs, ddof=1))
-        tq = float(stats.t.ppf((1 + level) / 2, m - 1))
+    if spread_pool is not None:
+        s = float(np.std(np.log([x.fraction for x in spread_pool]), ddof=1))
+        df = len(spread_pool) - 1
+    else:
+        groups = [[x for x in g if x.device != exclude and x.fraction > 0] for g in spread_groups]
+        s, df = _pooled_within([*groups, pools[-1][1]])
+    if df >= 1:
+        tq = float(stats.t.ppf((1 + level) / 2, df))
     else:
         # a single device anywhere: no spread is known; say so with an interval that spans
         # a factor of two either way rather than pretending to know

@@ -1,5 +1,216 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan calibrate``: fit device models from probe results and the reference set."""
 
-from gpuplan.cli._common import make_app
+from __future__ import annotations
 
-app = make_app("(not yet available)")
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    emit,
+    info,
+    make_app,
+    progress,
+    simple_table,
+)
+
+HELP = """Fit calibrated device models from probe results and published measurements.
+
+Merges the given result files (default: results/ and results/reference/) with the
+published reference set, fits matmul, memory, host-device, collective and storage models
+per device, transfers them to the catalog devices nobody measured (with a wider interval),
+and writes the artifact (JSON) to --out. Prints the held-out error per quantity (group
+k-fold by machine) and the leave-one-device-out table on the published microbenchmarks.
+Results of one probe measured with different probe versions are refused.
+
+\b
+Examples:
+  gpuplan calibrate                                   results/ + reference -> results/calibration.json
+  gpuplan calibrate results/node-a --out h100.json    one machine's runs plus the reference set
+  gpuplan calibrate results/ --exclude-reference      only local measurements
+  gpuplan calibrate --format json | jq .leave_one_device_out.summary
+"""
+
+app = make_app(HELP, single=True)
+
+DEFAULT_OUT = Path("results") / "calibration.json"
+
+
+def _gather(paths: list[Path], exclude_reference: bool) -> tuple[list[Any], list[str]]:
+    from gpuplan.results.store import iter_result_files, load_result
+
+    if not paths:
+        defaults = [p for p in (Path("results"),) if p.exists()]
+        paths = defaults
+    files = []
+    for p in paths:
+        files.extend(iter_result_files([p]))
+    docs, notes = [], []
+    seen: set[str] = set()
+    for f in sorted(set(files)):
+        if f.name == DEFAULT_OUT.name or f.name.startswith("calibration"):
+            continue  # an artifact, not a result
+        doc = load_result(f)
+        if exclude_reference and doc.source is not None:
+            continue
+        if doc.run_id in seen:
+            notes.append(f"{f}: run {doc.run_id} given twice, kept once")
+            continue
+        seen.add(doc.run_id)
+        docs.append(doc)
+    return docs, notes
+
+
+@app.command()
+def calibrate(
+    result_paths: list[Path] = typer.Argument(
+        None, help="result files or directories (default: results/, which holds reference/)"
+    ),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="where to write the artifact (JSON)"),
+    exclude_reference: bool = typer.Option(
+        False, "--exclude-reference", help="leave out the published reference set"
+    ),
+    validate: bool = typer.Option(
+        True, "--validate/--no-validate", help="run the leave-one-device-out table"
+    ),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Fit device models and write the calibration artifact."""
+    from gpuplan.calibration.artifact import artifact_text
+    from gpuplan.calibration.fit import calibrate_documents
+    from gpuplan.calibration.validation import leave_one_device_out
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.results.store import write_json_atomic
+
+    catalog = get_catalog()
+    with progress(enabled=fmt == Format.table) as bar:
+        task = bar.add_task("calibrating", total=3 if validate else 2)
+        docs, notes = _gather(list(result_paths or []), exclude_reference)
+        for note in notes:
+            info(note)
+        bar.advance(task)
+        artifact = calibrate_documents(
+            docs, include_reference=not exclude_reference, catalog=catalog
+        )
+        bar.advance(task)
+        loo = leave_one_device_out(catalog=catalog) if validate else None
+        bar.advance(task)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import json
+
+    write_json_atomic(out, json.loads(artifact_text(artifact)), overwrite=True)
+    measured = sorted(
+        {
+            d
+            for d, q in artifact["devices"].items()
+            if any(v["basis"] == "measured" for v in q.values())
+        }
+    )
+    data = {
+        "artifact": str(out),
+        "inputs": len(artifact["inputs"]),
+        "local_runs": len([d for d in docs if d.source is None]),
+        "training_data_sha256": artifact["training_data_sha256"],
+        "devices_measured": measured,
+        "held_out_error": {q: m["cv"] for q, m in artifact["models"].items()},
+        "leave_one_device_out": loo,
+    }
+    emit(data, fmt, lambda console: _table(console, data))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+_SHORT_NOTES = {
+    "no measurement of this quantity": "not measured",
+    "one machine only: no held-out error": "one machine",
+    "no held-out point could be predicted (no other device measured it)": "no other device",
+}
+
+
+def _table(console: Any, data: dict[str, Any]) -> None:
+    rows = []
+    for q, cv in data["held_out_error"].items():
+        note = cv.get("note", "")
+        rows.append(
+            [
+                q,
+                cv.get("n_points", 0),
+                cv.get("n_machines", "-"),
+                _pct(cv.get("mape")),
+                _pct(cv.get("coverage")),
+                _SHORT_NOTES.get(note, note),
+            ]
+        )
+    console.print(
+        simple_table(
+            "Held-out error (group k-fold by machine)",
+            ["quantity", "points", "machines", "MAPE", "in interval", "note"],
+            rows,
+        )
+    )
+    if data["leave_one_device_out"]:
+        print_loo(console, data["leave_one_device_out"])
+    console.print(
+        f"wrote {data['artifact']}: {data['inputs']} runs ({data['local_runs']} local); "
+        f"measured devices: {', '.join(data['devices_measured']) or 'none'}"
+    )
+
+
+_LOO_UNITS = {
+    "matmul_bf16_flops_per_s": ("best dense bf16 matmul", 1e12, "TFLOP/s"),
+    "allreduce_busbw_bytes_per_s": ("8-GPU intra-node all-reduce busbw", 1e9, "GB/s"),
+}
+
+
+def print_loo(console: Any, loo: dict[str, Any]) -> None:
+    """Print the leave-one-device-out tables and summary (shared with validate microbench)."""
+    for quantity in sorted({r["quantity"] for r in loo["rows"]}, reverse=True):
+        label, scale, unit = _LOO_UNITS.get(quantity, (quantity, 1.0, ""))
+        sel = [r for r in loo["rows"] if r["quantity"] == quantity]
+        rows = [
+            [
+                r["device"],
+                f"{r['published'] / scale:.0f}",
+                f"{r['predicted'] / scale:.0f}",
+                f"{r['low'] / scale:.0f}-{r['high'] / scale:.0f}",
+                f"{100 * r['error']:+.1f}%",
+                "yes" if r["within_target"] else "NO",
+                "yes" if r["in_interval"] else "NO",
+            ]
+            for r in sel
+        ]
+        caption = "; ".join(f"{r['device']}: {r['note']}, {r['basis']} ({r['pool']})" for r in sel)
+        console.print(
+            simple_table(
+                f"Leave-one-device-out: {label} ({unit})",
+                [
+                    "device",
+                    "pub.",
+                    "pred.",
+                    "interval",
+                    "error",
+                    f"<{100 * sel[0]['target']:.0f}%",
+                    "in int.",
+                ],
+                rows,
+                caption=caption,
+            )
+        )
+    s = loo["summary"]
+    parts = []
+    for q, v in s.items():
+        if isinstance(v, dict):
+            label = _LOO_UNITS.get(q, (q,))[0]
+            parts.append(
+                f"{label}: {v['within_target']}/{v['cases']} within {100 * v['target']:.0f}% "
+                f"(max {100 * v['max_abs_error']:.1f}%)"
+            )
+    parts.append(
+        f"interval coverage {_pct(s['interval_coverage'])} (target {_pct(s['coverage_target'])})"
+    )
+    console.print("; ".join(parts) + ("" if s["all_targets_met"] else ". Not all targets met."))
