@@ -1,7 +1,379 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan forecast train``: step time, MFU, memory, layout and cluster size of a training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    emit,
+    fmt_bytes,
+    fmt_duration,
+    fmt_si,
+    simple_table,
+    warn,
+)
+
+HELP = """Forecast a pre-training run: step time, throughput, MFU, memory per GPU and the
+parallel layout; with --tokens the time to train and GPU-hours; with --tokens and
+--target-days the smallest cluster that meets the date.
+
+Any parallel size left out (--tp --pp --cp --ep --vp --micro-batch --recompute --zero) is
+searched over every valid value; layouts that do not fit in memory are pruned.
+
+\b
+Examples:
+  gpuplan forecast train --model llama3.1-405b --gpu h100 --gpus 16384 --tokens 15.6e12
+  gpuplan forecast train --model llama3.1-70b --gpu h100 --gpus 1024 --tp 8 --pp 4 --top 5
+  gpuplan forecast train --model llama3.1-8b --gpu a100-80gb --tokens 2e12 --target-days 30
+  gpuplan forecast train --layers 32 --hidden 4096 --heads 32 --ffn-hidden 11008 \\
+      --vocab 32000 --gpu h100 --gpus 64 --seq-len 4096 --format json
+"""
+
+ARCH_FLAGS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn_hidden",
+    "vocab",
+    "experts",
+    "top_k",
+    "moe_ffn_hidden",
+    "shared_experts",
+    "first_dense_layers",
+)
+
+
+def _model_argument(
+    model: str | None, model_file: Path | None, arch: dict[str, Any], gated_mlp: bool, tied: bool
+) -> Any:
+    from gpuplan.errors import InputError
+
+    given = [name for name, v in arch.items() if v is not None]
+    sources = sum([model is not None, model_file is not None, bool(given)])
+    if sources == 0:
+        raise InputError(
+            "no model given",
+            hint="use --model ID (see 'gpuplan catalog ls models'), --model-file YAML, or "
+            "--layers/--hidden/--heads/--ffn-hidden/--vocab",
+        )
+    if sources > 1:
+        raise InputError(
+            "give only one of --model, --model-file or explicit architecture flags "
+            f"(got {'--model ' if model else ''}{'--model-file ' if model_file else ''}"
+            f"{' '.join('--' + g.replace('_', '-') for g in given)})".rstrip()
+        )
+    if model is not None:
+        return model
+    if model_file is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(model_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"cannot read --model-file {model_file}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise InputError(f"--model-file {model_file} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputError(
+                f"--model-file {model_file} must hold a mapping of architecture fields"
+            )
+        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
+        data.setdefault("name", model_file.stem)
+        return data
+    missing = [
+        f for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if arch.get(f) is None
+    ]
+    if missing:
+        raise InputError(
+            "explicit architecture is missing "
+            + ", ".join("--" + m.replace("_", "-") for m in missing)
+        )
+    out: dict[str, Any] = {
+        "name": "custom",
+        "layers": arch["layers"],
+        "hidden": arch["hidden"],
+        "heads": arch["heads"],
+        "kv_heads": arch["kv_heads"],
+        "head_dim": arch["head_dim"],
+        "ffn_hidden": arch["ffn_hidden"],
+        "vocab": arch["vocab"],
+        "gated_mlp": gated_mlp,
+        "tied_embeddings": tied,
+        "attention": "gqa" if arch["kv_heads"] and arch["kv_heads"] != arch["heads"] else "mha",
+    }
+    if arch["experts"]:
+        out.update(
+            num_experts=arch["experts"],
+            top_k=arch["top_k"] or 0,
+            moe_ffn_hidden=arch["moe_ffn_hidden"],
+            num_shared_experts=arch["shared_experts"] or 0,
+            first_dense_layers=arch["first_dense_layers"] or 0,
+        )
+    return out
+
+
+def _table(result: dict[str, Any]):
+    def draw(console) -> None:
+        par = result["parallelism"]
+        lo, hi = result["step_time_interval_s"]
+        rows = [
+            ("model", result["model"]),
+            ("GPU", f"{result['num_gpus']} x {result['gpu']} ({result['precision']})"),
+            (
+                "layout",
+                "tp {tp} pp {pp} cp {cp} ep {ep} dp {dp} vp {vp}, micro-batch {micro_batch}, "
+                "recompute {recompute}, zero {zero}".format(**par),
+            ),
+            ("global batch", f"{result['global_batch']} x {result['seq_len']} tokens"),
+            (
+                "step time",
+                f"{fmt_duration(result['step_time_s'])}  [{fmt_duration(lo)} .. {fmt_duration(hi)}]",
+            ),
+            ("tokens/s per GPU", f"{result['tokens_per_s_per_gpu']:.4g}"),
+            (
+                "MFU / HFU",
+                f"{result['mfu']:.1%} / {result['hfu']:.1%}" if result["mfu"] is not None else "-",
+            ),
+            ("model TFLOP/s per GPU", f"{result['model_tflops_per_gpu']:.4g}"),
+            (
+                "memory per GPU",
+                f"{fmt_bytes(result['memory_per_gpu_bytes'])} of "
+                f"{fmt_bytes(result['memory_capacity_bytes'])}"
+                + ("" if result["fits_in_memory"] else "  (DOES NOT FIT)"),
+            ),
+        ]
+        if result.get("time_to_train_s") is not None:
+            tlo, thi = result["intervals"]["time_to_train_s"]
+            rows.append(
+                (
+                    "time to train",
+                    f"{fmt_duration(result['time_to_train_s'])}  "
+                    f"[{fmt_duration(tlo)} .. {fmt_duration(thi)}]",
+                )
+            )
+            rows.append(("GPU-hours", fmt_si(result["gpu_hours"], "GPU-h")))
+        console.print(simple_table("Training forecast", ["", "value"], rows))
+        br = result["breakdown_s"]
+        total = result["step_time_s"]
+        console.print(
+            simple_table(
+                "Step time breakdown",
+                ["part", "seconds", "share"],
+                [(k, f"{v:.4g}", f"{v / total:.1%}") for k, v in br.items()],
+            )
+        )
+        mem = result["memory_breakdown_bytes"]
+        console.print(
+            simple_table(
+                "Memory per GPU", ["part", "size"], [(k, fmt_bytes(v)) for k, v in mem.items()]
+            )
+        )
+        if result.get("runners_up"):
+            console.print(
+                simple_table(
+                    "Runners-up",
+                    [
+                        "tp",
+                        "pp",
+                        "cp",
+                        "ep",
+                        "dp",
+                        "vp",
+                        "mb",
+                        "recompute",
+                        "zero",
+                        "step",
+                        "MFU",
+                        "memory",
+                    ],
+                    [
+                        (
+                            r["parallelism"]["tp"],
+                            r["parallelism"]["pp"],
+                            r["parallelism"]["cp"],
+                            r["parallelism"]["ep"],
+                            r["parallelism"]["dp"],
+                            r["parallelism"]["vp"],
+                            r["parallelism"]["micro_batch"],
+                            r["parallelism"]["recompute"],
+                            r["parallelism"]["zero"],
+                            fmt_duration(r["step_time_s"]),
+                            f"{r['mfu']:.1%}" if r["mfu"] is not None else "-",
+                            fmt_bytes(r["memory_per_gpu_bytes"]),
+                        )
+                        for r in result["runners_up"]
+                    ],
+                )
+            )
+        if result.get("to_fit"):
+            console.print("To fit: " + "; ".join(result["to_fit"]))
+
+    return draw
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to ``app``."""
+    """Add ``train`` to the ``forecast`` group."""
+
+    @app.command("train", help=HELP)
+    def train(
+        model: str | None = typer.Option(
+            None, "--model", "-m", help="Catalog model id (gpuplan catalog ls models)."
+        ),
+        model_file: Path | None = typer.Option(
+            None, "--model-file", help="YAML file with the architecture fields."
+        ),
+        layers: int | None = typer.Option(None, "--layers", help="Transformer layers."),
+        hidden: int | None = typer.Option(None, "--hidden", help="Model width."),
+        heads: int | None = typer.Option(None, "--heads", help="Attention heads."),
+        kv_heads: int | None = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA)."),
+        head_dim: int | None = typer.Option(
+            None, "--head-dim", help="Per-head width (default hidden/heads)."
+        ),
+        ffn_hidden: int | None = typer.Option(None, "--ffn-hidden", help="MLP intermediate size."),
+        vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size."),
+        experts: int | None = typer.Option(None, "--experts", help="Routed experts (MoE)."),
+        top_k: int | None = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
+        moe_ffn_hidden: int | None = typer.Option(
+            None, "--moe-ffn-hidden", help="Expert intermediate size."
+        ),
+        shared_experts: int | None = typer.Option(
+            None, "--shared-experts", help="Shared experts per MoE layer."
+        ),
+        first_dense_layers: int | None = typer.Option(
+            None, "--first-dense-layers", help="Leading dense layers of an MoE."
+        ),
+        gated_mlp: bool = typer.Option(
+            True, "--gated-mlp/--gelu-mlp", help="SwiGLU (3 matrices) or GELU (2) MLP."
+        ),
+        tied_embeddings: bool = typer.Option(
+            False, "--tied-embeddings", help="Input and output embeddings shared."
+        ),
+        seq_len: int = typer.Option(8192, "--seq-len", help="Tokens per sequence."),
+        global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step."),
+        global_batch_tokens: float | None = typer.Option(
+            None,
+            "--global-batch-tokens",
+            help="Tokens per step (default 16Mi = 2^24, Llama 3 405B).",
+        ),
+        gpu: str = typer.Option(
+            ..., "--gpu", "-g", help="Catalog GPU name or alias (h100, a100-80gb, mi300x...)."
+        ),
+        gpus: int | None = typer.Option(
+            None, "--gpus", "-n", help="Number of GPUs (omit with --target-days)."
+        ),
+        tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size."),
+        pp: int | None = typer.Option(None, "--pp", help="Pipeline stages."),
+        cp: int | None = typer.Option(None, "--cp", help="Context parallel size."),
+        ep: int | None = typer.Option(None, "--ep", help="Expert parallel size."),
+        vp: int | None = typer.Option(
+            None, "--vp", help="Interleaved (virtual) stages per pipeline rank."
+        ),
+        micro_batch: int | None = typer.Option(
+            None, "--micro-batch", help="Sequences per micro-batch."
+        ),
+        recompute: str | None = typer.Option(
+            None, "--recompute", help="Activation recompute: none|selective|full."
+        ),
+        zero: int | None = typer.Option(
+            None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer)."
+        ),
+        fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
+        precision: str = typer.Option("bf16", "--precision", help="bf16|fp16|fp8|fp4."),
+        tokens: float | None = typer.Option(
+            None, "--tokens", help="Total training tokens (e.g. 15.6e12)."
+        ),
+        target_days: float | None = typer.Option(
+            None, "--target-days", help="Deadline: find the smallest cluster."
+        ),
+        top: int = typer.Option(1, "--top", help="Also return the next best layouts (runners_up)."),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="Calibration artifact JSON."
+        ),
+        node: str | None = typer.Option(
+            None, "--node", help="Catalog node type (sets the scale-out bandwidth)."
+        ),
+        instance: str | None = typer.Option(
+            None, "--instance", help="Catalog cloud instance (sets the scale-out bandwidth)."
+        ),
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        from gpuplan.cli._common import progress
+        from gpuplan.errors import InputError
+        from gpuplan.forecast.training import forecast_training
+
+        arch = dict(
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            ffn_hidden=ffn_hidden,
+            vocab=vocab,
+            experts=experts,
+            top_k=top_k,
+            moe_ffn_hidden=moe_ffn_hidden,
+            shared_experts=shared_experts,
+            first_dense_layers=first_dense_layers,
+        )
+        model_arg = _model_argument(model, model_file, arch, gated_mlp, tied_embeddings)
+        par = {
+            k: v
+            for k, v in dict(
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                ep=ep,
+                vp=vp,
+                micro_batch=micro_batch,
+                recompute=recompute,
+                zero=zero,
+            ).items()
+            if v is not None
+        }
+        artifact = None
+        if calibration is not None:
+            from gpuplan.calibration import load_artifact
+
+            if not calibration.exists():
+                raise InputError(
+                    f"--calibration {calibration} does not exist",
+                    hint="run 'gpuplan calibrate --out FILE' first",
+                )
+            artifact = load_artifact(calibration)
+        with progress(enabled=target_days is not None and fmt == Format.table) as bar:
+            task = bar.add_task("cluster sizes", total=None)
+
+            def tick(n: int, res: Any) -> None:
+                bar.update(task, advance=1, description=f"cluster size {n} GPUs")
+
+            result = forecast_training(
+                model_arg,
+                gpu=gpu,
+                num_gpus=gpus,
+                seq_len=seq_len,
+                global_batch=global_batch,
+                global_batch_tokens=global_batch_tokens,
+                precision=precision,
+                parallelism=par,
+                tokens=tokens,
+                target_days=target_days,
+                top=top,
+                artifact=artifact,
+                fsdp=fsdp,
+                node=node,
+                instance=instance,
+                progress=tick,
+            )
+        if not result["fits_in_memory"]:
+            warn(
+                "the layout does not fit in GPU memory; to fit: "
+                + "; ".join(result.get("to_fit", []))
+            )
+        emit(result, fmt, _table(result))

@@ -1,7 +1,159 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan validate training``: forecast every published training run, report the error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, simple_table
+
+HELP = """Forecast every published training run shipped with gpuplan that has a complete
+configuration (Megatron-LM papers, NVIDIA NeMo, MosaicML llm-foundry) and compare like
+with like: step time, tokens/s per GPU, or TFLOP/s with the source's own FLOP convention.
+Prints coverage, median and p90 absolute percentage error, signed bias and how often the
+forecast interval contains the published value, per source and overall.
+
+By default each row is forecast with framework-efficiency constants fitted WITHOUT its
+publication (--scheme leave-one-source-out); --scheme shipped uses the shipped constants,
+which were fitted on all rows (in-sample, for reference only).
+
+\b
+Examples:
+  gpuplan validate training
+  gpuplan validate training --rows --format json > training-validation.json
+  gpuplan validate training --scheme shipped
+  gpuplan validate training --fit-constants gpuplan/forecast/data/training_constants.json
+"""
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _table(result: dict[str, Any], show_rows: bool):
+    def draw(console) -> None:
+        cols = [
+            "rows",
+            "complete",
+            "forecast",
+            "coverage",
+            "median |err|",
+            "p90 |err|",
+            "bias",
+            "in interval",
+            "metric",
+        ]
+
+        def line(name: str, s: dict[str, Any]) -> tuple:
+            return (
+                name,
+                s["rows"],
+                s["rows_complete"],
+                s["rows_forecast"],
+                _pct(s["coverage"]),
+                _pct(s["median_abs_error"]),
+                _pct(s["p90_abs_error"]),
+                _pct(s["bias"]),
+                _pct(s["interval_coverage"]),
+                ", ".join(s["metrics"]),
+            )
+
+        rows = [line(k, v) for k, v in result["per_group"].items()]
+        rows.append(line("OVERALL", result["overall"]))
+        console.print(
+            simple_table(
+                f"Training forecast vs published runs ({result['scheme']})",
+                ["publication", *cols],
+                rows,
+            )
+        )
+        src_rows = [line(k[:70], v) for k, v in result["per_source"].items()]
+        console.print(simple_table("Per source table", ["source", *cols], src_rows))
+        if show_rows:
+            console.print(
+                simple_table(
+                    "Rows",
+                    ["run", "metric", "published", "forecast", "interval", "error", "layout"],
+                    [
+                        (
+                            r["run_id"],
+                            r["metric"],
+                            f"{r['published']:.4g}",
+                            f"{r['forecast']:.4g}",
+                            f"{r['interval'][0]:.4g} .. {r['interval'][1]:.4g}",
+                            _pct(r["error"]),
+                            "tp{tp} pp{pp} cp{cp} dp{dp} vp{vp} mb{micro_batch} rc{recompute} z{zero}".format(
+                                **r["layout"]
+                            ),
+                        )
+                        for r in result["rows"]
+                    ],
+                )
+            )
+        if result["incomplete"]:
+            console.print(
+                f"{len(result['incomplete'])} rows without a complete configuration "
+                "(not forecast): "
+                + "; ".join(f"{r['run_id']}: {r['reason']}" for r in result["incomplete"])
+            )
+        if result["failed"]:
+            console.print(
+                "Failed: " + "; ".join(f"{r['run_id']}: {r['reason']}" for r in result["failed"])
+            )
+
+    return draw
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to ``app``."""
+    """Add ``training`` to the ``validate`` group."""
+
+    @app.command("training", help=HELP)
+    def training(
+        data: Path | None = typer.Option(
+            None, "--data", help="Published-runs CSV (default: the shipped table)."
+        ),
+        scheme: str = typer.Option(
+            "leave-one-source-out",
+            "--scheme",
+            help="leave-one-source-out (held-out error) or shipped (in-sample).",
+        ),
+        rows: bool = typer.Option(False, "--rows", help="Also list every row (table format)."),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="Calibration artifact JSON."
+        ),
+        fit_constants: Path | None = typer.Option(
+            None,
+            "--fit-constants",
+            help="Refit the shipped constants on all rows and write them here.",
+        ),
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        from gpuplan.errors import InputError
+        from gpuplan.forecast import validation_training as vt
+
+        artifact = None
+        if calibration is not None:
+            from gpuplan.calibration import load_artifact
+
+            if not calibration.exists():
+                raise InputError(f"--calibration {calibration} does not exist")
+            artifact = load_artifact(calibration)
+        if data is not None and not data.exists():
+            raise InputError(
+                f"--data {data} does not exist", hint="give a CSV in the training_runs.csv format"
+            )
+        if fit_constants is not None:
+            constants = vt.fit_shipped_constants(data=data, artifact=artifact)
+            vt.write_constants(fit_constants, constants)
+            info(f"wrote {fit_constants}")
+            emit(constants, fmt, lambda console: console.print_json(data=constants))
+            return
+
+        def step(group: str) -> None:
+            if fmt == Format.table:
+                info(f"fitting constants without {group} ...")
+
+        result = vt.validate(data=data, artifact=artifact, scheme=scheme, progress=step)
+        emit(result, fmt, _table(result, rows))

@@ -45,11 +45,13 @@ def group_ranks_per_node(group_size: Any, stride: Any, node_size: Any) -> np.nda
     A group whose consecutive members are ``stride`` ranks apart has
     ``node_size // stride`` members per node (at least 1, at most the group size).
 
-    >>> group_ranks_per_node(8, 1, 8), group_ranks_per_node(64, 8, 8), group_ranks_per_node(16, 2, 8)
-    (array(8.), array(1.), array(4.))
+    >>> [float(group_ranks_per_node(*a)) for a in ((8, 1, 8), (64, 8, 8), (16, 2, 8))]
+    [8.0, 1.0, 4.0]
     """
     g = np.asarray(group_size, dtype=float)
-    per = np.floor(np.asarray(node_size, dtype=float) / np.maximum(np.asarray(stride, dtype=float), 1.0))
+    per = np.floor(
+        np.asarray(node_size, dtype=float) / np.maximum(np.asarray(stride, dtype=float), 1.0)
+    )
     return np.clip(per, 1.0, np.maximum(g, 1.0))
 
 

@@ -21,9 +21,9 @@ Conventions
 Examples
 --------
 >>> gpt3 = ModelArch(name="gpt3-175b", layers=96, hidden=12288, heads=96, ffn_hidden=49152,
-...                  vocab=51200, gated_mlp=False)
+...                  vocab=51200, gated_mlp=False, tied_embeddings=True)
 >>> round(gpt3.params_total() / 1e9, 1)
-175.6
+174.6
 """
 
 from __future__ import annotations
@@ -99,9 +99,7 @@ class ModelArch:
                     f"model {self.name!r}: {name} must be a positive integer, got {value!r}",
                     hint=f"pass --{name.replace('_', '-')} N with N >= 1",
                 )
-        if self.kv_heads is not None and (
-            self.kv_heads <= 0 or self.heads % self.kv_heads != 0
-        ):
+        if self.kv_heads is not None and (self.kv_heads <= 0 or self.heads % self.kv_heads != 0):
             raise InputError(
                 f"model {self.name!r}: kv_heads={self.kv_heads} must be positive and divide "
                 f"heads={self.heads}",
@@ -111,8 +109,7 @@ class ModelArch:
             raise InputError(f"model {self.name!r}: head_dim must be positive")
         if self.head_dim is None and self.hidden % self.heads != 0 and self.mla is None:
             raise InputError(
-                f"model {self.name!r}: hidden={self.hidden} is not divisible by heads="
-                f"{self.heads}",
+                f"model {self.name!r}: hidden={self.hidden} is not divisible by heads={self.heads}",
                 hint="give head_dim explicitly or choose heads dividing hidden",
             )
         if self.attention not in ATTENTION_KINDS:
@@ -267,7 +264,12 @@ def arch_from_catalog(row: Any) -> ModelArch:
     attention = str(get("attention", "mha") or "mha").lower()
     mla = get("mla")
     if mla is not None and not isinstance(mla, dict):
-        mla = dict(mla) if hasattr(mla, "keys") else dataclasses.asdict(mla)
+        if hasattr(mla, "model_dump"):
+            mla = mla.model_dump()
+        elif hasattr(mla, "keys"):
+            mla = dict(mla)
+        else:
+            mla = dataclasses.asdict(mla)
     return ModelArch(
         name=str(get("id", "custom")),
         layers=int(get("layers")),
@@ -284,6 +286,7 @@ def arch_from_catalog(row: Any) -> ModelArch:
         num_shared_experts=int(get("num_shared_experts", 0) or 0),
         moe_ffn_hidden=int(get("moe_ffn_hidden")) if get("moe_ffn_hidden") else None,
         first_dense_layers=int(get("first_dense_layers", 0) or 0),
+        moe_layer_freq=int(get("moe_layer_interval", get("moe_layer_freq", 1)) or 1),
         attention=attention if attention in ATTENTION_KINDS else "mha",
         mla=mla if attention == "mla" else None,
         extra={"source": get("source"), "retrieved": str(get("retrieved", ""))},
@@ -297,8 +300,8 @@ def attention_core_flops_per_token_layer(arch: ModelArch, seq_len: Any) -> Any:
     ``2*s*a*(d_qk + d_v)``; for standard heads (``a*d = h``) this is ``4*s*h``, the forward
     third of PaLM's ``12*L*h*s`` attention term (Chowdhery et al. 2022, appendix B).
     """
-    return 2.0 * np.asarray(seq_len, dtype=float) * arch.heads * (
-        arch.qk_head_dim + arch.v_head_dim
+    return (
+        2.0 * np.asarray(seq_len, dtype=float) * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
     )
 
 
@@ -349,8 +352,8 @@ def megatron_flops_per_step(
     convention (GPT blocks with a 4h MLP).
 
     >>> f = megatron_flops_per_step(1, 2048, 24, 2304, 51200, full_recompute=True)
-    >>> round(f / 1e12, 1)
-    11.7
+    >>> round(float(f) / 1e12, 1)
+    30.2
     """
     b, s, lyr, h, v = (np.asarray(x, dtype=float) for x in (batch, seq_len, layers, hidden, vocab))
     layer_part = 24.0 * b * s * lyr * h * h * (1.0 + s / (6.0 * h))
@@ -420,7 +423,9 @@ def layer_gemms(
         if q_lora:
             # The down-projections are small and replicated across TP ranks in Megatron.
             g.append(Gemm("q_down", t, q_lora * one, h * one, one, "attn_proj", "layer"))
-            g.append(Gemm("q_up", t, a * (nope + rope) / tp, q_lora * one, one, "attn_proj", "layer"))
+            g.append(
+                Gemm("q_up", t, a * (nope + rope) / tp, q_lora * one, one, "attn_proj", "layer")
+            )
         else:
             g.append(Gemm("q_proj", t, a * (nope + rope) / tp, h * one, one, "attn_proj", "layer"))
         g.append(Gemm("kv_down", t, (kv_lora + rope) * one, h * one, one, "attn_proj", "layer"))
@@ -431,7 +436,7 @@ def layer_gemms(
         qkv = (a + 2 * arch.n_kv_heads) * d
         g.append(Gemm("qkv", t, qkv / tp, h * one, one, "attn_proj", "layer"))
         g.append(Gemm("attn_out", t, h * one, a * d / tp, one, "attn_proj", "layer"))
-    up = (2 if arch.gated_mlp else 1)
+    up = 2 if arch.gated_mlp else 1
     if arch.num_dense_layers:
         f = arch.ffn_hidden
         g.append(Gemm("mlp_up", t, up * f / tp, h * one, one, "mlp", "dense"))
@@ -441,8 +446,20 @@ def layer_gemms(
         local_experts = e / ep
         tokens_per_expert = t * k_top * ep / e
         g.append(Gemm("router", t, e * one, h * one, one, "router", "moe"))
-        g.append(Gemm("expert_up", tokens_per_expert, up * fe / tp, h * one, local_experts, "expert", "moe"))
-        g.append(Gemm("expert_down", tokens_per_expert, h * one, fe / tp, local_experts, "expert", "moe"))
+        g.append(
+            Gemm(
+                "expert_up",
+                tokens_per_expert,
+                up * fe / tp,
+                h * one,
+                local_experts,
+                "expert",
+                "moe",
+            )
+        )
+        g.append(
+            Gemm("expert_down", tokens_per_expert, h * one, fe / tp, local_experts, "expert", "moe")
+        )
         if arch.num_shared_experts:
             fs = arch.num_shared_experts * fe
             g.append(Gemm("shared_up", t, up * fs / tp, h * one, one, "mlp", "moe"))

@@ -51,9 +51,11 @@ def korthikanti_activation_bytes(
 ) -> Any:
     """The paper's per-layer activation bytes for a GPT block (Korthikanti et al. 2022, eqs. 2-5).
 
-    >>> korthikanti_activation_bytes(2048, 1, 12288, 96, sequence_parallel=False, recompute="none") / (2048 * 12288)
+    >>> float(korthikanti_activation_bytes(2048, 1, 12288, 96, sequence_parallel=False,
+    ...                                    recompute="none")) / (2048 * 12288)
     114.0
-    >>> korthikanti_activation_bytes(2048, 1, 12288, 96, 8, sequence_parallel=True, recompute="selective") / (2048 * 12288)
+    >>> float(korthikanti_activation_bytes(2048, 1, 12288, 96, 8, sequence_parallel=True,
+    ...                                    recompute="selective")) / (2048 * 12288)
     4.25
     """
     s, b, h, a, t = (np.asarray(x, dtype=float) for x in (s, b, h, a, t))
@@ -77,6 +79,7 @@ def activation_bytes_per_layer(
     sequence_parallel: Any = True,
     flash_attention: bool = True,
     moe: bool = False,
+    linear_input_bytes: float = BYTES_16BIT,
 ) -> Any:
     """Activation bytes one layer keeps for the backward pass, on one rank.
 
@@ -109,20 +112,27 @@ def activation_bytes_per_layer(
     drop = 1.0 if arch.dropout else 0.0
     dq = arch.heads * arch.qk_head_dim
     dk = arch.n_kv_heads * arch.qk_head_dim if arch.attention != "mla" else dq
-    dv = arch.n_kv_heads * arch.v_head_dim if arch.attention != "mla" else arch.heads * arch.v_head_dim
-    # Terms that tensor parallelism always splits (per token, in units of bytes).
-    split_attn = 2.0 * (dq + dk) + 2.0 * dv + 2.0 * (arch.heads * arch.v_head_dim)
+    dv = (
+        arch.n_kv_heads * arch.v_head_dim
+        if arch.attention != "mla"
+        else arch.heads * arch.v_head_dim
+    )
+    lb = float(linear_input_bytes)
+    # Terms that tensor parallelism always splits (per token, in bytes): Q, K, V and the
+    # output-projection input (the per-head context).
+    split_attn = 2.0 * (dq + dk) + 2.0 * dv + lb * (arch.heads * arch.v_head_dim)
+    # MLP intermediates: GELU keeps its input (16-bit) and output (the down-projection
+    # input); a gated MLP keeps gate and up outputs (16-bit) and their product.
+    n_16 = 2.0 if arch.gated_mlp else 1.0
     if moe and arch.is_moe:
         fe = float(arch.expert_ffn)
-        n_mid = 3.0 if arch.gated_mlp else 2.0
-        split_mlp = arch.top_k * (2.0 * h + n_mid * 2.0 * fe)
-        split_mlp += arch.num_shared_experts * n_mid * 2.0 * fe
+        per_expert = (2.0 * n_16 + lb) * fe
+        split_mlp = arch.top_k * (lb * h + per_expert) + arch.num_shared_experts * per_expert
     else:
-        n_mid = 3.0 if arch.gated_mlp else 2.0
-        split_mlp = n_mid * 2.0 * arch.ffn_hidden
-    # Replicated without sequence parallelism: two norms (4h), two block inputs (4h),
-    # two dropout masks (2h).
-    replicated = 4.0 * h + 4.0 * h + 2.0 * drop * h
+        split_mlp = (2.0 * n_16 + lb) * arch.ffn_hidden
+    # Replicated without sequence parallelism: two norms (4h), the two block inputs (the
+    # QKV and MLP-up inputs, 2 x lb x h) and two dropout masks (2h).
+    replicated = 4.0 * h + 2.0 * lb * h + 2.0 * drop * h
     # Korthikanti's accounting puts the output-projection input (2h) among the split
     # terms (it is the per-head context, split by TP).
     split = split_attn + split_mlp
@@ -180,15 +190,21 @@ def model_state_bytes(
     dp: Any,
     cp: Any,
     zero: Any,
+    *,
+    grad_bytes: float = GRAD_BYTES_PER_PARAM,
+    zero3_unit_params: float | None = None,
 ) -> dict[str, Any]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
     Dense weights are replicated over the ``dp*cp`` ranks of their data-parallel group,
     expert weights over ``dp*cp/ep`` (Megatron-core's expert-data-parallel group); ZeRO
     stage >= 1 shards the optimizer states over that group, >= 2 the gradients, 3 the
-    weights (Rajbhandari et al. 2020). Stage 3 also holds the gathered weights of about
-    two layers at a time (the current one and the prefetched next one) plus their fp32
-    gradients before the reduce-scatter.
+    weights (Rajbhandari et al. 2020). With 16-bit gradient buffers (``grad_bytes=2``) the
+    optimizer also keeps an fp32 copy of its gradient shard: 16 instead of 12 bytes per
+    parameter (Megatron-core guide: "float16 param, float16 grads: 20 = 4 + 16/d").
+    Stage 3 also holds gathered units: the current and the prefetched one in 16 bits plus
+    the unsharded gradients of one (``zero3_unit_params``: one transformer layer for
+    PyTorch FSDP's per-block wrapping; DeepSpeed caps it with stage3_max_live_parameters).
     """
     zero = np.asarray(zero)
     counts = param_counts_per_rank(arch, tp, pp, ep)
@@ -203,14 +219,19 @@ def model_state_bytes(
         )
 
     weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
-    grads = sharded(GRAD_BYTES_PER_PARAM, 2)
-    optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM, 1)
+    grads = sharded(grad_bytes, 2)
+    optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM + (4.0 if grad_bytes < 4.0 else 0.0), 1)
     layers_per_rank = arch.layers / np.asarray(pp, dtype=float)
-    per_layer = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
-    gathered = np.where(
-        zero >= 3, 2.0 * per_layer * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM), 0.0
-    )
-    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "zero3_buffers": gathered}
+    unit = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
+    if zero3_unit_params is not None:
+        unit = np.minimum(unit, float(zero3_unit_params))
+    gathered = np.where(zero >= 3, unit * (2.0 * WEIGHT_BYTES_PER_PARAM + grad_bytes), 0.0)
+    return {
+        "weights": weights,
+        "gradients": grads,
+        "optimizer": optimizer,
+        "zero3_buffers": gathered,
+    }
 
 
 def logits_bytes(arch: ModelArch, seq_len: Any, micro_batch: Any, tp: Any, cp: Any) -> Any:
@@ -250,6 +271,9 @@ def training_memory_per_gpu(
     overhead_bytes: float,
     sequence_parallel: Any = True,
     flash_attention: bool = True,
+    grad_bytes: float = GRAD_BYTES_PER_PARAM,
+    linear_input_bytes: float = BYTES_16BIT,
+    zero3_unit_params: float | None = None,
 ) -> dict[str, Any]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
@@ -258,10 +282,16 @@ def training_memory_per_gpu(
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
     taken from the forecast constants.
     """
-    state = model_state_bytes(arch, tp, pp, ep, dp, cp, zero)
+    state = model_state_bytes(
+        arch, tp, pp, ep, dp, cp, zero, grad_bytes=grad_bytes, zero3_unit_params=zero3_unit_params
+    )
     pp_f = np.asarray(pp, dtype=float)
     layers_per_stage = arch.layers / pp_f
-    kw = dict(sequence_parallel=sequence_parallel, flash_attention=flash_attention)
+    kw = dict(
+        sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention,
+        linear_input_bytes=linear_input_bytes,
+    )
     if arch.is_moe:
         frac_moe = arch.num_moe_layers / arch.layers
         per_layer = (1.0 - frac_moe) * activation_bytes_per_layer(
@@ -273,11 +303,19 @@ def training_memory_per_gpu(
         per_layer = activation_bytes_per_layer(arch, seq_len, micro_batch, tp, cp, recompute, **kw)
     first_stage = per_layer * layers_per_stage * pipeline_inflight_factor(pp, vp, num_microbatches)
     last_stage = per_layer * layers_per_stage + logits_bytes(arch, seq_len, micro_batch, tp, cp)
-    activations = np.where(pp_f > 1, np.maximum(first_stage, last_stage), first_stage + last_stage - per_layer * layers_per_stage)
+    activations = np.where(
+        pp_f > 1,
+        np.maximum(first_stage, last_stage),
+        first_stage + last_stage - per_layer * layers_per_stage,
+    )
     overhead = np.full_like(np.asarray(activations, dtype=float), float(overhead_bytes))
     total = (
-        state["weights"] + state["gradients"] + state["optimizer"] + state["zero3_buffers"]
-        + activations + overhead
+        state["weights"]
+        + state["gradients"]
+        + state["optimizer"]
+        + state["zero3_buffers"]
+        + activations
+        + overhead
     )
     return {
         "weights": state["weights"],

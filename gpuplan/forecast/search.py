@@ -52,14 +52,23 @@ def _divisors(n: int, limit: int | None = None) -> list[int]:
 
 
 def candidate_values(
-    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int,
-    global_batch: int, node_size: int,
+    arch: ModelArch,
+    num_gpus: int,
+    fixed: dict[str, Any],
+    *,
+    seq_len: int,
+    global_batch: int,
+    node_size: int,
 ) -> dict[str, list[int]]:
     """Values each layout dimension may take (before the joint validity filter)."""
     cand: dict[str, list[int]] = {}
-    cand["tp"] = [t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0]
+    cand["tp"] = [
+        t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0
+    ]
     cand["pp"] = _divisors(arch.layers, num_gpus)
-    cand["cp"] = [c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0]
+    cand["cp"] = [
+        c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0
+    ]
     if arch.is_moe:
         cand["ep"] = _divisors(arch.num_experts, num_gpus)
     else:
@@ -75,8 +84,13 @@ def candidate_values(
 
 
 def enumerate_layouts(
-    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int,
-    global_batch: int, node_size: int,
+    arch: ModelArch,
+    num_gpus: int,
+    fixed: dict[str, Any],
+    *,
+    seq_len: int,
+    global_batch: int,
+    node_size: int,
 ) -> dict[str, np.ndarray]:
     """All valid layouts for ``num_gpus`` as arrays (keys of ``LAYOUT_KEYS``)."""
     cand = candidate_values(
@@ -86,7 +100,9 @@ def enumerate_layouts(
     # Cartesian product without a Python loop per layout.
     grids = np.meshgrid(*(np.asarray(cand[k], dtype=np.int64) for k in keys), indexing="ij")
     L = {k: g.reshape(-1) for k, g in zip(keys, grids, strict=True)}
-    tp, pp, cp, ep, vp, mb, zero = (L[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero"))
+    tp, pp, cp, ep, vp, mb, zero = (
+        L[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero")
+    )
     model_par = tp * pp * cp
     ok = num_gpus % model_par == 0
     dp = np.where(ok, num_gpus // np.maximum(model_par, 1), 0)
@@ -111,7 +127,9 @@ def enumerate_layouts(
     return {k: L[k][ok] for k in LAYOUT_KEYS}
 
 
-def _no_layout_error(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], global_batch: int) -> InputError:
+def _no_layout_error(
+    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], global_batch: int
+) -> InputError:
     given = ", ".join(f"{k}={v}" for k, v in fixed.items() if v is not None) or "none"
     return InputError(
         f"no valid parallel layout of {arch.name} on {num_gpus} GPUs with a global batch of "
@@ -122,8 +140,16 @@ def _no_layout_error(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], glob
 
 
 def fit_suggestions(
-    arch: ModelArch, hw: Hardware, num_gpus: int, layout: dict[str, int], *, seq_len: int,
-    global_batch: int, framework: Framework, constants: dict[str, Any],
+    arch: ModelArch,
+    hw: Hardware,
+    num_gpus: int,
+    layout: dict[str, int],
+    *,
+    seq_len: int,
+    global_batch: int,
+    framework: Framework,
+    constants: dict[str, Any],
+    precision: str = "bf16",
 ) -> list[str]:
     """Single changes to a layout that would make it fit, e.g. ``--recompute full (61 GiB)``."""
     variants: list[tuple[str, dict[str, int]]] = []
@@ -144,12 +170,26 @@ def fit_suggestions(
     for label, change in variants:
         par = {**layout, **change}
         try:
-            check_layout(arch, num_gpus, par, seq_len=seq_len, global_batch=global_batch,
-                         node_size=hw.node_size)
+            check_layout(
+                arch,
+                num_gpus,
+                par,
+                seq_len=seq_len,
+                global_batch=global_batch,
+                node_size=hw.node_size,
+            )
         except InputError:
             continue
-        mem = memory_only(arch, hw, layouts_from_dict(par), seq_len=seq_len,
-                          global_batch=global_batch, framework=framework, constants=constants)
+        mem = memory_only(
+            arch,
+            hw,
+            layouts_from_dict(par),
+            seq_len=seq_len,
+            global_batch=global_batch,
+            framework=framework,
+            constants=constants,
+            precision=precision,
+        )
         total = float(mem["total"][0])
         if total <= hw.memory_bytes:
             out.append(f"{label} ({fmt_gib(total)})")
@@ -179,32 +219,47 @@ def best_layouts(
     that would make it fit. When some are searched, only fitting layouts are ranked.
     """
     fixed = {k: v for k, v in fixed.items() if v is not None}
-    complete = all(k in fixed for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero"))
+    complete = all(
+        k in fixed for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
+    )
     if complete:
         par = dict(fixed)
         _check_partial(arch, num_gpus, par, seq_len=seq_len)
         par.setdefault("dp", num_gpus // (int(par["tp"]) * int(par["pp"]) * int(par["cp"])))
-        check_layout(arch, num_gpus, par, seq_len=seq_len, global_batch=global_batch,
-                     node_size=hw.node_size)
+        check_layout(
+            arch, num_gpus, par, seq_len=seq_len, global_batch=global_batch, node_size=hw.node_size
+        )
         layouts = layouts_from_dict({k: par[k] for k in LAYOUT_KEYS})
     else:
         # Check what was given, one dimension at a time, for a precise message.
         _check_partial(arch, num_gpus, fixed, seq_len=seq_len)
-        layouts = enumerate_layouts(arch, num_gpus, fixed, seq_len=seq_len,
-                                    global_batch=global_batch, node_size=hw.node_size)
+        layouts = enumerate_layouts(
+            arch,
+            num_gpus,
+            fixed,
+            seq_len=seq_len,
+            global_batch=global_batch,
+            node_size=hw.node_size,
+        )
         if layouts["tp"].size == 0:
             raise _no_layout_error(arch, num_gpus, fixed, global_batch)
-    mem = memory_only(arch, hw, layouts, seq_len=seq_len, global_batch=global_batch,
-                      framework=framework, constants=constants)
+    mem = memory_only(
+        arch,
+        hw,
+        layouts,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        framework=framework,
+        constants=constants,
+        precision=precision,
+    )
     fits = mem["total"] <= hw.memory_bytes
     if not complete:
         if not np.any(fits):
             if not raise_if_none_fits:
                 return {"fits_in_memory": False, "num_gpus": num_gpus}
             j = int(np.argmin(mem["total"]))
-            parts = ", ".join(
-                f"{k} {fmt_gib(float(v[j]))}" for k, v in mem.items() if k != "total"
-            )
+            parts = ", ".join(f"{k} {fmt_gib(float(v[j]))}" for k, v in mem.items() if k != "total")
             lay = ", ".join(f"{k}={int(layouts[k][j])}" for k in LAYOUT_KEYS)
             raise InputError(
                 f"{arch.name} does not fit on {num_gpus} x {hw.gpu_id}: the smallest layout "
@@ -213,26 +268,63 @@ def best_layouts(
                 hint="use more GPUs, a GPU with more memory, or a shorter --seq-len",
             )
         layouts = take_layouts(layouts, fits)
-    res = evaluate_layouts(arch, hw, layouts, seq_len=seq_len, global_batch=global_batch,
-                           precision=precision, framework=framework, constants=constants)
+    res = evaluate_layouts(
+        arch,
+        hw,
+        layouts,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precision,
+        framework=framework,
+        constants=constants,
+    )
     step = np.asarray(res["step_time_s"])[0]
     order = np.argsort(step, kind="stable")
-    kw = dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
-              num_gpus=num_gpus, constants=constants, fsdp=fixed.get("zero") == 3 and fixed.get("pp") == 1)
+    kw = dict(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precision,
+        num_gpus=num_gpus,
+        constants=constants,
+        fsdp=fixed.get("zero") == 3 and fixed.get("pp") == 1,
+    )
     best = summarise(arch, hw, res, int(order[0]), layouts, **kw)
     runners = []
     for j in order[1:top]:
         s = summarise(arch, hw, res, int(j), layouts, **kw)
-        runners.append({k: s[k] for k in ("parallelism", "step_time_s", "step_time_interval_s",
-                                          "tokens_per_s_per_gpu", "mfu", "memory_per_gpu_bytes",
-                                          "fits_in_memory", "breakdown_s")})
+        runners.append(
+            {
+                k: s[k]
+                for k in (
+                    "parallelism",
+                    "step_time_s",
+                    "step_time_interval_s",
+                    "tokens_per_s_per_gpu",
+                    "mfu",
+                    "memory_per_gpu_bytes",
+                    "fits_in_memory",
+                    "breakdown_s",
+                )
+            }
+        )
     best["runners_up"] = runners
     best["layouts_evaluated"] = int(step.size)
     if not best["fits_in_memory"]:
         best["to_fit"] = fit_suggestions(
-            arch, hw, num_gpus, {k: int(best["parallelism"][k]) if k != "recompute" else
-                                 int(layouts["recompute"][int(order[0])]) for k in LAYOUT_KEYS},
-            seq_len=seq_len, global_batch=global_batch, framework=framework, constants=constants,
+            arch,
+            hw,
+            num_gpus,
+            {
+                k: int(best["parallelism"][k])
+                if k != "recompute"
+                else int(layouts["recompute"][int(order[0])])
+                for k in LAYOUT_KEYS
+            },
+            seq_len=seq_len,
+            global_batch=global_batch,
+            framework=framework,
+            constants=constants,
+            precision=precision,
         )
     else:
         best["to_fit"] = []
@@ -252,11 +344,15 @@ def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq
             hint="choose sizes whose product divides --gpus",
         )
     if "tp" in fixed and arch.heads % tp:
-        raise InputError(f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
-                         hint="use a TP size that divides the number of heads")
+        raise InputError(
+            f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
+            hint="use a TP size that divides the number of heads",
+        )
     if "pp" in fixed and arch.layers % pp:
-        raise InputError(f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
-                         hint="use a PP size that divides the number of layers")
+        raise InputError(
+            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
+            hint="use a PP size that divides the number of layers",
+        )
     if "cp" in fixed and seq_len % cp:
         raise InputError(f"sequence length {seq_len} is not divisible by --cp {cp}")
     if "ep" in fixed:
@@ -309,8 +405,13 @@ def smallest_cluster(
     result says how many sizes were evaluated.
     """
     target_s = target_days * SECONDS_PER_DAY
-    kw = dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
-              framework=framework, constants=constants)
+    kw = dict(
+        seq_len=seq_len,
+        global_batch=global_batch,
+        precision=precision,
+        framework=framework,
+        constants=constants,
+    )
     evaluated: dict[int, dict[str, Any] | None] = {}
 
     def attempt(n: int) -> dict[str, Any] | None:

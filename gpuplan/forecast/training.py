@@ -124,6 +124,12 @@ class Framework:
     """Bytes per gradient element in the data-parallel reduction (fp32 main grads)."""
     param_gather_bytes: float = 2.0
     """Bytes per weight element in the ZeRO/FSDP all-gather (16-bit weights)."""
+    grad_buffer_bytes: float = 4.0
+    """Bytes per element of the gradient buffer kept for every local parameter (fp32 main
+    gradients in Megatron-LM; 16-bit in Megatron-core with grad_reduce_in_fp32=False)."""
+    zero3_unit_params: float | None = None
+    """Parameters gathered at once under ZeRO-3 (None: one transformer layer, as FSDP's
+    per-block wrapping; DeepSpeed: stage3_max_live_parameters)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +163,18 @@ def take_layouts(layouts: dict[str, np.ndarray], index: Any) -> dict[str, np.nda
 def _dtype_for_attention(precision: str) -> str:
     # Attention kernels run in 16-bit even in FP8 recipes (Transformer Engine).
     return "fp16" if precision == "fp16" else "bf16"
+
+
+def _best_matmul3(perf: Any, dtype: str) -> np.ndarray:
+    """Best achievable dense GEMM rate ``[value, high, low]`` (DESIGN 3.2 summary quantity)."""
+    try:
+        est = perf.summary().get(f"matmul_{dtype}_flops_per_s")
+    except Exception:
+        est = None
+    if est is None:
+        big = 16384.0
+        est = perf.matmul_flops_per_s(big, big, big, dtype)
+    return comm_mod.estimate3(est, rate=True).reshape(3, 1)
 
 
 def _unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
@@ -228,51 +246,32 @@ def evaluate_layouts(
     full = (rc >= 2).astype(float)
     any_rc = (rc >= 1).astype(float)
 
-    # ---- GEMM rates on the unique (tokens, tp, ep) combinations only.
+    # ---- GEMM rates on the unique (tokens, tp, ep) combinations only (the search has
+    # thousands of layouts but a few dozen distinct GEMM shapes).
     (u_t, u_tp, u_ep), inv = _unique_rows(tokens, tp, ep)
     gemms = layer_gemms(arch, u_t, u_tp, u_ep)
-    shapes_m, shapes_n, shapes_k = [], [], []
+    n_u = u_t.size
+    shapes = []
     for g in gemms:
         gm = np.maximum(g.m, 1.0)
-        for mm, nn, kk in ((gm, g.n, g.k), (gm, g.k, g.n), (g.k, g.n, gm)):
-            shapes_m.append(np.broadcast_to(mm, u_t.shape))
-            shapes_n.append(np.broadcast_to(nn, u_t.shape))
-            shapes_k.append(np.broadcast_to(kk, u_t.shape))
-    # Attention core shape on the unique (mb, cp, tp) combinations.
-    (a_mb, a_cp, a_tp), a_inv = _unique_rows(mb, cp, tp)
-    am, an, ak, abatch = attention_core_shape(arch, a_mb, s, a_tp, a_cp)
-    big_m = np.concatenate([np.concatenate(shapes_m), am * abatch])
-    big_n = np.concatenate([np.concatenate(shapes_n), an])
-    big_k = np.concatenate([np.concatenate(shapes_k), ak])
-    n_u = u_t.size
-    gemm_rates = comm_mod.estimate3(
-        perf.matmul_flops_per_s(big_m[: 3 * len(gemms) * n_u], big_n[: 3 * len(gemms) * n_u],
-                                big_k[: 3 * len(gemms) * n_u], precision),
-        rate=True,
-    )
-    attn_rate_u = comm_mod.estimate3(
-        perf.matmul_flops_per_s(big_m[3 * len(gemms) * n_u:], big_n[3 * len(gemms) * n_u:],
-                                big_k[3 * len(gemms) * n_u:], _dtype_for_attention(precision)),
-        rate=True,
-    )
-    per_stage = {"layer": None, "dense": None, "moe": None, "model": None}
-    fwd_u = np.zeros((3, n_u))
-    bwd_u = np.zeros((3, n_u))
-    layer_fwd_u = {k: np.zeros((3, n_u)) for k in per_stage}
-    bwd_by_per = {k: np.zeros((3, n_u)) for k in per_stage}
-    cast_fwd_elems = {k: np.zeros(n_u) for k in per_stage}
-    cast_bwd_elems = {k: np.zeros(n_u) for k in per_stage}
+        # forward (m,n,k), data gradient (m,k,n), weight gradient (k,n,m)
+        for dims in ((gm, g.n, g.k), (gm, g.k, g.n), (g.k, g.n, gm)):
+            shapes.append([np.broadcast_to(np.asarray(x, dtype=float), (n_u,)) for x in dims])
+    big = [np.concatenate([sh[j] for sh in shapes]) for j in range(3)]
+    gemm_rates = comm_mod.estimate3(perf.matmul_flops_per_s(*big, precision), rate=True)
+    groups = ("layer", "dense", "moe", "model")
+    fwd_u = {k: np.zeros((3, n_u)) for k in groups}
+    bwd_u = {k: np.zeros((3, n_u)) for k in groups}
+    cast_fwd_elems = {k: np.zeros(n_u) for k in groups}
+    cast_bwd_elems = {k: np.zeros(n_u) for k in groups}
     for i, g in enumerate(gemms):
-        r = gemm_rates[:, 3 * i * n_u: 3 * (i + 1) * n_u].reshape(3, 3, n_u)
+        r = gemm_rates[:, 3 * i * n_u : 3 * (i + 1) * n_u].reshape(3, 3, n_u)
         flops = np.broadcast_to(g.flops(), (n_u,))
-        tf = flops / r[:, 0]
-        tb = flops / r[:, 1] + flops / r[:, 2]
-        layer_fwd_u[g.per] = layer_fwd_u[g.per] + tf
-        bwd_by_per[g.per] = bwd_by_per[g.per] + tb
+        fwd_u[g.per] = fwd_u[g.per] + flops / r[:, 0]
+        bwd_u[g.per] = bwd_u[g.per] + flops / r[:, 1] + flops / r[:, 2]
         cnt = np.broadcast_to(g.count, (n_u,))
         cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
         cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
-    del fwd_u, bwd_u
 
     def per_layout(u: np.ndarray) -> np.ndarray:
         return u[..., inv]
@@ -283,16 +282,40 @@ def evaluate_layouts(
         "moe": moe_per_stage,
         "model": np.ones_like(pp),
     }
-    gemm_fwd = sum(per_layout(layer_fwd_u[k]) * mult[k] for k in mult)
-    gemm_bwd = sum(per_layout(bwd_by_per[k]) * mult[k] for k in mult)
-    gemm_fwd_layers = gemm_fwd - per_layout(layer_fwd_u["model"])  # no logits recompute
+    gemm_fwd = sum(per_layout(fwd_u[k]) * mult[k] for k in groups)
+    gemm_bwd = sum(per_layout(bwd_u[k]) * mult[k] for k in groups)
+    gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"])  # the logits are not recomputed
     gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers)
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
-    gemm_bwd_c = c["gemm_time_factor"] * (gemm_bwd + full * gemm_fwd_layers)
 
-    # ---- attention core: PaLM count (non-causal) per layer on this rank.
+    # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank.
     attn_fwd_flops = tokens * attention_core_flops_per_token_layer(arch, s) / tp * layers_per_stage
-    attn_rate = attn_rate_u[..., a_inv]
+    attn_dtype = _dtype_for_attention(precision)
+    score_bytes = 0.0
+    if fw.flash_attention:
+        # Flash attention keeps the score tiles on chip (Dao et al. 2022, section 3.1): it
+        # is compute-bound, so it is timed at the best achievable dense GEMM rate; the
+        # fitted attention factor carries its efficiency relative to that (and the
+        # causal blocks it skips).
+        attn_rate = _best_matmul3(perf, attn_dtype)
+    else:
+        # Unfused attention: two batched GEMMs that write/read the score matrix, timed at
+        # the calibrated rate of their shapes, and the softmax (+ dropout) passes over the
+        # scores as memory traffic (Korthikanti et al. 2022, section 4.1 lists the tensors).
+        (a_mb, a_cp, a_tp), a_inv = _unique_rows(mb, cp, tp)
+        am, an, ak, abatch = attention_core_shape(arch, a_mb, s, a_tp, a_cp)
+        qk = comm_mod.estimate3(perf.matmul_flops_per_s(am * abatch, an, ak, attn_dtype), rate=True)
+        av = comm_mod.estimate3(
+            perf.matmul_flops_per_s(
+                am * abatch, arch.v_head_dim * np.ones_like(am), an, attn_dtype
+            ),
+            rate=True,
+        )
+        w_qk = arch.qk_head_dim / (arch.qk_head_dim + arch.v_head_dim)
+        attn_rate = 1.0 / (w_qk / qk + (1.0 - w_qk) / av)[..., a_inv]
+        scores = mb * (arch.heads / tp) * (s / cp) * s * layers_per_stage
+        per_elem = 4.0 + (5.0 if arch.dropout else 0.0)  # softmax r/w; dropout r/w + mask
+        score_bytes = scores * per_elem
     attn_fwd = c["attention_time_factor"] * attn_fwd_flops / attn_rate
     attn_bwd = 2.0 * attn_fwd + any_rc * attn_fwd
     attn_time = attn_fwd + attn_bwd
@@ -315,8 +338,14 @@ def evaluate_layouts(
         ) / tp + 8.0 * arch.top_k * h / seq_split  # permute + unpermute (read + write)
     else:
         act_moe = 0.0
-    fwd_bytes = tokens * (
-        per_token_layer * layers_per_stage + act_dense * dense_per_stage + act_moe * moe_per_stage
+    fwd_bytes = (
+        tokens
+        * (
+            per_token_layer * layers_per_stage
+            + act_dense * dense_per_stage
+            + act_moe * moe_per_stage
+        )
+        + score_bytes
     )
     if precision in ("fp8", "fp4"):
         # Transformer Engine casts every GEMM input to 8 bits (read 2 B, write 1 B) and
@@ -367,7 +396,11 @@ def evaluate_layouts(
         a2a_bytes = tokens / np.where(sp, tp, 1.0) * arch.top_k * h * 2.0
         ep_rpn = comm_mod.group_ranks_per_node(ep, tp * cp, node)
         a2a = comm_mod.collective_time3(
-            perf, "all_to_all", a2a_bytes, ep, ranks_per_node=ep_rpn,
+            perf,
+            "all_to_all",
+            a2a_bytes,
+            ep,
+            ranks_per_node=ep_rpn,
             inter_node_bandwidth_bytes_per_s=nic,
         )
         ep_mb = a2a * moe_per_stage * (4.0 + 2.0 * full)
@@ -421,9 +454,9 @@ def evaluate_layouts(
         dp_exposed = np.where(z3, m_micro * (2.0 * param_t + grad_t), grad_t + param_t)
 
     # ---- optimizer step (memory-bound Adam over the local shard)
-    local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts["expert"] / np.where(
-        zero >= 1, np.maximum(dense_grp / ep, 1.0), 1.0
-    )
+    local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts[
+        "expert"
+    ] / np.where(zero >= 1, np.maximum(dense_grp / ep, 1.0), 1.0)
     optimizer = local_params * ADAM_BYTES_PER_PARAM / membw
 
     breakdown = {
@@ -452,9 +485,16 @@ def evaluate_layouts(
         # step = sum_i c_i * basis_i + rest, with the bubble spread over the basis terms.
         "fit_basis": {
             "gemm_time_factor": (m_micro + (pp - 1.0) / vp) * gemm_time / c["gemm_time_factor"],
-            "attention_time_factor": (m_micro + (pp - 1.0) / vp) * attn_time / c["attention_time_factor"],
-            "nongemm_traffic_factor": (m_micro + (pp - 1.0) / vp) * mem_time / c["nongemm_traffic_factor"],
-            "layer_overhead_s": (m_micro + (pp - 1.0) / vp) * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1)),
+            "attention_time_factor": (m_micro + (pp - 1.0) / vp)
+            * attn_time
+            / c["attention_time_factor"],
+            "nongemm_traffic_factor": (m_micro + (pp - 1.0) / vp)
+            * mem_time
+            / c["nongemm_traffic_factor"],
+            "layer_overhead_s": (m_micro + (pp - 1.0) / vp)
+            * layers_per_stage
+            * (1.0 + full / 3.0)
+            * np.ones((3, 1)),
         },
     }
     if with_memory:
@@ -474,6 +514,7 @@ def evaluate_layouts(
             overhead_bytes=float(c["framework_overhead_bytes"]),
             sequence_parallel=sp,
             flash_attention=fw.flash_attention,
+            **_memory_options(fw, precision),
         )
     return out
 
@@ -487,6 +528,7 @@ def memory_only(
     global_batch: int,
     framework: Framework | None = None,
     constants: dict[str, Any] | None = None,
+    precision: str = "bf16",
 ) -> dict[str, Any]:
     """Memory per GPU of each layout (cheap; used to prune the search before timing)."""
     fw = framework or Framework()
@@ -509,14 +551,32 @@ def memory_only(
         overhead_bytes=float(c["framework_overhead_bytes"]),
         sequence_parallel=sp,
         flash_attention=fw.flash_attention,
+        **_memory_options(fw, precision),
     )
 
 
+def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
+    return {
+        "grad_bytes": fw.grad_buffer_bytes,
+        "linear_input_bytes": 1.0 if precision in ("fp8", "fp4") else 2.0,
+        "zero3_unit_params": fw.zero3_unit_params,
+    }
+
+
 # ------------------------------------------------------------------------- checks
-def check_layout(arch: ModelArch, num_gpus: int, par: dict[str, int], *, seq_len: int,
-                 global_batch: int, node_size: int) -> None:
+def check_layout(
+    arch: ModelArch,
+    num_gpus: int,
+    par: dict[str, int],
+    *,
+    seq_len: int,
+    global_batch: int,
+    node_size: int,
+) -> None:
     """Raise :class:`InputError` naming the first thing wrong with a fully given layout."""
-    tp, pp, cp, ep, dp, vp, mb = (int(par[k]) for k in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch"))
+    tp, pp, cp, ep, dp, vp, mb = (
+        int(par[k]) for k in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch")
+    )
     for key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch"):
         if int(par[key]) < 1:
             raise InputError(f"--{key.replace('_', '-')} must be >= 1, got {par[key]}")
@@ -630,7 +690,7 @@ def summarise(
         "recompute": RECOMPUTE_NAMES[rc],
         "zero": int(layouts["zero"][i]),
         "fsdp": bool(fsdp and int(layouts["zero"][i]) == 3),
-        "num_microbatches": int(round(float(np.asarray(result["num_microbatches"])[i]))),
+        "num_microbatches": round(float(np.asarray(result["num_microbatches"])[i])),
     }
     breakdown = {k: float(np.asarray(v)[0, i]) for k, v in result["breakdown_s"].items()}
     breakdown_iv = {
@@ -715,6 +775,8 @@ def node_inter_bandwidth(cat: Any, node: Any) -> float | None:
     """Scale-out bandwidth per GPU of an on-premises node row (sum of its NICs / GPUs)."""
     total = 0.0
     for entry in _get(node, "nics", default=[]) or []:
+        if _get(entry, "role", default="compute") not in ("compute", "gpu", None):
+            continue  # storage / management NICs do not carry the training traffic
         bw = _nic_bandwidth_bytes_per_s(cat, _get(entry, "nic_id", "id"))
         if bw is None:
             return None
@@ -770,6 +832,24 @@ def resolve_hardware(
                     prov["inter_node_bandwidth"] = f"default: node {n.id} (same GPU)"
                     break
         if bw is None:
+            generation = _get(row, "generation")
+            for n in getattr(cat, "nodes", []) or []:
+                try:
+                    other = cat.gpu(_get(n, "accelerator_id"))
+                except Exception:
+                    continue
+                if (
+                    generation
+                    and _get(other, "generation") == generation
+                    and _get(other, "vendor") == _get(row, "vendor")
+                ):
+                    bw = node_inter_bandwidth(cat, n)
+                    if bw:
+                        prov["inter_node_bandwidth"] = (
+                            f"default: node {n.id} (same generation {generation})"
+                        )
+                        break
+        if bw is None:
             for inst in getattr(cat, "instances", []) or []:
                 if _get(inst, "accelerator_id") == row.id:
                     bw = instance_inter_bandwidth(inst)
@@ -805,7 +885,7 @@ def global_batch_sequences(
     tokens = DEFAULT_GLOBAL_BATCH_TOKENS if global_batch_tokens is None else global_batch_tokens
     if tokens <= 0:
         raise InputError(f"--global-batch-tokens must be positive, got {tokens}")
-    seqs = int(round(float(tokens) / seq_len))
+    seqs = round(float(tokens) / seq_len)
     if seqs < 1:
         raise InputError(
             f"--global-batch-tokens {tokens:g} is less than one sequence of {seq_len} tokens",
@@ -921,8 +1001,10 @@ def forecast_training(
         par["recompute"] = RECOMPUTE_CODES[par["recompute"]]
     if fsdp:
         if par.get("zero", 3) != 3:
-            raise InputError("--fsdp shards weights, gradients and optimizer (ZeRO-3); "
-                             "drop --zero or use --zero 3")
+            raise InputError(
+                "--fsdp shards weights, gradients and optimizer (ZeRO-3); "
+                "drop --zero or use --zero 3"
+            )
         if par.get("pp", 1) != 1:
             raise InputError("--fsdp cannot be combined with --pp > 1", hint="drop --pp")
         par["zero"] = 3
@@ -939,8 +1021,14 @@ def forecast_training(
     )
     if num_gpus is None:
         out = search_mod.smallest_cluster(
-            arch, hw, par, tokens=float(tokens), target_days=float(target_days), top=top,
-            progress=progress, **common,
+            arch,
+            hw,
+            par,
+            tokens=float(tokens),
+            target_days=float(target_days),
+            top=top,
+            progress=progress,
+            **common,
         )
     else:
         out = search_mod.best_layouts(arch, hw, int(num_gpus), par, top=top, **common)
@@ -977,8 +1065,11 @@ def _basis_summary(perf: Any, precision: str) -> dict[str, Any]:
         summary = perf.summary()
     except Exception:  # a DevicePerf without a summary still forecasts
         return {}
-    keep = (f"matmul_{precision}_flops_per_s", "memory_bandwidth_bytes_per_s",
-            "allreduce_busbw_bytes_per_s")
+    keep = (
+        f"matmul_{precision}_flops_per_s",
+        "memory_bandwidth_bytes_per_s",
+        "allreduce_busbw_bytes_per_s",
+    )
     return {k: getattr(v, "basis", None) for k, v in summary.items() if k in keep}
 
 

@@ -70,13 +70,22 @@ class FakePerf:
         return self._est(50e9)
 
     def collective_time_s(
-        self, op: str, size_bytes: Any, ranks: Any, *, ranks_per_node: Any = None,
+        self,
+        op: str,
+        size_bytes: Any,
+        ranks: Any,
+        *,
+        ranks_per_node: Any = None,
         inter_node_bandwidth_bytes_per_s: float | None = None,
     ) -> Estimate:
         size = np.asarray(size_bytes, dtype=float)
         n = np.asarray(ranks, dtype=float)
         rpn = n if ranks_per_node is None else np.asarray(ranks_per_node, dtype=float)
-        inter = self.inter_busbw if inter_node_bandwidth_bytes_per_s is None else 0.9 * inter_node_bandwidth_bytes_per_s
+        inter = (
+            self.inter_busbw
+            if inter_node_bandwidth_bytes_per_s is None
+            else 0.9 * inter_node_bandwidth_bytes_per_s
+        )
         busbw = np.where(rpn >= n, self.intra_busbw, inter)
         factor = np.vectorize(BUSBW_FACTOR[op])(np.maximum(n, 2.0)) if op != "p2p" else 1.0
         t = self.alpha_s * np.log2(np.maximum(n, 2.0)) + size * factor / busbw

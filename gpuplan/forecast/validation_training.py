@@ -1,0 +1,784 @@
+"""Validation of the training forecast against published large-scale runs.
+
+The published table (``forecast/data/training_runs.csv``, copied with its sources from the
+project's shared data) mixes conventions; every row is compared *like with like*:
+
+==========================  ===============================================================
+metric used                 rows
+==========================  ===============================================================
+``step_time_s``             the row gives an iteration time (Korthikanti et al. 2022 Table 5)
+``tokens_per_s_per_gpu``    the row gives measured throughput (NeMo, MosaicML)
+``megatron_tflops_per_gpu`` Narayanan et al. 2021: TFLOP/s counted with their eq. 3, which
+                            includes the recomputed forward (HFU-like); the forecast step
+                            time is converted with the same equation
+``model_tflops_per_gpu``    other TFLOP/s rows (MFU convention, PaLM FLOPs)
+==========================  ===============================================================
+
+A row has a *complete configuration* when its architecture (from the row, completed from
+the catalog model of the same name when the row omits fields), GPU, GPU count, sequence
+length, global batch and tensor/pipeline sizes are known. Missing pieces are filled as the
+source's framework does (documented in :data:`FRAMEWORKS` and ``row_config``): micro-batch
+and interleaving are searched (the authors tuned them), context/expert parallel default to
+1, ZeRO follows the framework.
+
+The four framework-efficiency constants of the step model are fitted here
+(:func:`fit_constants`). ``validate`` reports each row's error *held out*: with
+``scheme="leave-one-source-out"`` (the default) the constants used for a row are fitted on
+the other publications only; ``scheme="shipped"`` uses the shipped constants (fitted on
+all rows: in-sample, reported for transparency only).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from gpuplan.errors import InputError, NotFoundError, SchemaError
+from gpuplan.forecast.flops import ModelArch, arch_from_catalog, megatron_flops_per_step
+from gpuplan.forecast.memory import RECOMPUTE_CODES
+from gpuplan.forecast.training import (
+    LAYOUT_KEYS,
+    Framework,
+    Hardware,
+    default_constants,
+    evaluate_layouts,
+    layouts_from_dict,
+    resolve_hardware,
+)
+
+FIT_KEYS = (
+    "gemm_time_factor",
+    "attention_time_factor",
+    "nongemm_traffic_factor",
+    "layer_overhead_s",
+)
+FIT_BOUNDS = {
+    # lower bounds keep the physics: no GEMM, attention kernel or elementwise pass runs
+    # faster than the calibrated rate for its shape (this also keeps MFU <= 1).
+    "gemm_time_factor": (1.0, 4.0),
+    "attention_time_factor": (1.0, 6.0),
+    "nongemm_traffic_factor": (1.0, 20.0),
+    "layer_overhead_s": (0.0, 5e-3),
+}
+RESIDUAL_QUANTILES = (0.05, 0.95)
+
+# How each publication's framework runs, for the settings the table does not give.
+FRAMEWORKS: dict[str, dict[str, Any]] = {
+    # Megatron-LM as of 2021: no sequence parallelism, no flash attention, gradients
+    # all-reduced after the backward (no overlap), full activation recomputation,
+    # replicated optimizer (Narayanan et al. 2021, sections 3 and 5).
+    "narayanan2021": dict(
+        framework=Framework(
+            name="megatron-lm-2021",
+            sequence_parallel=False,
+            flash_attention=False,
+            dp_overlap=False,
+            grad_reduce_bytes=4.0,
+        ),
+        zero=0,
+        family="gpt",
+    ),
+    # DeepSpeed ZeRO-3 baseline of the same table (prefetching overlaps the gathers;
+    # stage3_max_live_parameters defaults to 1e9, DeepSpeed configuration docs).
+    "narayanan2021_zero3": dict(
+        framework=Framework(
+            name="deepspeed-zero3",
+            sequence_parallel=False,
+            flash_attention=False,
+            dp_overlap=True,
+            grad_reduce_bytes=2.0,
+            zero3_unit_params=1e9,
+        ),
+        zero=3,
+        family="gpt",
+    ),
+    # Megatron-LM 2022 (Korthikanti et al. 2022, section 6): sequence parallelism with the
+    # selective rows only, no flash attention, data parallel size 1.
+    "korthikanti2022": dict(
+        framework=Framework(
+            name="megatron-lm-2022", sequence_parallel=True, flash_attention=False, dp_overlap=False
+        ),
+        zero=0,
+        family="gpt",
+    ),
+    # NeMo 24.x performance recipes: Megatron-core with the distributed optimizer,
+    # overlapped DP and TP communication, Transformer Engine fused attention, 16-bit
+    # gradient buffers (Megatron-core DistributedDataParallelConfig grad_reduce_in_fp32
+    # defaults to False).
+    "nemo": dict(
+        framework=Framework(
+            name="nemo-24",
+            sequence_parallel=True,
+            flash_attention=True,
+            dp_overlap=True,
+            tp_overlap=True,
+            grad_buffer_bytes=2.0,
+            grad_reduce_bytes=2.0,
+        ),
+        zero=1,
+        family=None,
+    ),
+    # MosaicML Composer + PyTorch FSDP, flash attention (llm-foundry benchmarking README).
+    "mosaicml": dict(
+        framework=Framework(
+            name="composer-fsdp", sequence_parallel=False, flash_attention=True, dp_overlap=True
+        ),
+        zero=3,
+        family="mpt",
+    ),
+}
+
+# Row model names -> catalog model ids (only names that are the same model).
+CATALOG_NAMES = {
+    "gpt3-175b": "gpt3-175b",
+    "gpt-3 175b": "gpt3-175b",
+    "llama2-7b": "llama2-7b",
+    "llama 2 7b": "llama2-7b",
+    "llama2-13b": "llama2-13b",
+    "llama2-70b": "llama2-70b",
+    "llama3-8b": "llama3-8b",
+    "llama3-70b": "llama3-70b",
+    "nemotron-340b": "nemotron4-340b",
+    "mpt-7b": "mpt-7b",
+    "mpt-30b": "mpt-30b",
+    "mpt-70b": "mpt-70b",
+}
+
+
+def publication(source: str) -> str:
+    """Group key of a row's source: the publication (paper or repository)."""
+    s = source.lower()
+    if s.startswith("narayanan"):
+        return "Narayanan et al. 2021 (Megatron-LM)"
+    if s.startswith("korthikanti"):
+        return "Korthikanti et al. 2022 (Megatron-LM)"
+    if "nemo" in s:
+        return "NVIDIA NeMo performance summary"
+    if "mosaicml" in s or "llm-foundry" in s:
+        return "MosaicML llm-foundry benchmarks"
+    return source.split(",")[0]
+
+
+def load_rows(path: Any = None) -> list[dict[str, str]]:
+    """The shipped published runs (or ``path``) as a list of dicts."""
+    try:
+        if path is None:
+            text = (
+                resources.files("gpuplan.forecast")
+                .joinpath("data", "training_runs.csv")
+                .read_text("utf-8")
+            )
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {path}: {exc.strerror}", hint="check the --data path"
+        ) from None
+    rows = list(csv.DictReader(text.splitlines()))
+    need = {"run_id", "source", "model", "gpu_type", "num_gpus", "seq_len"}
+    if not rows or not need <= set(rows[0]):
+        raise SchemaError(
+            f"{path or 'training_runs.csv'}: not a training-runs table (needs columns "
+            + ", ".join(sorted(need))
+            + ")"
+        )
+    return rows
+
+
+def _num(text: str | None) -> float | None:
+    if text is None:
+        return None
+    t = text.strip()
+    if not t or t.lower() in ("n/a", "na", "nan"):
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    v = _num(text)
+    return None if v is None else round(v)
+
+
+@dataclass
+class RowConfig:
+    """What the forecast needs for one published row, and what to compare."""
+
+    run_id: str
+    source: str
+    group: str
+    complete: bool
+    reason: str = ""
+    arch: ModelArch | None = None
+    gpu: str = ""
+    num_gpus: int = 0
+    seq_len: int = 0
+    global_batch: int = 0
+    precision: str = "bf16"
+    fixed: dict[str, int] = field(default_factory=dict)
+    framework: Framework = field(default_factory=Framework)
+    metric: str = ""
+    published: float = float("nan")
+    published_step_time_s: float = float("nan")
+    searched: list[str] = field(default_factory=list)
+    arch_from: str = ""
+
+
+def _framework_key(row: dict[str, str]) -> str:
+    group = publication(row["source"])
+    if group.startswith("Narayanan"):
+        return (
+            "narayanan2021_zero3"
+            if "zero-3" in (row.get("fsdp_or_zero") or "").lower()
+            else "narayanan2021"
+        )
+    if group.startswith("Korthikanti"):
+        return "korthikanti2022"
+    if group.startswith("NVIDIA NeMo"):
+        return "nemo"
+    return "mosaicml"
+
+
+def _precision(text: str) -> str:
+    t = text.lower()
+    if "fp8" in t:
+        return "fp8"
+    if "bf16" in t:
+        return "bf16"
+    if "fp16" in t:
+        return "fp16"
+    return "bf16"
+
+
+def _recompute(text: str, framework_key: str) -> int | None:
+    t = (text or "").strip().lower()
+    if not t:
+        # NeMo's performance recipes train without activation recomputation.
+        return 0 if framework_key == "nemo" else None
+    if t.startswith("selective"):
+        return RECOMPUTE_CODES["selective"]
+    if t in ("yes", "full", "true"):
+        return RECOMPUTE_CODES["full"]
+    if t in ("no", "none", "false"):
+        return RECOMPUTE_CODES["none"]
+    return None
+
+
+def _catalog_model(name: str, catalog: Any) -> Any:
+    key = CATALOG_NAMES.get(name.strip().lower())
+    if key is None:
+        return None
+    try:
+        return catalog.model(key)
+    except NotFoundError:
+        return None
+
+
+def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
+    """Turn a published row into a forecast configuration (or say why it is incomplete)."""
+    fkey = _framework_key(row)
+    spec = FRAMEWORKS[fkey]
+    fw: Framework = spec["framework"]
+    cfg = RowConfig(
+        run_id=row["run_id"],
+        source=row["source"],
+        group=publication(row["source"]),
+        complete=False,
+        framework=fw,
+    )
+    notes = row.get("notes") or ""
+    # --- architecture: row values, completed from the catalog model of the same name
+    base = _catalog_model(row["model"], catalog)
+    fields: dict[str, Any] = {}
+    if base is not None:
+        fields = arch_from_catalog(base).as_dict()
+        cfg.arch_from = f"catalog {base.id}"
+    for col in ("layers", "hidden", "heads", "ffn_hidden"):
+        v = _int(row.get(col))
+        if v is not None:
+            fields[col] = v
+    kv = _int(row.get("kv_heads"))
+    if kv is not None:
+        fields["kv_heads"] = kv
+    m = re.search(r"vocab (\d+)", notes)
+    if m:
+        fields["vocab"] = int(m.group(1))
+    family = spec["family"]
+    if family in ("gpt", "mpt") and base is None:
+        # GPT-style blocks: 4h GELU MLP, tied embeddings (Narayanan et al. 2021 section 5;
+        # MPT yamls in llm-foundry); Megatron GPTs train with dropout.
+        fields.setdefault("ffn_hidden", 4 * fields["hidden"] if "hidden" in fields else None)
+        fields.setdefault("gated_mlp", False)
+        fields.setdefault("tied_embeddings", True)
+        fields.setdefault("dropout", family == "gpt")
+        if "vocab" not in fields and family == "gpt":
+            fields["vocab"] = 51200  # GPT-2 BPE vocabulary padded, Narayanan et al. 2021 sec 5.1
+        cfg.arch_from = cfg.arch_from or "row"
+    if fields.get("kv_heads") is None and fields.get("heads") is not None:
+        fields["kv_heads"] = None
+    missing = [k for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if not fields.get(k)]
+    if missing:
+        cfg.reason = "architecture not published (" + ", ".join(missing) + ")"
+        return cfg
+    fields["name"] = row["model"]
+    fields.pop("extra", None)
+    try:
+        cfg.arch = ModelArch(**fields)
+    except InputError as exc:
+        cfg.reason = f"architecture invalid: {exc.message}"
+        return cfg
+    # --- hardware and sizes
+    try:
+        cfg.gpu = catalog.gpu(row["gpu_type"]).id
+    except NotFoundError:
+        cfg.reason = f"GPU {row['gpu_type']!r} not in the catalog"
+        return cfg
+    cfg.num_gpus = _int(row.get("num_gpus")) or 0
+    cfg.seq_len = _int(row.get("seq_len")) or 0
+    gbs = _int(row.get("global_batch_seqs"))
+    if gbs is None and _num(row.get("global_batch_tokens")) and cfg.seq_len:
+        gbs = round(_num(row["global_batch_tokens"]) / cfg.seq_len)
+    cfg.global_batch = gbs or 0
+    cfg.precision = _precision(row.get("precision") or "")
+    if not (cfg.num_gpus and cfg.seq_len and cfg.global_batch):
+        cfg.reason = "GPU count, sequence length or global batch not published"
+        return cfg
+    # --- layout
+    fixed: dict[str, int] = {}
+    for col, key in (
+        ("tp", "tp"),
+        ("pp", "pp"),
+        ("dp", "dp"),
+        ("cp", "cp"),
+        ("ep", "ep"),
+        ("vp", "vp"),
+        ("micro_batch", "micro_batch"),
+    ):
+        v = _int(row.get(col))
+        if v is not None:
+            fixed[key] = v
+    if fkey == "mosaicml":
+        fixed.update(tp=1, pp=1, cp=1, dp=cfg.num_gpus)
+        sharding = (row.get("fsdp_or_zero") or "").upper()
+        fixed["zero"] = 2 if "SHARD_GRAD_OP" in sharding else 3
+        pure = "PURE" in (row.get("precision") or "").upper()
+        cfg.framework = Framework(
+            name="composer-fsdp",
+            sequence_parallel=False,
+            flash_attention=True,
+            dp_overlap=True,
+            grad_reduce_bytes=2.0 if pure else 4.0,
+        )
+    else:
+        fixed["zero"] = spec["zero"]
+    if "tp" not in fixed or "pp" not in fixed:
+        cfg.reason = "parallel layout (tp, pp) not published"
+        return cfg
+    fixed.setdefault("cp", 1)
+    fixed.setdefault("ep", 1)
+    if fixed["pp"] == 1:
+        fixed["vp"] = 1
+    rc = _recompute(row.get("act_recompute") or "", fkey)
+    if rc is not None:
+        fixed["recompute"] = rc
+    if fkey == "korthikanti2022":
+        sp = "sequence parallel" in (row.get("act_recompute") or "").lower()
+        cfg.framework = Framework(
+            name="megatron-lm-2022", sequence_parallel=sp, flash_attention=False, dp_overlap=False
+        )
+    cfg.searched = [k for k in ("vp", "micro_batch", "recompute") if k not in fixed]
+    cfg.fixed = fixed
+    # --- the published metric, converted to a step time with the source's convention
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    step = _num(row.get("step_time_s"))
+    tps_gpu = _num(row.get("tokens_per_s_per_gpu"))
+    tflops = _num(row.get("tflops_per_gpu"))
+    if step:
+        cfg.metric, cfg.published, cfg.published_step_time_s = "step_time_s", step, step
+    elif tps_gpu:
+        cfg.metric, cfg.published = "tokens_per_s_per_gpu", tps_gpu
+        cfg.published_step_time_s = tokens_per_step / (tps_gpu * cfg.num_gpus)
+    elif tflops and ("eq.3" in notes.replace(" ", "") or fkey.startswith("narayanan")):
+        flops = float(
+            megatron_flops_per_step(
+                cfg.global_batch,
+                cfg.seq_len,
+                cfg.arch.layers,
+                cfg.arch.hidden,
+                cfg.arch.vocab,
+                full_recompute=True,
+            )
+        )
+        cfg.metric, cfg.published = "megatron_tflops_per_gpu", tflops
+        cfg.published_step_time_s = flops / (tflops * 1e12 * cfg.num_gpus)
+    elif tflops:
+        from gpuplan.forecast.flops import model_flops_per_token
+
+        flops = float(model_flops_per_token(cfg.arch, cfg.seq_len)) * tokens_per_step
+        cfg.metric, cfg.published = "model_tflops_per_gpu", tflops
+        cfg.published_step_time_s = flops / (tflops * 1e12 * cfg.num_gpus)
+    else:
+        cfg.reason = "no published throughput, TFLOP/s or step time"
+        return cfg
+    cfg.complete = True
+    return cfg
+
+
+def _to_metric(cfg: RowConfig, step_s: float) -> float:
+    """A forecast step time expressed in the row's published metric."""
+    if cfg.metric == "step_time_s":
+        return step_s
+    return cfg.published / (step_s / cfg.published_step_time_s)
+
+
+# ------------------------------------------------------------------ forecasting a row
+@dataclass
+class RowEval:
+    cfg: RowConfig
+    layout: dict[str, int]
+    step3: np.ndarray  # [value, low, high] before the model-error band
+    basis: dict[str, float]
+    rest: float
+    fits: bool
+
+
+def _choose_layout(cfg: RowConfig, hw: Hardware, constants: dict[str, Any]) -> dict[str, int]:
+    """The published layout, with missing pieces searched as the authors tuned them."""
+    from gpuplan.forecast.search import enumerate_layouts
+    from gpuplan.forecast.training import memory_only, take_layouts
+
+    arch = cfg.arch
+    assert arch is not None
+    layouts = enumerate_layouts(
+        arch,
+        cfg.num_gpus,
+        cfg.fixed,
+        seq_len=cfg.seq_len,
+        global_batch=cfg.global_batch,
+        node_size=hw.node_size,
+    )
+    if layouts["tp"].size == 0:
+        raise InputError(f"{cfg.run_id}: the published layout is not valid for this model")
+    if layouts["tp"].size > 1:
+        mem = memory_only(
+            arch,
+            hw,
+            layouts,
+            seq_len=cfg.seq_len,
+            global_batch=cfg.global_batch,
+            framework=cfg.framework,
+            constants=constants,
+            precision=cfg.precision,
+        )
+        fits = mem["total"] <= hw.memory_bytes
+        if np.any(fits):
+            layouts = take_layouts(layouts, fits)
+        res = evaluate_layouts(
+            arch,
+            hw,
+            layouts,
+            seq_len=cfg.seq_len,
+            global_batch=cfg.global_batch,
+            precision=cfg.precision,
+            framework=cfg.framework,
+            constants=constants,
+            with_memory=False,
+        )
+        j = int(np.argmin(np.asarray(res["step_time_s"])[0]))
+    else:
+        j = 0
+    return {k: int(layouts[k][j]) for k in LAYOUT_KEYS}
+
+
+def evaluate_row(
+    cfg: RowConfig, hw: Hardware, constants: dict[str, Any], layout: dict[str, int] | None = None
+) -> RowEval:
+    arch = cfg.arch
+    assert arch is not None
+    layout = layout or _choose_layout(cfg, hw, constants)
+    res = evaluate_layouts(
+        arch,
+        hw,
+        layouts_from_dict(layout),
+        seq_len=cfg.seq_len,
+        global_batch=cfg.global_batch,
+        precision=cfg.precision,
+        framework=cfg.framework,
+        constants=constants,
+    )
+    step3 = np.asarray(res["step_time_s"])[:, 0]
+    basis = {k: float(np.asarray(v)[0, 0]) for k, v in res["fit_basis"].items()}
+    linear = sum(constants[k] * basis[k] for k in FIT_KEYS)
+    fits = float(res["memory"]["total"][0]) <= hw.memory_bytes
+    return RowEval(cfg, layout, step3, basis, float(step3[0]) - linear, fits)
+
+
+# ------------------------------------------------------------------------ the fit
+def fit_constants(
+    evals_fn: Callable[[dict[str, Any]], list[RowEval]],
+    start: dict[str, Any],
+    *,
+    iterations: int = 4,
+) -> dict[str, Any]:
+    """Fit the framework-efficiency constants on the rows ``evals_fn`` forecasts.
+
+    The forecast step time is linear in the four constants except through the overlap
+    terms (exposed communication), so each iteration solves a bounded linear least-squares
+    problem on relative error (``scipy.optimize.lsq_linear``), with every publication
+    weighted equally, then re-forecasts with the new constants. The residual band is the
+    5th/95th percentile of ``published / forecast`` step time on these rows.
+    """
+    from scipy.optimize import lsq_linear
+
+    c = dict(start)
+    for _ in range(iterations):
+        evals = evals_fn(c)
+        groups: dict[str, int] = {}
+        for e in evals:
+            groups[e.cfg.group] = groups.get(e.cfg.group, 0) + 1
+        A = np.array([[e.basis[k] for k in FIT_KEYS] for e in evals])
+        obs = np.array([e.cfg.published_step_time_s for e in evals])
+        rest = np.array([e.rest for e in evals])
+        w = np.array([1.0 / math.sqrt(groups[e.cfg.group]) for e in evals])
+        scale = w / obs
+        lo = [FIT_BOUNDS[k][0] for k in FIT_KEYS]
+        hi = [FIT_BOUNDS[k][1] for k in FIT_KEYS]
+        sol = lsq_linear(A * scale[:, None], (obs - rest) * scale, bounds=(lo, hi))
+        c.update({k: float(v) for k, v in zip(FIT_KEYS, sol.x, strict=True)})
+    evals = evals_fn(c)
+    ratio = np.array([e.cfg.published_step_time_s / e.step3[0] for e in evals])
+    q = np.quantile(ratio, RESIDUAL_QUANTILES)
+    c["residual_ratio_quantiles"] = [float(min(q[0], 1.0)), float(max(q[1], 1.0))]
+    return c
+
+
+# ----------------------------------------------------------------------- validation
+@dataclass
+class Context:
+    """Catalog + per-GPU hardware cache for a validation run."""
+
+    catalog: Any
+    hardware: Callable[[str], Hardware]
+
+
+def default_context(artifact: Any = None) -> Context:
+    from gpuplan.catalogs import get_catalog
+
+    cache: dict[str, Hardware] = {}
+
+    def hardware(gpu: str) -> Hardware:
+        if gpu not in cache:
+            cache[gpu] = resolve_hardware(gpu, artifact=artifact)
+        return cache[gpu]
+
+    return Context(catalog=get_catalog(), hardware=hardware)
+
+
+def _row_result(e: RowEval, constants: dict[str, Any], held_out_from: str) -> dict[str, Any]:
+    cfg = e.cfg
+    r_lo, r_hi = constants["residual_ratio_quantiles"]
+    step = float(e.step3[0])
+    lo_s, hi_s = min(e.step3[1] * r_lo, step), max(e.step3[2] * r_hi, step)
+    pred = _to_metric(cfg, step)
+    band = sorted([_to_metric(cfg, lo_s), _to_metric(cfg, hi_s)])
+    err = (pred - cfg.published) / cfg.published
+    return {
+        "run_id": cfg.run_id,
+        "source": cfg.source,
+        "group": cfg.group,
+        "metric": cfg.metric,
+        "published": cfg.published,
+        "forecast": pred,
+        "interval": band,
+        "error": err,
+        "abs_error": abs(err),
+        "in_interval": bool(band[0] <= cfg.published <= band[1]),
+        "layout": e.layout,
+        "searched": cfg.searched,
+        "layout_fits_in_memory": e.fits,
+        "constants_fitted_without": held_out_from,
+    }
+
+
+def _stats(rows: list[dict[str, Any]], n_complete: int, n_total: int) -> dict[str, Any]:
+    abs_err = np.array([r["abs_error"] for r in rows]) if rows else np.array([])
+    err = np.array([r["error"] for r in rows]) if rows else np.array([])
+    inside = np.array([r["in_interval"] for r in rows]) if rows else np.array([])
+    return {
+        "rows": n_total,
+        "rows_complete": n_complete,
+        "rows_forecast": len(rows),
+        "coverage": len(rows) / n_complete if n_complete else None,
+        "median_abs_error": float(np.median(abs_err)) if rows else None,
+        "p90_abs_error": float(np.quantile(abs_err, 0.9)) if rows else None,
+        "bias": float(np.mean(err)) if rows else None,
+        "interval_coverage": float(np.mean(inside)) if rows else None,
+        "metrics": sorted({r["metric"] for r in rows}),
+    }
+
+
+def validate(
+    *,
+    data: Any = None,
+    artifact: Any = None,
+    scheme: str = "leave-one-source-out",
+    context: Context | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Forecast every published row with a complete configuration and report the error.
+
+    Returns ``{"scheme", "overall", "per_source", "per_group", "rows", "incomplete",
+    "constants"}``; ``overall`` has coverage, median/p90 absolute percentage error
+    (fractions), signed bias (mean signed error), interval coverage.
+    """
+    if scheme not in ("leave-one-source-out", "shipped"):
+        raise InputError(f"unknown scheme {scheme!r}", hint="use leave-one-source-out or shipped")
+    ctx = context or default_context(artifact)
+    rows = load_rows(data)
+    cfgs = [row_config(r, ctx.catalog) for r in rows]
+    complete = [c for c in cfgs if c.complete]
+    incomplete = [
+        {"run_id": c.run_id, "source": c.source, "reason": c.reason} for c in cfgs if not c.complete
+    ]
+    shipped = default_constants()
+    layouts: dict[str, dict[str, int]] = {}
+    failures: list[dict[str, Any]] = []
+
+    def evals_for(subset: Iterable[RowConfig], constants: dict[str, Any]) -> list[RowEval]:
+        out = []
+        for cfg in subset:
+            hw = ctx.hardware(cfg.gpu)
+            try:
+                lay = layouts.get(cfg.run_id)
+                e = evaluate_row(cfg, hw, constants, lay)
+            except InputError as exc:
+                failures.append(
+                    {"run_id": cfg.run_id, "source": cfg.source, "reason": exc.one_line()}
+                )
+                continue
+            layouts[cfg.run_id] = e.layout
+            out.append(e)
+        return out
+
+    # The searched pieces (micro-batch, interleaving) are chosen once with the shipped
+    # constants; the constants fit below never sees a held-out row's published value.
+    base = evals_for(complete, shipped)
+    ok_ids = {e.cfg.run_id for e in base}
+    complete_ok = [c for c in complete if c.run_id in ok_ids]
+    results: list[dict[str, Any]] = []
+    fold_constants: dict[str, dict[str, Any]] = {}
+    if scheme == "shipped":
+        results = [_row_result(e, shipped, "none (in-sample)") for e in base]
+    else:
+        groups = sorted({c.group for c in complete_ok})
+        for g in groups:
+            if progress:
+                progress(g)
+            train = [c for c in complete_ok if c.group != g]
+            test = [c for c in complete_ok if c.group == g]
+            fitted = fit_constants(lambda c, train=train: evals_for(train, c), shipped)
+            fold_constants[g] = {k: fitted[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")}
+            results.extend(_row_result(e, fitted, g) for e in evals_for(test, fitted))
+    results.sort(key=lambda r: r["run_id"])
+    n_total = len(rows)
+    by_source: dict[str, dict[str, Any]] = {}
+    for key_name, key_fn in (("per_source", lambda c: c.source), ("per_group", lambda c: c.group)):
+        table: dict[str, Any] = {}
+        for k in sorted({key_fn(c) for c in cfgs}):
+            sub = [r for r in results if key_fn_row(r, key_name) == k]
+            table[k] = _stats(
+                sub,
+                sum(1 for c in complete if key_fn(c) == k),
+                sum(1 for c in cfgs if key_fn(c) == k),
+            )
+        by_source[key_name] = table
+    return {
+        "scheme": scheme,
+        "overall": _stats(results, len(complete), n_total),
+        "per_source": by_source["per_source"],
+        "per_group": by_source["per_group"],
+        "rows": results,
+        "incomplete": incomplete,
+        "failed": failures,
+        "constants": {
+            "shipped": {k: shipped[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")},
+            "folds": fold_constants,
+        },
+    }
+
+
+def key_fn_row(r: dict[str, Any], key_name: str) -> str:
+    return r["source"] if key_name == "per_source" else r["group"]
+
+
+def fit_shipped_constants(
+    *, data: Any = None, artifact: Any = None, context: Context | None = None
+) -> dict[str, Any]:
+    """Fit the constants on every complete row (what ships in training_constants.json)."""
+    ctx = context or default_context(artifact)
+    rows = load_rows(data)
+    complete = [c for c in (row_config(r, ctx.catalog) for r in rows) if c.complete]
+    start = default_constants()
+    layouts: dict[str, dict[str, int]] = {}
+
+    def evals(c: dict[str, Any]) -> list[RowEval]:
+        out = []
+        for cfg in complete:
+            try:
+                e = evaluate_row(cfg, ctx.hardware(cfg.gpu), c, layouts.get(cfg.run_id))
+            except InputError:
+                continue
+            layouts[cfg.run_id] = e.layout
+            out.append(e)
+        return out
+
+    return fit_constants(evals, start)
+
+
+def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -> None:
+    """Write fitted constants as JSON with their provenance (atomic replace)."""
+    import datetime as _dt
+    import hashlib
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if data is None:
+        text = (
+            resources.files("gpuplan.forecast").joinpath("data", "training_runs.csv").read_bytes()
+        )
+    else:
+        text = Path(data).read_bytes()
+    out = {k: constants[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")}
+    base = default_constants()
+    out["framework_overhead_bytes"] = constants.get(
+        "framework_overhead_bytes", base["framework_overhead_bytes"]
+    )
+    out["framework_overhead_source"] = base.get("framework_overhead_source", "")
+    out["provenance"] = {
+        "method": "bounded linear least squares on relative step-time error, every publication "
+        "weighted equally, 4 refits (gpuplan.forecast.validation_training.fit_constants); "
+        f"residual band = {RESIDUAL_QUANTILES} quantiles of published/forecast step time",
+        "fitted_on": "every row of training_runs.csv with a complete configuration "
+        "(in-sample: 'gpuplan validate training' reports leave-one-source-out error instead)",
+        "training_data_sha256": hashlib.sha256(text).hexdigest(),
+        "fitted_at": _dt.date.today().isoformat(),
+        "calibration": "default shipped artifact",
+    }
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".constants-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(out, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
