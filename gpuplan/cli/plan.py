@@ -1,5 +1,124 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan plan SCENARIO.yaml``: the capacity plan and its report (HTML, Markdown, JSON)."""
 
-from gpuplan.cli._common import make_app
+from __future__ import annotations
 
-app = make_app("(not yet available)")
+from pathlib import Path
+
+import typer
+
+from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, make_app, simple_table
+
+app = make_app(
+    "Turn a scenario file into a capacity plan and a report (HTML, Markdown, JSON).",
+    single=True,
+)
+
+HELP = """Plan a GPU fleet for a scenario: size the workloads on every candidate GPU, cloud
+instance and on-premises node; build the fabric, storage and power; price every
+purchasing model; rank the options; and write a report whose every number has its source.
+
+The report goes to DIR as report.html (self-contained: open it in a browser),
+report.md and plan.json. A constraint that cannot be met (site power, racks, budget,
+deadline) does not stop the plan: it says which constraint binds.
+
+\b
+Examples:
+  gpuplan plan examples/llama-pretrain.yaml --out out/llama-pretrain
+  gpuplan plan examples/llm-serving.yaml --out out/serving --format json > plan.json
+  gpuplan plan examples/mixed-teams.yaml --calibration calibration.json --results results/
+  gpuplan plan examples/impossible-power.yaml     (says which constraint binds)
+"""
+
+
+@app.command(help=HELP)
+def plan(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (see examples/ and docs/plan.md)."),
+    out: Path = typer.Option(
+        None, "--out", "-o", help="Report directory [default: out/<scenario name>]."
+    ),
+    calibration: Path = typer.Option(
+        None,
+        "--calibration",
+        help="Calibration artifact from 'gpuplan calibrate' [default: the shipped one].",
+    ),
+    results: list[Path] = typer.Option(
+        None, "--results", help="Where the trial node's probe results are [default: results/]."
+    ),
+    trial: str = typer.Option(
+        None,
+        "--trial",
+        help="Run id (or prefix) of the trial-node run to use [default: the latest].",
+    ),
+    no_progress: bool = typer.Option(
+        False, "--no-progress", help="Do not show progress on stderr."
+    ),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    from gpuplan.errors import NotFoundError
+    from gpuplan.plan.planner import build_plan
+    from gpuplan.plan.scenario import load_scenario
+    from gpuplan.report import write_report
+
+    loaded = load_scenario(scenario)
+    if calibration is not None and not calibration.exists():
+        raise NotFoundError(
+            f"calibration artifact {calibration} does not exist",
+            hint="run 'gpuplan calibrate --out FILE' first, or omit --calibration",
+        )
+    out_dir = out if out is not None else Path("out") / scenario.stem
+    status = None
+    if not no_progress:
+        from gpuplan.cli._common import stderr_console
+
+        status = stderr_console().status("planning", spinner="dots")
+        status.start()
+
+    def on_progress(message: str) -> None:
+        if status is not None:
+            status.update(message)
+
+    try:
+        result = build_plan(
+            loaded,
+            artifact_path=calibration,
+            results_paths=results or [Path("results")],
+            trial_run=trial,
+            on_progress=on_progress,
+        )
+        if status is not None:
+            status.update("writing the report")
+        doc = result.to_json()
+        doc["report_files"] = {k: str(out_dir / v) for k, v in _files().items()}
+        paths = write_report(doc, out_dir)
+    finally:
+        if status is not None:
+            status.stop()
+
+    def table(console) -> None:
+        from gpuplan.plan.provenance import text_plain
+        from gpuplan.report.render import fmt as fmt_fig
+
+        console.print(text_plain(doc["summary"]["headline"]))
+        rows = [
+            (r["rank"], r["option"], r["purchasing_model"], fmt_fig(r["metric"]))
+            for r in doc["ranking"]
+        ]
+        if rows:
+            console.print(
+                simple_table(
+                    f"Options ranked by {doc['summary']['rank_by_label']}",
+                    ["rank", "option", "purchasing model", "metric"],
+                    rows,
+                )
+            )
+        for u in doc["unranked"]:
+            console.print(f"not ranked: {u['option']}: {text_plain(u['reason'])}")
+
+    emit(doc, fmt, table)
+    info(f"report: {paths['html']} (also {paths['md'].name} and {paths['json'].name})")
+
+
+def _files() -> dict[str, str]:
+    from gpuplan.report.render import REPORT_FILES
+
+    return REPORT_FILES

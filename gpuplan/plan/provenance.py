@@ -161,14 +161,17 @@ def format_value(fig: Figure) -> str:
     >>> format_value(input_fig(0.4213, "fraction", "x", "r"))
     '42.1%'
     """
-    v = fig.value
+    return format_number(fig.value, fig.unit)
+
+
+def format_number(v: Any, u: str) -> str:
+    """:func:`format_value` for a bare value and unit."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "missing" if v is None else ("unbounded" if v > 0 else "-inf")
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
         return "yes" if v else "no"
-    u = fig.unit
     if u.startswith("USD"):
         rest = u[3:]
         if abs(v) >= 100:
@@ -253,6 +256,14 @@ class Text:
 
     def __str__(self) -> str:
         return self.plain()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"text": plain sentence, "template": ..., "figures": {name: figure}}``."""
+        return {
+            "text": self.plain(),
+            "template": self.template,
+            "figures": {k: f.to_json() for k, f in self.figs.items()},
+        }
 
 
 def join_texts(parts: Iterable[Text | str], sep: str = "; ") -> Text:
@@ -394,7 +405,7 @@ def figures_to_json(obj: Any) -> Any:
     if isinstance(obj, Figure):
         return obj.to_json()
     if isinstance(obj, Text):
-        return obj.plain()
+        return obj.to_json()
     if hasattr(obj, "to_json") and not isinstance(obj, (dict, list, str)):
         return figures_to_json(obj.to_json())
     if isinstance(obj, Mapping):
@@ -402,6 +413,18 @@ def figures_to_json(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [figures_to_json(v) for v in obj]
     return _plain(obj)
+
+
+def is_text_json(obj: Any) -> bool:
+    """True for the JSON form of a :class:`Text`."""
+    return isinstance(obj, Mapping) and set(obj) == {"text", "template", "figures"}
+
+
+def text_plain(obj: Any) -> str:
+    """The sentence of a text's JSON form (or ``str(obj)`` for anything else)."""
+    if is_text_json(obj):
+        return str(obj["text"])
+    return "" if obj is None else str(obj)
 
 
 def is_figure_json(obj: Any) -> bool:

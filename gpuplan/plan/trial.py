@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuplan.plan.provenance import Figure, measured_fig
+from gpuplan.plan.provenance import Figure, derived, measured_fig
 
 _DTYPE_BYTES = {
     "float32": 4,
@@ -97,6 +97,7 @@ class TrialNode:
             "accelerator_name": self.accelerator_name,
             "catalog_id": self.catalog_id,
             "matmul_flops_per_s": self.matmul_flops_per_s,
+            "matmul_points": self.matmul_points,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "gpu_power_w": self.gpu_power_w,
             "storage_read_bytes_per_s": self.storage_read_bytes_per_s,
@@ -132,8 +133,26 @@ def summarise_run(path: Path, doc: Any) -> TrialNode:
                 if m.correct is False:
                     continue
                 ai = gemm_intensity(m.shape.m, m.shape.n, m.shape.k, nbytes)
+                shape = f"{m.shape.m}x{m.shape.n}x{m.shape.k}"
                 node.matmul_points.append(
-                    {"dtype": dtype, "intensity_flop_per_byte": ai, "flops_per_s": m.flops_per_s}
+                    {
+                        "dtype": dtype,
+                        "shape": shape,
+                        "intensity_flop_per_byte": derived(
+                            ai,
+                            "FLOP/B",
+                            f"intensity of the {shape} {dtype} GEMM",
+                            "2mnk / (bytes per element x (mk + kn + mn)) (Williams et al. 2009)",
+                            [],
+                        ),
+                        "flops_per_s": measured_fig(
+                            m.flops_per_s,
+                            "FLOP/s",
+                            f"trial node {dtype} matmul {shape}",
+                            f"{ref} matmul {dtype} {shape}",
+                            source=src,
+                        ),
+                    }
                 )
                 if best is None or m.flops_per_s > best.flops_per_s:
                     best = m

@@ -1,0 +1,218 @@
+"""Charts of the plan report, drawn with matplotlib (Agg) as inline base64 PNG.
+
+Every chart is drawn from the plan JSON only (figures with their provenance); a chart with
+nothing to draw returns ``None`` and the report says why instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+from gpuplan.plan.provenance import is_figure_json
+
+MODEL_ORDER = ("on_demand", "reserved_1y", "reserved_3y", "spot", "onprem")
+MODEL_LABEL = {
+    "on_demand": "on-demand",
+    "reserved_1y": "1-year commitment",
+    "reserved_3y": "3-year commitment",
+    "spot": "spot",
+    "onprem": "owned (TCO)",
+}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _val(f: Any) -> float | None:
+    if is_figure_json(f) and isinstance(f.get("value"), (int, float)):
+        return float(f["value"])
+    return None
+
+
+def _metric_of(cost: dict[str, Any], metric: str) -> Any:
+    if metric == "run":
+        return cost.get("all_runs_usd")
+    if metric == "month":
+        return cost.get("per_month_usd")
+    per = cost.get("per_million_output_tokens_usd") or {}
+    return next(iter(per.values()), None)
+
+
+def cost_by_option(doc: dict[str, Any]) -> str | None:
+    """Grouped bars: the ranking metric of every option under every purchasing model."""
+    metric = doc["summary"]["rank_by"]
+    rows = []
+    for opt in doc["options"]:
+        vals = {}
+        for model in MODEL_ORDER:
+            c = (opt.get("costs") or {}).get(model)
+            if c is None:
+                continue
+            f = _metric_of(c, metric)
+            v = _val(f)
+            if v is not None:
+                iv = f.get("interval")
+                vals[model] = (v, iv)
+        if vals:
+            rows.append((opt["id"], opt["feasible"], vals))
+    if not rows:
+        return None
+    plt = _plt()
+    models = [m for m in MODEL_ORDER if any(m in r[2] for r in rows)]
+    height = 0.8 / max(len(models), 1)
+    fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(rows) * max(1.0, len(models) / 2.0) + 1.6))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, model in enumerate(models):
+        ys, xs, errs = [], [], [[], []]
+        for i, (_, _, vals) in enumerate(rows):
+            if model not in vals:
+                continue
+            v, iv = vals[model]
+            ys.append(i + (j - (len(models) - 1) / 2) * height)
+            xs.append(v)
+            lo, hi = iv if iv and None not in iv else (v, v)
+            errs[0].append(max(v - lo, 0.0))
+            errs[1].append(max(hi - v, 0.0))
+        ax.barh(
+            ys,
+            xs,
+            height=height * 0.95,
+            label=MODEL_LABEL[model],
+            color=colours[j % len(colours)],
+            xerr=errs,
+            capsize=2,
+        )
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] + ("" if r[1] else " (infeasible)") for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(doc["summary"]["rank_by_label"])
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("Cost by option and purchasing model (bars: forecast interval)")
+    return _png(fig)
+
+
+def time_to_train(doc: dict[str, Any]) -> str | None:
+    """Time to train (days) against cluster size, per workload and GPU, with intervals."""
+    curves = [c for c in doc.get("time_to_train_curves") or [] if c.get("points")]
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    drawn = False
+    deadlines = set()
+    for c in curves:
+        xs, ys, lo, hi = [], [], [], []
+        for p in c["points"]:
+            n, t = _val(p.get("gpus")), _val(p.get("time_to_train_s"))
+            if n is None or t is None:
+                continue
+            xs.append(n)
+            ys.append(t / 86400.0)
+            iv = p["time_to_train_s"].get("interval")
+            lo.append((iv[0] if iv else t) / 86400.0)
+            hi.append((iv[1] if iv else t) / 86400.0)
+        if not xs:
+            continue
+        drawn = True
+        (line,) = ax.plot(xs, ys, marker="o", label=f"{c['workload']} on {c['gpu']}")
+        ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        d = _val(c.get("deadline_days"))
+        if d is not None:
+            deadlines.add(d)
+    if not drawn:
+        _plt().close(fig)
+        return None
+    for d in sorted(deadlines):
+        ax.axhline(d, linestyle="--", color="grey", linewidth=1)
+        ax.annotate("deadline", (ax.get_xlim()[0], d), fontsize=8, color="grey", va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("time to train (days)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title("Time to train vs cluster size (band: forecast interval)")
+    return _png(fig)
+
+
+def roofline(doc: dict[str, Any]) -> str | None:
+    """Measured trial-node roofline (best matmul, best memory bandwidth, GEMM points) against
+    the catalog spec of the same accelerator (Williams et al. 2009)."""
+    trial = doc.get("trial_node")
+    if not trial:
+        return None
+    mm = trial.get("matmul_flops_per_s") or {}
+    bw = _val(trial.get("memory_bandwidth_bytes_per_s"))
+    if not mm:
+        return None
+    spec = doc.get("roofline_spec") or {}
+    dtype = spec.get("dtype") or (
+        "bf16" if "bf16" in mm else max(mm, key=lambda d: _val(mm[d]) or 0)
+    )
+    peak = _val(mm.get(dtype))
+    if peak is None:
+        return None
+    import numpy as np
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    pts = [p for p in trial.get("matmul_points") or [] if p.get("dtype") == dtype]
+    ai_vals = [_val(p["intensity_flop_per_byte"]) for p in pts]
+    ai_vals = [a for a in ai_vals if a]
+    lo_ai = min([0.5, *ai_vals]) / 2
+    hi_ai = max([2000.0, *ai_vals]) * 2
+    x = np.logspace(np.log10(lo_ai), np.log10(hi_ai), 200)
+    if bw is not None:
+        ax.plot(
+            x, np.minimum(peak, x * bw), label=f"measured roof ({trial.get('device')}, {dtype})"
+        )
+    else:
+        ax.axhline(peak, label=f"measured peak ({trial.get('device')}, {dtype}; no memory probe)")
+    speak = _val(spec.get("peak_flops_per_s"))
+    sbw = _val(spec.get("memory_bandwidth_bytes_per_s"))
+    if speak is not None and sbw is not None:
+        ax.plot(
+            x, np.minimum(speak, x * sbw), linestyle="--", label=f"catalog spec ({spec.get('gpu')})"
+        )
+    if pts:
+        ax.scatter(
+            [_val(p["intensity_flop_per_byte"]) for p in pts],
+            [_val(p["flops_per_s"]) for p in pts],
+            s=14,
+            color="black",
+            zorder=3,
+            label="measured GEMMs",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("FLOP/s")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title("Trial node: measured roofline vs catalog spec")
+    return _png(fig)
+
+
+def all_charts(doc: dict[str, Any]) -> dict[str, str | None]:
+    """Every chart of the report, keyed by name (None where there is nothing to draw)."""
+    return {
+        "cost_by_option": cost_by_option(doc),
+        "time_to_train": time_to_train(doc),
+        "roofline": roofline(doc),
+    }

@@ -1,0 +1,590 @@
+"""Render a plan (its JSON document) as a self-contained HTML report and as Markdown.
+
+Both renderers read the plan JSON only. Every figure is printed with a reference number
+``[n]`` into the *Figures* appendix, which lists its provenance (input line, catalog row
+with source and date, calibration basis, measurement run, forecast, or the formula of a
+derived figure and the figures it used). In the HTML, every element that shows a number
+carries a ``data-kind`` attribute naming where the number comes from; the tests walk the
+rendered DOM and fail on any number outside such an element.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuplan.plan.provenance import format_number, is_figure_json, is_text_json
+
+REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "plan.json"}
+
+
+# ------------------------------------------------------------------ figure index
+
+
+def _walk_figures(obj: Any) -> Iterator[dict[str, Any]]:
+    if is_figure_json(obj):
+        yield obj
+        return
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _walk_figures(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk_figures(v)
+
+
+def _key(f: dict[str, Any]) -> str:
+    return json.dumps(f, sort_keys=True, default=str)
+
+
+class FigureIndex:
+    """Numbers every distinct figure of a plan document, in document order."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self._num: dict[str, int] = {}
+        self.entries: list[dict[str, Any]] = []
+        for f in _walk_figures(doc):
+            k = _key(f)
+            if k not in self._num:
+                self._num[k] = len(self.entries) + 1
+                self.entries.append(f)
+
+    def num(self, f: dict[str, Any]) -> int:
+        k = _key(f)
+        if k not in self._num:  # a figure built after indexing (should not happen)
+            self._num[k] = len(self.entries) + 1
+            self.entries.append(f)
+        return self._num[k]
+
+
+def fmt(f: Any) -> str:
+    """Display text of a figure's value (with its interval)."""
+    if not is_figure_json(f):
+        return "-" if f is None else str(f)
+    if f.get("value") is None:
+        return "missing"
+    text = format_number(f["value"], f["unit"])
+    iv = f.get("interval")
+    if iv and None not in iv:
+        text += f" ({format_number(iv[0], f['unit'])} to {format_number(iv[1], f['unit'])})"
+    return text
+
+
+def prov_text(f: dict[str, Any]) -> str:
+    """One-line provenance of a figure."""
+    p = f["provenance"]
+    parts = [f"{p['kind']}: {p.get('ref', '')}"]
+    if p.get("formula"):
+        parts.append(f"= {p['formula']}")
+    if p.get("inputs"):
+        parts.append("from " + ", ".join(p["inputs"]))
+    if p.get("source"):
+        parts.append(f"source {p['source']}")
+    if p.get("retrieved"):
+        parts.append(f"retrieved {p['retrieved']}")
+    if p.get("unverified"):
+        parts.append("UNVERIFIED")
+    if f.get("missing"):
+        parts.append(f"missing: {f['missing']}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------ HTML
+
+
+def _env(index: FigureIndex):
+    import jinja2
+    from markupsafe import Markup, escape
+
+    def fig_html(f: Any) -> Any:
+        if f is None:
+            return Markup('<span class="na">-</span>')
+        if not is_figure_json(f):
+            return escape(str(f))
+        n = index.num(f)
+        p = f["provenance"]
+        cls = ["fig", f"k-{p['kind']}"]
+        if p.get("unverified"):
+            cls.append("unverified")
+        if f.get("value") is None:
+            cls.append("missing")
+        body = escape(fmt(f))
+        mark = (
+            Markup('<sup class="unv" title="unverified catalog value">&#8224;</sup>')
+            if p.get("unverified")
+            else ""
+        )
+        return Markup(
+            f'<span class="{" ".join(cls)}" data-kind="{escape(p["kind"])}" '
+            f'title="{escape(prov_text(f))}">{body}{mark}'
+            f'<a class="fn" href="#fig-{n}">[{n}]</a></span>'
+        )
+
+    def text_html(t: Any) -> Any:
+        if t is None:
+            return ""
+        if not is_text_json(t):
+            return ident(t)
+        import string
+
+        out = []
+        for literal, name, _spec, _conv in string.Formatter().parse(t["template"]):
+            if literal:
+                out.append(ident(literal))
+            if name is not None:
+                out.append(fig_html(t["figures"][name]))
+        return Markup("").join(out)
+
+    def ident(s: Any, kind: str = "label") -> Any:
+        """Names and sentences built from catalog ids and scenario names."""
+        if s is None:
+            return ""
+        return Markup(f'<span class="id" data-kind="{escape(kind)}">{escape(str(s))}</span>')
+
+    def meta(s: Any) -> Any:
+        """Provenance metadata: dates, paths, hashes, URLs, line references."""
+        if s is None or s == "":
+            return ""
+        return Markup(f'<span class="meta" data-kind="provenance">{escape(str(s))}</span>')
+
+    def idx(n: Any) -> Any:
+        return Markup(f'<span class="idx" data-kind="index">{escape(str(n))}</span>')
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gpuplan.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["fig"] = fig_html
+    env.filters["text"] = text_html
+    env.filters["ident"] = ident
+    env.filters["meta"] = meta
+    env.filters["idx"] = idx
+    env.filters["prov"] = prov_text
+    env.filters["fmt"] = fmt
+    env.tests["figure"] = is_figure_json
+    env.tests["textjson"] = is_text_json
+    return env
+
+
+def render_html(doc: dict[str, Any], charts: dict[str, str | None] | None = None) -> str:
+    """The self-contained HTML report (inline CSS and PNG charts; no scripts, no fetches)."""
+    if charts is None:
+        from gpuplan.report.charts import all_charts
+
+        charts = all_charts(doc)
+    index = FigureIndex(doc)
+    env = _env(index)
+    template = env.get_template("report.html.j2")
+    html = template.render(doc=doc, charts=charts, index=index, model_label=_model_label)
+    return html
+
+
+def _model_label(model: str) -> str:
+    from gpuplan.report.charts import MODEL_LABEL
+
+    return MODEL_LABEL.get(model, model)
+
+
+# ------------------------------------------------------------------ Markdown
+
+
+def _md_escape(s: Any) -> str:
+    return re.sub(r"([|*_`\\])", r"\\\1", str(s)).replace("\n", " ")
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The same content as the HTML as Markdown: figures as ``value [n]``, appendix of
+    provenance at the end."""
+    index = FigureIndex(doc)
+
+    def f(x: Any) -> str:
+        if x is None:
+            return "-"
+        if not is_figure_json(x):
+            return _md_escape(x)
+        n = index.num(x)
+        dag = "†" if x["provenance"].get("unverified") else ""
+        return f"{_md_escape(fmt(x))}{dag} [{n}]"
+
+    def t(x: Any) -> str:
+        if x is None:
+            return ""
+        if not is_text_json(x):
+            return _md_escape(x)
+        import string
+
+        out = []
+        for literal, name, _s, _c in string.Formatter().parse(x["template"]):
+            out.append(_md_escape(literal))
+            if name is not None:
+                out.append(f(x["figures"][name]))
+        return "".join(out)
+
+    L: list[str] = []
+    sc = doc["scenario"]
+    sm = doc["summary"]
+    L.append(f"# Capacity plan: {_md_escape(sc['name'])}\n")
+    if sc.get("description"):
+        L.append(_md_escape(sc["description"]) + "\n")
+    L.append(
+        f"Scenario `{sc['path']}` (sha256 `{sc['sha256'][:12]}`), gpuplan {doc['gpuplan_version']}, created {doc['created_at']}. "
+        "Each number is followed by its entry in the *Figures* appendix; † marks catalog values still unverified.\n"
+    )
+    L.append("## Summary\n")
+    L.append(t(sm["headline"]) + "\n")
+    if sm["binding_constraints"]:
+        L.append("### Binding constraints\n")
+        L.append("| constraint | options | example |\n|---|---|---|")
+        for b in sm["binding_constraints"]:
+            L.append(
+                f"| {b['constraint']} | {_md_escape(', '.join(b['options']))} | {t(b['example'])} |"
+            )
+        L.append("")
+    for n in sm.get("notes") or []:
+        L.append(f"- {_md_escape(n)}")
+    L.append("\n## Ranking\n")
+    L.append(
+        f"Ranked by {sm['rank_by_label']}: each option at its cheapest priced purchasing model within budget.\n"
+    )
+    if doc["ranking"]:
+        L.append("| rank | option | purchasing model | metric |\n|---|---|---|---|")
+        for r in doc["ranking"]:
+            L.append(
+                f"| {r['rank']} | {_md_escape(r['option'])} | {_model_label(r['purchasing_model'])} | {f(r['metric'])} |"
+            )
+    else:
+        L.append("No option could be ranked.")
+    if doc["unranked"]:
+        L.append("\nNot ranked:\n")
+        for u in doc["unranked"]:
+            L.append(f"- {_md_escape(u['option'])}: {t(u['reason'])}")
+    L.append("\n## Options\n")
+    for o in doc["options"]:
+        L.append(f"### {_md_escape(o['label'])} (`{o['id']}`)\n")
+        L.append(f"Feasible: {'yes' if o['feasible'] else 'no'}.")
+        for b in o["binding"]:
+            L.append(f"- binding {b['constraint']}: {t(b['message'])}")
+        for e in o["errors"]:
+            L.append(f"- error: {_md_escape(e)}")
+        for n in o["notes"]:
+            L.append(f"- note: {t(n)}")
+        L.append("")
+        L.append("| fleet | value |\n|---|---|")
+        L.append(
+            f"| GPUs | {f(o['gpus'])} |\n| nodes | {f(o['nodes'])} |\n| GPUs per node | {f(o['gpus_per_node'])} |"
+        )
+        for tr in o["training"]:
+            for key, label in (
+                ("gpus", "GPUs"),
+                ("nodes", "nodes"),
+                ("time_to_train_s", "time to train"),
+                ("time_to_train_on_fabric_s", "time to train on the fabric"),
+                ("tokens_per_s", "tokens/s"),
+                ("mfu", "MFU"),
+                ("step_time_s", "step time"),
+                ("memory_per_gpu_bytes", "memory per GPU"),
+            ):
+                if tr.get(key) is not None:
+                    L.append(f"| {_md_escape(tr['name'])}: {label} | {f(tr[key])} |")
+            if tr.get("parallelism"):
+                L.append(
+                    f"| {_md_escape(tr['name'])}: parallelism | {_md_escape(tr['parallelism'])} |"
+                )
+            if tr.get("error"):
+                L.append(f"| {_md_escape(tr['name'])}: error | {_md_escape(tr['error'])} |")
+        for sv in o["inference"]:
+            for key, label in (
+                ("gpus", "GPUs"),
+                ("nodes", "nodes"),
+                ("replicas", "replicas"),
+                ("ttft_s", "TTFT"),
+                ("tpot_s", "TPOT"),
+                ("throughput_output_tokens_per_s_per_replica", "output tokens/s per replica"),
+                ("output_tokens_per_month", "output tokens per month"),
+            ):
+                if sv.get(key) is not None:
+                    L.append(f"| {_md_escape(sv['name'])}: {label} | {f(sv[key])} |")
+            if sv.get("error"):
+                L.append(f"| {_md_escape(sv['name'])}: error | {_md_escape(sv['error'])} |")
+        fb = o["fabric"]
+        L.append("\n| fabric | value |\n|---|---|")
+        L.append(f"| kind | {_md_escape(fb.get('kind'))} |")
+        for key in ("switch", "nic"):
+            if fb.get(key):
+                L.append(f"| {key} | {_md_escape(fb[key])} |")
+        for key in (
+            "tiers",
+            "leaf_switches",
+            "spine_switches",
+            "core_switches",
+            "switches",
+            "cables",
+            "transceivers",
+            "nics_per_node",
+            "per_gpu_bandwidth_worst_bytes_per_s",
+            "per_gpu_bandwidth_best_bytes_per_s",
+            "capex_usd",
+            "power_w",
+        ):
+            if fb.get(key) is not None:
+                L.append(f"| {key.replace('_', ' ')} | {f(fb[key])} |")
+        for c in fb.get("communication_check") or []:
+            L.append(
+                f"| communication check {_md_escape(c['workload'])} | {c['status']}: {t(c.get('note'))} {f(c.get('ratio')) if c.get('ratio') else ''} |"
+            )
+        st = o["storage"]
+        if st.get("capacity_bytes") is not None:
+            L.append("\n| storage | value |\n|---|---|")
+            for key in (
+                "capacity_bytes",
+                "read_bytes_per_s",
+                "checkpoint_write_bytes_per_s",
+                "checkpoint_write_s",
+                "restart_read_s",
+            ):
+                if st.get(key) is not None:
+                    L.append(f"| {key.replace('_', ' ')} | {f(st[key])} |")
+            L.append(f"| chosen tier | {_md_escape(st.get('chosen') or 'none fits')} |")
+            for tier in st.get("tiers") or []:
+                L.append(
+                    f"| tier {_md_escape(tier['tier'])} | {f(tier['provisioned_bytes'])}, read {f(tier['read_bytes_per_s'])}, write {f(tier['write_bytes_per_s'])}, {f(tier['usd_per_month'])}; {'fits' if tier['fits'] else _md_escape(tier['reason'])} |"
+                )
+            if st.get("local_nvme"):
+                ln = st["local_nvme"]
+                L.append(
+                    f"| local NVMe (trial fio) | need {f(ln['read_needed_per_node_bytes_per_s'])} per node, measured {f(ln['measured_read_per_node_bytes_per_s'])}: {'sufficient' if ln['local_nvme_sufficient'] else 'not sufficient'} |"
+                )
+        elif st.get("note"):
+            L.append(f"\nStorage: {_md_escape(st['note'])}")
+        pw = o["power"]
+        if pw.get("node_power_w") is not None:
+            L.append("\n| power | value |\n|---|---|")
+            for key in (
+                "node_power_w",
+                "nodes_per_rack",
+                "racks",
+                "it_power_w",
+                "facility_power_w",
+                "floor_area_m2",
+                "max_gpus_within_site_power",
+            ):
+                if pw.get(key) is not None:
+                    L.append(f"| {key.replace('_', ' ')} | {f(pw[key])} |")
+            L.append(f"| basis | {pw.get('basis')} |")
+        L.append(
+            "\n| purchasing model | price per node-hour | all training runs | per month | per million output tokens | goodput |\n|---|---|---|---|---|---|"
+        )
+        for m, c in o["costs"].items():
+            mtok = (
+                "; ".join(
+                    f"{_md_escape(k)} {f(v)}"
+                    for k, v in (c.get("per_million_output_tokens_usd") or {}).items()
+                )
+                or "-"
+            )
+            good = (
+                "; ".join(
+                    f"{_md_escape(k)} {f(r['goodput'])}"
+                    for k, r in (c.get("reliability") or {}).items()
+                )
+                or "-"
+            )
+            L.append(
+                f"| {_model_label(m)} | {f(c['price_usd_per_node_hour'])} | {f(c.get('all_runs_usd'))} | {f(c.get('per_month_usd'))} | {mtok} | {good} |"
+            )
+        if o.get("onprem_tco"):
+            tco = o["onprem_tco"]
+            L.append("\n| owned fleet | value |\n|---|---|")
+            for key in (
+                "capex_usd",
+                "capex_per_year_usd",
+                "energy_per_year_usd",
+                "operations_per_year_usd",
+                "total_per_year_usd",
+                "usd_per_node_hour",
+            ):
+                L.append(f"| {key.replace('_', ' ')} | {f(tco[key])} |")
+            if tco["excludes"]:
+                L.append(f"| excludes | {_md_escape('; '.join(tco['excludes']))} |")
+            L.append(
+                f"| break-even utilisation vs {_md_escape(o.get('break_even_against') or '-')} | {f(o.get('break_even_utilisation'))} |"
+            )
+        L.append("")
+    L.append("## Sensitivity\n")
+    sens = doc["sensitivity"]
+    if sens.get("per_option"):
+        L.append(
+            "| option | nominal | high MFU | low MFU | prices lower | prices higher | rank (nominal / if moved) |\n|---|---|---|---|---|---|---|"
+        )
+        for p in sens["per_option"]:
+            ranks = ", ".join(f"{k} {v}" for k, v in p["rank_if"].items())
+            L.append(
+                f"| {_md_escape(p['option'])} | {f(p['nominal'])} | {f(p['throughput_range'])} | {f(p['throughput_range_high'])} | {f(p['price_low'])} | {f(p['price_high'])} | {p['rank_nominal']} / {ranks} |"
+            )
+        for c in sens.get("cases") or []:
+            L.append(
+                f"- {c['case']}: winner {c['winner']}{' (order changes)' if c['order_changed'] else ''}"
+            )
+        L.append(f"\nRanking robust to these moves: {'yes' if sens.get('robust') else 'no'}.")
+    else:
+        L.append("Nothing ranked, so no sensitivity.")
+    L.append("\n## Time to train vs cluster size\n")
+    for c in doc.get("time_to_train_curves") or []:
+        L.append(
+            f"**{_md_escape(c['workload'])} on {_md_escape(c['gpu'])}** (deadline {f(c.get('deadline_days'))})\n"
+        )
+        L.append("| GPUs | time to train | MFU |\n|---|---|---|")
+        for p in c["points"]:
+            if "error" in p:
+                L.append(f"| {p['gpus']} | error: {_md_escape(p['error'])} | |")
+            else:
+                L.append(f"| {f(p['gpus'])} | {f(p['time_to_train_s'])} | {f(p['mfu'])} |")
+        L.append("")
+    L.append("## Trial node\n")
+    tn = doc.get("trial_node")
+    if tn:
+        L.append(
+            f"Run `{tn['run_id']}` on `{tn['machine_id']}` ({_md_escape(tn.get('accelerator_name') or tn['device'])}), file `{tn['path']}`.\n"
+        )
+        L.append("| quantity | measured | catalog spec |\n|---|---|---|")
+        spec = doc.get("roofline_spec") or {}
+        for dt, fig in (tn.get("matmul_flops_per_s") or {}).items():
+            sp = spec.get("peak_flops_per_s") if spec.get("dtype") == dt else None
+            L.append(f"| {dt} matmul | {f(fig)} | {f(sp)} |")
+        L.append(
+            f"| memory bandwidth | {f(tn.get('memory_bandwidth_bytes_per_s'))} | {f(spec.get('memory_bandwidth_bytes_per_s'))} |"
+        )
+        for key in ("gpu_power_w", "storage_read_bytes_per_s", "storage_write_bytes_per_s"):
+            if tn.get(key) is not None:
+                L.append(f"| {key.replace('_', ' ')} | {f(tn[key])} | |")
+    else:
+        L.append("No probe run of a trial node was found (run `gpuplan probe --quick`).")
+    L.append("\n## Calibration\n")
+    cal = doc.get("calibration") or {}
+    L.append(
+        f"Artifact: `{cal.get('artifact')}`"
+        + (f", created {cal['created_at']}" if cal.get("created_at") else "")
+        + ".\n"
+    )
+    for gid, qs in (cal.get("devices") or {}).items():
+        if isinstance(qs, dict) and "error" in qs:
+            L.append(f"- {gid}: {_md_escape(qs['error'])}")
+            continue
+        L.append(f"- {gid}: " + "; ".join(f"{q} {f(v)}" for q, v in qs.items()))
+    if doc.get("shared_cluster") is not None:
+        L.append("\n## Shared cluster\n")
+        L.extend(_md_tree(doc["shared_cluster"], f))
+    L.append("\n## Inputs\n")
+    L.append("| input | value | where |\n|---|---|---|")
+    for fig in doc["inputs"]:
+        L.append(
+            f"| {_md_escape(fig['label'])} | {f(fig)} | {_md_escape(fig['provenance']['ref'])} |"
+        )
+    L.append("\n## Assumptions and provenance\n")
+    pv = doc["provenance"]
+    L.append("### Catalog rows\n")
+    L.append("| row | fields used | source | retrieved | unverified |\n|---|---|---|---|---|")
+    for r in pv["catalog_rows"]:
+        L.append(
+            f"| {r['kind']}/{r['id']} | {_md_escape(', '.join(r['fields_used']))} | {_md_escape(r['source'])} | {r['retrieved']} | {_md_escape(', '.join(r['unverified'])) or '-'} |"
+        )
+    L.append("\n### Measurements\n")
+    for m in pv["measurements"] or [{"run_id": None}]:
+        if m["run_id"] is None:
+            L.append("None.")
+        else:
+            L.append(
+                f"- run `{m['run_id']}` ({_md_escape(m.get('device'))}, {_md_escape(m.get('accelerator'))}) from `{m['path']}`, started {m['started_at']}"
+            )
+    L.append("\n### Forecasts\n")
+    for fc in pv["forecasts"]:
+        L.append(
+            f"- {_md_escape(fc['call'])}"
+            + (f": error {_md_escape(fc['error'])}" if fc.get("error") else "")
+        )
+    L.append("\n## Figures\n")
+    L.append("| # | figure | value | provenance |\n|---|---|---|---|")
+    for i, fig in enumerate(index.entries, start=1):
+        L.append(
+            f"| {i} | {_md_escape(fig['label'])} | {_md_escape(fmt(fig))}{'†' if fig['provenance'].get('unverified') else ''} | {_md_escape(prov_text(fig))} |"
+        )
+    return "\n".join(L) + "\n"
+
+
+def _md_tree(obj: Any, f: Any, depth: int = 0) -> list[str]:
+    out = []
+    pad = "  " * depth
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if is_figure_json(v) or not isinstance(v, (dict, list)):
+                out.append(f"{pad}- {k}: {f(v)}")
+            else:
+                out.append(f"{pad}- {k}:")
+                out.extend(_md_tree(v, f, depth + 1))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            if is_figure_json(v) or not isinstance(v, (dict, list)):
+                out.append(f"{pad}- {f(v)}")
+            else:
+                out.append(f"{pad}- [{i}]")
+                out.extend(_md_tree(v, f, depth + 1))
+    return out
+
+
+# ------------------------------------------------------------------ files
+
+
+def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write ``plan.json``, ``report.html`` and ``report.md`` into ``out_dir``.
+
+    The JSON is written first (atomically), so a failure while drawing charts or rendering
+    never loses the plan itself. Existing report files in ``out_dir`` are replaced.
+    """
+    from gpuplan.cli._common import to_json_text
+    from gpuplan.errors import InputError
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file", hint="give a directory for the report")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create {out}: {exc.strerror}", hint="choose another --out"
+        ) from None
+    paths = {k: out / v for k, v in REPORT_FILES.items()}
+    _write_atomic(paths["json"], to_json_text(doc) + "\n")
+    _write_atomic(paths["md"], render_markdown(doc))
+    _write_atomic(paths["html"], render_html(doc))
+    return paths
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def template_text() -> str:
+    """The HTML template source (for tests and for people who want to restyle it)."""
+    return resources.files("gpuplan.report").joinpath("templates/report.html.j2").read_text()
