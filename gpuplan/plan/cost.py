@@ -235,12 +235,16 @@ class ModelCost:
         if not all(r.ok for r in runs):
             bad = next(r for r in runs if not r.ok)
             return missing_fig("USD", f"{self.model}: all training runs", bad.missing or "", runs)
+        interval = None
+        if all(r.interval is not None for r in runs):
+            interval = (sum(r.interval[0] for r in runs), sum(r.interval[1] for r in runs))
         return derived(
             sum(r.value for r in runs),
             "USD",
             f"{self.model}: all training runs",
             "sum of runs",
             runs,
+            interval=interval,
         )
 
     def to_json(self) -> dict[str, Any]:
