@@ -133,3 +133,21 @@ def test_price_without_date_rejected(catalog_copy: Path) -> None:
 def test_missing_folder(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="does not exist"):
         load_catalog(tmp_path / "nope")
+
+
+def test_parsed_cache_is_used_and_never_stale(catalog_copy: Path, _private_cache: Path) -> None:
+    first = load_catalog(catalog_copy)
+    cached = list((_private_cache / "gpuplan").glob("catalog-*.json"))
+    assert len(cached) == 1
+    assert load_catalog(catalog_copy).gpu("h100").tdp_w == first.gpu("h100").tdp_w == 700
+    # An edited file changes the cache key: the new value is served, not the cached one.
+    _edit(catalog_copy / "accelerators.yaml", "tdp_w: 700\n", "tdp_w: 701\n")
+    assert load_catalog(catalog_copy).gpu("h100").tdp_w == 701
+    assert len(list((_private_cache / "gpuplan").glob("catalog-*.json"))) == 2
+
+
+def test_corrupt_cache_is_ignored(catalog_copy: Path, _private_cache: Path) -> None:
+    load_catalog(catalog_copy)
+    (cache_file,) = (_private_cache / "gpuplan").glob("catalog-*.json")
+    cache_file.write_text("{not json")
+    assert load_catalog(catalog_copy).gpu("h200").memory_bytes == 141 * 2**30
