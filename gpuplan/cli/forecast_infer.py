@@ -1,7 +1,379 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan forecast infer``: latency, throughput, KV cache, memory and fleet size of serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    emit,
+    fmt_bytes,
+    fmt_duration,
+    fmt_si,
+    info,
+    simple_table,
+    warn,
+)
+
+HELP = """Forecast serving a model: time to first token (TTFT), time per output token (TPOT),
+output throughput, KV cache per token, memory per GPU and the largest batch that fits.
+With --qps and SLO targets, the number of replicas and GPUs that keep TTFT and TPOT inside
+the targets, from a discrete-event simulation of continuous batching under Poisson
+arrivals, comparing TP degrees, batch caps and (with --gpu a,b,c) GPU types.
+
+Lengths are fixed, or lognormal when a p99 is given (--input-tokens-p99). Every number is
+calibrated from the device model (gpuplan calibrate) plus framework constants fitted on
+published TensorRT-LLM runs (gpuplan validate inference shows their held-out error).
+
+\b
+Examples:
+  gpuplan forecast infer --model llama3.1-8b --gpu h100 --input-tokens 1024 --output-tokens 256
+  gpuplan forecast infer --model llama3.3-70b --gpu h100 --precision fp8 --max-throughput
+  gpuplan forecast infer --model llama3.3-70b --gpu h100 --qps 20 --input-tokens 2048 \\
+      --output-tokens 256 --ttft-slo-s 1 --tpot-slo-s 0.05 --format json
+  gpuplan forecast infer --model mixtral-8x7b --gpu h100,h200,a100 --qps 50 \\
+      --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
+"""
+
+ARCH_FLAGS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn_hidden",
+    "vocab",
+    "experts",
+    "top_k",
+    "moe_ffn_hidden",
+)
+
+
+def model_argument(
+    model: str | None, model_file: Path | None, arch: dict[str, Any], gated_mlp: bool
+) -> Any:
+    """The model for the library: a catalog id, or a dict of architecture fields."""
+    from gpuplan.errors import InputError
+
+    given = [k for k, v in arch.items() if v is not None]
+    n = sum([model is not None, model_file is not None, bool(given)])
+    if n == 0:
+        raise InputError(
+            "no model given",
+            hint="use --model ID (see 'gpuplan catalog ls models'), --model-file YAML, or "
+            "--layers/--hidden/--heads/--ffn-hidden/--vocab",
+        )
+    if n > 1:
+        raise InputError("give only one of --model, --model-file or the architecture flags")
+    if model is not None:
+        return model
+    if model_file is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(model_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"cannot read --model-file {model_file}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise InputError(f"--model-file {model_file} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputError(
+                f"--model-file {model_file} must hold a mapping of architecture fields"
+            )
+        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
+        data.setdefault("name", model_file.stem)
+        return data
+    missing = [
+        f for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if arch.get(f) is None
+    ]
+    if missing:
+        raise InputError(
+            "the architecture flags miss " + ", ".join("--" + m.replace("_", "-") for m in missing)
+        )
+    out: dict[str, Any] = {k: v for k, v in arch.items() if v is not None and k != "experts"}
+    out["name"] = "custom"
+    out["gated_mlp"] = gated_mlp
+    if arch.get("experts"):
+        out["num_experts"] = arch["experts"]
+    return out
+
+
+def _table(r: dict[str, Any]):
+    def draw(console) -> None:
+        iv = r.get("intervals", {})
+
+        def with_iv(key: str, fmt) -> str:
+            v = r.get(key)
+            band = iv.get(key)
+            if v is None:
+                return "-"
+            return f"{fmt(v)}  [{fmt(band[0])} .. {fmt(band[1])}]" if band else fmt(v)
+
+        layout = f"tp {r['tp']} x pp {r['pp']}" + (f" (ep {r['ep']})" if r.get("ep", 1) > 1 else "")
+        rows = [
+            ("model", f"{r['model']['id']} at {r['precision']}"),
+            ("GPU", f"{r['gpu']}, {layout} = {r['gpus_per_replica']} GPU(s) per replica"),
+        ]
+        if r.get("replicas") is not None:
+            price = f", {fmt_si(r['usd_per_hour'], 'USD/h')}" if r.get("usd_per_hour") else ""
+            rows.append(("fleet", f"{r['replicas']} replicas = {r['num_gpus']} GPUs{price}"))
+            load = r["load"]
+            pct = load["slo_percentile"]
+            rows.append(
+                (
+                    "load",
+                    f"{load['qps']:g} req/s ({load['qps_per_replica']:.3g} per replica), batch cap {load['batch_cap']}",
+                )
+            )
+            rows.append(
+                (
+                    f"TTFT {pct}",
+                    with_iv("ttft_s", fmt_duration)
+                    + (f"  (SLO {fmt_duration(load['ttft_slo_s'])})" if load["ttft_slo_s"] else ""),
+                )
+            )
+            rows.append(
+                (
+                    f"TPOT {pct}",
+                    with_iv("tpot_s", fmt_duration)
+                    + (f"  (SLO {fmt_duration(load['tpot_slo_s'])})" if load["tpot_slo_s"] else ""),
+                )
+            )
+        else:
+            rows.append(
+                ("batch", f"{r['batch']} ({r['batching']} batching; max {r['max_batch']} fits)")
+            )
+            rows.append(("TTFT", with_iv("ttft_s", fmt_duration)))
+            rows.append(("TPOT", with_iv("tpot_s", fmt_duration)))
+        rows += [
+            (
+                "output tokens/s (replica)",
+                with_iv("throughput_output_tokens_per_s", lambda x: f"{x:,.0f}"),
+            ),
+            (
+                "output tokens/s per GPU",
+                with_iv("throughput_output_tokens_per_s_per_gpu", lambda x: f"{x:,.0f}"),
+            ),
+            (
+                "KV cache per token",
+                f"{fmt_bytes(r['kv_cache_bytes_per_token'])} (model), {fmt_bytes(r['kv_cache_bytes_per_token_per_gpu'])} per GPU",
+            ),
+            (
+                "memory per GPU",
+                f"{fmt_bytes(r['memory_per_gpu_bytes'])} of {fmt_bytes(r['memory_breakdown_bytes']['capacity'])}"
+                + ("" if r["fits_in_memory"] else "  (DOES NOT FIT)"),
+            ),
+            ("bottleneck", r["bottleneck"]),
+            ("calibration basis", str(r.get("basis"))),
+        ]
+        console.print(simple_table("Inference forecast", ["", "value"], rows))
+        if r.get("breakdown_s"):
+            br = r["breakdown_s"]
+            parts = [k for k in br["decode_step"] if k != "total"]
+            console.print(
+                simple_table(
+                    "Time breakdown",
+                    ["phase", *parts, "total"],
+                    [
+                        (
+                            name,
+                            *(fmt_duration(br[ph][k]) for k in parts),
+                            fmt_duration(br[ph]["total"]),
+                        )
+                        for name, ph in (
+                            ("first token", "first_token"),
+                            ("decode step", "decode_step"),
+                        )
+                    ],
+                )
+            )
+        if r.get("candidates"):
+            console.print(
+                simple_table(
+                    "Layouts compared (cheapest first)",
+                    ["GPU", "tp", "batch cap", "replicas", "GPUs", "USD/h", "note"],
+                    [
+                        (
+                            c.get("gpu"),
+                            c.get("tp", "-"),
+                            c.get("max_batch", "-"),
+                            c.get("replicas", "-"),
+                            c.get("num_gpus", "-"),
+                            f"{c['usd_per_hour']:.0f}" if c.get("usd_per_hour") else "-",
+                            c.get("reason")
+                            or (
+                                "simulated"
+                                if c.get("verified_by_simulation")
+                                else "analytic estimate"
+                            ),
+                        )
+                        for c in r["candidates"][:12]
+                    ],
+                )
+            )
+
+    return draw
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to ``app``."""
+    """Add ``infer`` to the ``forecast`` group."""
+
+    @app.command("infer", help=HELP)
+    def infer(
+        model: str | None = typer.Option(
+            None, "--model", "-m", help="Catalog model id (gpuplan catalog ls models)."
+        ),
+        model_file: Path | None = typer.Option(
+            None, "--model-file", help="YAML file with the architecture fields."
+        ),
+        layers: int | None = typer.Option(None, "--layers", help="Transformer layers."),
+        hidden: int | None = typer.Option(None, "--hidden", help="Model width."),
+        heads: int | None = typer.Option(None, "--heads", help="Attention heads."),
+        kv_heads: int | None = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA)."),
+        head_dim: int | None = typer.Option(
+            None, "--head-dim", help="Per-head width (default hidden/heads)."
+        ),
+        ffn_hidden: int | None = typer.Option(None, "--ffn-hidden", help="MLP intermediate size."),
+        vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size."),
+        experts: int | None = typer.Option(None, "--experts", help="Routed experts (MoE)."),
+        top_k: int | None = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
+        moe_ffn_hidden: int | None = typer.Option(
+            None, "--moe-ffn-hidden", help="Expert intermediate size."
+        ),
+        gated_mlp: bool = typer.Option(
+            True, "--gated-mlp/--gelu-mlp", help="SwiGLU (3 matrices) or GELU (2) MLP."
+        ),
+        gpu: str = typer.Option(
+            "h100",
+            "--gpu",
+            "-g",
+            help="Catalog GPU; with --qps a comma list to compare (h100,h200,a100).",
+        ),
+        tp: int | None = typer.Option(
+            None,
+            "--tp",
+            help="Tensor parallel size (default: smallest that fits; searched with --qps).",
+        ),
+        pp: int = typer.Option(1, "--pp", help="Pipeline stages per replica."),
+        ep: int = typer.Option(1, "--ep", help="Expert parallel size, inside the TP group (MoE)."),
+        precision: str = typer.Option(
+            "bf16", "--precision", "-p", help="bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows)."
+        ),
+        kv_precision: str | None = typer.Option(
+            None, "--kv-precision", help="KV-cache dtype override: bf16|fp16|fp8|int8."
+        ),
+        input_tokens: int = typer.Option(
+            2048, "--input-tokens", help="Prompt length (mean when a p99 is given)."
+        ),
+        input_tokens_p99: float | None = typer.Option(
+            None, "--input-tokens-p99", help="p99 prompt length: lognormal lengths."
+        ),
+        output_tokens: int = typer.Option(
+            256, "--output-tokens", help="Answer length (mean when a p99 is given)."
+        ),
+        output_tokens_p99: float | None = typer.Option(
+            None, "--output-tokens-p99", help="p99 answer length: lognormal lengths."
+        ),
+        batch: int | None = typer.Option(
+            None, "--batch", "-b", help="Concurrent requests (with --qps: the batch cap)."
+        ),
+        max_throughput: bool = typer.Option(
+            False, "--max-throughput", help="Use the batch with the highest throughput that fits."
+        ),
+        batching: str = typer.Option(
+            "continuous", "--batching", help="continuous (in-flight, chunked prefill) or static."
+        ),
+        qps: float | None = typer.Option(
+            None, "--qps", help="Load in requests per second: size the fleet."
+        ),
+        ttft_slo_s: float | None = typer.Option(
+            None, "--ttft-slo-s", help="Time-to-first-token target, seconds."
+        ),
+        tpot_slo_s: float | None = typer.Option(
+            None, "--tpot-slo-s", help="Time-per-output-token target, seconds."
+        ),
+        slo_percentile: str = typer.Option(
+            "p99", "--slo-percentile", help="Percentile the targets apply to: p50|p90|p95|p99."
+        ),
+        engine: str = typer.Option(
+            "modern",
+            "--engine",
+            help="Decode kernels: modern (tensor-core attention) or trtllm-0.9.",
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the simulated request stream."),
+        requests: int = typer.Option(
+            2000, "--requests", help="Requests simulated per replica count tried."
+        ),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="Calibration artifact (default: the shipped one)."
+        ),
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        from gpuplan.forecast.inference import forecast_inference
+
+        arch = {
+            "layers": layers,
+            "hidden": hidden,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            "ffn_hidden": ffn_hidden,
+            "vocab": vocab,
+            "experts": experts,
+            "top_k": top_k,
+            "moe_ffn_hidden": moe_ffn_hidden,
+        }
+        m = model_argument(model, model_file, arch, gated_mlp)
+        if calibration is not None and not calibration.exists():
+            from gpuplan.errors import InputError
+
+            raise InputError(
+                f"no such calibration file: {calibration}",
+                hint="run 'gpuplan calibrate --out FILE' first",
+            )
+        ticks = {"n": 0}
+
+        def tick() -> None:
+            ticks["n"] += 1
+            if fmt == Format.table:
+                info(f"  simulated candidate {ticks['n']} ...")
+
+        if qps is not None and fmt == Format.table:
+            info(
+                "sizing: analytic search over GPUs x TP x batch cap, then discrete-event simulation ..."
+            )
+        result = forecast_inference(
+            model=m,
+            gpu=gpu,
+            tp=tp,
+            pp=pp,
+            ep=ep,
+            precision=precision,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            batch=batch,
+            max_throughput=max_throughput,
+            qps=qps,
+            ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=tpot_slo_s,
+            slo_percentile=slo_percentile,
+            artifact=str(calibration) if calibration else None,
+            kv_precision=kv_precision,
+            input_tokens_p99=input_tokens_p99,
+            output_tokens_p99=output_tokens_p99,
+            batching=batching,
+            engine=engine,
+            seed=seed,
+            num_requests=requests,
+            progress=tick,
+        )
+        if not result["fits_in_memory"]:
+            warn(
+                f"batch {result['batch']} needs {fmt_bytes(result['memory_per_gpu_bytes'])} per GPU, "
+                f"more than fits; the largest batch that fits is {result['max_batch']}"
+            )
+        emit(result, fmt, _table(result))

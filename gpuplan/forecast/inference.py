@@ -56,6 +56,7 @@ from gpuplan.forecast.inference_step import (
     StepCostModel,
     combine,
     continuous_iteration,
+    engine_profile,
     pass_parts,
     static_run_parts,
     static_run_time,
@@ -79,11 +80,22 @@ DEFAULT_CHUNK_TOKENS = 8192
 BATCHING_MODES = ("continuous", "static")
 
 
+_PERF_CACHE: dict[tuple[str, Any], Any] = {}
+
+
 def device_perf_for(gpu_id: str, artifact: Any = None) -> Any:
-    """The calibrated :class:`DevicePerf` of a catalog GPU (default artifact when None)."""
+    """The calibrated :class:`DevicePerf` of a catalog GPU (default artifact when None),
+    cached per GPU and artifact (path, or the dict's identity) for repeated forecasts."""
     from gpuplan.calibration import device_perf
 
-    return device_perf(gpu_id, artifact=artifact)
+    key = (gpu_id, artifact if artifact is None or isinstance(artifact, str) else id(artifact))
+    hit = _PERF_CACHE.get(key)
+    if hit is None or (not isinstance(key[1], (str, type(None))) and hit[0] is not artifact):
+        if len(_PERF_CACHE) > 64:
+            _PERF_CACHE.clear()
+        hit = (artifact, device_perf(gpu_id, artifact=artifact))
+        _PERF_CACHE[key] = hit
+    return hit[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,10 +347,11 @@ def _single_layout(
     batching: str,
     chunk_tokens: int,
     utilization: float,
+    engine: str = "modern",
 ) -> dict[str, Any]:
     params = fitted.params
     sh = shard(arch, layout, prec)
-    rates = DeviceRates(perf, gpu, sh)
+    rates = DeviceRates(perf, gpu, sh, engine=engine)
     req = float(input_tokens + output_tokens)
     static = batching == "static"
     # memory: continuous batching prefills at most a chunk per iteration
@@ -396,7 +409,10 @@ def _single_layout(
                 * (input_tokens + output_tokens / 2)
                 * sh.attention_flops_decode_per_ctx_token()
             ),
-            attn_bytes=(b / pp * (input_tokens + output_tokens / 2) + input_tokens)
+            attn_bytes=input_tokens * sh.kv_bytes_per_ctx_token_stage(),
+            kv_read_bytes=b
+            / pp
+            * (input_tokens + output_tokens / 2)
             * sh.kv_bytes_per_ctx_token_stage(),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
         )
@@ -487,6 +503,7 @@ def forecast_inference(
     input_tokens_p99: float | None = None,
     output_tokens_p99: float | None = None,
     batching: str = "continuous",
+    engine: str = "modern",
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     seed: int = 0,
@@ -521,6 +538,10 @@ def forecast_inference(
     batching:
         ``continuous`` (in-flight batching with chunked prefill, default) or ``static``
         (a batch of requests that start together, as in TensorRT-LLM's gptSessionBenchmark).
+    engine:
+        Decode-attention kernels: ``modern`` (tensor cores for every head shape) or
+        ``trtllm-0.9`` (the engine of the validation data; see
+        :data:`gpuplan.forecast.inference_step.ENGINES`).
     artifact:
         Calibration artifact (path or dict); None for the shipped default.
 
@@ -551,6 +572,7 @@ def forecast_inference(
     chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
     if not 0 < memory_utilization <= 1:
         raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
+    engine_profile(engine)
     if batching not in BATCHING_MODES:
         raise InputError(f"unknown batching {batching!r}", hint="use continuous or static")
     if slo_percentile not in PERCENTILES:
@@ -585,6 +607,7 @@ def forecast_inference(
         "input_tokens": inputs.describe(),
         "output_tokens": outputs.describe(),
         "batching": batching,
+        "engine": engine,
         "framework_constants": {
             **fitted.params.as_dict(),
             "fitted_on": fitted.record.get("fitted_on"),
@@ -631,6 +654,7 @@ def forecast_inference(
             batching=batching,
             chunk_tokens=chunk_tokens,
             utilization=memory_utilization,
+            engine=engine,
         )
         out.pop("_rates")
         out.pop("_memory")
@@ -657,6 +681,7 @@ def forecast_inference(
         catalog=catalog,
         chunk_tokens=chunk_tokens,
         utilization=memory_utilization,
+        engine=engine,
         seed=seed,
         num_requests=num_requests,
         progress=progress,
@@ -693,6 +718,7 @@ def build_candidates(
     catalog: Any,
     chunk_tokens: int,
     utilization: float,
+    engine: str = "modern",
 ) -> tuple[list[Candidate], list[dict[str, Any]]]:
     """Every (GPU, TP, batch cap) that could serve, with a replica model each.
 
@@ -733,7 +759,7 @@ def build_candidates(
                 )
                 continue
             perf = perf or get_perf(g.id)
-            rates = DeviceRates(perf, g, sh)
+            rates = DeviceRates(perf, g, sh, engine=engine)
             max_b = max(mp.max_batch(req_mean), 1)
             cost = StepCostModel.build(
                 rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
@@ -795,6 +821,7 @@ def _size_for_load(
     catalog: Any,
     chunk_tokens: int,
     utilization: float,
+    engine: str,
     seed: int,
     num_requests: int,
     progress: Any,
@@ -815,6 +842,7 @@ def _size_for_load(
         catalog=catalog,
         chunk_tokens=chunk_tokens,
         utilization=utilization,
+        engine=engine,
     )
     if not cands:
         reasons = "; ".join(

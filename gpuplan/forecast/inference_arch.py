@@ -532,6 +532,14 @@ class Sharded:
         t = np.asarray(tokens, dtype=float)
         return t * per_token + np.asarray(logit_rows, dtype=float) * a.vocab / tp * 4.0
 
+    @property
+    def kv_group(self) -> float:
+        """Query heads per KV head on one GPU (1 for MHA and for MLA's shared latent, whose
+        decode kernels are built to reuse it)."""
+        if self.arch.mla is not None:
+            return 1.0
+        return self.q_heads_per_gpu / max(self.kv_heads_per_gpu, 1)
+
     def kv_bytes_per_ctx_token_stage(self) -> float:
         """KV bytes read per cached token of one sequence in one decode step, whole stage."""
         return self.kv_bytes_per_token_per_layer_per_gpu() * self.layers_per_stage

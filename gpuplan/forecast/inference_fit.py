@@ -46,6 +46,7 @@ FIT_PARAMS: dict[str, tuple[float, float, float]] = {
     "roofline_sharpness": (1.0, 12.0, 3.0),
     "overhead_per_layer_s": (0.0, 300e-6, 20e-6),
     "overhead_per_step_s": (0.0, 20e-3, 0.5e-3),
+    "vector_attention_efficiency": (0.02, 1.0, 0.2),
 }
 #: nominal coverage of the model-error part of the intervals
 INTERVAL_LEVEL = 0.9
@@ -70,6 +71,14 @@ def stack_passes(passes: list[PassParts]) -> PassParts:
         gemm_count=np.stack([pad(p.gemm_count[None, :], g) for p in passes]),
         attn_compute_s=np.stack([p.attn_compute_s for p in passes]),
         attn_memory_s=np.stack([p.attn_memory_s for p in passes]),
+        kv_read_s=np.stack([np.broadcast_to(np.asarray(p.kv_read_s, float), (3,)) for p in passes]),
+        kv_group=np.array([float(p.kv_group) for p in passes]),
+        bandwidth_cap=np.stack(
+            [np.broadcast_to(np.asarray(p.bandwidth_cap, float), (3,)) for p in passes]
+        ),
+        attn_vector_compute_s=np.stack(
+            [np.broadcast_to(np.asarray(p.attn_vector_compute_s, float), (3,)) for p in passes]
+        ),
         elementwise_s=np.stack([p.elementwise_s for p in passes]),
         comm_s=np.stack([p.comm_s for p in passes]),
         layers=np.array([p.layers for p in passes]),  # type: ignore[arg-type]
@@ -198,6 +207,10 @@ def _subset(cases: Cases, sel: np.ndarray) -> Cases:
             gemm_count=p.gemm_count[sel],
             attn_compute_s=p.attn_compute_s[sel],
             attn_memory_s=p.attn_memory_s[sel],
+            kv_read_s=np.asarray(p.kv_read_s)[sel],
+            kv_group=np.asarray(p.kv_group)[sel],
+            bandwidth_cap=np.asarray(p.bandwidth_cap)[sel],
+            attn_vector_compute_s=np.asarray(p.attn_vector_compute_s)[sel],
             elementwise_s=p.elementwise_s[sel],
             comm_s=p.comm_s[sel],
             layers=np.asarray(p.layers)[sel],  # type: ignore[arg-type]

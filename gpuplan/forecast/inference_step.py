@@ -43,6 +43,51 @@ VALUE, SLOW, FAST = 0, 1, 2
 _BASIS_ORDER = {"measured": 0, "transferred": 1, "spec": 2}
 
 
+@dataclass(frozen=True)
+class EngineProfile:
+    """What a serving engine's kernels do that changes the physics (not a fitted number).
+
+    ``xqa_shapes``: ``(head_dim, query heads per KV head)`` pairs for which the engine has a
+    tensor-core decode-attention kernel; ``None`` means every shape. Other shapes run the
+    masked multi-head attention kernel on CUDA cores (one query head per thread block).
+    """
+
+    name: str
+    xqa_shapes: tuple[tuple[int, int], ...] | None
+    description: str
+
+    def vector_decode_attention(self, sh: Sharded) -> bool:
+        if self.xqa_shapes is None or sh.arch.mla is not None:
+            return False
+        group = round(sh.kv_group)
+        return (sh.arch.head_dim, group) not in self.xqa_shapes
+
+
+#: Engines whose decode kernels are known. ``modern``: tensor-core decode attention for any
+#: MHA/GQA/MQA/MLA shape (FlashInfer, FlashAttention-3, FlashMLA, TensorRT-LLM's JIT XQA).
+#: ``trtllm-0.9``: TensorRT-LLM v0.9.0, the engine of the shipped published runs. Its
+#: precompiled XQA kernels covered head_dim 128 with 8 query heads per KV head (kernel files
+#: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``
+#: in NVIDIA/TensorRT-LLM; the 0.10.0 release notes, PR #1734, name Llama-2-70B as the XQA
+#: model); every other shape used the masked MHA kernel.
+ENGINES: dict[str, EngineProfile] = {
+    "modern": EngineProfile("modern", None, "tensor-core decode attention for every shape"),
+    "trtllm-0.9": EngineProfile(
+        "trtllm-0.9",
+        ((128, 8),),
+        "TensorRT-LLM v0.9.0: XQA for head_dim 128 with 8 query heads per KV head, masked MHA otherwise",
+    ),
+}
+
+
+def engine_profile(name: str) -> EngineProfile:
+    from gpuplan.errors import InputError
+
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r}", hint=f"use one of {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
 def _worst(*bases: str) -> str:
     known = [b for b in bases if b in _BASIS_ORDER]
     return max(known, key=_BASIS_ORDER.__getitem__) if known else "spec"
@@ -81,6 +126,14 @@ class OverheadParams:
         Fixed time per forward pass (scheduling, sampling, host work), seconds.
     comm_efficiency:
         Multiplier on the calibrated collective time (1 = as calibrated).
+    vector_attention_efficiency:
+        Achieved fraction of the calibrated FP32 CUDA-core rate by a decode-attention kernel
+        without tensor cores (one query head per thread block, TensorRT-LLM's masked MHA).
+    kv_group_exponent:
+        Decode attention reads the KV cache ``group**x`` times, ``group`` being the query
+        heads per KV head: 0 when the kernel reuses each KV head for its whole group (as
+        XQA/FlashInfer kernels for GQA do), 1 when every query head streams its KV head
+        again (a per-head masked-attention kernel without reuse).
     """
 
     gemm_efficiency: float = 1.0
@@ -89,6 +142,8 @@ class OverheadParams:
     overhead_per_layer_s: float = 0.0
     overhead_per_step_s: float = 0.0
     comm_efficiency: float = 1.0
+    kv_group_exponent: float = 0.0
+    vector_attention_efficiency: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -126,6 +181,10 @@ class PassParts:
     elementwise_s: np.ndarray
     comm_s: np.ndarray
     layers: float
+    kv_read_s: Any = 0.0
+    kv_group: Any = 1.0
+    attn_vector_compute_s: Any = 0.0
+    bandwidth_cap: Any = np.inf
     basis: str = "spec"
     flops: float = 0.0
     bytes: float = 0.0
@@ -166,12 +225,20 @@ class PassTime:
 def combine(parts: PassParts, params: OverheadParams) -> PassTime:
     """Apply the framework constants and the smooth roofline to the parts of a pass."""
     p = params.roofline_sharpness
-    ec, em = params.gemm_efficiency, params.bandwidth_efficiency
+    ec = params.gemm_efficiency
+    # the achieved streaming bandwidth never exceeds the catalog's spec bandwidth
+    em = np.minimum(params.bandwidth_efficiency, np.asarray(parts.bandwidth_cap, dtype=float))
+    em = np.broadcast_to(em, parts.attn_memory_s.shape)
     gc = parts.gemm_compute_s / ec
-    gm = parts.gemm_memory_s / em
+    gm = parts.gemm_memory_s / em[..., None]
     gemm = (parts.gemm_count * smooth_max(gc, gm, p)).sum(axis=-1)
-    ac = parts.attn_compute_s / ec
-    am = parts.attn_memory_s / em
+    acv = np.asarray(parts.attn_vector_compute_s, dtype=float) / params.vector_attention_efficiency
+    ac = parts.attn_compute_s / ec + acv
+    kv = (
+        parts.kv_read_s
+        * np.asarray(parts.kv_group, dtype=float)[..., None] ** params.kv_group_exponent
+    )
+    am = (parts.attn_memory_s + kv) / em
     attn = smooth_max(ac, am, p)
     ew = parts.elementwise_s / em
     comm = parts.comm_s * params.comm_efficiency
@@ -218,13 +285,33 @@ class DeviceRates:
     perf: Any
     gpu: Any
     sharded: Sharded
+    engine: str = "modern"
     bandwidth: np.ndarray = field(init=False)
     bandwidth_basis: str = field(init=False)
+    bandwidth_cap: np.ndarray = field(init=False)
+    vector_decode_attention: bool = field(init=False)
 
     def __post_init__(self) -> None:
         est = self.perf.memory_bandwidth_bytes_per_s()
         self.bandwidth = rate3(est)
         self.bandwidth_basis = est.basis
+        spec = getattr(self.gpu, "memory_bandwidth_bytes_per_s", None)
+        self.bandwidth_cap = spec / self.bandwidth if spec else np.full(3, np.inf)
+        self.vector_decode_attention = engine_profile(self.engine).vector_decode_attention(
+            self.sharded
+        )
+
+    def vector_rate(self) -> tuple[np.ndarray, str]:
+        """Calibrated FP32 CUDA-core rate (an FP32 matmul without TF32), or the catalog's
+        FP32 peak when the calibration has none."""
+        try:
+            est = self.perf.matmul_flops_per_s(8192.0, 8192.0, 8192.0, "fp32")
+            return rate3(est), est.basis
+        except Exception:
+            peak = getattr(self.gpu, "peak_flops_per_s", lambda _d: None)("fp32")
+            if not peak:
+                raise
+            return np.full(3, float(peak)), "spec"
 
     def gemm_rates(self, g: Gemms) -> tuple[np.ndarray, str]:
         """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype."""
@@ -254,14 +341,16 @@ class DeviceRates:
     def replica_in_one_domain(self) -> bool:
         return self.sharded.layout.gpus <= _scale_up_domain(self.gpu)
 
-    def comm(self, tokens: float) -> tuple[np.ndarray, np.ndarray, str]:
-        """Per-pass collective time of the stage and the time of one PP hop."""
+    def comm(self, tokens: Any) -> tuple[np.ndarray, np.ndarray, str]:
+        """Per-pass collective time of the stage and the time of one PP hop, ``(3, *shape)``
+        for ``tokens`` of any shape."""
         sh = self.sharded
         a, lay = sh.arch, sh.layout
         ab = sh.precision.activation_bytes
+        tokens = np.asarray(tokens, dtype=float)
         act = tokens * a.hidden * ab
         intra_tp = lay.tp <= _scale_up_domain(self.gpu)
-        t = np.zeros(3)
+        t = np.zeros((3, *tokens.shape))
         bases = ["measured"]
         n_ar = sh.tp_allreduces_per_pass()
         if n_ar:
@@ -276,7 +365,7 @@ class DeviceRates:
             if lay.tp // lay.ep > 1:
                 c, b = collective3(self.perf, "all_reduce", act, lay.tp // lay.ep, intra=intra_tp)
                 t = t + sh.moe_layers_per_stage * c
-        hop = np.zeros(3)
+        hop = np.zeros((3, *tokens.shape))
         if lay.pp > 1:
             hop, b = collective3(self.perf, "p2p", act, 2, intra=self.replica_in_one_domain)
             bases.append(b)
@@ -291,6 +380,8 @@ def pass_parts(
     attn_flops: float,
     attn_bytes: float,
     attn_shape: tuple[float, float, float],
+    kv_read_bytes: float = 0.0,
+    decode_attn_flops: float = 0.0,
 ) -> tuple[PassParts, np.ndarray]:
     """Parts of one forward pass over ``tokens`` tokens (and the PP hop time).
 
@@ -301,7 +392,12 @@ def pass_parts(
     logit_rows:
         Rows that need logits (one per sequence that emits a token).
     attn_flops, attn_bytes:
-        Attention FLOPs and KV-cache bytes moved on one GPU for the whole stage.
+        Attention FLOPs and other attention bytes (KV writes, Q/O) on one GPU, whole stage.
+    kv_read_bytes:
+        KV-cache bytes read by decode attention (once per KV head), whole stage.
+    decode_attn_flops:
+        Decode-attention FLOPs, run by the engine's decode kernel: at the tensor-core rate
+        (``attn_shape`` of a decode step) or, for a vector kernel, at the FP32 CUDA-core rate.
     attn_shape:
         ``(m, n, k)`` of the attention matmuls, for the calibrated rate at that shape.
     """
@@ -315,7 +411,14 @@ def pass_parts(
     gemm_c = flops[None, :] / rate
     gemm_m = bytes_[None, :] / bw
     arate, b_attn = rates.attention_rate(*attn_shape)
-    attn_c = attn_flops / arate
+    attn_v = np.zeros(3)
+    if rates.vector_decode_attention:
+        vrate, b_vec = rates.vector_rate()
+        attn_v = decode_attn_flops / vrate
+        attn_c = attn_flops / arate
+        b_attn = _worst(b_attn, b_vec)
+    else:
+        attn_c = (attn_flops + decode_attn_flops) / arate
     attn_m = attn_bytes / rates.bandwidth
     ew = tokens * sh.elementwise_bytes_per_token() / rates.bandwidth
     comm, hop, b_comm = rates.comm(tokens)
@@ -326,12 +429,16 @@ def pass_parts(
         gemm_count=g.count,
         attn_compute_s=np.asarray(attn_c, float).reshape(3),
         attn_memory_s=np.asarray(attn_m, float).reshape(3),
+        kv_read_s=np.asarray(kv_read_bytes / rates.bandwidth, float).reshape(3),
+        kv_group=sh.kv_group,
+        bandwidth_cap=rates.bandwidth_cap,
+        attn_vector_compute_s=np.asarray(attn_v, float).reshape(3),
         elementwise_s=np.asarray(ew, float).reshape(3),
         comm_s=comm,
         layers=sh.layers_per_stage,
         basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
-        flops=float((g.count * flops).sum() + attn_flops),
-        bytes=float((g.count * bytes_).sum() + attn_bytes),
+        flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops),
+        bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes),
     )
     return parts, hop
 
@@ -345,7 +452,8 @@ def prefill_pass(rates: DeviceRates, batch: float, seq_len: float, prefix: float
         tokens=batch * seq_len,
         logit_rows=batch,
         attn_flops=float(batch * sh.attention_flops_prefill(seq_len, prefix)),
-        attn_bytes=float(batch * (seq_len + prefix) * kv),
+        attn_bytes=float(batch * seq_len * kv),
+        kv_read_bytes=float(batch * prefix * kv),
         attn_shape=(seq_len, seq_len + prefix, sh.arch.qk_head_dim),
     )
 
@@ -358,8 +466,10 @@ def decode_pass(rates: DeviceRates, batch: float, ctx: float):
         rates,
         tokens=batch,
         logit_rows=batch,
-        attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
-        attn_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
+        attn_flops=0.0,
+        decode_attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
+        attn_bytes=0.0,
+        kv_read_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
     )
 
@@ -456,11 +566,10 @@ def continuous_iteration(
         rates,
         tokens=batch + pf_tokens,
         logit_rows=batch,
-        attn_flops=float(
-            new * sh.attention_flops_prefill(input_tokens)
-            + batch * mean_ctx * sh.attention_flops_decode_per_ctx_token()
-        ),
-        attn_bytes=batch * mean_ctx * kv + pf_tokens * kv,
+        attn_flops=float(new * sh.attention_flops_prefill(input_tokens)),
+        decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
+        attn_bytes=pf_tokens * kv,
+        kv_read_bytes=batch * mean_ctx * kv,
         attn_shape=(max(group, 1), mean_ctx, sh.arch.qk_head_dim),
     )
 
@@ -516,17 +625,16 @@ class StepCostModel:
         ab = sh.precision.activation_bytes
         flops = 2 * m * n * k
         bytes_ = n * k * wbe + m * (k + n) * ab
-        bw = rates.bandwidth[:, None]
+        em = np.minimum(params.bandwidth_efficiency, rates.bandwidth_cap)
+        bw = (rates.bandwidth * em)[:, None]
         pcomb = params.roofline_sharpness
-        per = cnt * smooth_max(
-            flops / rate / params.gemm_efficiency, bytes_ / bw / params.bandwidth_efficiency, pcomb
-        )
+        per = cnt * smooth_max(flops / rate / params.gemm_efficiency, bytes_ / bw, pcomb)
         per = per.reshape(3, len(grid), len(names))
         is_lm = np.array([nm == "lm_head" for nm in names])
         gemm = per[:, :, ~is_lm].sum(axis=-1)
         lm = per[:, :, is_lm].sum(axis=-1)
-        ew = grid[None, :] * sh.elementwise_bytes_per_token() / bw / params.bandwidth_efficiency
-        comm = np.stack([rates.comm(float(t))[0] for t in grid], axis=1) * params.comm_efficiency
+        ew = grid[None, :] * sh.elementwise_bytes_per_token() / bw
+        comm = rates.comm(grid)[0] * params.comm_efficiency
         ovh = sh.layers_per_stage * params.overhead_per_layer_s + params.overhead_per_step_s
         base = gemm + ew + comm + ovh
         # attention: decode streams KV (memory side), prefill is compute-bound
@@ -535,12 +643,16 @@ class StepCostModel:
         dflops = sh.attention_flops_decode_per_ctx_token()
         drate, _ = rates.attention_rate(group, typical_prompt, sh.arch.qk_head_dim)
         prate, _ = rates.attention_rate(typical_prompt, typical_prompt, sh.arch.qk_head_dim)
-        bwv = rates.bandwidth
-        attn_ctx = smooth_max(
-            dflops / drate / params.gemm_efficiency, kv / bwv / params.bandwidth_efficiency, pcomb
-        )
+        bwv = rates.bandwidth * em
+        kv_read = kv * sh.kv_group**params.kv_group_exponent
+        if rates.vector_decode_attention:
+            vrate, _ = rates.vector_rate()
+            d_comp = dflops / vrate / params.vector_attention_efficiency
+        else:
+            d_comp = dflops / drate / params.gemm_efficiency
+        attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb)
         attn_pf = 1.0 / prate / params.gemm_efficiency
-        kv_pf = kv / bwv / params.bandwidth_efficiency
+        kv_pf = kv / bwv
         _, hop, _ = rates.comm(1.0)
         lay = sh.layout
         return cls(

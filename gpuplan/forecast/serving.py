@@ -20,6 +20,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -88,8 +89,6 @@ class LengthDist:
         """Length at quantile ``q`` (before rounding and clipping)."""
         if self.p99 is None:
             return float(self.mean)
-        from statistics import NormalDist
-
         v = math.exp(self.mu + self.sigma * NormalDist().inv_cdf(q))
         return min(v, self.max_tokens) if self.max_tokens else v
 
@@ -402,30 +401,33 @@ def analytic_latency(
     i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
     coef = replica.prefill_flops_coef
     cost = replica.cost
-    tau = np.full_like(lam, float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario)))
-    for _ in range(iterations):
-        n = lam * o_mean * tau
-        pf = lam * i_mean * tau
-        new_tau = cost.time(
-            n + pf,
+    # prompts per iteration are Poisson(lam * tau); the iteration time is convex in the
+    # tokens it holds, so the mean is taken over that count, not at its mean (Jensen)
+    ks = np.arange(6.0)
+    fact = np.array([math.factorial(int(k)) for k in ks])
+
+    def mean_iteration(tau: np.ndarray) -> np.ndarray:
+        n = (lam * o_mean * tau)[:, None]
+        mu = (lam * tau)[:, None]
+        w = np.exp(-mu) * mu**ks / fact
+        w[:, -1] += np.maximum(1.0 - w.sum(axis=1), 0.0)
+        t = cost.time(
+            n + ks * i_mean,
             np.maximum(n, 1.0),
             n * (i_mean + o_mean / 2.0),
-            lam * tau * coef * i_mean**2 / 2.0,
-            pf,
+            ks * coef * i_mean**2 / 2.0,
+            ks * i_mean,
             scenario,
         )
-        new_tau = np.minimum(new_tau, 1e6)
-        tau = new_tau
+        return (w * t).sum(axis=1)
+
+    lam = np.atleast_1d(lam)
+    tau = np.full_like(lam, float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario)))
+    for _ in range(iterations):
+        tau = np.minimum(mean_iteration(tau), 1e6)
     n = lam * o_mean * tau
     pf = lam * i_mean * tau
-    check = cost.time(
-        n + pf,
-        np.maximum(n, 1.0),
-        n * (i_mean + o_mean / 2.0),
-        lam * tau * coef * i_mean**2 / 2.0,
-        pf,
-        scenario,
-    )
+    check = mean_iteration(tau)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
     feasible = (
         converged
@@ -435,23 +437,67 @@ def analytic_latency(
     )
     budget = np.maximum(replica.chunk_tokens - n, 1.0)
     rho = np.minimum(pf / budget, 0.999)
+    # the prompts sharing the request's iteration: itself plus those that arrived during the
+    # previous one, Poisson(lam * tau), at the percentile; the prompt's own tokens at the
+    # prompt-length quantile; the wait for the running iteration, which holds as many
+    mu = lam * tau
+    k_q = poisson_quantile(mu, q) if q > 0.5 else np.floor(mu)
+    others = np.minimum(k_q * i_mean, np.maximum(budget - np.minimum(i_q, budget), 0.0))
+    own = np.minimum(i_q, budget)
     own_chunks = np.ceil(i_q / budget)
     t_own = cost.time(
-        n + np.minimum(i_q, budget) + pf,
-        np.maximum(n, 1.0) + 1,
+        n + own + others,
+        np.maximum(n, 1.0) + 1 + k_q,
         n * (i_mean + o_mean / 2.0),
-        coef * np.minimum(i_q, budget) ** 2 / 2.0 + lam * tau * coef * i_mean**2 / 2.0,
-        np.minimum(i_q, budget) + pf,
+        coef * (own**2 + k_q * i_mean**2) / 2.0,
+        own + others,
         scenario,
     )
-    wait_iter = tau if q > 0.5 else tau / 2.0
-    # M/D/1 queue: mean wait rho / (2 (1 - rho)) service times; tail by an exponential
+    t_running = cost.time(
+        n + np.minimum(k_q * i_mean, budget),
+        np.maximum(n, 1.0),
+        n * (i_mean + o_mean / 2.0),
+        coef * k_q * i_mean**2 / 2.0,
+        np.minimum(k_q * i_mean, budget),
+        scenario,
+    )
+    wait_iter = t_running if q > 0.5 else t_running / 2.0
+    # prompts beyond the token budget queue for later iterations (M/D/1-like wait)
     queue = t_own * rho / (2 * (1 - rho)) * (math.log(1 / (1 - q)) if q > 0.5 else 1.0)
     ttft = wait_iter + own_chunks * t_own + queue
-    tpot = tau * (1.0 + (0.1 if q > 0.5 else 0.0) * rho)
+    # TPOT of one request averages its ``O`` iterations; ``lam*O*tau`` prompts (Poisson)
+    # land in them, each adding ``t_pf`` to its iteration: the percentile of that count
+    # (normal approximation) gives the percentile TPOT.
+    base_dec = cost.time(
+        np.maximum(n, 1.0), np.maximum(n, 1.0), n * (i_mean + o_mean / 2.0), 0.0, 0.0, scenario
+    )
+    t_pf = np.maximum(tau - base_dec, 0.0) / np.maximum(lam * tau, 1e-12)  # per prompt
+    z = NormalDist().inv_cdf(q) if q > 0.5 else 0.0
+    n_pf = lam * o_mean * tau
+    tpot = tau + z * np.sqrt(n_pf) * t_pf / max(o_mean, 1.0)
     ttft = np.where(feasible, ttft, np.inf)
     tpot = np.where(feasible, tpot, np.inf)
     return ttft, tpot, feasible
+
+
+def poisson_quantile(mu: Any, q: float, kmax: int = 200) -> np.ndarray:
+    """Smallest ``k`` with ``P(Poisson(mu) <= k) >= q``, elementwise (direct summation).
+
+    >>> int(poisson_quantile(1.0, 0.99))
+    4
+    """
+    mu = np.asarray(mu, dtype=float)
+    k = np.zeros_like(mu)
+    pmf = np.exp(-mu)
+    cdf = pmf.copy()
+    for i in range(1, kmax + 1):
+        need = cdf < q
+        if not need.any():
+            break
+        pmf = pmf * mu / i
+        cdf = cdf + pmf
+        k = np.where(need, float(i), k)
+    return k
 
 
 def max_rate_meeting(
@@ -631,7 +677,7 @@ def size_fleet(
     *,
     num_requests: int = 2000,
     seed: int = 0,
-    verify: int = 3,
+    verify: int = 4,
     progress: Any = None,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """Cheapest candidate (by cost when every candidate has a price, else by GPU count).
@@ -657,11 +703,23 @@ def size_fleet(
         n = c.num_gpus(r) or math.inf
         return n * c.usd_per_gpu_hour if by_price else n
 
-    # one candidate per (gpu, tp): the analytic best batch cap
-    live.sort(key=lambda c: (key(c, c.replicas_analytic), -c.replica.max_batch))
+    # one candidate per (gpu, tp, pp, ep): the batch cap with the fewest analytic replicas
+    # (the largest such cap: it queues least)
+    per_layout: dict[tuple, Candidate] = {}
+    for c in live:
+        k = (c.gpu, c.tp, c.pp, c.ep)
+        cur = per_layout.get(k)
+        if cur is None or (c.replicas_analytic, -c.replica.max_batch) < (
+            cur.replicas_analytic,
+            -cur.replica.max_batch,
+        ):
+            per_layout[k] = c
+    order = sorted(
+        per_layout.values(), key=lambda c: (key(c, c.replicas_analytic), -c.replica.max_batch)
+    )
     best: Candidate | None = None
     checked = 0
-    for c in live:
+    for c in order:
         if checked >= verify:
             break
         if best is not None and key(c, c.replicas_analytic) > 1.5 * key(best, best.replicas):

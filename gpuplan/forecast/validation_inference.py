@@ -46,6 +46,14 @@ from gpuplan.forecast.inference_fit import (
 from gpuplan.forecast.inference_step import VALUE, OverheadParams
 
 CSV_PATH = DATA_DIR / "inference_runs.csv"
+
+#: Precision a framework version actually ran, where its table says otherwise. The v0.9.0
+#: Hopper page lists every model as FP8, but FP8 quantisation of Mixtral only arrived in
+#: v0.10.0 ("Added FP8 quantization support for Mixtral", TensorRT-LLM 0.10.0 release notes,
+#: https://github.com/NVIDIA/TensorRT-LLM/pull/1734; the v0.9.0 quantize script fails on
+#: Mixtral, https://github.com/NVIDIA/TensorRT-LLM/issues/1229), so those rows ran with FP16
+#: weights and KV cache.
+PRECISION_AS_RUN: dict[tuple[str, str, str], str] = {}
 SCHEMES = {"leave-one-model-out": "model", "leave-one-gpu-out": "gpu"}
 METRICS = ("throughput_per_gpu", "ttft")
 
@@ -83,6 +91,14 @@ def _num(text: str | None) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def engine_of(row: dict[str, str]) -> str:
+    """The engine profile of a published row (its ``framework`` column)."""
+    fw = (row.get("framework") or "").lower()
+    if "tensorrt-llm" in fw and "v0.9" in fw:
+        return "trtllm-0.9"
+    return "modern"
 
 
 def row_case(row: dict[str, str]) -> dict[str, Any]:
@@ -154,13 +170,20 @@ def prepare(
             model = catalog.model(row["model"])
             gpu = catalog.gpu(row["gpu_type"])
             prec_name = (row.get("precision") or "bf16").strip().lower()
+            for (version, mid, listed), ran in PRECISION_AS_RUN.items():
+                if (
+                    version in (row.get("framework") or "")
+                    and model.id == mid
+                    and prec_name == listed
+                ):
+                    prec_name = ran
             if gpu.id not in perfs:
                 perfs[gpu.id] = perf_for(gpu.id) if perf_for else device_perf_for(gpu.id, artifact)
             key = (model.id, gpu.id, prec_name, case["tp"], case["pp"], case["ep"])
             if key not in rates_cache:
                 prec = resolve_precision(prec_name, gpu)
                 sh = shard(arch_from(model), Layout(case["tp"], case["pp"], case["ep"]), prec)
-                rates_cache[key] = DeviceRates(perfs[gpu.id], gpu, sh)
+                rates_cache[key] = DeviceRates(perfs[gpu.id], gpu, sh, engine=engine_of(row))
             run = static_run_parts(rates_cache[key], case["batch"], case["input"], case["output"])
         except GpuplanError as exc:
             skipped.append({"run_id": rid, "reason": exc.one_line()})
