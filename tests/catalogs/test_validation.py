@@ -113,7 +113,7 @@ def test_bad_id_reported_by_index(catalog_copy: Path) -> None:
 def test_unverified_must_name_a_field(catalog_copy: Path) -> None:
     _edit(
         catalog_copy / "nodes.yaml",
-        "unverified: [max_power_w, rack_units]",
+        "unverified: [max_power_w, rack_units, cpu]",
         "unverified: [max_powr_w]",
     )
     problems = validate_catalog(catalog_copy)
