@@ -63,9 +63,16 @@ class PlanContext:
             self.on_progress(message)
 
     # ----------------------------------------------------------- scenario inputs
-    def inp(self, path: tuple[Any, ...], unit: str, label: str | None = None) -> Figure:
-        """The scenario value at ``path`` as an input (or default) figure; recorded."""
+    def inp(
+        self, path: tuple[Any, ...], unit: str, label: str | None = None, *, fallback: Any = None
+    ) -> Figure:
+        """The scenario value at ``path`` as an input (or default) figure; recorded.
+
+        ``fallback`` is the schema default to use when a parent block is absent.
+        """
         value = _get(self.scenario, path)
+        if value is None:
+            value = fallback
         dotted = dotted_path(path)
         fig = input_fig(
             value,

@@ -958,19 +958,49 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
             )
             opt.power["max_gpus_within_site_power"] = fits
             what = "facility power (with PUE)" if facility.ok else "IT power (no PUE given)"
+            template = (
+                f"the fleet needs {{needed}} of {what}; the site has {{limit}} "
+                "(at most {fits} fit"
+            )
+            figs = {"needed": draw, "limit": site, "fits": fits}
+            within = _time_within(ctx, opt, int(fits.value))
+            if within:
+                opt.power["time_to_train_within_site_power"] = within
+                name, fig = next(iter(within.items()))
+                template += f", on which {name} would take {{within}}"
+                figs["within"] = fig
             opt.binding.append(
                 {
                     "constraint": "site_power_kw",
                     "option": opt.id,
-                    "message": Text(
-                        f"the fleet needs {{needed}} of {what}; the site has {{limit}} kW "
-                        "(at most {fits} fit)",
-                        {"needed": draw, "limit": site, "fits": fits},
-                    ),
+                    "message": Text(template + ")", figs),
                     "needed": draw,
                     "limit": site,
                 }
             )
+
+
+def _time_within(ctx: PlanContext, opt: Option, gpus: int) -> dict[str, Figure]:
+    """Time to train each workload on the largest fleet the site can power."""
+    from gpuplan.plan.workloads import forecast_training_cached
+
+    out: dict[str, Figure] = {}
+    if gpus < opt.gpus_per_node.value:
+        return out
+    for t in opt.training:
+        w = ctx.scenario.workloads.training[t.index]
+        res, _err = forecast_training_cached(
+            ctx, w, opt.gpu.id, num_gpus=gpus, target_days=None, platform=t.platform
+        )
+        if res is not None and res.get("time_to_train_s"):
+            out[t.name] = ctx.fc(
+                res,
+                "time_to_train_s",
+                "s",
+                f"{t.name}: time to train on the largest fleet within the site power",
+                f"forecast train {t.name} on {opt.gpu.id} x{gpus}",
+            )
+    return out
 
 
 # ------------------------------------------------------------------ cost

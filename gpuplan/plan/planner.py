@@ -11,7 +11,6 @@ catalog row, calibration and measurement used. Rendering lives in :mod:`gpuplan.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,68 +251,13 @@ def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float],
 def _shared_cluster(
     ctx: PlanContext, ranked: list[rankmod.Entry], options: list[Option]
 ) -> dict[str, Any] | None:
-    """Simulate the teams on the planned fleet (gpuplan.plan.scheduling), if any teams."""
-    sc = ctx.scenario
-    if not sc.teams:
+    """Simulate the teams on the recommended fleet (gpuplan.plan.shared), if any teams."""
+    if not ctx.scenario.teams:
         return None
-    from gpuplan.plan.scheduling import shared_cluster_for_plan
+    from gpuplan.plan.shared import shared_cluster_section
 
-    top = ranked[0].option if ranked else (options[0] if options else None)
-    if top is None or top.nodes is None:
-        return {"error": "no sized option to simulate the teams on"}
-    ctx.progress("simulating the shared cluster")
-    try:
-        result = shared_cluster_for_plan(
-            teams=sc.teams,
-            scheduling=sc.scheduling,
-            nodes=int(top.nodes.value),
-            gpus_per_node=int(top.gpus_per_node.value),
-            gpu=top.gpu.id,
-            artifact=ctx.artifact,
-        )
-    except GpuplanError as exc:
-        return {"option": top.id, "error": exc.one_line()}
-    return {"option": top.id, **_wrap_simulation(result, top)}
-
-
-def _wrap_simulation(result: dict[str, Any], top: Option) -> dict[str, Any]:
-    """Every number of the simulation output becomes a derived figure citing the simulation."""
-    ref_inputs = [top.nodes, top.gpus_per_node]
-
-    def wrap(obj: Any, path: str) -> Any:
-        if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-            return obj
-        if isinstance(obj, (int, float)):
-            if isinstance(obj, float) and not math.isfinite(obj):
-                return None
-            return derived(
-                obj,
-                _unit_from_key(path),
-                f"shared cluster {path}",
-                "discrete-event simulation of the teams' jobs (gpuplan.plan.scheduling)",
-                ref_inputs,
-            )
-        if isinstance(obj, dict):
-            return {k: wrap(v, f"{path}.{k}" if path else str(k)) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [wrap(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        return str(obj)
-
-    return wrap(result, "")
-
-
-def _unit_from_key(path: str) -> str:
-    key = path.rsplit(".", 1)[-1]
-    for suffix, unit in (
-        ("_s", "s"),
-        ("_gpus", "GPUs"),
-        ("_h", "h"),
-        ("_fraction", "fraction"),
-        ("utilisation", "fraction"),
-    ):
-        if key.endswith(suffix):
-            return unit
-    return ""
+    top = ranked[0].option if ranked else next((o for o in options if o.nodes is not None), None)
+    return shared_cluster_section(ctx, top)
 
 
 def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list[dict[str, Any]]:
@@ -341,10 +285,8 @@ def _headline(
             {"gpus": e.option.gpus, "nodes": e.option.nodes, "metric": e.metric},
         )
     if binding:
-        parts: list[Text | str] = ["No option meets all constraints. Binding"]
-        for b in binding:
-            parts.append(join_texts([f"{b['constraint']}: ", b["example"]], sep=""))
-        return join_texts(parts, sep="; ")
+        parts = [join_texts([f"{b['constraint']}: ", b["example"]], sep="") for b in binding]
+        return join_texts(["No option meets all constraints. Binding: ", join_texts(parts)], sep="")
     if not options:
         return Text(
             "No candidate option: the catalog has no instance or node with the candidate GPUs"

@@ -69,7 +69,7 @@ def fmt(f: Any) -> str:
         return "missing"
     text = format_number(f["value"], f["unit"])
     iv = f.get("interval")
-    if iv and None not in iv:
+    if iv and None not in iv and format_number(iv[0], f["unit"]) != format_number(iv[1], f["unit"]):
         text += f" ({format_number(iv[0], f['unit'])} to {format_number(iv[1], f['unit'])})"
     return text
 
