@@ -1,7 +1,122 @@
-"""Placeholder: the command is added by its owner (see docs/dev/INTERFACES.md)."""
+"""``gpuplan validate inference``: forecast every published serving run, report the error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, simple_table
+
+HELP = """Forecast every published serving run shipped with gpuplan (TensorRT-LLM v0.9.0
+performance tables: static-batch output tokens/s per GPU and batch-1 first-token latency
+on A100, H100 and H200) and compare like with like. Prints coverage, median and p90
+absolute percentage error, signed bias and how often the forecast interval contains the
+published value, per source, per table and overall.
+
+Every row is scored with framework constants fitted WITHOUT it: by default without its
+model (--scheme leave-one-model-out), or without its GPU (leave-one-gpu-out).
+
+\b
+Examples:
+  gpuplan validate inference
+  gpuplan validate inference --scheme leave-one-gpu-out --rows
+  gpuplan validate inference --format json > inference-validation.json
+"""
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
+def _table(result: dict[str, Any], show_rows: bool):
+    def draw(console) -> None:
+        cols = ["rows", "forecast", "coverage", "median |err|", "p90 |err|", "bias", "in interval"]
+
+        def line(name: str, s: dict[str, Any]) -> tuple:
+            return (
+                name,
+                s["rows"],
+                s["forecast"],
+                f"{100 * s['coverage']:.0f}%",
+                _pct(s.get("median_abs_pct_error")),
+                _pct(s.get("p90_abs_pct_error")),
+                _pct(s.get("bias_pct")),
+                f"{100 * s['interval_coverage']:.0f}%" if "interval_coverage" in s else "-",
+            )
+
+        title = f"Inference forecast vs published runs ({result['scheme']}, held out)"
+        rows = [
+            line(k[:28] + ("..." if len(k) > 28 else ""), v)
+            for k, v in result.get("by_source", {}).items()
+        ]
+        rows.append(line("OVERALL", result["overall"]))
+        console.print(simple_table(title, ["source", *cols], rows))
+        for key, label in (
+            ("by_table", "table"),
+            ("by_metric", "metric"),
+            ("by_model", "model"),
+            ("by_gpu", "GPU"),
+        ):
+            if result.get(key):
+                console.print(
+                    simple_table(None, [label, *cols], [line(k, v) for k, v in result[key].items()])
+                )
+        if show_rows and result.get("rows"):
+            console.print(
+                simple_table(
+                    "Rows",
+                    ["run", "metric", "published", "forecast", "interval", "error"],
+                    [
+                        (
+                            r["run_id"],
+                            r["metric"],
+                            f"{r['published']:.4g}",
+                            "-" if r["forecast"] is None else f"{r['forecast']:.4g}",
+                            "-"
+                            if r["interval"] is None
+                            else f"{r['interval'][0]:.4g} .. {r['interval'][1]:.4g}",
+                            _pct(r["error_pct"]),
+                        )
+                        for r in result["rows"]
+                    ],
+                )
+            )
+        if result.get("skipped"):
+            console.print(
+                f"{len(result['skipped'])} rows not forecast: "
+                + "; ".join(f"{r['run_id']}: {r['reason']}" for r in result["skipped"])
+            )
+        console.print(f"Convention: {result['convention']}.")
+
+    return draw
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to ``app``."""
+    """Add ``inference`` to the ``validate`` group."""
+
+    @app.command("inference", help=HELP)
+    def inference(
+        data: Path | None = typer.Option(
+            None, "--data", help="Published-runs CSV (default: the shipped table)."
+        ),
+        scheme: str = typer.Option(
+            "leave-one-model-out", "--scheme", help="leave-one-model-out or leave-one-gpu-out."
+        ),
+        rows: bool = typer.Option(False, "--rows", help="Also list every row (table format)."),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="Calibration artifact (default: the shipped one)."
+        ),
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        from gpuplan.forecast.validation_inference import validate_inference
+
+        if fmt == Format.table:
+            info(
+                "forecasting the published runs, refitting the framework constants per held-out group ..."
+            )
+        result = validate_inference(
+            data, scheme=scheme, artifact=str(calibration) if calibration else None
+        )
+        emit(result, fmt, _table(result, rows))
