@@ -1,0 +1,95 @@
+"""Matmul and memory-bandwidth probes on the CPU: sweeps, correctness checks, real points."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpuplan.probes import matmul, membw
+from gpuplan.probes.base import DeviceInfo, ProbeContext
+from gpuplan.probes.timing import TimingConfig
+from gpuplan.results.schema import MatmulMeasurement, MembwMeasurement, ProbeResult
+
+FAST = TimingConfig(warmups=1, min_sample_s=0.005, samples=3, min_samples=3)
+CPU = DeviceInfo(kind="cpu", count=0)
+
+
+def test_transformer_layer_shapes_split_with_tensor_parallelism():
+    # Llama 3.1 70B: hidden 8192, 64 heads of 128, 8 KV heads, FFN 28672
+    full = matmul.transformer_layer("l", hidden=8192, ffn=28672, heads=64, kv_heads=8, tokens=4096)
+    assert [(g.m, g.n, g.k) for g in full] == [
+        (4096, 10240, 8192),  # QKV: (64 + 2*8) * 128 columns
+        (4096, 8192, 8192),
+        (4096, 57344, 8192),  # gate and up projections together
+        (4096, 8192, 28672),
+    ]
+    tp8 = matmul.transformer_layer("l", hidden=8192, ffn=28672, heads=64, kv_heads=8, tokens=4096, tp=8)
+    assert [(g.n, g.k) for g in tp8] == [(1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584)]
+    assert full[0].flops == 2 * 4096 * 10240 * 8192
+
+
+def test_sweeps_include_square_and_layer_shapes():
+    for gpu in (False, True):
+        for quick in (False, True):
+            labels = [g.label for g in matmul.shapes(gpu=gpu, quick=quick)]
+            assert any(lab.startswith("square") for lab in labels)
+            assert any("qkv" in lab for lab in labels)
+    assert max(g.m for g in matmul.shapes(gpu=True, quick=False)) >= 16384
+
+
+def test_product_check_detects_a_wrong_result():
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(64, 128, generator=gen)
+    b = torch.randn(128, 300, generator=gen)
+    c = a @ b
+    assert matmul.check_product(torch, a, b, c) < matmul.TOLERANCE["fp32"]
+    c[3, 7] += 1.0
+    assert matmul.check_product(torch, a, b, c) > matmul.TOLERANCE["fp32"]
+    # bf16 inputs, bf16 output: within the bf16 tolerance, not within fp32's
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    err = matmul.check_product(torch, a16, b16, a16 @ b16)
+    assert matmul.TOLERANCE["fp32"] < err < matmul.TOLERANCE["bf16"]
+
+
+def test_cpu_precisions_are_fp32_and_bf16():
+    names = [(p.name, p.dtype_name, why) for p, why in matmul.precisions(torch, gpu=False)]
+    assert names == [("fp32", "float32", None), ("bf16", "bfloat16", None)]
+
+
+def test_matmul_point_on_cpu_is_measured_and_correct():
+    ctx = ProbeContext(device=CPU, timing=FAST)
+    gemm = matmul.Gemm(128, 256, 64, "tiny")
+    prec = matmul.Precision("fp32", "float32")
+    point = matmul._measure_point(ctx, torch, gemm, prec, torch.device("cpu"), matmul.timer_for(CPU))
+    m = MatmulMeasurement.model_validate(point)
+    assert m.correct is True
+    assert m.flops_per_s == pytest.approx(2 * 128 * 256 * 64 / m.median_s)
+    assert len(m.samples_s) == 3 and m.loops >= 1
+
+
+def test_membw_sizes_go_well_past_the_llc():
+    llc = 32 << 20
+    quick = membw.sizes(llc, quick=True, limit_bytes=None)
+    full = membw.sizes(llc, quick=False, limit_bytes=None)
+    assert min(quick) < llc and max(quick) >= 8 * llc
+    assert max(full) >= 16 * llc
+    assert all(s & (s - 1) == 0 for s in quick + full)  # powers of two
+    assert membw.sizes(llc, quick=True, limit_bytes=64 << 20)[-1] <= 64 << 20
+
+
+def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
+    # a small 'LLC' keeps the sweep short; the byte accounting is what is checked
+    monkeypatch.setattr(membw, "device_llc_bytes", lambda torch, gpu: (1 << 20, "test"))
+    ctx = ProbeContext(device=CPU, quick=True, timing=FAST)
+    membw.run(ctx)
+    (rec,) = ctx.recorders
+    result = ProbeResult.model_validate(rec.as_dict())
+    assert result.status == "ok", result.error
+    assert result.params["llc_bytes"] == 1 << 20
+    for m in result.typed():
+        assert isinstance(m, MembwMeasurement)
+        per_array = {"copy": 2, "triad": 3}[m.op]
+        assert m.bytes_moved == per_array * m.size_bytes
+        assert m.bytes_per_s == pytest.approx(m.bytes_moved / m.median_s)
+    assert {m["op"] for m in result.measurements} == {"copy", "triad"}
+    assert max(m["size_bytes"] for m in result.measurements) >= 8 << 20
