@@ -12,10 +12,34 @@ import os
 import sys
 from collections.abc import Sequence
 
-import click
+import typer
+import typer.core
+import typer.exceptions
 
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError
+
+# typer >= 0.20 vendors its own copy of click (typer._click); older releases use click
+# itself. Commands raise the exceptions of whichever copy typer uses, so the root group is
+# built on typer's classes and main() catches the exceptions of both copies.
+try:
+    from typer import _click as click
+except ImportError:  # pragma: no cover - typer < 0.20
+    import click  # type: ignore[no-redef]
+
+_EXC_MODULES = [click.exceptions]
+try:  # pragma: no cover - depends on the installed typer
+    import click as _real_click
+
+    if _real_click.exceptions is not click.exceptions:
+        _EXC_MODULES.append(_real_click.exceptions)
+except ImportError:  # pragma: no cover
+    pass
+
+_USAGE_ERRORS = tuple(m.UsageError for m in _EXC_MODULES)
+_CLICK_ERRORS = tuple(m.ClickException for m in _EXC_MODULES)
+_EXITS = (typer.exceptions.Exit, *(m.Exit for m in _EXC_MODULES if hasattr(m, "Exit")))
+_ABORTS = (typer.exceptions.Abort, *(m.Abort for m in _EXC_MODULES if hasattr(m, "Abort")))
 
 # name -> (module path, attribute holding a typer.Typer app, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -47,7 +71,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(typer.core.TyperGroup):
     """A click group whose sub-commands are typer apps imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -87,16 +111,45 @@ Every command takes --format table|json; JSON goes to stdout, progress and logs 
 """
 
 
-@click.group(
-    cls=LazyGroup, help=ROOT_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+def _print_version(value: bool) -> None:
+    if value:
+        click.echo(f"gpuplan {__version__}")
+        raise typer.Exit()
+
+
+root_app = typer.Typer(
+    cls=LazyGroup,
+    help=ROOT_HELP,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(__version__, prog_name="gpuplan")
-def cli() -> None:
-    """Root group (see ROOT_HELP)."""
 
 
-def _usage_line(exc: click.UsageError) -> str:
-    where = exc.ctx.command_path if exc.ctx is not None else "gpuplan"
+@root_app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Show the version and exit.",
+    ),
+) -> None:
+    """Root options (see ROOT_HELP)."""
+
+
+def _build_root() -> LazyGroup:
+    import typer.main
+
+    return typer.main.get_command(root_app)  # type: ignore[return-value]
+
+
+def _usage_line(exc: Exception) -> str:
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "gpuplan"
     message = " ".join(exc.format_message().split())
     return f"{where}: error: {message} (see '{where} --help')"
 
@@ -105,22 +158,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpuplan`` console script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = cli.main(args=args, prog_name="gpuplan", standalone_mode=False)
+        result = _build_root().main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
         click.echo(f"gpuplan: error: {exc.one_line()}", err=True)
         return exc.exit_code
-    except click.exceptions.UsageError as exc:
-        click.echo(_usage_line(exc), err=True)
+    except _USAGE_ERRORS as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a group called bare: show its help
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc), err=True)
+        else:
+            click.echo(_usage_line(exc), err=True)
         return 2
-    except click.exceptions.BadParameter as exc:  # pragma: no cover - subclass of UsageError
-        click.echo(f"gpuplan: error: {exc.format_message()}", err=True)
-        return 2
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except _EXITS as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    except (*_ABORTS, KeyboardInterrupt):
         click.echo("gpuplan: interrupted", err=True)
         return 130
-    except click.ClickException as exc:
+    except _CLICK_ERRORS as exc:
         click.echo(f"gpuplan: error: {' '.join(exc.format_message().split())}", err=True)
         return exc.exit_code
     except BrokenPipeError:  # e.g. `gpuplan ... | head`

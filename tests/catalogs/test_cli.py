@@ -150,13 +150,12 @@ def test_help_has_examples() -> None:
         assert result.exit_code == 0 and "Examples:" in result.output, args
 
 
-_MAIN_BUG = (
-    "gpuplan/cli/main.py catches click's exceptions, but typer 0.29 raises its vendored "
-    "typer._click ones: --help and usage errors of sub-commands end in a traceback (lead)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_MAIN_BUG)
 def test_usage_error_is_one_line_through_the_root(capsys) -> None:
     code, _, err = _run(capsys, "catalog", "ls", "foo")
     assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "'gpus'" in err  # says what is allowed
+
+
+def test_group_help_through_the_root(capsys) -> None:
+    code, out, err = _run(capsys, "catalog", "--help")
+    assert code == 0 and "Examples:" in out and "Traceback" not in err
