@@ -114,6 +114,9 @@ class Framework:
     """Megatron sequence parallelism with TP > 1 (Korthikanti et al. 2022)."""
     flash_attention: bool = True
     """Fused attention that never stores the score matrix (Dao et al. 2022)."""
+    attention_kernel: str = "auto"
+    """Which fused-attention kernel (a key of ``attention_kernels`` in the constants, e.g.
+    ``flash-attention-2``); ``auto`` takes the best published one for the GPU generation."""
     dp_overlap: bool = True
     """Gradient reduce-scatter overlapped with the backward and parameter all-gather with
     the next forward (Megatron-core overlap_grad_reduce / overlap_param_gather; FSDP
@@ -144,6 +147,8 @@ class Hardware:
     """GPUs per scale-up domain (NVLink/xGMI), e.g. 8 for HGX, 72 for NVL72."""
     inter_node_bandwidth_bytes_per_s: float | None
     """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
+    generation: str | None = None
+    """Architecture generation (``ampere``, ``hopper``...): selects the attention kernel."""
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
@@ -163,6 +168,39 @@ def take_layouts(layouts: dict[str, np.ndarray], index: Any) -> dict[str, np.nda
 def _dtype_for_attention(precision: str) -> str:
     # Attention kernels run in 16-bit even in FP8 recipes (Transformer Engine).
     return "fp16" if precision == "fp16" else "bf16"
+
+
+def attention_kernel_figure(
+    generation: str | None, kernel: str, constants: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The published efficiency row of a fused-attention kernel on a GPU generation.
+
+    ``kernel="auto"`` picks the constants' ``attention_kernel_auto`` entry for the
+    generation. Returns ``None`` when no figure is published for the pair.
+    """
+    table = constants.get("attention_kernels", {})
+    if kernel == "auto":
+        kernel = constants.get("attention_kernel_auto", {}).get(str(generation), "")
+    row = table.get(kernel, {}).get(str(generation))
+    return {**row, "kernel": kernel} if row else None
+
+
+def attention_rate3(
+    perf: Any, generation: str | None, dtype: str, kernel: str, constants: dict[str, Any]
+) -> np.ndarray:
+    """Fused-attention FLOP/s ``[value, high, low]``: published fraction x dense peak.
+
+    Without a published figure for the kernel and generation, the best achievable dense
+    GEMM rate of the calibration stands in (no evidence that attention is slower).
+    """
+    row = attention_kernel_figure(generation, kernel, constants)
+    peak = perf.peak_flops_per_s(dtype)
+    if row is None or not peak:
+        return _best_matmul3(perf, dtype)
+    frac = float(row["fraction_of_peak"])
+    lo = float(row.get("low", frac))
+    hi = float(row.get("high", frac))
+    return np.array([frac, hi, lo]).reshape(3, 1) * float(peak)
 
 
 def _best_matmul3(perf: Any, dtype: str) -> np.ndarray:
@@ -294,10 +332,10 @@ def evaluate_layouts(
     score_bytes = 0.0
     if fw.flash_attention:
         # Flash attention keeps the score tiles on chip (Dao et al. 2022, section 3.1): it
-        # is compute-bound, so it is timed at the best achievable dense GEMM rate; the
-        # fitted attention factor carries its efficiency relative to that (and the
-        # causal blocks it skips).
-        attn_rate = _best_matmul3(perf, attn_dtype)
+        # is compute-bound, at the fraction of the dense peak its kernel reaches on this
+        # GPU generation (published kernel figures, see attention_rate3); the fitted
+        # attention factor carries the rest (backward pass, causal blocks skipped).
+        attn_rate = attention_rate3(perf, hw.generation, attn_dtype, fw.attention_kernel, c)
     else:
         # Unfused attention: two batched GEMMs that write/read the score matrix, timed at
         # the calibrated rate of their shapes, and the softmax (+ dropout) passes over the
@@ -861,6 +899,7 @@ def resolve_hardware(
     prov["inter_node_bandwidth_bytes_per_s"] = bw
     node_size = int(_get(row, "scale_up_domain_size", default=1) or 1)
     return Hardware(
+        generation=_get(row, "generation"),
         gpu_id=row.id,
         perf=perf,
         memory_bytes=float(row.memory_bytes),
