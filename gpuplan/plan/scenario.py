@@ -525,7 +525,8 @@ def parse_scenario(text: str, *, path: Path | None = None) -> LoadedScenario:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        # an unknown key is usually a typo of a field reported missing: say that first
+        errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
         first = _format_error(errors[0], lines, where)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise SchemaError(
