@@ -665,10 +665,11 @@ def validate(
     def evals_for(subset: Iterable[RowConfig], constants: dict[str, Any]) -> list[RowEval]:
         out = []
         for cfg in subset:
-            hw = ctx.hardware(cfg.gpu)
+            lay = layouts.get(cfg.run_id)
+            if lay is None:
+                continue  # its layout could not be built (recorded in failures)
             try:
-                lay = layouts.get(cfg.run_id)
-                e = evaluate_row(cfg, hw, constants, lay)
+                e = evaluate_row(cfg, ctx.hardware(cfg.gpu), constants, lay)
             except InputError as exc:
                 failures.append(
                     {"run_id": cfg.run_id, "source": cfg.source, "reason": exc.one_line()}
@@ -678,8 +679,10 @@ def validate(
             out.append(e)
         return out
 
-    # The searched pieces (micro-batch, interleaving) are chosen once with the shipped
-    # constants; the constants fit below never sees a held-out row's published value.
+    # The searched pieces (micro-batch, interleaving) are chosen once, under the physical
+    # model without fitted constants (neutral_constants), so that the layout of a held-out
+    # row owes nothing to a fit that saw it.
+    choose_layouts(complete, ctx, layouts, failures)
     base = evals_for(complete, shipped)
     ok_ids = {e.cfg.run_id for e in base}
     complete_ok = [c for c in complete if c.run_id in ok_ids]
@@ -729,6 +732,29 @@ def key_fn_row(r: dict[str, Any], key_name: str) -> str:
     return r["source"] if key_name == "per_source" else r["group"]
 
 
+def neutral_constants() -> dict[str, Any]:
+    """The shipped constants with every fitted factor at its neutral value (1, or 0 s)."""
+    c = default_constants()
+    c.update({k: FIT_BOUNDS[k][0] for k in FIT_KEYS})
+    c["residual_ratio_quantiles"] = [1.0, 1.0]
+    return c
+
+
+def choose_layouts(
+    cfgs: Iterable[RowConfig],
+    ctx: Context,
+    layouts: dict[str, dict[str, int]],
+    failures: list[dict[str, Any]],
+) -> None:
+    """Fill ``layouts`` with each row's layout, searched pieces chosen without fitted constants."""
+    neutral = neutral_constants()
+    for cfg in cfgs:
+        try:
+            layouts[cfg.run_id] = _choose_layout(cfg, ctx.hardware(cfg.gpu), neutral)
+        except InputError as exc:
+            failures.append({"run_id": cfg.run_id, "source": cfg.source, "reason": exc.one_line()})
+
+
 def fit_shipped_constants(
     *, data: Any = None, artifact: Any = None, context: Context | None = None
 ) -> dict[str, Any]:
@@ -738,6 +764,7 @@ def fit_shipped_constants(
     complete = [c for c in (row_config(r, ctx.catalog) for r in rows) if c.complete]
     start = default_constants()
     layouts: dict[str, dict[str, int]] = {}
+    choose_layouts(complete, ctx, layouts, [])
 
     def evals(c: dict[str, Any]) -> list[RowEval]:
         out = []
