@@ -46,6 +46,8 @@ def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> Path
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            # mkstemp creates 0600; a result file is readable like any other file
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -58,6 +60,12 @@ def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> Path
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _publish_new(tmp: str, path: Path) -> None:

@@ -52,7 +52,9 @@ def test_every_probed_op_has_a_factor_and_bandwidths_follow():
 def test_torchrun_environment_detection():
     assert torchrun_env({}) is None
     assert torchrun_env({"WORLD_SIZE": "1", "RANK": "0"}) is None
-    env = torchrun_env({"WORLD_SIZE": "16", "RANK": "9", "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "1"})
+    env = torchrun_env(
+        {"WORLD_SIZE": "16", "RANK": "9", "LOCAL_WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    )
     assert env is not None and env.num_nodes == 2 and env.local_rank == 1 and env.rank == 9
 
 

@@ -22,7 +22,12 @@ def sbatch_directives(text: str) -> dict[str, str]:
 
 
 def test_slurm_script_lines_and_torchrun_arguments():
-    text = slurm_script(nodes=4, gpus_per_node=8, probe_args=["--quick", "--only", "matmul,collectives"], out_dir="res")
+    text = slurm_script(
+        nodes=4,
+        gpus_per_node=8,
+        probe_args=["--quick", "--only", "matmul,collectives"],
+        out_dir="res",
+    )
     assert text.startswith("#!/bin/bash\n")
     d = sbatch_directives(text)
     assert d["--nodes"] == "4"
@@ -36,7 +41,7 @@ def test_slurm_script_lines_and_torchrun_arguments():
     inner = shlex.split(argv[6])
     assert inner[0] == "torchrun"
     assert "--nnodes=4" in inner and "--nproc-per-node=8" in inner
-    assert '--node-rank=$SLURM_NODEID' in inner
+    assert "--node-rank=$SLURM_NODEID" in inner
     assert "--master-addr=$HEAD_NODE" in inner
     tail = inner[inner.index("--no-python") + 1 :]
     assert tail == ["gpuplan", "probe", "--quick", "--only", "matmul,collectives", "--out", "res"]
@@ -48,7 +53,9 @@ def test_slurm_script_lines_and_torchrun_arguments():
 
 
 def test_slurm_optional_directives_and_bad_values():
-    d = sbatch_directives(slurm_script(nodes=1, gpus_per_node=2, partition="gpu", account="ml", time_limit="01:00:00"))
+    d = sbatch_directives(
+        slurm_script(nodes=1, gpus_per_node=2, partition="gpu", account="ml", time_limit="01:00:00")
+    )
     assert d["--partition"] == "gpu" and d["--account"] == "ml" and d["--time"] == "01:00:00"
     with pytest.raises(InputError, match="--nodes"):
         slurm_script(nodes=0, gpus_per_node=8)
@@ -77,20 +84,51 @@ def test_k8s_manifest_is_a_headless_service_and_an_indexed_job():
     assert cmd[-6:] == ["--no-python", "gpuplan", "probe", "--quick", "--out", "/results"]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert "/results" in mounts
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
     assert claims == ["gpuplan-results"]
     json.dumps(job)  # plain data, nothing YAML-specific
 
 
 def test_cli_emit_writes_files_and_never_overwrites(run_cli, tmp_path):
-    r1 = run_cli("probe", "--emit", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--quick", "--out", str(tmp_path), "--format", "json")
+    r1 = run_cli(
+        "probe",
+        "--emit",
+        "slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--format",
+        "json",
+    )
     assert r1.returncode == 0, r1.stderr
     d1 = json.loads(r1.stdout)
-    r2 = run_cli("probe", "--emit", "slurm", "--nodes", "2", "--gpus-per-node", "4", "--out", str(tmp_path), "--format", "json")
+    r2 = run_cli(
+        "probe",
+        "--emit",
+        "slurm",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--format",
+        "json",
+    )
     d2 = json.loads(r2.stdout)
     assert d1["path"] != d2["path"]
     assert sbatch_directives(open(d1["path"]).read())["--nodes"] == "2"
     assert "--quick" in open(d1["path"]).read() and "--quick" not in open(d2["path"]).read()
-    r3 = run_cli("probe", "--emit", "k8s", "--nodes", "2", "--out", str(tmp_path), "--format", "json")
+    r3 = run_cli(
+        "probe", "--emit", "k8s", "--nodes", "2", "--out", str(tmp_path), "--format", "json"
+    )
     docs = list(yaml.safe_load_all(open(json.loads(r3.stdout)["path"])))
     assert [d["kind"] for d in docs] == ["Service", "Job"]

@@ -32,7 +32,12 @@ def test_machine_id_falls_back_when_no_file(tmp_path):
 
 def test_llc_from_a_sysfs_tree(tmp_path):
     for i, (level, kind, size) in enumerate(
-        [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"), (3, "Unified", "32768K")]
+        [
+            (1, "Data", "48K"),
+            (1, "Instruction", "32K"),
+            (2, "Unified", "2048K"),
+            (3, "Unified", "32768K"),
+        ]
     ):
         d = tmp_path / "cpu0" / "cache" / f"index{i}"
         d.mkdir(parents=True)

@@ -23,7 +23,9 @@ def test_transformer_layer_shapes_split_with_tensor_parallelism():
         (4096, 57344, 8192),  # gate and up projections together
         (4096, 8192, 28672),
     ]
-    tp8 = matmul.transformer_layer("l", hidden=8192, ffn=28672, heads=64, kv_heads=8, tokens=4096, tp=8)
+    tp8 = matmul.transformer_layer(
+        "l", hidden=8192, ffn=28672, heads=64, kv_heads=8, tokens=4096, tp=8
+    )
     assert [(g.n, g.k) for g in tp8] == [(1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584)]
     assert full[0].flops == 2 * 4096 * 10240 * 8192
 
@@ -60,7 +62,9 @@ def test_matmul_point_on_cpu_is_measured_and_correct():
     ctx = ProbeContext(device=CPU, timing=FAST)
     gemm = matmul.Gemm(128, 256, 64, "tiny")
     prec = matmul.Precision("fp32", "float32")
-    point = matmul._measure_point(ctx, torch, gemm, prec, torch.device("cpu"), matmul.timer_for(CPU))
+    point = matmul._measure_point(
+        ctx, torch, gemm, prec, torch.device("cpu"), matmul.timer_for(CPU)
+    )
     m = MatmulMeasurement.model_validate(point)
     assert m.correct is True
     assert m.flops_per_s == pytest.approx(2 * 128 * 256 * 64 / m.median_s)

@@ -52,7 +52,9 @@ def test_slow_work_needs_one_loop():
 
 def test_loops_are_capped():
     clock = FakeClock()
-    loops = calibrate_loops(work(clock, [1e-9]), WallTimer(clock=clock), min_sample_s=1.0, max_loops=1000)
+    loops = calibrate_loops(
+        work(clock, [1e-9]), WallTimer(clock=clock), min_sample_s=1.0, max_loops=1000
+    )
     assert loops == 1000
 
 
