@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -46,8 +47,9 @@ def test_slurm_script_lines_and_torchrun_arguments():
     tail = inner[inner.index("--no-python") + 1 :]
     assert tail == ["gpuplan", "probe", "--quick", "--only", "matmul,collectives", "--out", "res"]
     # the directives come before the first command, as sbatch requires
-    first_cmd = next(i for i, l in enumerate(text.splitlines()) if l and not l.startswith("#"))
-    last_directive = max(i for i, l in enumerate(text.splitlines()) if l.startswith("#SBATCH"))
+    lines = text.splitlines()
+    first_cmd = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    last_directive = max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))
     assert last_directive < first_cmd
     assert "find res -name '*.json'" in text
 
@@ -125,10 +127,11 @@ def test_cli_emit_writes_files_and_never_overwrites(run_cli, tmp_path):
     )
     d2 = json.loads(r2.stdout)
     assert d1["path"] != d2["path"]
-    assert sbatch_directives(open(d1["path"]).read())["--nodes"] == "2"
-    assert "--quick" in open(d1["path"]).read() and "--quick" not in open(d2["path"]).read()
+    text1, text2 = Path(d1["path"]).read_text(), Path(d2["path"]).read_text()
+    assert sbatch_directives(text1)["--nodes"] == "2"
+    assert "--quick" in text1 and "--quick" not in text2
     r3 = run_cli(
         "probe", "--emit", "k8s", "--nodes", "2", "--out", str(tmp_path), "--format", "json"
     )
-    docs = list(yaml.safe_load_all(open(json.loads(r3.stdout)["path"])))
+    docs = list(yaml.safe_load_all(Path(json.loads(r3.stdout)["path"]).read_text()))
     assert [d["kind"] for d in docs] == ["Service", "Job"]

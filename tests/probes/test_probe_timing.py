@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from gpuplan.probes.timing import TimingConfig, Timed, WallTimer, calibrate_loops, measure
+from gpuplan.probes.timing import Timed, TimingConfig, WallTimer, calibrate_loops, measure
 
 
 class FakeClock:
