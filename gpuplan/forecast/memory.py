@@ -203,7 +203,7 @@ def model_state_bytes(
     optimizer also keeps an fp32 copy of its gradient shard: 16 instead of 12 bytes per
     parameter (Megatron-core guide: "float16 param, float16 grads: 20 = 4 + 16/d").
     Stage 3 also holds gathered units: the current and the prefetched one in 16 bits plus
-    the unsharded gradients of one (``zero3_unit_params``: one transformer layer for
+    the unsharded gradients of one (stage 2: the unsharded gradients of one unit) (``zero3_unit_params``: one transformer layer for
     PyTorch FSDP's per-block wrapping; DeepSpeed caps it with stage3_max_live_parameters).
     """
     zero = np.asarray(zero)
@@ -225,7 +225,15 @@ def model_state_bytes(
     unit = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
     if zero3_unit_params is not None:
         unit = np.minimum(unit, float(zero3_unit_params))
-    gathered = np.where(zero >= 3, unit * (2.0 * WEIGHT_BYTES_PER_PARAM + grad_bytes), 0.0)
+    sharding = d_dense > 1
+    # Stage 3 gathers the current and the prefetched unit (16-bit) and holds the unsharded
+    # gradients of one; stage 2 holds one unit's unsharded gradients before its
+    # reduce-scatter. With a single data-parallel rank nothing is sharded or gathered.
+    gathered = np.where(
+        sharding & (zero >= 3),
+        unit * (2.0 * WEIGHT_BYTES_PER_PARAM + grad_bytes),
+        np.where(sharding & (zero == 2), unit * grad_bytes, 0.0),
+    )
     return {
         "weights": weights,
         "gradients": grads,
