@@ -624,19 +624,22 @@ def forecast_inference(
         prec = resolve_precision(precision, g, kv_precision)
         perf = get_perf(g.id)
         if tp is None:
-            req = float(input_tokens + output_tokens)
-            tp = (
-                smallest_fitting_tp(
-                    arch,
-                    g,
-                    prec,
-                    pp=pp,
-                    ep=ep,
-                    request_tokens=req,
-                    chunk=chunk_tokens,
-                    utilization=memory_utilization,
-                )
-                or 1
+            tp = _default_tp(
+                arch=arch,
+                gpu=g,
+                perf=perf,
+                prec=prec,
+                pp=pp,
+                ep=ep,
+                fitted=fitted,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                batch=batch,
+                max_throughput=max_throughput,
+                batching=batching,
+                chunk_tokens=chunk_tokens,
+                utilization=memory_utilization,
+                engine=engine,
             )
         layout = Layout(tp, pp, ep)
         check_layout(arch, layout)
@@ -686,6 +689,77 @@ def forecast_inference(
         num_requests=num_requests,
         progress=progress,
     )
+
+
+def _default_tp(
+    *,
+    arch: Arch,
+    gpu: Any,
+    perf: Any,
+    prec: PrecisionSpec,
+    pp: int,
+    ep: int,
+    fitted: FittedOverheads,
+    input_tokens: int,
+    output_tokens: int,
+    batch: int | None,
+    max_throughput: bool,
+    batching: str,
+    chunk_tokens: int,
+    utilization: float,
+    engine: str,
+) -> int:
+    """TP when none is given: the smallest that holds the requested batch (batch 1 by
+    default); with ``max_throughput`` the TP of the scale-up domain with the highest output
+    tokens/s per GPU. Falls back to the smallest TP that fits one request."""
+    req = float(input_tokens + output_tokens)
+    need = float(batch or 1) * req
+    options = tp_options(arch, gpu, ep, pp)
+    fitting = []
+    for t in options:
+        sh = shard(arch, Layout(t, pp, ep), prec)
+        mp = memory_plan(
+            sh, gpu, tokens_in_pass=min(chunk_tokens, input_tokens), rows=1, utilization=utilization
+        )
+        if mp.kv_capacity_tokens >= need:
+            fitting.append(t)
+    if not fitting:
+        return (
+            smallest_fitting_tp(
+                arch,
+                gpu,
+                prec,
+                pp=pp,
+                ep=ep,
+                request_tokens=req,
+                chunk=chunk_tokens,
+                utilization=utilization,
+            )
+            or options[-1]
+        )
+    if not max_throughput:
+        return fitting[0]
+    best, best_thr = fitting[0], -1.0
+    for t in fitting:
+        r = _single_layout(
+            arch=arch,
+            gpu=gpu,
+            perf=perf,
+            prec=prec,
+            layout=Layout(t, pp, ep),
+            fitted=fitted,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            batch=None,
+            max_throughput=True,
+            batching=batching,
+            chunk_tokens=chunk_tokens,
+            utilization=utilization,
+            engine=engine,
+        )
+        if r["throughput_output_tokens_per_s_per_gpu"] > best_thr:
+            best, best_thr = t, r["throughput_output_tokens_per_s_per_gpu"]
+    return best
 
 
 def _basis(perf: Any) -> str | None:

@@ -73,7 +73,13 @@ class FakeGpu:
     memory_bandwidth_bytes_per_s: float = 3.0e12
     scale_up_domain_size: int = 8
     peaks: dict[str, float | None] = field(
-        default_factory=lambda: {"bf16": 1.0e15, "fp16": 1.0e15, "fp8": 2.0e15, "int8": 2.0e15}
+        default_factory=lambda: {
+            "fp32": 6.0e13,
+            "bf16": 1.0e15,
+            "fp16": 1.0e15,
+            "fp8": 2.0e15,
+            "int8": 2.0e15,
+        }
     )
 
     def peak_flops_per_s(self, dtype: str) -> float | None:

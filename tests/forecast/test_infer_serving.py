@@ -1,0 +1,167 @@
+"""Serving simulation: length distributions, the discrete-event simulation against queueing
+theory, determinism, the analytic model, and the fleet search."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_infer_fakes import LLAMA70, FakeGpu, FakePerf
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
+from gpuplan.forecast.inference_step import DeviceRates, OverheadParams, StepCostModel
+from gpuplan.forecast.serving import (
+    Candidate,
+    LengthDist,
+    ReplicaModel,
+    analytic_latency,
+    max_rate_meeting,
+    poisson_quantile,
+    simulate,
+    size_fleet,
+)
+
+
+def flat_cost(step_s: float) -> StepCostModel:
+    """An iteration that always takes ``step_s`` (an M/D/1 server when batch cap is 1)."""
+    grid = np.array([1.0, 1e6])
+    z = np.zeros(3)
+    return StepCostModel(
+        grid, np.log(grid), np.full((3, 2), step_s), np.zeros((3, 2)), z, z, z, 1.0, z, 1e6, 1
+    )
+
+
+@pytest.fixture(scope="module")
+def llama_replica() -> ReplicaModel:
+    gpu = FakeGpu()
+    perf = FakePerf(gpu=gpu)
+    sh = shard(LLAMA70, Layout(tp=4), PRECISIONS["fp8"])
+    rates = DeviceRates(perf, gpu, sh)
+    params = OverheadParams(overhead_per_layer_s=3e-5)
+    cost = StepCostModel.build(rates, params, max_tokens=8192 + 512, typical_prompt=1024)
+    kv_tokens = (0.9 * gpu.memory_bytes - sh.weight_bytes_per_gpu) / sh.kv_bytes_per_token_per_gpu()
+    coef = float(sh.attention_flops_prefill(1.0)) * 2
+    return ReplicaModel(cost, 256, kv_tokens, coef, 8192)
+
+
+def test_lognormal_by_mean_and_p99():
+    d = LengthDist(1000, 5000)
+    assert d.quantile(0.99) == pytest.approx(5000, rel=1e-9)
+    x = d.sample(np.random.default_rng(0), 400_000)
+    assert x.mean() == pytest.approx(1000, rel=0.02)
+    assert np.quantile(x, 0.99) == pytest.approx(5000, rel=0.03)
+    assert LengthDist(256).sample(np.random.default_rng(0), 5).tolist() == [256] * 5
+    capped = LengthDist(1000, 5000, max_tokens=2000).sample(np.random.default_rng(0), 10_000)
+    assert capped.max() <= 2000
+
+
+def test_length_errors():
+    with pytest.raises(InputError, match="above the mean"):
+        LengthDist(100, 50)
+    with pytest.raises(InputError, match="no lognormal"):
+        LengthDist(100, 100_000)
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6, 0.85])
+def test_des_reproduces_md1_waiting_time(rho):
+    # one slot, one-token answers, constant service: TTFT = Pollaczek-Khinchine wait + service
+    s = 0.01
+    rep = ReplicaModel(flat_cost(s), 1, 1e9, 0.0, 8192)
+    res = simulate(rep, rho / s, LengthDist(10), LengthDist(1), num_requests=40_000, seed=2)
+    expected = rho * s / (2 * (1 - rho)) + s
+    assert res.ttft_s.mean() == pytest.approx(expected, rel=0.05)
+
+
+def test_des_event_skipping_is_exact(llama_replica):
+    kw = dict(num_requests=400, seed=5)
+    a = simulate(llama_replica, 3.0, LengthDist(1024, 4000), LengthDist(200, 800), **kw)
+    b = simulate(llama_replica, 3.0, LengthDist(1024, 4000), LengthDist(200, 800), skip=False, **kw)
+    np.testing.assert_allclose(a.ttft_s, b.ttft_s, rtol=1e-9)
+    np.testing.assert_allclose(a.tpot_s, b.tpot_s, rtol=1e-9)
+
+
+def test_des_is_seeded_and_deterministic(llama_replica):
+    args = (llama_replica, 4.0, LengthDist(1024, 4000), LengthDist(200, 800))
+    a = simulate(*args, num_requests=500, seed=1).summary()
+    b = simulate(*args, num_requests=500, seed=1).summary()
+    c = simulate(*args, num_requests=500, seed=2).summary()
+    assert a == b
+    assert a != c
+
+
+def test_des_conserves_load_and_littles_law(llama_replica):
+    qps = 2.0
+    res = simulate(llama_replica, qps, LengthDist(1024), LengthDist(256), num_requests=3000, seed=3)
+    assert not res.saturated
+    # served output rate equals the offered one (within sampling noise)
+    assert res.output_tokens / res.duration_s == pytest.approx(qps * 256, rel=0.06)
+    # Little: requests in the system = rate x time in system (TTFT + 255 x TPOT)
+    w = res.ttft_s.mean() + 255 * res.tpot_s.mean()
+    assert res.mean_running == pytest.approx(qps * w, rel=0.1)
+
+
+def test_latency_grows_with_load(llama_replica):
+    lo = simulate(llama_replica, 1.0, LengthDist(1024), LengthDist(256), num_requests=800).summary()
+    hi = simulate(llama_replica, 8.0, LengthDist(1024), LengthDist(256), num_requests=800).summary()
+    assert hi["tpot_p50_s"] > lo["tpot_p50_s"]
+    assert hi["ttft_p99_s"] > lo["ttft_p99_s"]
+
+
+def test_overload_is_reported_as_saturated(llama_replica):
+    res = simulate(llama_replica, 500.0, LengthDist(1024), LengthDist(256), num_requests=3000)
+    assert res.saturated and math.isinf(res.percentile("ttft", 99))
+
+
+def test_analytic_close_to_simulation_at_moderate_load(llama_replica):
+    rate = 3.0
+    sim = simulate(
+        llama_replica, rate, LengthDist(1024), LengthDist(256), num_requests=2000, seed=4
+    ).summary()
+    ttft, tpot, ok = analytic_latency(
+        llama_replica, np.array([rate]), LengthDist(1024), LengthDist(256), "p50"
+    )
+    assert ok[0]
+    assert tpot[0] == pytest.approx(sim["tpot_p50_s"], rel=0.25)
+    assert ttft[0] == pytest.approx(sim["ttft_p50_s"], rel=0.5)
+
+
+def test_max_rate_meets_its_slo_and_not_beyond(llama_replica):
+    i, o = LengthDist(1024), LengthDist(256)
+    r = max_rate_meeting(llama_replica, i, o, 1.0, 0.05, "p99")
+    assert r > 0
+    t, p, ok = analytic_latency(llama_replica, np.array([r * 0.99, r * 1.05]), i, o, "p99")
+    assert ok[0] and t[0] <= 1.0 and p[0] <= 0.05
+    assert not (ok[1] and t[1] <= 1.0 and p[1] <= 0.05)
+
+
+def test_poisson_quantile():
+    assert poisson_quantile(0.0, 0.99) == 0
+    assert int(poisson_quantile(1.0, 0.99)) == 4  # P(X<=3)=0.981, P(X<=4)=0.996
+    assert int(poisson_quantile(10.0, 0.5)) == 10
+
+
+def test_size_fleet_picks_the_cheapest_verified(llama_replica):
+    fast = Candidate("fast-gpu", 4, 1, 1, llama_replica, usd_per_gpu_hour=None)
+    slow_rep = ReplicaModel(
+        llama_replica.cost, 16, llama_replica.kv_capacity_tokens, llama_replica.prefill_flops_coef
+    )
+    capped = Candidate("fast-gpu", 4, 1, 1, slow_rep)
+    best, cands = size_fleet(
+        [fast, capped], 12.0, LengthDist(1024), LengthDist(256), 2.0, 0.1, "p99", num_requests=800
+    )
+    assert best is fast
+    assert best.replicas is not None and best.sim is not None
+    assert best.sim["ttft_p99_s"] <= 2.0 and best.sim["tpot_p99_s"] <= 0.1
+    # one replica fewer misses the targets in the same simulation
+    if best.replicas > 1:
+        res = simulate(
+            llama_replica,
+            12.0 / (best.replicas - 1),
+            LengthDist(1024),
+            LengthDist(256),
+            num_requests=800,
+        )
+        s = res.summary()
+        assert res.saturated or s["ttft_p99_s"] > 2.0 or s["tpot_p99_s"] > 0.1
