@@ -53,7 +53,7 @@ def test_single_forecast_has_the_contract_fields(single):
         assert lo < r[key] < hi, key
     assert r["memory_breakdown_bytes"]["total"] == pytest.approx(r["memory_per_gpu_bytes"])
     assert r["fits_in_memory"] is True
-    assert 16 <= r["max_batch"]
+    assert r["max_batch"] >= 16
 
 
 def test_more_gpus_per_replica_lowers_latency(single):

@@ -148,7 +148,7 @@ def test_size_fleet_picks_the_cheapest_verified(llama_replica):
         llama_replica.cost, 16, llama_replica.kv_capacity_tokens, llama_replica.prefill_flops_coef
     )
     capped = Candidate("fast-gpu", 4, 1, 1, slow_rep)
-    best, cands = size_fleet(
+    best, _cands = size_fleet(
         [fast, capped], 12.0, LengthDist(1024), LengthDist(256), 2.0, 0.1, "p99", num_requests=800
     )
     assert best is fast
