@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuplan.probes.base import ProbeContext, import_torch, timer_for
 from gpuplan.probes.inventory import available_memory_bytes, cpu_llc_bytes
-from gpuplan.probes.timing import measure
+from gpuplan.probes.timing import TimingConfig, measure
 
 PROBE_VERSION = 1
 _FALLBACK_LLC_BYTES = 32 << 20  # used only when the cache size cannot be read (recorded)
@@ -85,7 +85,6 @@ def run(ctx: ProbeContext) -> None:
     )
     task = ctx.progress.task("membw", total=2 * len(points))
     timer = timer_for(ctx.device, 0)
-    scalar = 3.0
     with ctx.power_sampling(rec, [0] if gpu else []):
         for size in points:
             n = size // 4
@@ -98,28 +97,12 @@ def run(ctx: ProbeContext) -> None:
                 rec.warn(f"{size} bytes: out of memory: {exc}")
                 task.advance(2)
                 continue
-            kernels = {
-                "copy": lambda a=a, b=b: a.copy_(b),
-                "triad": lambda a=a, b=b, c=c: torch.add(b, c, alpha=scalar, out=a),
-            }
-            for op, fn in kernels.items():
+            for op in ("copy", "triad"):
                 ctx.check_deadline()
-                a.zero_()
-                fn()
-                expected = 1.0 if op == "copy" else 1.0 + scalar * 2.0
-                if not bool((a == expected).all()):
+                point = measure_point(torch, op, a, b, c, timer, ctx.timing)
+                if not point.pop("correct"):
                     rec.warn(f"{op} {size} bytes: result incorrect")
-                timed = measure(fn, timer, ctx.timing)
-                moved = _BYTES_PER_CALL[op] * size
-                rec.add(
-                    {
-                        "op": op,
-                        "size_bytes": size,
-                        "bytes_moved": moved,
-                        **timed.as_dict(),
-                        "bytes_per_s": moved / timed.median_s,
-                    }
-                )
+                rec.add(point)
                 task.advance()
                 ctx.point_done()
             del a, b, c
@@ -129,6 +112,38 @@ def run(ctx: ProbeContext) -> None:
         rec.fail("; ".join(w for w in rec.warnings if "incorrect" in w))
     else:
         rec.ok()
+
+
+SCALAR = 3.0
+
+
+def measure_point(
+    torch: Any, op: str, a: Any, b: Any, c: Any, timer: Any, timing: TimingConfig
+) -> dict[str, Any]:
+    """Time ``op`` (copy or triad) on float32 arrays ``a`` (out), ``b``, ``c`` (in: 1.0, 2.0).
+
+    Returns a ``MembwMeasurement`` dict plus ``correct`` (the output checked once).
+    """
+    kernels = {
+        "copy": lambda: a.copy_(b),
+        "triad": lambda: torch.add(b, c, alpha=SCALAR, out=a),
+    }
+    fn = kernels[op]
+    a.zero_()
+    fn()
+    expected = 1.0 if op == "copy" else 1.0 + SCALAR * 2.0
+    correct = bool((a == expected).all())
+    timed = measure(fn, timer, timing)
+    size = a.numel() * a.element_size()
+    moved = _BYTES_PER_CALL[op] * size
+    return {
+        "op": op,
+        "size_bytes": size,
+        "bytes_moved": moved,
+        **timed.as_dict(),
+        "bytes_per_s": moved / timed.median_s,
+        "correct": correct,
+    }
 
 
 def _oom(torch: Any) -> tuple[type[BaseException], ...]:
