@@ -137,7 +137,10 @@ def extract(docs: Iterable[ResultDocument], catalog: Any = None) -> Dataset:
                 spread = _spread(m.get("samples_s"))
                 extra = _published_extra(m)
                 if probe.probe == "matmul":
-                    dtype = short_dtype(probe.params.get("dtype", "float32"))
+                    # the probe's effective precision (fp32 with TF32 allowed is "tf32")
+                    dtype = short_dtype(
+                        probe.params.get("precision") or probe.params.get("dtype", "float32")
+                    )
                     if dtype == "fp32" and probe.params.get("allow_tf32"):
                         dtype = "tf32"
                     s = m["shape"]

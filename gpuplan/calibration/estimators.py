@@ -83,8 +83,13 @@ class _TimeModel(RegressorMixin, BaseEstimator):
         tags.input_tags.positive_only = True
         return tags
 
-    def _check_X(self, X: Any, y: Any = None, *, reset: bool) -> Any:
+    def _check_X(self, X: Any, y: Any = "no_validation", *, reset: bool) -> Any:
         if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        if isinstance(y, str) and y == "no_validation":
+            y = None
             X = _validate_data(self, X, reset=reset, dtype=np.float64)
         else:
             X, y = _validate_data(self, X, y, reset=reset, dtype=np.float64, y_numeric=True)
@@ -433,9 +438,9 @@ class AlphaBetaRegressor(_TimeModel):
     def _data_factor(self, ranks: Any) -> Any:
         return data_factor(self.op, ranks, self.algorithm, self.mesh_domain_size)
 
-    def _check_X(self, X: Any, y: Any = None, *, reset: bool) -> Any:
+    def _check_X(self, X: Any, y: Any = "no_validation", *, reset: bool) -> Any:
         out = super()._check_X(X, y, reset=reset)
-        Xv = out if y is None else out[0]
+        Xv = out if isinstance(out, np.ndarray) else out[0]
         if np.any(Xv[:, 1] < 2) and self.op != "p2p":
             raise ValueError("AlphaBetaRegressor: a collective needs ranks >= 2")
         return out

@@ -349,11 +349,8 @@ def device_summary(cal: Calibration, device: str) -> dict[str, dict[str, Any]]:
             )
     ranks = spec.scale_up_domain_size if spec and spec.scale_up_domain_size else None
     if ranks is None:  # not a catalog device: the largest single-node run measured
-        measured = [k for k in cal.coll_intra if k[0] == device and k[1] == "all_reduce"]
-        ranks = 8 if measured else None
-        for k in measured:
-            entry = cal.coll_intra[k]
-            ranks = max(ranks or 2, int(entry.get("max_ranks") or 2))
+        measured = [e for k, e in cal.coll_intra.items() if k[0] == device and k[1] == "all_reduce"]
+        ranks = max((int(e.get("max_ranks") or 2) for e in measured), default=None)
     entries = cal.intra_entries(device, "all_reduce")
     if entries and ranks and ranks >= 2:
         size = float(M.ALLREDUCE_SUMMARY_BYTES)

@@ -107,11 +107,14 @@ def restore(entry: dict[str, Any]) -> Any:
 def _measured_interval(
     y: np.ndarray, pred: np.ndarray, spreads: Sequence[float]
 ) -> tuple[float, float]:
-    resid = pred / y - 1.0
-    rms = float(np.sqrt(np.mean(resid**2))) if resid.size else 0.0
+    """Interval of a measured device: the empirical ``INTERVAL_LEVEL`` quantile of the fit's
+    absolute log residuals, or the timing spread, whichever is larger (at least the floor).
+    Symmetric in log space, so the low end stays positive however noisy the data."""
+    resid = np.abs(np.log(pred / y)) if y.size else np.zeros(0)
+    q = float(np.quantile(resid, INTERVAL_LEVEL)) if resid.size else 0.0
     spread = float(np.median(spreads)) if len(spreads) else 0.0
-    e = max(MEASURED_FLOOR_REL, rms, spread)
-    return (max(1.0 - e, 0.0), 1.0 + e)
+    e = max(math.log1p(MEASURED_FLOOR_REL), q, math.log1p(spread))
+    return (math.exp(-e), math.exp(e))
 
 
 def _transfer_interval(tr: Any) -> tuple[float, float]:
