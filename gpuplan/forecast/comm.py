@@ -152,6 +152,7 @@ def data_parallel_times3(
     node_size: Any,
     zero: Any,
     inter_node_bandwidth_bytes_per_s: float | None,
+    zero3_chunks: Any = 1,
 ) -> dict[str, np.ndarray]:
     """Gradient and parameter collectives of one data-parallel group.
 
@@ -159,15 +160,20 @@ def data_parallel_times3(
     reduce-scatter of the gradients and all-gather of the updated weights (Rajbhandari et
     al. 2020, section 5); 3 / FSDP FULL_SHARD: per micro-batch one all-gather of the
     weights for the forward, another for the backward and a reduce-scatter of the
-    gradients (Zhao et al. 2023, PyTorch FSDP, section 3). Returns ``{"grad", "param"}``
-    times of one occurrence; the caller applies the counts and the overlap.
+    gradients (Zhao et al. 2023, PyTorch FSDP, section 3). Stage 3 issues one collective
+    per gathered unit (``zero3_chunks`` per pass: FSDP wraps each transformer block), so
+    each pays the collective's latency. Returns ``{"grad", "param"}`` times of one pass;
+    the caller applies the counts and the overlap.
     """
     zero = np.asarray(zero)
     rpn = group_ranks_per_node(ranks, stride, node_size)
     kw = dict(ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s)
+    chunks = np.where(zero >= 3, np.maximum(np.asarray(zero3_chunks, dtype=float), 1.0), 1.0)
+    grad_bytes = np.asarray(grad_bytes, dtype=float) / chunks
+    param_bytes = np.asarray(param_bytes, dtype=float) / chunks
     ar = collective_time3(perf, "all_reduce", grad_bytes, ranks, **kw)
-    rs = collective_time3(perf, "reduce_scatter", grad_bytes, ranks, **kw)
-    ag = collective_time3(perf, "all_gather", param_bytes, ranks, **kw)
+    rs = collective_time3(perf, "reduce_scatter", grad_bytes, ranks, **kw) * chunks
+    ag = collective_time3(perf, "all_gather", param_bytes, ranks, **kw) * chunks
     grad = np.where(zero >= 1, rs, ar)
     param = np.where(zero >= 1, ag, 0.0)
     return {"grad": grad, "param": param}

@@ -161,24 +161,55 @@ def pipeline_inflight_factor(pp: Any, vp: Any, num_microbatches: Any) -> Any:
     return inflight * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
 
 
+def stage_layers(arch: ModelArch, pp: Any) -> tuple[Any, Any]:
+    """Transformer layers on the busiest pipeline stage, and whether the ends are balanced.
+
+    ``L/p`` when ``p`` divides the layers. Otherwise, when ``p`` divides ``L + 2``, the
+    input embedding and the output layer count as one layer each on the first and last
+    stage (Megatron-core ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``; Llama 3 405B trained its 126 layers on 16
+    stages this way, Dubey et al. 2024 section 3.3.2): ``(L+2)/p`` layers per middle stage.
+    Other ``p`` are invalid (:func:`valid_pipeline`).
+
+    >>> arch = ModelArch(layers=126, hidden=64, heads=4, ffn_hidden=256, vocab=10)
+    >>> [float(x) for x in stage_layers(arch, 16)[0:1]], bool(stage_layers(arch, 16)[1])
+    ([8.0], True)
+    """
+    p = np.asarray(pp, dtype=float)
+    even = np.mod(arch.layers, p) == 0
+    return np.where(even, arch.layers / p, (arch.layers + 2.0) / p), ~even & (p > 1)
+
+
+def valid_pipeline(arch: ModelArch, pp: Any) -> Any:
+    """``p`` splits the layers evenly, or evenly with the embedding and loss counted as layers
+    (and every stage keeps at least one transformer layer)."""
+    p = np.asarray(pp, dtype=float)
+    even = np.mod(arch.layers, p) == 0
+    balanced = (p > 1) & (np.mod(arch.layers + 2, p) == 0) & ((arch.layers + 2.0) / p >= 2.0)
+    return even | balanced
+
+
 def param_counts_per_rank(arch: ModelArch, tp: Any, pp: Any, ep: Any) -> dict[str, Any]:
     """Parameters held by the most loaded rank: dense (non-expert) and expert parts.
 
-    Transformer layers are split evenly over ``pp`` stages and by ``tp`` inside; the
-    embedding (and, untied or with ``pp > 1``, a second ``V*h`` copy on the last stage)
-    is split by ``tp``; routed experts are spread over ``ep`` ranks and split by ``tp``.
+    Transformer layers are split over ``pp`` stages (:func:`stage_layers`; with balanced
+    ends the busiest stage is counted with the full ``(L+2)/p`` layers) and by ``tp``
+    inside; the embedding (and, untied or with ``pp > 1``, a second ``V*h`` copy on the
+    last stage) is split by ``tp``; routed experts are spread over ``ep`` ranks and split
+    by ``tp``.
     """
     tp = np.asarray(tp, dtype=float)
     pp = np.asarray(pp, dtype=float)
     ep = np.asarray(ep, dtype=float)
+    lps, _ = stage_layers(arch, pp)
     expert_total = arch.num_moe_layers * arch.num_experts * arch.expert_params()
     layer_dense = arch.layer_params(active=False) - expert_total
     vh = float(arch.vocab * arch.hidden)
     # pp == 1: one stage holds input embedding and output projection (one copy if tied).
     emb_single = vh * (1.0 if arch.tied_embeddings else 2.0)
     emb = np.where(pp > 1, vh, emb_single)
-    dense = layer_dense / (pp * tp) + emb / tp
-    expert = expert_total / (pp * ep * tp)
+    dense = layer_dense / arch.layers * lps / tp + emb / tp
+    expert = expert_total / arch.layers * lps / (ep * tp)
     return {"dense": dense, "expert": expert}
 
 
@@ -221,7 +252,7 @@ def model_state_bytes(
     weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
     grads = sharded(grad_bytes, 2)
     optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM + (4.0 if grad_bytes < 4.0 else 0.0), 1)
-    layers_per_rank = arch.layers / np.asarray(pp, dtype=float)
+    layers_per_rank, _ = stage_layers(arch, pp)
     unit = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
     if zero3_unit_params is not None:
         unit = np.minimum(unit, float(zero3_unit_params))
@@ -294,7 +325,7 @@ def training_memory_per_gpu(
         arch, tp, pp, ep, dp, cp, zero, grad_bytes=grad_bytes, zero3_unit_params=zero3_unit_params
     )
     pp_f = np.asarray(pp, dtype=float)
-    layers_per_stage = arch.layers / pp_f
+    layers_per_stage, _ = stage_layers(arch, pp_f)
     kw = dict(
         sequence_parallel=sequence_parallel,
         flash_attention=flash_attention,

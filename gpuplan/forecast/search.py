@@ -18,7 +18,7 @@ import numpy as np
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
-from gpuplan.forecast.memory import RECOMPUTE_NAMES, fmt_gib
+from gpuplan.forecast.memory import RECOMPUTE_NAMES, fmt_gib, stage_layers, valid_pipeline
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     SECONDS_PER_DAY,
@@ -65,7 +65,10 @@ def candidate_values(
     cand["tp"] = [
         t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0
     ]
-    cand["pp"] = _divisors(arch.layers, num_gpus)
+    cand["pp"] = sorted(
+        set(_divisors(arch.layers, num_gpus))
+        | {p for p in _divisors(arch.layers + 2, num_gpus) if p > 1 and (arch.layers + 2) // p >= 2}
+    )
     cand["cp"] = [
         c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0
     ]
@@ -110,8 +113,8 @@ def enumerate_layouts(
         ok &= dp == int(fixed["dp"])
     ok &= dp >= 1
     ok &= arch.heads % tp == 0
-    ok &= arch.layers % pp == 0
-    lps = np.where(ok, arch.layers // np.maximum(pp, 1), 1)
+    ok &= valid_pipeline(arch, pp)
+    lps = np.where(ok, stage_layers(arch, np.maximum(pp, 1))[0], 1).astype(np.int64)
     ok &= lps % vp == 0
     ok &= (vp == 1) | (pp > 1)
     ok &= seq_len % cp == 0
@@ -348,9 +351,10 @@ def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq
             f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
             hint="use a TP size that divides the number of heads",
         )
-    if "pp" in fixed and arch.layers % pp:
+    if "pp" in fixed and not bool(valid_pipeline(arch, pp)):
         raise InputError(
-            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
+            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages (nor "
+            "layers + 2, with the embedding and loss counted as layers)",
             hint="use a PP size that divides the number of layers",
         )
     if "cp" in fixed and seq_len % cp:

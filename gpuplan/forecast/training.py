@@ -67,7 +67,9 @@ from gpuplan.forecast.memory import (
     RECOMPUTE_CODES,
     RECOMPUTE_NAMES,
     param_counts_per_rank,
+    stage_layers,
     training_memory_per_gpu,
+    valid_pipeline,
 )
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
@@ -276,9 +278,9 @@ def evaluate_layouts(
     s = float(seq_len)
     h = float(arch.hidden)
     m_micro = float(global_batch) / (dp * mb)  # micro-batches per step per pipeline
-    layers_per_stage = arch.layers / pp
-    dense_per_stage = arch.num_dense_layers / pp
-    moe_per_stage = arch.num_moe_layers / pp
+    layers_per_stage, balanced_ends = stage_layers(arch, pp)
+    dense_per_stage = layers_per_stage * (arch.num_dense_layers / arch.layers)
+    moe_per_stage = layers_per_stage * (arch.num_moe_layers / arch.layers)
     sp = np.asarray(fw.sequence_parallel) & (tp > 1)
     tokens = mb * s / cp  # tokens of one micro-batch on one rank (after CP split)
     full = (rc >= 2).astype(float)
@@ -320,9 +322,22 @@ def evaluate_layouts(
         "moe": moe_per_stage,
         "model": np.ones_like(pp),
     }
+    # With balanced ends the last stage runs one layer fewer plus the output layer: only
+    # the part of the output layer longer than a transformer layer adds to the stage.
+    layer_fwd = sum(
+        per_layout(fwd_u[k])[0] * w
+        for k, w in (
+            ("layer", 1.0),
+            ("dense", arch.num_dense_layers / arch.layers),
+            ("moe", arch.num_moe_layers / arch.layers),
+        )
+    )
+    logits_fwd = per_layout(fwd_u["model"])[0]
+    extra = np.clip((logits_fwd - layer_fwd) / np.maximum(logits_fwd, 1e-30), 0.0, 1.0)
+    mult["model"] = np.where(balanced_ends, extra, 1.0)
     gemm_fwd = sum(per_layout(fwd_u[k]) * mult[k] for k in groups)
     gemm_bwd = sum(per_layout(bwd_u[k]) * mult[k] for k in groups)
-    gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"])  # the logits are not recomputed
+    gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"]) * mult["model"]  # no logits recompute
     gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers)
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
 
@@ -396,7 +411,7 @@ def evaluate_layouts(
         bwd_cast = 0.0
     # Cross-entropy over the logits on the last stage: 16-bit logits read, fp32 softmax
     # written and read back in the backward (2 + 4 + 4 + 2 B per element).
-    ce_bytes = tokens * arch.vocab / tp * 12.0
+    ce_bytes = tokens * arch.vocab / tp * 12.0 * mult["model"]
     nongemm_bytes = fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes
     membw = comm_mod.estimate3(perf.memory_bandwidth_bytes_per_s(None), rate=True).reshape(3, 1)
     mem_time = c["nongemm_traffic_factor"] * nongemm_bytes / membw
@@ -457,6 +472,11 @@ def evaluate_layouts(
     # ---- data parallel (dense weights over dp*cp; experts over dp*cp/ep)
     counts = param_counts_per_rank(arch, tp, pp, ep)
     dense_grp = dp * cp
+    # ZeRO-3 units: one transformer layer (FSDP per-block wrapping) or the framework's cap.
+    unit_params = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_stage, 1.0)
+    if fw.zero3_unit_params is not None:
+        unit_params = np.minimum(unit_params, fw.zero3_unit_params)
+    chunks = np.ceil((counts["dense"] + counts["expert"]) / np.maximum(unit_params, 1.0))
     dense = comm_mod.data_parallel_times3(
         perf,
         grad_bytes=counts["dense"] * fw.grad_reduce_bytes,
@@ -466,6 +486,7 @@ def evaluate_layouts(
         node_size=node,
         zero=zero,
         inter_node_bandwidth_bytes_per_s=nic,
+        zero3_chunks=chunks,
     )
     grad_t, param_t = dense["grad"], dense["param"]
     if arch.is_moe:
@@ -479,6 +500,7 @@ def evaluate_layouts(
             node_size=node,
             zero=zero,
             inter_node_bandwidth_bytes_per_s=nic,
+            zero3_chunks=chunks,
         )
         grad_t = grad_t + expert["grad"]
         param_t = param_t + expert["param"]
@@ -630,14 +652,16 @@ def check_layout(
             f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
             hint="use a TP size that divides the number of heads",
         )
-    if arch.layers % pp:
+    if not bool(valid_pipeline(arch, pp)):
         raise InputError(
-            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages",
+            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages (nor "
+            f"layers + 2, with the embedding and loss counted as layers)",
             hint="use a PP size that divides the number of layers",
         )
-    if (arch.layers // pp) % vp:
+    lps = int(stage_layers(arch, pp)[0])
+    if lps % vp:
         raise InputError(
-            f"layers per stage ({arch.layers // pp}) are not divisible by --vp {vp}",
+            f"layers per stage ({lps}) are not divisible by --vp {vp}",
             hint="use a virtual-stage count that divides layers/pp, or --vp 1",
         )
     if vp > 1 and pp == 1:
