@@ -46,6 +46,8 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError, SchemaError
@@ -344,6 +346,21 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             {"detail": exc.detail, "hint": exc.hint}, status_code=exc.status, headers=exc.headers
         )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route's methods; list every method of the path
+            # (RFC 9110 section 15.5.6: Allow carries the methods the resource supports).
+            methods: set[str] = set()
+            for route in request.app.router.routes:
+                if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+                    methods |= set(route.methods or ())
+            headers["Allow"] = ", ".join(sorted(methods))
+        return JSONResponse(
+            {"detail": str(exc.detail), "hint": None}, status_code=exc.status_code, headers=headers
+        )
+
     @app.exception_handler(DocumentInvalid)
     async def _doc_invalid(request: Request, exc: DocumentInvalid) -> JSONResponse:
         return JSONResponse({"detail": exc.errors, "message": exc.message}, status_code=422)
@@ -471,6 +488,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             raise DocumentInvalid(
                 [{"loc": ["body"], "msg": msg, "type": "json_invalid"}], msg
             ) from None
+        validate_document(data)  # the document as sent must be valid: nothing is "fixed up"
         sanitized, report = sanitize_document(data, keep_hostname=keep_hostname)
         doc = validate_document(sanitized)
         if not RUN_ID_RE.fullmatch(doc.run_id):
@@ -720,16 +738,49 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
-        doc_schema = ResultDocument.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, sub in doc_schema.pop("$defs", {}).items():
+        for name, sub in result_document_schemas().items():
             components.setdefault(name, sub)
-        components["ResultDocument"] = doc_schema
         app.openapi_schema = schema
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
     return app
+
+
+def result_document_schemas() -> dict[str, Any]:
+    """The result document's JSON Schema (``gpuplan.results.schema.json_schema``: the models
+    plus one measurement rule per probe) as OpenAPI components, with the server's own extra
+    rules written down: the run id's characters and a required ``schema_version``. One rule
+    stays in prose (the models enforce it, answering 422): a probe with ``status: failed``
+    must say why in ``error``."""
+    from gpuplan.results.schema import json_schema
+
+    def retarget(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: (
+                    v.replace("#/$defs/", "#/components/schemas/")
+                    if k == "$ref" and isinstance(v, str)
+                    else retarget(v)
+                )
+                for k, v in node.items()
+            }
+        if isinstance(node, list):
+            return [retarget(v) for v in node]
+        return node
+
+    doc = retarget(json_schema())
+    defs = doc.pop("$defs", {})
+    for key in ("$schema", "$id"):
+        doc.pop(key, None)
+    doc["properties"]["run_id"] = {
+        **doc["properties"]["run_id"],
+        "pattern": f"^{RUN_ID_RE.pattern}$",
+    }
+    # the upgrade chain must know which version a document was written in
+    doc["required"] = sorted({*doc.get("required", []), "schema_version"})
+    return {**defs, "ResultDocument": doc}
 
 
 def openapi_document() -> dict[str, Any]:
