@@ -130,7 +130,12 @@ def reliability(
     label = "fleet mean time between interruptions"
     if rate <= 0:
         mtbf = derived(
-            math.inf, "s", label, "no interruptions given: none expected", [rate_per_node_hour]
+            None,
+            "s",
+            label,
+            "no interruptions given: none expected",
+            [rate_per_node_hour],
+            missing="no interruption rate given: none expected, no checkpoint interval needed",
         )
         none = derived(
             None,

@@ -381,6 +381,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
                 )
                 inputs = [opt.nodes, count, radix, oversub, topo]
                 out.update(_fabric_figures(tree, inputs, host_links, switch.id))
+                out["radix"] = radix
                 if not tree.feasible:
                     opt.binding.append(
                         {
@@ -1218,16 +1219,18 @@ def check_budget(ctx: PlanContext, opt: Option) -> None:
     worst_msgs = []
     for model, mc in opt.costs.items():
         ok = mc.available
-        if (
-            c.budget_usd_per_month is not None
-            and mc.per_month_usd is not None
-            and mc.per_month_usd.ok
-        ) and mc.per_month_usd.value > c.budget_usd_per_month:
-            ok = False
-            worst_msgs.append((mc.per_month_usd, "budget_usd_per_month", model))
+        if c.budget_usd_per_month is not None:
+            month = mc.per_month_usd
+            if month is None or not month.ok:
+                ok = False  # a cost that cannot be computed cannot be shown within budget
+            elif month.value > c.budget_usd_per_month:
+                ok = False
+                worst_msgs.append((month, "budget_usd_per_month", model))
         if c.budget_usd_per_run is not None:
             for run in mc.per_run_usd.values():
-                if run.ok and run.value > c.budget_usd_per_run:
+                if not run.ok:
+                    ok = False
+                elif run.value > c.budget_usd_per_run:
                     ok = False
                     worst_msgs.append((run, "budget_usd_per_run", model))
         opt.within_budget[model] = ok

@@ -1,0 +1,269 @@
+"""Whole plans of the shipped examples, with the real catalog, calibration and forecasts.
+
+The pre-training example is planned against a synthetic H100 trial run (trialdata.py: the
+GPU edge that cannot run here); the others without a trial node.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gpuplan.plan.fabric import design_fat_tree
+from gpuplan.plan.planner import build_plan
+from gpuplan.plan.provenance import KINDS, find_unsourced_numbers, is_figure_json
+from gpuplan.plan.scenario import load_scenario, parse_scenario
+
+from .trialdata import GPU_POWER_W, write_trial_results
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NAMES = ["llama-pretrain", "llm-serving", "mixed-teams", "impossible-power"]
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    write_trial_results(results)
+    out = {}
+    for name in NAMES:
+        paths = [results] if name == "llama-pretrain" else []
+        p = build_plan(load_scenario(EXAMPLES / f"{name}.yaml"), results_paths=paths)
+        out[name] = (p, p.to_json())
+    return out
+
+
+def _figures(obj):
+    if is_figure_json(obj):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _figures(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _figures(v)
+
+
+def _option(doc, oid):
+    return next(o for o in doc["options"] if o["id"] == oid)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_number_has_provenance(plans, name):
+    _, doc = plans[name]
+    assert find_unsourced_numbers(doc) == []
+    figs = list(_figures(doc))
+    assert len(figs) > 50
+    for f in figs:
+        p = f["provenance"]
+        assert p["kind"] in KINDS
+        if p["kind"] == "derived":
+            assert p["formula"]
+        if p["kind"] == "catalog":
+            assert p["source"] and p["retrieved"], f
+        if p["kind"] in ("input", "default"):
+            assert ":" in p["ref"] or p["ref"].startswith(("default", "sensitivity")), p["ref"]
+        if f["value"] is None:
+            assert f.get("missing"), f  # a missing number always says why
+
+
+def test_find_unsourced_numbers_catches_a_bare_number(plans):
+    _, doc = plans["llm-serving"]
+    tampered = {**doc, "options": [{**doc["options"][0], "nodes": 12}]}
+    bad = find_unsourced_numbers(tampered)
+    assert [(u.path, u.value) for u in bad] == [("$.options[0].nodes", 12)]
+
+
+def test_pretrain_plan_by_hand(plans):
+    plan, doc = plans["llama-pretrain"]
+    assert doc["summary"]["feasible"] and doc["summary"]["rank_by"] == "run"
+    assert doc["trial_node"]["gpu_power_w"]["value"] == GPU_POWER_W
+    onp = _option(doc, "onprem/dgx-h100")
+    nodes = onp["nodes"]["value"]
+    assert onp["gpus"]["value"] == 8 * nodes
+    # measured power: 8 x 610 W + (node max power - 8 x TDP) from the catalog
+    from gpuplan.catalogs import get_catalog
+
+    cat = get_catalog()
+    node, gpu = cat.node("dgx-h100"), cat.gpu("h100")
+    node_w = 8 * GPU_POWER_W + (node.max_power_w - 8 * gpu.tdp_w)
+    assert onp["power"]["basis"] == "measured"
+    assert onp["power"]["node_power_w"]["value"] == pytest.approx(node_w)
+    per_rack = math.floor(40_000 / node_w)
+    assert onp["power"]["nodes_per_rack"]["value"] == min(per_rack, 42 // node.rack_units)
+    assert onp["power"]["racks"]["value"] == math.ceil(
+        nodes / onp["power"]["nodes_per_rack"]["value"]
+    )
+    assert onp["power"]["facility_power_w"]["value"] == pytest.approx(
+        onp["power"]["it_power_w"]["value"] * 1.3
+    )
+    # unverified catalog values stay flagged downstream (the DGX H100 max power is)
+    assert "max_power_w" in node.unverified
+    assert onp["power"]["node_power_w"]["provenance"]["unverified"]
+    # fabric: rail-optimised non-blocking tree of the catalog switch with the most ports at
+    # the ConnectX-7 rate (400 Gb/s)
+    fb = onp["fabric"]
+    sw = cat.switch(fb["switch"])
+    radix = max(
+        p
+        for p, bw in (
+            (sw.ports, sw.port_bandwidth_bits_per_s),
+            (sw.alt_ports, sw.alt_port_bandwidth_bits_per_s),
+        )
+        if bw == 400e9
+    )
+    assert fb["radix"]["value"] == radix
+    assert all(
+        radix >= (p or 0)
+        for s in cat.switches
+        for p, bw in (
+            (s.ports, s.port_bandwidth_bits_per_s),
+            (s.alt_ports, s.alt_port_bandwidth_bits_per_s),
+        )
+        if bw == 400e9
+    )
+    tree = design_fat_tree(nodes=nodes, nics_per_node=8, radix=radix, topology="rail_optimized")
+    assert (fb["leaf_switches"]["value"], fb["spine_switches"]["value"]) == (
+        tree.leaves,
+        tree.spines,
+    )
+    assert fb["cables"]["value"] == tree.links
+    assert fb["per_gpu_bandwidth_worst_bytes_per_s"]["value"] == pytest.approx(400e9 / 8)
+    assert fb["communication_check"][0]["status"] in ("holds", "short")
+    # storage: dataset 2e12 tokens x 4 B (vocabulary > 65,536) + 3 checkpoints of 14 B/param
+    m = cat.model("llama3.1-70b")
+    st = onp["storage"]
+    assert st["capacity_bytes"]["value"] == pytest.approx(2e12 * 4 + 3 * 14 * m.params_total())
+    tps = onp["training"][0]["tokens_per_s"]["value"]
+    assert st["read_bytes_per_s"]["value"] == pytest.approx(tps * 4)
+    assert st["checkpoint_write_bytes_per_s"]["value"] == pytest.approx(14 * m.params_total() / 300)
+    assert (
+        st["local_nvme"]["measured_read_per_node_bytes_per_s"]["provenance"]["kind"]
+        == "measurement"
+    )
+    # cloud on-demand: nodes x hours x catalog price / goodput (node failures, Daly 2006)
+    aws = _option(doc, "aws/p5.48xlarge")
+    od = aws["costs"]["on_demand"]
+    t = aws["training"][0]
+    good = od["reliability"]["pretrain"]["goodput"]["value"]
+    assert 0.9 < good < 1.0
+    expect = (
+        t["nodes"]["value"]
+        * t["time_to_train_s"]["value"]
+        / 3600
+        * od["price_usd_per_node_hour"]["value"]
+        / good
+    )
+    assert od["per_run_usd"]["pretrain"]["value"] == pytest.approx(expect, rel=1e-6)
+    assert od["price_usd_per_node_hour"]["provenance"]["kind"] == "catalog"
+    # reserved prices the catalog lacks come from the scenario's discount, and say so
+    r1 = aws["costs"]["reserved_1y"]["price_usd_per_node_hour"]
+    assert r1["value"] == pytest.approx(od["price_usd_per_node_hour"]["value"] * 0.7)
+    assert "discount" in r1["provenance"]["formula"]
+    # spot: Young/Daly checkpoint interval and goodput below 1
+    rel = aws["costs"]["spot"]["reliability"]["pretrain"]
+    assert 0 < rel["goodput"]["value"] < 1
+    assert rel["checkpoint_interval_s"]["value"] < rel["young_interval_s"]["value"]
+    # owned: TCO and break-even against the cheapest H100 on-demand price per GPU
+    assert onp["onprem_tco"]["usd_per_node_hour"]["value"] > 0
+    assert onp["break_even_utilisation"]["value"] > 0
+    assert onp["break_even_against"].endswith(
+        ("p5.48xlarge", "a3-highgpu-8g", "a3-megagpu-8g", "standard-nd96isr-h100-v5")
+    )
+    # time-to-train curves: more GPUs never take longer in the forecast
+    for c in doc["time_to_train_curves"]:
+        pts = [
+            (p["gpus"]["value"], p["time_to_train_s"]["value"])
+            for p in c["points"]
+            if "error" not in p
+        ]
+        assert len(pts) >= 3
+        # sensitivity ran and the recommended option is ranked first
+    assert doc["ranking"][0]["option"] == doc["summary"]["recommended"]["option"]
+    assert doc["sensitivity"]["per_option"]
+    assert plan.trial is not None
+
+
+def test_missing_prices_stay_missing(plans):
+    _, doc = plans["llama-pretrain"]
+    az = _option(doc, "azure/standard-nd96isr-h200-v5")
+    od = az["costs"]["on_demand"]
+    assert od["price_usd_per_node_hour"]["value"] is None
+    assert "no on_demand price" in od["price_usd_per_node_hour"]["missing"]
+    assert any(u["option"] == az["id"] for u in doc["unranked"])
+
+
+def test_serving_plan(plans):
+    _, doc = plans["llm-serving"]
+    assert doc["summary"]["rank_by"] == "mtok"
+    ranked = doc["ranking"]
+    assert ranked and all(r["metric"]["unit"] == "USD/Mtok" for r in ranked)
+    for o in doc["options"]:
+        if o["inference"][0]["gpus"] is None:
+            continue
+        assert o["inference"][0]["gpus"]["value"] % 8 == 0
+        assert o["costs"]["spot"]["per_million_output_tokens_usd"]["chat"]["value"] is None
+        tokens = o["inference"][0]["output_tokens_per_month"]["value"]
+        assert tokens == pytest.approx(20 * 256 * 3600 * 730)
+
+
+def test_mixed_plan_has_the_shared_cluster(plans):
+    _, doc = plans["mixed-teams"]
+    assert doc["summary"]["rank_by"] == "month"
+    sc = doc["shared_cluster"]
+    assert sc["scenario_policy"] == "fair-share"
+    pols = {p["policy"]: p for p in sc["policies"]}
+    assert set(pols) >= {"fair-share", "fifo"}
+    for p in pols.values():
+        assert 0 < p["utilization"]["value"] <= 1
+        assert p["wait_s"]["p95"]["value"] >= p["wait_s"]["p50"]["value"]
+    rec = doc["summary"]["recommended"]
+    top = _option(doc, rec["option"])
+    assert sc["cluster_gpus"]["value"] == top["gpus"]["value"]
+    # both workloads sit side by side on the fleet
+    assert (
+        top["nodes"]["value"]
+        == top["training"][0]["nodes"]["value"] + top["inference"][0]["nodes"]["value"]
+    )
+
+
+def test_impossible_constraint_says_what_binds(plans):
+    _, doc = plans["impossible-power"]
+    sm = doc["summary"]
+    assert not sm["feasible"] and sm["recommended"] is None
+    assert [b["constraint"] for b in sm["binding_constraints"]] == ["site_power_kw"]
+    assert "No option meets all constraints" in sm["headline"]["text"]
+    assert "site_power_kw" in sm["headline"]["text"]
+    o = doc["options"][0]
+    b = o["binding"][0]
+    assert b["needed"]["value"] > b["limit"]["value"] * 1000
+    fits = o["power"]["max_gpus_within_site_power"]["value"]
+    assert 0 < fits < o["gpus"]["value"]
+    per_node = o["power"]["facility_power_w"]["value"] / o["nodes"]["value"]
+    assert fits == math.floor(1000e3 / per_node) * 8
+    assert o["power"]["time_to_train_within_site_power"]["pretrain-70b"]["value"] > 30 * 86400
+
+
+def test_budget_binds():
+    text = (
+        (EXAMPLES / "mixed-teams.yaml")
+        .read_text()
+        .replace("budget_usd_per_month: 1500000", "budget_usd_per_month: 1000")
+    )
+    text = text[: text.index("teams:")]  # no simulation needed here
+    doc = build_plan(parse_scenario(text), results_paths=[]).to_json()
+    assert not doc["summary"]["feasible"]
+    assert {b["constraint"] for b in doc["summary"]["binding_constraints"]} == {
+        "budget_usd_per_month"
+    }
+    for o in doc["options"]:
+        assert not any(o["within_budget"].values())
+
+
+def test_unknown_names_are_errors_with_the_closest():
+    from gpuplan.errors import NotFoundError
+
+    text = (EXAMPLES / "llm-serving.yaml").read_text().replace("llama3.3-70b", "llama-3.3-7b0")
+    with pytest.raises(NotFoundError):
+        build_plan(parse_scenario(text), results_paths=[])
