@@ -27,7 +27,8 @@ _BYTES_PER_CALL = {"copy": 2, "triad": 3}
 
 
 def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
-    """Array sizes (bytes, powers of two) from ``llc/16`` to ``8*llc`` (quick) / ``16*llc``.
+    """Array sizes (bytes, powers of two, x4 steps) from about ``llc/16`` up to the first
+    power of two at or past ``8*llc`` (quick) / ``16*llc`` (default).
 
     ``limit_bytes`` caps one array so that the three triad arrays fit in free memory.
 
@@ -40,7 +41,7 @@ def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
     while size < top:
         out.append(size)
         size *= 4
-    out.append(1 << (top.bit_length() - 1))  # the last one: a power of two <= top
+    out.append(1 << (top - 1).bit_length())  # the last one: the power of two >= top
     out = sorted(set(out))
     if limit_bytes is not None:
         out = [s for s in out if s <= limit_bytes] or [min(out)]
