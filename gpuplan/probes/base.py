@@ -97,7 +97,7 @@ class ProbeRecorder:
             "probe": self.probe,
             "probe_version": self.probe_version,
             "status": self.status or "failed",
-            "error": self.error,
+            "error": self.error if self.status else "the probe ended without a status",
             "params": self.params,
             "measurements": self.measurements,
             "power_w": self.power_w,

@@ -439,7 +439,8 @@ def run(ctx: ProbeContext, *, denv: DistEnv | None = None) -> None:
     rec = ctx.record(
         "collectives",
         PROBE_VERSION,
-        backend=backend if not (gpu and _is_rocm()) else "nccl (rccl)",
+        backend=backend,
+        library="rccl" if gpu and _is_rocm() else backend,
         device="cuda" if gpu else "cpu",
         ranks=world,
         num_nodes=num_nodes,

@@ -144,7 +144,8 @@ def load_results(paths: Iterable[Path | str]) -> list[tuple[Path, ResultDocument
 
 
 def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
-    """Resolve ``ref`` (a file path, a run id or a unique prefix of one) to a result file.
+    """Resolve ``ref`` (a file path, a run id, a unique prefix of one, or ``latest``: the
+    run that started last) to a result file.
 
     Raises
     ------
@@ -167,6 +168,8 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
             known.append(run_id)
             if run_id.startswith(ref) or file.stem == ref or file.name == ref:
                 matches.append((file, run_id))
+    if ref == "latest" and known:
+        return max(_started(f) for f in iter_result_files([r for r in roots if r.is_dir()]))[1]
     if len(matches) == 1:
         return matches[0][0]
     where = ", ".join(str(r) for r in roots)
@@ -178,6 +181,15 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
     raise NotFoundError(
         f"run id prefix '{ref}' matches {len(matches)} results ({ids})", hint="give more characters"
     )
+
+
+def _started(path: Path) -> tuple[str, Path]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        started = data.get("started_at") if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        started = None
+    return (started if isinstance(started, str) else "", path)
 
 
 def _peek_run_id(path: Path) -> str | None:

@@ -190,6 +190,11 @@ def test_find_result_by_id_prefix_and_path(tmp_path):
     assert find_result(str(path), []) == path
     with pytest.raises(NotFoundError, match="no result file or run id"):
         find_result("ffffffff", [tmp_path])
+    later = doc.model_copy(
+        update={"run_id": "f" * 8 + doc.run_id[8:], "started_at": "2099-01-01T00:00:00Z"}
+    )
+    later_path = save_result(later, tmp_path)
+    assert find_result("latest", [tmp_path]) == later_path
     save_result(doc, tmp_path)
     with pytest.raises(NotFoundError, match="matches 2 results"):
         find_result(doc.run_id[:8], [tmp_path])
