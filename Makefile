@@ -14,7 +14,7 @@ setup-test:
 # The main job: probe this machine (quick), calibrate, and plan the example scenario.
 demo: setup
 	$(BIN)/gpuplan probe --quick --out results/
-	$(BIN)/gpuplan results ls
+	$(BIN)/gpuplan results show latest
 
 test: setup-test
 	$(BIN)/python -m pytest -q
