@@ -179,6 +179,7 @@ def render_html(doc: dict[str, Any], charts: dict[str, str | None] | None = None
         from gpuplan.report.charts import all_charts
 
         charts = all_charts(doc)
+    charts = {k: charts.get(k) for k in ("cost_by_option", "time_to_train", "roofline")}
     index = FigureIndex(doc)
     env = _env(index)
     template = env.get_template("report.html.j2")
