@@ -83,6 +83,24 @@ def fit_dataset(ds: Dataset, specs: dict[str, DeviceSpec]) -> Calibration:
     return cal
 
 
+def _override_key(r: Record) -> tuple:
+    if r.quantity == "matmul":
+        return (r.device, "matmul", r.key[0])
+    if r.quantity == "collective":
+        return (r.device, "collective", r.key[0], "intra" if r.x[2] <= 1 else "inter")
+    return (r.device, r.quantity, r.key[0])
+
+
+def local_overrides_reference(records: list[Record]) -> list[Record]:
+    """Drop published records of a (device, quantity) that the user measured locally.
+
+    The user's own runs describe their machines; the reference set only stands in where
+    they measured nothing (issue 4: measured values from local runs override it).
+    """
+    local = {_override_key(r) for r in records if not r.published}
+    return [r for r in records if not (r.published and _override_key(r) in local)]
+
+
 def without_device(ds: Dataset, device: str) -> Dataset:
     """``ds`` with every record of ``device`` removed (leave-one-device-out)."""
     return Dataset(
@@ -499,6 +517,7 @@ def calibrate_documents(
             "no usable measurement in the given results",
             hint="run 'gpuplan probe --quick' first, or leave out --exclude-reference",
         )
+    ds.records = local_overrides_reference(ds.records)
     ds.records.sort(key=lambda r: (r.machine, r.run_id, r.quantity, repr(r.key), r.x))
     specs = device_specs(catalog, ds.devices)
     cal = fit_dataset(ds, specs)

@@ -64,7 +64,7 @@ def _gather(paths: list[Path], exclude_reference: bool) -> tuple[list[Any], list
     return docs, notes
 
 
-@app.command()
+@app.command(help=HELP)
 def calibrate(
     result_paths: list[Path] = typer.Argument(
         None, help="result files or directories (default: results/, which holds reference/)"
