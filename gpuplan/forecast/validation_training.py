@@ -110,9 +110,8 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     ),
     # NeMo 24.x performance recipes: Megatron-core with the distributed optimizer,
     # overlapped DP and TP communication, Transformer Engine's cuDNN fused attention
-    # (Hopper-native, counted with the FlashAttention-3 figure), 16-bit
-    # gradient buffers (Megatron-core DistributedDataParallelConfig grad_reduce_in_fp32
-    # defaults to False).
+    # (Hopper-native, counted with the FlashAttention-3 figure), fp32 gradient buffers
+    # (NeMo's bf16 mixed-precision recipe sets grad_reduce_in_fp32=True).
     "nemo": dict(
         framework=Framework(
             name="nemo-24",
@@ -121,8 +120,6 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
             attention_kernel="flash-attention-3",
             dp_overlap=True,
             tp_overlap=True,
-            grad_buffer_bytes=2.0,
-            grad_reduce_bytes=2.0,
         ),
         zero=1,
         family=None,
