@@ -105,7 +105,7 @@ def shapes(*, gpu: bool, quick: bool) -> list[Gemm]:
             + transformer_layer("llama3-70b", **_LLAMA3_70B, tokens=8192, tp=8)
         )
     if quick:
-        return square([256, 512, 1024, 2048]) + transformer_layer("small", **_SMALL, tokens=512)
+        return square([256, 512, 1024]) + transformer_layer("small", **_SMALL, tokens=512)
     return (
         square([256, 512, 1024, 2048, 4096])
         + transformer_layer("small", **_SMALL, tokens=2048)

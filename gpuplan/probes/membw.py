@@ -27,20 +27,23 @@ _BYTES_PER_CALL = {"copy": 2, "triad": 3}
 
 
 def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
-    """Array sizes (bytes, powers of two, x4 steps) from about ``llc/16`` up to the first
+    """Array sizes (bytes, powers of two, x4 steps; x8 quick) from about ``llc/16`` up to the first
     power of two at or past ``8*llc`` (quick) / ``16*llc`` (default).
 
     ``limit_bytes`` caps one array so that the three triad arrays fit in free memory.
 
     >>> [s >> 20 for s in sizes(32 << 20, quick=True, limit_bytes=None)]
-    [2, 8, 32, 128, 256]
+    [2, 16, 128, 256]
+    >>> [s >> 20 for s in sizes(32 << 20, quick=False, limit_bytes=None)]
+    [2, 8, 32, 128, 512]
     """
     top = 8 * llc_bytes if quick else 16 * llc_bytes
+    step = 8 if quick else 4
     size = 1 << max(12, (llc_bytes // 16).bit_length() - 1)  # power of two <= llc/16
     out = []
     while size < top:
         out.append(size)
-        size *= 4
+        size *= step
     out.append(1 << (top - 1).bit_length())  # the last one: the power of two >= top
     out = sorted(set(out))
     if limit_bytes is not None:

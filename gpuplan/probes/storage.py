@@ -388,7 +388,7 @@ def run(ctx: ProbeContext) -> None:
         size = max(16 << 20, (free // 4) >> 20 << 20)
         rec.warn(f"not enough free space for the default size: using {size >> 20} MiB")
     sweep = points(quick=ctx.quick)
-    runtime_s, ramp_s = (1.5, 0.0) if ctx.quick else (10.0, 2.0)
+    runtime_s, ramp_s = (1.0, 0.0) if ctx.quick else (10.0, 2.0)
     workdir = Path(tempfile.mkdtemp(prefix=".gpuplan-storage-", dir=base))
     try:
         direct, reason = direct_io_supported(workdir)

@@ -164,21 +164,28 @@ def calibrate_loops(
     max_loops: int = 1 << 20,
     reduce: Callable[[float], float] | None = None,
     record: list[float] | None = None,
+    budget_s: float | None = None,
 ) -> int:
     """The smallest tried loop count whose sample lasts at least ``min_sample_s``.
 
     Starts at one call and grows (at least x2, at most x16 per step, aiming 10 % past the
-    target from the last duration) until the target or ``max_loops`` is reached. Per-call
-    durations of the calibration runs are appended to ``record`` (they are warmups too).
+    target from the last duration) until the target or ``max_loops`` is reached, or the
+    calibration runs together last longer than ``budget_s`` (a machine whose speed drifts
+    under load must not make calibration run away). Per-call durations of the calibration
+    runs are appended to ``record`` (they are warmups too).
     """
     loops = 1
+    spent = 0.0
     while True:
         duration = timer(fn, loops)
         if reduce is not None:
             duration = reduce(duration)
+        spent += duration
         if record is not None:
             record.append(duration / loops)
         if duration >= min_sample_s or loops >= max_loops:
+            return loops
+        if budget_s is not None and spent > budget_s:
             return loops
         if duration > 0:
             wanted = math.ceil(loops * min_sample_s / duration * 1.1)
@@ -232,6 +239,7 @@ def measure(
         max_loops=config.max_loops,
         reduce=reduce,
         record=warm,
+        budget_s=None if config.max_point_s is None else config.max_point_s / 2,
     )
     samples: list[float] = []
     for i in range(config.samples):

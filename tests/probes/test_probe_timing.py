@@ -138,3 +138,12 @@ def test_sync_is_called_around_the_loop():
 def test_invalid_config_is_refused():
     with pytest.raises(ValueError):
         TimingConfig(samples=0)
+
+
+def test_calibration_stops_at_its_budget():
+    clock = FakeClock()
+    fn = work(clock, [0.001])
+    loops = calibrate_loops(fn, WallTimer(clock=clock), min_sample_s=10.0, budget_s=0.05)
+    # 1 call (1 ms), 16 calls (17 ms spent), 256 calls (273 ms spent > 50 ms): stop there
+    assert loops == 256
+    assert fn.calls["n"] == 1 + 16 + 256
