@@ -18,7 +18,7 @@ def make_doc(
     run_id: str | None = None,
     accelerator: str = H100_NAME,
     machine_id: str | None = None,
-    hostname: str = "trial-node-07",
+    hostname: str | None = None,
     matmul_flops_per_s: float | None = None,
     membw_bytes_per_s: float | None = None,
     pcie_bytes_per_s: float = 5.0e10,
