@@ -255,6 +255,17 @@ def predict_bandwidth(entry: dict, size_bytes: Any) -> Any:
 # --- matmul --------------------------------------------------------------------------------
 
 
+#: Where to look when nobody measured a dtype: the nearest dtypes on the same matrix units.
+RELATED_DTYPES: dict[str, tuple[str, ...]] = {
+    "fp16": ("bf16", "fp8"),
+    "bf16": ("fp16", "fp8"),
+    "tf32": ("bf16", "fp16", "fp8"),
+    "fp32": ("tf32", "bf16", "fp16", "fp8"),
+    "fp8": ("bf16", "fp16"),
+    "int8": ("fp8", "bf16"),
+}
+
+
 def fit_matmul(
     records: Sequence[Record],
     specs: dict[str, DeviceSpec],
@@ -302,12 +313,20 @@ def entry_matmul(
     same = [s for s in _samples(state, specs, lambda k, e: k[1] == dtype) if s.device != exclude]
     tr = transfer_fraction(same, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
     note = None
-    if tr is None:
-        # no device measured this dtype: tensor-core efficiency of the other dtypes is the
-        # closest evidence (same units, same GEMM kernels); the pool says which dtypes
-        other = [s for s in _samples(state, specs, lambda k, e: True) if s.device != exclude]
-        tr = transfer_fraction(other, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
-        note = "from other dtypes"
+    for related in RELATED_DTYPES.get(dtype, ()):
+        if tr is not None:
+            break
+        # nobody measured this dtype: the closest dtype's efficiency on the same units is the
+        # evidence (bf16 and fp16 share the tensor-core datapath and peak), the device's own first
+        pool = [
+            s
+            for s in _samples(state, specs, lambda k, e, r=related: k[1] == r)
+            if s.device != exclude
+        ]
+        tr = transfer_fraction(
+            pool, spec.vendor, spec.generation, level=INTERVAL_LEVEL, device=device
+        )
+        note = f"from {related}"
     latencies = [
         e["coefficients"]["latency_s"]
         for k, e in state.items()

@@ -214,6 +214,25 @@ def _int(text: str, default: int) -> int:
         return default
 
 
+_NICS = re.compile(r"(\d+)\s*x\s*(?:HDR\s*|NDR\s*)?(\d+(?:\.\d+)?)\s*(GB/s|Gb/s|Gbps|Gb)\b")
+
+
+def nic_bandwidth_per_gpu(interconnect: str, gpus_per_node: int) -> float | None:
+    """Per-GPU share of the node's NICs (bytes/s, per direction) named in the row's
+    ``interconnect`` column ("8x 50 GB/s EFA v4 per node", "4x HDR 200Gb/s per node");
+    ``None`` when the text names no NIC count and rate.
+
+    >>> nic_bandwidth_per_gpu("4x HDR 200Gb/s per node", 8)
+    12500000000.0
+    """
+    match = _NICS.search(interconnect or "")
+    if match is None or gpus_per_node <= 0:
+        return None
+    count, rate, unit = int(match.group(1)), float(match.group(2)), match.group(3)
+    per_node = count * rate * (1e9 if unit == "GB/s" else 1e9 / 8)
+    return per_node / gpus_per_node
+
+
 def _collective(row: dict[str, str]) -> list[dict[str, Any]]:
     value, approx = parse_value(row["value"])
     op = _op_of(row)
@@ -240,6 +259,10 @@ def _collective(row: dict[str, str]) -> list[dict[str, Any]]:
     }
     if algo_match:
         first["algorithm"] = algo_match.group(1).lower()
+    if nodes > 1:
+        nic = nic_bandwidth_per_gpu(row["interconnect"], ranks // nodes)
+        if nic is not None:
+            first["nic_bandwidth_bytes_per_s_per_gpu"] = nic
     out = [first]
     off = re.search(r"NVLS off:\s*([\d.]+)\s*GB/s", notes)
     if off and first.get("algorithm") != "ring":

@@ -51,15 +51,16 @@ class Transferred:
 
 
 def _pools(
-    samples: Sequence[Sample], vendor: str | None, generation: str | None
+    samples: Sequence[Sample], vendor: str | None, generation: str | None, device: str | None = None
 ) -> list[tuple[str, list[Sample]]]:
+    same = [s for s in samples if device is not None and s.device == device]
     gen = [
         s
         for s in samples
         if vendor is not None and s.vendor == vendor and s.generation == generation
     ]
     ven = [s for s in samples if vendor is not None and s.vendor == vendor]
-    return [("generation", gen), ("vendor", ven), ("all", list(samples))]
+    return [("device", same), ("generation", gen), ("vendor", ven), ("all", list(samples))]
 
 
 def _pooled_within(groups: Sequence[Sequence[Sample]]) -> tuple[float, int]:
@@ -81,6 +82,7 @@ def transfer_fraction(
     level: float = 0.9,
     exclude: str | None = None,
     spread_groups: Sequence[Sequence[Sample]] = (),
+    device: str | None = None,
 ) -> Transferred | None:
     """Predicted fraction and interval for a device of ``vendor``/``generation``.
 
@@ -95,7 +97,7 @@ def transfer_fraction(
     )
     if not samples:
         return None
-    pools = _pools(samples, vendor, generation)
+    pools = _pools(samples, vendor, generation, device)
     centre_level, centre = next((name, p) for name, p in pools if p)
     logs = np.log([s.fraction for s in centre])
     mean = float(np.mean(logs))
