@@ -32,45 +32,55 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _short(name: str, width: int = 38) -> str:
+    """Head and tail of a long source name (the tail tells tables of one paper apart)."""
+    if len(name) <= width:
+        return name
+    tail = width // 2 - 1
+    return name[: width - tail - 1] + "…" + name[-tail:]
+
+
 def _table(result: dict[str, Any], show_rows: bool):
     def draw(console) -> None:
-        cols = [
-            "rows",
-            "complete",
-            "forecast",
-            "coverage",
-            "median |err|",
-            "p90 |err|",
-            "bias",
-            "in interval",
-            "metric",
-        ]
+        cols = ["rows", "fcst", "cover", "med", "p90", "bias", "in int"]
 
         def line(name: str, s: dict[str, Any]) -> tuple:
             return (
                 name,
                 s["rows"],
-                s["rows_complete"],
-                s["rows_forecast"],
+                f"{s['rows_forecast']}/{s['rows_complete']}",
                 _pct(s["coverage"]),
                 _pct(s["median_abs_error"]),
                 _pct(s["p90_abs_error"]),
                 _pct(s["bias"]),
                 _pct(s["interval_coverage"]),
-                ", ".join(s["metrics"]),
             )
 
-        rows = [line(k, v) for k, v in result["per_group"].items()]
+        rows = [line(_short(k, 30), v) for k, v in result["per_group"].items()]
         rows.append(line("OVERALL", result["overall"]))
+        caption = (
+            "fcst = forecast/complete rows; med, p90 = absolute error; bias = mean "
+            "signed error; in int = published value inside the forecast interval"
+        )
         console.print(
             simple_table(
                 f"Training forecast vs published runs ({result['scheme']})",
                 ["publication", *cols],
                 rows,
+                caption=caption,
             )
         )
-        src_rows = [line(k[:70], v) for k, v in result["per_source"].items()]
-        console.print(simple_table("Per source table", ["source", *cols], src_rows))
+        src_rows = [line(_short(k), v) for k, v in result["per_source"].items()]
+        console.print(simple_table("Per source", ["source", *cols], src_rows))
+        metrics = {}
+        for r in result["rows"]:
+            metrics.setdefault(r["group"], set()).add(r["metric"])
+        console.print(
+            "Compared: "
+            + "; ".join(
+                f"{_short(g, 30)}: {', '.join(sorted(m))}" for g, m in sorted(metrics.items())
+            )
+        )
         if show_rows:
             console.print(
                 simple_table(
