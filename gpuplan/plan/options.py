@@ -692,6 +692,11 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
         increment_bytes=get("capacity_step_bytes", "B", "capacity step"),
         price_usd_per_gib_month=price,
         cloud=getattr(t, "provider", None),
+        throughput_increment_bytes_per_s=(
+            get("throughput_increment_bytes_per_s", "B/s", "throughput increment")
+            if getattr(t, "throughput_increment_bytes_per_s", None)
+            else None
+        ),
     )
 
 

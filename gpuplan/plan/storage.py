@@ -57,6 +57,7 @@ class StorageTier:
     increment_bytes: Figure
     price_usd_per_gib_month: Figure
     cloud: str | None = None
+    throughput_increment_bytes_per_s: Figure | None = None
 
 
 def checkpoint_bytes(params: Figure, bytes_per_param: Figure) -> Figure:
@@ -164,6 +165,11 @@ def fit_tier(
     """Provision ``tier`` for the capacity, read and write needs (see module docstring)."""
     per_tib_r = tier.read_bytes_per_s_per_tib
     per_tib_w = tier.write_bytes_per_s_per_tib
+    inc = tier.throughput_increment_bytes_per_s
+    if not per_tib_r.ok and not per_tib_w.ok and inc is not None and inc.ok:
+        return _fit_by_increment(
+            tier, inc, capacity=capacity, read_bps=read_bps, write_bps=write_bps, ckpt=ckpt
+        )
     if not per_tib_w.ok and per_tib_r.ok:
         # tiers quoted with one throughput figure serve reads and writes alike
         per_tib_w = per_tib_r
@@ -249,6 +255,69 @@ def fit_tier(
             or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
         )
     return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+
+
+def _fit_by_increment(
+    tier: StorageTier,
+    inc: Figure,
+    *,
+    capacity: Figure,
+    read_bps: Figure,
+    write_bps: Figure,
+    ckpt: Figure,
+) -> TierFit:
+    """A tier whose throughput is bought in fixed increments, apart from its capacity."""
+    need_bw = max(read_bps.value, write_bps.value)
+    bw = derived(
+        math.ceil(need_bw / inc.value - 1e-9) * inc.value,
+        "B/s",
+        f"{tier.id} provisioned throughput",
+        "ceil(max(read, write) / throughput increment) x increment",
+        [read_bps, write_bps, inc],
+    )
+    cap = capacity.value
+    used = [capacity]
+    if tier.min_capacity_bytes.ok:
+        cap = max(cap, tier.min_capacity_bytes.value)
+        used.append(tier.min_capacity_bytes)
+    if tier.increment_bytes.ok and tier.increment_bytes.value > 0:
+        cap = math.ceil(cap / tier.increment_bytes.value - 1e-9) * tier.increment_bytes.value
+        used.append(tier.increment_bytes)
+    provisioned = derived(
+        cap,
+        "B",
+        f"{tier.id} provisioned capacity",
+        "capacity needed, at least the tier minimum, rounded up to the increment",
+        used,
+    )
+    ckpt_s = derived(
+        ckpt.value / bw.value,
+        "s",
+        f"checkpoint write time on {tier.id}",
+        "checkpoint size / provisioned throughput",
+        [ckpt, bw],
+    )
+    price = tier.price_usd_per_gib_month
+    if price.ok:
+        usd = derived(
+            cap / GIB * price.value,
+            "USD/month",
+            f"{tier.id} cost per month",
+            "provisioned GiB x USD per GiB-month",
+            [provisioned, price],
+        )
+    else:
+        usd = missing_fig(
+            "USD/month",
+            f"{tier.id} cost per month",
+            price.missing
+            or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
+        )
+    fits, reason = True, None
+    if tier.max_capacity_bytes.ok and cap > tier.max_capacity_bytes.value:
+        fits, reason = False, "needs more capacity than the tier's maximum"
+    sized_by = "read bandwidth" if read_bps.value >= write_bps.value else "checkpoint writes"
+    return TierFit(tier, provisioned, bw, bw, ckpt_s, usd, fits, reason, sized_by)
 
 
 def pick_tier(fits: list[TierFit]) -> TierFit | None:

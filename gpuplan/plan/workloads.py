@@ -87,6 +87,12 @@ def forecast_training_cached(
         top=1,
         artifact=ctx.artifact,
     )
+    if platform is not None and _accepts(forecast_training, platform[0]):
+        kwargs[platform[0]] = platform[1]
+    if inter_node_bandwidth_bytes_per_s is not None and _accepts(
+        forecast_training, "inter_node_bandwidth_bytes_per_s"
+    ):
+        kwargs["inter_node_bandwidth_bytes_per_s"] = inter_node_bandwidth_bytes_per_s
     ctx.progress(
         f"forecast train {w.name} on {gpu_id} ({_args_text({'num_gpus': num_gpus, 'target_days': target_days})})"
     )

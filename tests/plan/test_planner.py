@@ -267,3 +267,22 @@ def test_unknown_names_are_errors_with_the_closest():
     text = (EXAMPLES / "llm-serving.yaml").read_text().replace("llama3.3-70b", "llama-3.3-7b0")
     with pytest.raises(NotFoundError):
         build_plan(parse_scenario(text), results_paths=[])
+
+
+def test_oversubscribed_fabric_fails_the_communication_check():
+    text = (EXAMPLES / "llama-pretrain.yaml").read_text()
+    text = text.replace("clouds: [aws, gcp, azure]", "clouds: []").replace(
+        "oversubscription: 1", "oversubscription: 2"
+    )
+    doc = build_plan(parse_scenario(text), results_paths=[]).to_json()
+    (o,) = doc["options"]
+    check = o["fabric"]["communication_check"][0]
+    assert check["status"] == "short"
+    assert check["ratio"]["value"] == pytest.approx(0.5)
+    assert check["assumed_bytes_per_s"]["value"] == pytest.approx(400e9 / 8)
+    t = o["training"][0]
+    # the run re-forecast at the fabric's bandwidth is never faster
+    assert t["time_to_train_on_fabric_s"]["value"] >= t["time_to_train_s"]["value"]
+    assert "longer" in check["note"]["text"]
+    # 2:1 leaves: 43 down / 21 up ports of a 64-port switch (or the split 128-port one)
+    assert o["fabric"]["leaf_down_ports"]["value"] > o["fabric"]["leaf_up_ports"]["value"]

@@ -186,3 +186,25 @@ def test_it_and_facility_power():
     fac = pw.facility_power_w(it, f(1.3))
     assert fac.value == pytest.approx(it.value * 1.3)
     assert not pw.facility_power_w(it, missing_fig("ratio", "PUE", "no PUE")).ok
+
+
+def test_tier_bought_in_throughput_increments():
+    # 4,000 MB/s increments: need max(3 GB/s read, 9 GB/s write) -> 3 increments = 12 GB/s;
+    # the 980 GB checkpoint then writes in 81.7 s; capacity is sized on its own.
+    tier = sto.StorageTier(
+        id="inc",
+        name="increments",
+        read_bytes_per_s_per_tib=missing_fig("B/s per TiB", "r", "none"),
+        write_bytes_per_s_per_tib=missing_fig("B/s per TiB", "w", "none"),
+        min_capacity_bytes=missing_fig("B", "min", "none"),
+        max_capacity_bytes=missing_fig("B", "max", "none"),
+        increment_bytes=missing_fig("B", "step", "none"),
+        price_usd_per_gib_month=missing_fig("USD/GiB-month", "p", "no price"),
+        throughput_increment_bytes_per_s=f(4e9, "B/s", "inc"),
+    )
+    fit = sto.fit_tier(tier, capacity=f(50 * TIB), read_bps=f(3e9), write_bps=f(9e9), ckpt=f(980e9))
+    assert fit.fits
+    assert fit.read_bytes_per_s.value == fit.write_bytes_per_s.value == 12e9
+    assert fit.provisioned_bytes.value == 50 * TIB
+    assert fit.checkpoint_write_s.value == pytest.approx(980e9 / 12e9)
+    assert fit.sized_by == "checkpoint writes"
