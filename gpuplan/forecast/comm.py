@@ -128,7 +128,9 @@ def tp_layer_comm_time3(
     same tensor, the same volume (Korthikanti et al. 2022, section 4.2.2).
     """
     rpn = group_ranks_per_node(tp, 1, node_size)
-    kw = dict(ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s)
+    kw: dict[str, Any] = dict(
+        ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s
+    )
     sp = np.asarray(sequence_parallel, dtype=bool)
     if np.all(sp):
         ag = collective_time3(perf, "all_gather", activation_bytes, tp, **kw)
@@ -167,7 +169,9 @@ def data_parallel_times3(
     """
     zero = np.asarray(zero)
     rpn = group_ranks_per_node(ranks, stride, node_size)
-    kw = dict(ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s)
+    kw: dict[str, Any] = dict(
+        ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s
+    )
     chunks = np.where(zero >= 3, np.maximum(np.asarray(zero3_chunks, dtype=float), 1.0), 1.0)
     grad_bytes = np.asarray(grad_bytes, dtype=float) / chunks
     param_bytes = np.asarray(param_bytes, dtype=float) / chunks

@@ -326,7 +326,7 @@ def training_memory_per_gpu(
     )
     pp_f = np.asarray(pp, dtype=float)
     layers_per_stage, _ = stage_layers(arch, pp_f)
-    kw = dict(
+    kw: dict[str, Any] = dict(
         sequence_parallel=sequence_parallel,
         flash_attention=flash_attention,
         linear_input_bytes=linear_input_bytes,

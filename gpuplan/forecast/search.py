@@ -283,7 +283,7 @@ def best_layouts(
     )
     step = np.asarray(res["step_time_s"])[0]
     order = np.argsort(step, kind="stable")
-    kw = dict(
+    kw: dict[str, Any] = dict(
         seq_len=seq_len,
         global_batch=global_batch,
         precision=precision,
@@ -409,7 +409,7 @@ def smallest_cluster(
     result says how many sizes were evaluated.
     """
     target_s = target_days * SECONDS_PER_DAY
-    kw = dict(
+    kw: dict[str, Any] = dict(
         seq_len=seq_len,
         global_batch=global_batch,
         precision=precision,

@@ -97,7 +97,7 @@ DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
 # ------------------------------------------------------------------------- constants
 @lru_cache(maxsize=4)
 def _load_constants_file(name: str) -> dict[str, Any]:
-    text = resources.files("gpuplan.forecast").joinpath("data", name).read_text("utf-8")
+    text = resources.files("gpuplan.forecast").joinpath("data").joinpath(name).read_text("utf-8")
     return json.loads(text)
 
 
@@ -390,7 +390,7 @@ def evaluate_layouts(
             + arch.num_shared_experts * (6.0 * fe if arch.gated_mlp else 4.0 * fe)
         ) / tp + 8.0 * arch.top_k * h / seq_split  # permute + unpermute (read + write)
     else:
-        act_moe = 0.0
+        act_moe = np.zeros(1)
     fwd_bytes = (
         tokens
         * (
@@ -922,11 +922,16 @@ def resolve_hardware(
         prov["inter_node_bandwidth"] = "calibration default (no node or instance row)"
     prov["inter_node_bandwidth_bytes_per_s"] = bw
     node_size = int(_get(row, "scale_up_domain_size", default=1) or 1)
+    if not _get(row, "memory_bytes"):
+        raise InputError(
+            f"{row.id} has no memory size in the catalog, so no layout can be checked",
+            hint="choose another GPU or add memory_bytes to its catalog row",
+        )
     return Hardware(
         generation=_get(row, "generation"),
         gpu_id=row.id,
         perf=perf,
-        memory_bytes=float(row.memory_bytes),
+        memory_bytes=float(row.memory_bytes or 0.0),
         node_size=node_size,
         inter_node_bandwidth_bytes_per_s=bw,
         provenance=prov,
@@ -1075,7 +1080,7 @@ def forecast_training(
         par.setdefault("tp", 1)
     fw = framework or Framework()
     c = constants or default_constants()
-    common = dict(
+    common: dict[str, Any] = dict(
         seq_len=int(seq_len),
         global_batch=gbs,
         precision=precision,
@@ -1087,8 +1092,8 @@ def forecast_training(
             arch,
             hw,
             par,
-            tokens=float(tokens),
-            target_days=float(target_days),
+            tokens=float(tokens or 0.0),
+            target_days=float(target_days or 0.0),
             top=top,
             progress=progress,
             **common,

@@ -176,7 +176,8 @@ def load_rows(path: Any = None) -> list[dict[str, str]]:
         if path is None:
             text = (
                 resources.files("gpuplan.forecast")
-                .joinpath("data", "training_runs.csv")
+                .joinpath("data")
+                .joinpath("training_runs.csv")
                 .read_text("utf-8")
             )
         else:
@@ -350,8 +351,9 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
     cfg.num_gpus = _int(row.get("num_gpus")) or 0
     cfg.seq_len = _int(row.get("seq_len")) or 0
     gbs = _int(row.get("global_batch_seqs"))
-    if gbs is None and _num(row.get("global_batch_tokens")) and cfg.seq_len:
-        gbs = round(_num(row["global_batch_tokens"]) / cfg.seq_len)
+    gbt = _num(row.get("global_batch_tokens"))
+    if gbs is None and gbt and cfg.seq_len:
+        gbs = round(gbt / cfg.seq_len)
     cfg.global_batch = gbs or 0
     cfg.precision = _precision(row.get("precision") or "")
     if not (cfg.num_gpus and cfg.seq_len and cfg.global_batch):
@@ -694,7 +696,11 @@ def validate(
                 progress(g)
             train = [c for c in complete_ok if c.group != g]
             test = [c for c in complete_ok if c.group == g]
-            fitted = fit_constants(lambda c, train=train: evals_for(train, c), shipped)
+
+            def evals_train(c: dict[str, Any], train: list[RowConfig] = train) -> list[RowEval]:
+                return evals_for(train, c)
+
+            fitted = fit_constants(evals_train, shipped)
             fold_constants[g] = {k: fitted[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")}
             results.extend(_row_result(e, fitted, g) for e in evals_for(test, fitted))
     results.sort(key=lambda r: r["run_id"])
@@ -788,7 +794,10 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
 
     if data is None:
         text = (
-            resources.files("gpuplan.forecast").joinpath("data", "training_runs.csv").read_bytes()
+            resources.files("gpuplan.forecast")
+            .joinpath("data")
+            .joinpath("training_runs.csv")
+            .read_bytes()
         )
     else:
         text = Path(data).read_bytes()
