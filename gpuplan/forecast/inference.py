@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuplan.errors import InputError
+from gpuplan.errors import GpuplanError, InputError
 from gpuplan.forecast.inference_arch import (
     Arch,
     Layout,
@@ -832,12 +832,16 @@ def build_candidates(
                     }
                 )
                 continue
-            perf = perf or get_perf(g.id)
-            rates = DeviceRates(perf, g, sh, engine=engine)
             max_b = max(mp.max_batch(req_mean), 1)
-            cost = StepCostModel.build(
-                rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
-            )
+            try:
+                perf = perf or get_perf(g.id)
+                rates = DeviceRates(perf, g, sh, engine=engine)
+                cost = StepCostModel.build(
+                    rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
+                )
+            except GpuplanError as exc:  # e.g. no collective model for a GPU never measured
+                dropped.append({"gpu": g.id, "tp": t, "reason": exc.one_line()})
+                continue
             coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0
             caps = (
                 [batch]
@@ -848,7 +852,7 @@ def build_candidates(
                 rep = ReplicaModel(
                     cost=cost,
                     max_batch=int(cap),
-                    kv_capacity_tokens=mp.kv_capacity_tokens * layout.pp / layout.pp,
+                    kv_capacity_tokens=mp.kv_capacity_tokens,
                     prefill_flops_coef=coef,
                     chunk_tokens=chunk_tokens,
                     label=f"{g.id} tp={t} cap={cap}",

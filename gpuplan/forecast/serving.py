@@ -382,7 +382,9 @@ def analytic_latency(
     outputs: LengthDist,
     percentile: str = "p99",
     scenario: int = VALUE,
-    iterations: int = 40,
+    iterations: int = 60,
+    *,
+    ignore_batch_cap: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Approximate TTFT and TPOT at arrival ``rate`` (array) per replica, and feasibility.
 
@@ -424,17 +426,18 @@ def analytic_latency(
     lam = np.atleast_1d(lam)
     tau = np.full_like(lam, float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario)))
     for _ in range(iterations):
-        tau = np.minimum(mean_iteration(tau), 1e6)
+        new = np.minimum(mean_iteration(tau), 1e6)
+        done = np.all(np.abs(new - tau) <= 1e-5 * tau)
+        tau = new
+        if done:
+            break
     n = lam * o_mean * tau
     pf = lam * i_mean * tau
     check = mean_iteration(tau)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
-    feasible = (
-        converged
-        & (n <= replica.max_batch)
-        & (n * (i_mean + o_mean) <= replica.kv_capacity_tokens)
-        & (tau < 1e5)
-    )
+    feasible = converged & (n * (i_mean + o_mean) <= replica.kv_capacity_tokens) & (tau < 1e5)
+    if not ignore_batch_cap:
+        feasible &= n <= replica.max_batch
     budget = np.maximum(replica.chunk_tokens - n, 1.0)
     rho = np.minimum(pf / budget, 0.999)
     # the prompts sharing the request's iteration: itself plus those that arrived during the
@@ -500,6 +503,61 @@ def poisson_quantile(mu: Any, q: float, kmax: int = 200) -> np.ndarray:
     return k
 
 
+def max_rates_for_caps(
+    replica: ReplicaModel,
+    caps: Any,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str,
+    scenario: int = VALUE,
+    points: int = 160,
+    refine: int = 24,
+) -> np.ndarray:
+    """Largest per-replica arrival rate meeting the SLOs (analytic model), for each batch cap.
+
+    The latencies do not depend on the cap (only the running-request count must stay below
+    it), so one curve over a geometric grid of rates serves every cap; the bracket of each
+    cap is then refined on a finer grid in one more vectorised call.
+    """
+    caps = np.asarray(caps, dtype=float)
+    top = float(caps.max())
+    t1 = float(replica.cost.time(top, top, top * (inputs.mean + outputs.mean / 2), 0, 0, scenario))
+    hi = top / max(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
+    grid = np.geomspace(hi * 1e-4, hi, points)
+
+    def passing(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ttft, tpot, feas = analytic_latency(
+            replica, rates, inputs, outputs, percentile, scenario, ignore_batch_cap=True
+        )
+        ok = feas.copy()
+        if ttft_slo_s is not None:
+            ok &= ttft <= ttft_slo_s
+        if tpot_slo_s is not None:
+            ok &= tpot <= tpot_slo_s
+        tau = np.where(np.isfinite(tpot), tpot, np.inf)
+        return ok, rates * outputs.mean * tau  # running requests ~ rate x O x TPOT
+
+    ok, n = passing(grid)
+    okc = ok[None, :] & (n[None, :] <= caps[:, None])
+    # largest contiguous passing index from the low end, per cap
+    first_fail = np.where(okc.all(axis=1), len(grid), np.argmin(okc, axis=1))
+    idx = first_fail - 1
+    out = np.zeros(len(caps))
+    live = idx >= 0
+    if not live.any():
+        return out
+    lo_r = grid[np.maximum(idx, 0)]
+    hi_r = grid[np.minimum(idx + 1, len(grid) - 1)]
+    fine = np.geomspace(lo_r, np.maximum(hi_r, lo_r * (1 + 1e-9)), refine, axis=1)
+    ok_f, n_f = passing(fine.ravel())
+    ok_f = ok_f.reshape(fine.shape) & (n_f.reshape(fine.shape) <= caps[:, None])
+    best = np.where(ok_f, fine, 0.0).max(axis=1)
+    out[live] = np.maximum(best, lo_r)[live]
+    return out
+
+
 def max_rate_meeting(
     replica: ReplicaModel,
     inputs: LengthDist,
@@ -510,48 +568,10 @@ def max_rate_meeting(
     scenario: int = VALUE,
 ) -> float:
     """Largest per-replica arrival rate (requests/s) whose analytic latencies meet the SLOs."""
-    # upper bound: the replica's best throughput in requests/s
-    t1 = float(
-        replica.cost.time(
-            replica.max_batch,
-            replica.max_batch,
-            replica.max_batch * (inputs.mean + outputs.mean / 2),
-            0,
-            0,
-            scenario,
-        )
+    r = max_rates_for_caps(
+        replica, [replica.max_batch], inputs, outputs, ttft_slo_s, tpot_slo_s, percentile, scenario
     )
-    hi = replica.max_batch / max(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
-    grid = np.geomspace(hi * 1e-5, hi, 96)
-    ttft, tpot, feas = analytic_latency(replica, grid, inputs, outputs, percentile, scenario)
-    ok = feas.copy()
-    if ttft_slo_s is not None:
-        ok &= ttft <= ttft_slo_s
-    if tpot_slo_s is not None:
-        ok &= tpot <= tpot_slo_s
-    if not ok.any():
-        return 0.0
-    # the feasible set is an interval from 0; take the largest contiguous passing rate
-    idx = np.argmin(ok) - 1 if not ok.all() else len(ok) - 1
-    if idx < 0:
-        return 0.0
-    lo_r = grid[idx]
-    hi_r = grid[min(idx + 1, len(grid) - 1)]
-    for _ in range(20):
-        mid = math.sqrt(lo_r * hi_r)
-        tt, tp, f = analytic_latency(
-            replica, np.array([mid]), inputs, outputs, percentile, scenario
-        )
-        good = (
-            bool(f[0])
-            and (ttft_slo_s is None or tt[0] <= ttft_slo_s)
-            and (tpot_slo_s is None or tp[0] <= tpot_slo_s)
-        )
-        if good:
-            lo_r = mid
-        else:
-            hi_r = mid
-    return float(lo_r)
+    return float(r[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,6 +686,34 @@ def verify_replicas(
     return hi, cache[hi]
 
 
+def analytic_rates(
+    candidates: list[Candidate],
+    inputs: LengthDist,
+    outputs: LengthDist,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
+    percentile: str,
+) -> None:
+    """Set ``max_rate`` of every candidate; candidates sharing a replica cost model (one
+    layout, several batch caps) share one analytic curve."""
+    groups: dict[int, list[Candidate]] = {}
+    for c in candidates:
+        if not c.reason:
+            groups.setdefault(id(c.replica.cost), []).append(c)
+    for group in groups.values():
+        rates = max_rates_for_caps(
+            group[0].replica,
+            [c.replica.max_batch for c in group],
+            inputs,
+            outputs,
+            ttft_slo_s,
+            tpot_slo_s,
+            percentile,
+        )
+        for c, r in zip(group, rates, strict=True):
+            c.max_rate = float(r)
+
+
 def size_fleet(
     candidates: list[Candidate],
     qps: float,
@@ -686,12 +734,10 @@ def size_fleet(
     discrete-event simulation, which decides the replica count. Returns the winner and all
     candidates (with their analytic or simulated replica counts, or why they cannot serve).
     """
+    analytic_rates(candidates, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile)
     for c in candidates:
         if c.reason:
             continue
-        c.max_rate = max_rate_meeting(
-            c.replica, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile
-        )
         if c.max_rate <= 0:
             c.reason = "cannot meet the SLOs at any load (analytic model)"
             continue
