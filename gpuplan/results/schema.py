@@ -241,7 +241,7 @@ class ProbeResult(_Model):
 class ResultDocument(_Model):
     """A whole probe run (DESIGN.md 3.1)."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1  # = SCHEMA_VERSION
     run_id: str
     started_at: str
     ended_at: str | None = None

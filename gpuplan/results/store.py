@@ -155,10 +155,10 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
     path = Path(ref)
     if path.is_file():
         return path
-    roots = [Path(r) for r in roots]
+    dirs = [Path(r) for r in roots]
     matches: list[tuple[Path, str]] = []
     known: list[str] = []
-    for root in roots:
+    for root in dirs:
         if not root.is_dir():
             continue
         for file in iter_result_files([root]):
@@ -169,10 +169,10 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
             if run_id.startswith(ref) or file.stem == ref or file.name == ref:
                 matches.append((file, run_id))
     if ref == "latest" and known:
-        return max(_started(f) for f in iter_result_files([r for r in roots if r.is_dir()]))[1]
+        return max(_started(f) for f in iter_result_files([r for r in dirs if r.is_dir()]))[1]
     if len(matches) == 1:
         return matches[0][0]
-    where = ", ".join(str(r) for r in roots)
+    where = ", ".join(str(r) for r in dirs)
     if not matches:
         close = difflib.get_close_matches(ref, known, n=3, cutoff=0.3)
         hint = f"closest: {', '.join(close)}" if close else "list runs with 'gpuplan results ls'"
