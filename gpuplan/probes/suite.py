@@ -20,6 +20,7 @@ import importlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan import __version__
-from gpuplan.errors import InputError
+from gpuplan.errors import EnvironmentProblem, InputError
 from gpuplan.probes.base import (
     NullProgress,
     ProbeContext,
@@ -100,6 +101,23 @@ class SuiteOptions:
             from gpuplan.probes.storage import check_storage_path
 
             check_storage_path(self.storage_path)
+        if self.write:
+            out = Path(self.out_dir)
+            if out.exists() and not out.is_dir():
+                raise InputError(
+                    f"--out {out} is not a directory", hint="give a directory for the result files"
+                )
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(
+                    f"--out {out}: cannot create it ({exc.strerror})",
+                    hint="pick a writable directory",
+                ) from None
+            if not out.is_dir() or not os.access(out, os.W_OK):
+                raise InputError(
+                    f"--out {out} is not a writable directory", hint="pick a writable directory"
+                )
 
 
 @dataclass
@@ -249,7 +267,14 @@ def run_suite(
     doc = ResultDocument.model_validate(data)
     path = None
     if writes:
-        path = save_result(doc, options.out_dir)
+        try:
+            path = save_result(doc, options.out_dir)
+        except OSError as exc:  # disk full, directory removed...: keep the run elsewhere
+            rescue = save_result(doc, Path(tempfile.gettempdir()) / "gpuplan-results")
+            raise EnvironmentProblem(
+                f"could not write the result under {options.out_dir} ({exc.strerror or exc})",
+                hint=f"the run was saved to {rescue} instead",
+            ) from None
         if partial is not None:
             with contextlib.suppress(OSError):
                 partial.unlink()

@@ -61,6 +61,7 @@ def test_quick_probe_end_to_end_json(run_cli, tmp_path, fio_path):
         (["--nodes", "2"], "--nodes only applies with --emit"),
         (["--storage-size", "lots"], "is not a size"),
         (["--timeout", "-1"], "--timeout must be positive"),
+        (["--out", "/etc/passwd"], "--out /etc/passwd is not a directory"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, expected):
