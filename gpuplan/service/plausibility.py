@@ -21,6 +21,7 @@ The peaks come from the catalog rows (each with its ``source``), never from this
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,10 @@ def _catalog():
         return None
 
 
+@functools.lru_cache(maxsize=1024)
 def _lookup(name: str | None):
+    """The catalog row for an accelerator name (cached: the catalog does not change while a
+    server runs), or None."""
     if not name:
         return None
     cat = _catalog()

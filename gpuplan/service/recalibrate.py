@@ -8,9 +8,11 @@ provenance (run ids, a hash of the inputs, gpuplan version, duration) under a un
 ``inputs_sha256``, so the same set of runs is never fitted twice, even by several server
 processes sharing one database.
 
-In ``background`` mode a single worker thread refits whenever asked; requests that arrive
-while it works are coalesced into one more fit, so a burst of 1,000 uploads costs a few
-fits rather than 1,000. ``sync`` refits inside the upload request (for small deployments
+In ``background`` mode a single worker thread refits whenever asked, once the uploads have
+been quiet for a moment; requests that arrive while it works are coalesced into one more
+fit, so a burst of 1,000 uploads costs a few fits rather than 1,000. The fit itself runs
+in a separate (spawned, reused) process, so that it does not hold the GIL of the process
+that serves the uploads. ``sync`` refits inside the upload request (for small deployments
 and tests), ``off`` only on ``POST /v1/calibration/refresh``.
 """
 
@@ -73,6 +75,12 @@ def fit_documents(documents: list[dict[str, Any]]) -> dict[str, Any]:
     return refit_documents(documents)
 
 
+def _fit_json(documents_json: list[str]) -> str:
+    """:func:`fit_documents` in a worker process: JSON text in, JSON text out."""
+    artifact = fit_documents([json.loads(d) for d in documents_json])
+    return json.dumps(artifact, sort_keys=True, allow_nan=False)
+
+
 def artifact_provenance(row: ArtifactRow, *, include_artifact: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {
         "artifact_id": row.id,
@@ -96,9 +104,19 @@ def latest_artifact(db: Database) -> ArtifactRow | None:
 class Recalibrator:
     """Fits new artifacts when asked; see the module docstring for the modes."""
 
-    def __init__(self, db: Database, mode: Mode = "background") -> None:
+    def __init__(
+        self,
+        db: Database,
+        mode: Mode = "background",
+        *,
+        quiet_s: float = 1.0,
+        in_process: bool = False,
+    ) -> None:
         self.db = db
         self.mode = mode
+        self.quiet_s = quiet_s
+        self.in_process = in_process
+        self._executor: Any = None
         self.status = RecalibrationStatus(mode=mode)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -119,6 +137,9 @@ class Recalibrator:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -126,6 +147,13 @@ class Recalibrator:
             if self._stop.is_set():
                 return
             self._wake.clear()
+            # Debounce: let a burst of uploads finish (quiet for quiet_s, at most 10x that)
+            # so that it costs one fit, not one per upload.
+            deadline = time.monotonic() + 10 * self.quiet_s
+            while time.monotonic() < deadline and self._wake.wait(self.quiet_s):
+                self._wake.clear()
+                if self._stop.is_set():
+                    return
             self.status.pending = False
             try:
                 self.run_once()
@@ -167,6 +195,27 @@ class Recalibrator:
                 self.status.running = False
                 self.status.last_finished_at = iso_utc(utcnow())
 
+    def _fit(self, documents_json: list[str]) -> str:
+        """Fit in a worker process (spawned once, reused): the fit is CPU-bound Python and
+        would otherwise hold the GIL and stall the uploads served by this process."""
+        if self.in_process:
+            return _fit_json(documents_json)
+        if self._executor is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._executor = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            )
+        try:
+            return self._executor.submit(_fit_json, documents_json).result()
+        except Exception as exc:
+            from concurrent.futures.process import BrokenProcessPool
+
+            if isinstance(exc, BrokenProcessPool):  # the worker died (OOM kill ...): start anew
+                self._executor = None
+            raise
+
     def _fit_if_changed(self) -> ArtifactRow | None:
         items, digest = calibration_inputs(self.db)
         with self.db.read() as s:
@@ -177,7 +226,7 @@ class Recalibrator:
             self.status.last_error = None
             return latest_artifact(self.db)
         t0 = time.perf_counter()
-        artifact = fit_documents([json.loads(doc) for _, _, doc in items])
+        artifact_json = self._fit([doc for _, _, doc in items])
         duration_s = time.perf_counter() - t0
         row = ArtifactRow(
             created_at=utcnow(),
@@ -186,7 +235,7 @@ class Recalibrator:
             num_runs=len(items),
             gpuplan_version=__version__,
             duration_s=duration_s,
-            artifact=json.dumps(artifact, sort_keys=True, allow_nan=False),
+            artifact=artifact_json,
         )
         try:
             with self.db.write() as s:
