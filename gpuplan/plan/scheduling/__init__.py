@@ -1,1 +1,63 @@
-"""Shared-cluster scheduling simulation (issue 8); see docs/scheduling.md."""
+"""Shared-cluster scheduling simulation (issue 8); see docs/scheduling.md.
+
+Public API (the plan report and the ``gpuplan schedule`` command use only these)::
+
+    from gpuplan.plan.scheduling import (
+        simulate, SimulationResult, Cluster, NodePool, Job, TeamQuota,
+        load_trace, load_philly, generate_workload, PHILLY_CITATION,
+        wait_vs_size_curve, smallest_cluster, concurrent_fit, compare_policies,
+        parse_scenario, parse_teams, TeamSpec, SharedClusterScenario,
+        quota_plan, render_config, write_config,
+    )
+
+Submodules are imported lazily so that ``import gpuplan.plan.scheduling`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "simulate": "simulate",
+    "SimulationResult": "metrics",
+    "Cluster": "cluster",
+    "NodePool": "cluster",
+    "max_concurrent": "cluster",
+    "Job": "workload",
+    "load_trace": "workload",
+    "load_philly": "workload",
+    "generate_workload": "workload",
+    "jobs_from_records": "workload",
+    "PHILLY_CITATION": "workload",
+    "TeamQuota": "engine",
+    "SimOptions": "engine",
+    "POLICIES": "engine",
+    "wait_vs_size_curve": "capacity",
+    "smallest_cluster": "capacity",
+    "concurrent_fit": "capacity",
+    "compare_policies": "capacity",
+    "summary": "capacity",
+    "parse_scenario": "schema",
+    "parse_teams": "schema",
+    "derived_quotas": "schema",
+    "TeamSpec": "schema",
+    "SchedulingSpec": "schema",
+    "SharedClusterScenario": "schema",
+    "quota_plan": "configs",
+    "render_config": "configs",
+    "write_config": "configs",
+    "scenario_inputs": "scenario",
+    "run_scenario": "scenario",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
