@@ -383,11 +383,15 @@ class AlphaBetaRegressor(_TimeModel):
         ``None`` for a switched fabric.
     alpha_s:
         fixed latency per step; ``None`` fits it (needs two distinct sizes, else 0).
+    protocols:
+        2 fits a second, low-latency line for small messages (NCCL's LL protocols) when the
+        sweep has at least six sizes and the BIC prefers it; 1 keeps one alpha-beta line.
 
     Attributes
     ----------
     alpha_s_: latency per step (s). bandwidth_bytes_per_s_: asymptotic per-rank bandwidth
     of the algorithm (bus bandwidth for ring/tree; algorithm bandwidth for nvls).
+    alpha_ll_s_, bandwidth_ll_bytes_per_s_: the low-latency line (``None`` without one).
 
     Examples
     --------
@@ -419,6 +423,7 @@ class AlphaBetaRegressor(_TimeModel):
         "max_bandwidth_bytes_per_s": [Interval(Real, 0, None, closed="neither"), None],
         "mesh_domain_size": [Interval(Integral, 2, None, closed="left"), None],
         "alpha_s": [Interval(Real, 0, None, closed="left"), None],
+        "protocols": [Interval(Integral, 1, 2, closed="both")],
     }
 
     def __init__(
@@ -428,12 +433,14 @@ class AlphaBetaRegressor(_TimeModel):
         max_bandwidth_bytes_per_s: float | None = None,
         mesh_domain_size: int | None = None,
         alpha_s: float | None = None,
+        protocols: int = 2,
     ):
         self.op = op
         self.algorithm = algorithm
         self.max_bandwidth_bytes_per_s = max_bandwidth_bytes_per_s
         self.mesh_domain_size = mesh_domain_size
         self.alpha_s = alpha_s
+        self.protocols = protocols
 
     def _data_factor(self, ranks: Any) -> Any:
         return data_factor(self.op, ranks, self.algorithm, self.mesh_domain_size)
@@ -445,6 +452,20 @@ class AlphaBetaRegressor(_TimeModel):
             raise ValueError("AlphaBetaRegressor: a collective needs ranks >= 2")
         return out
 
+    def _fit_line(self, A: np.ndarray, t: np.ndarray, size: np.ndarray) -> np.ndarray:
+        fixed: dict[int, float] = {}
+        if self.alpha_s is not None:
+            fixed[0] = float(self.alpha_s)
+        elif np.unique(size).size < 2:
+            fixed[0] = 0.0
+        coef = _relative_nnls(A, t, fixed)
+        if coef[1] <= 0:  # all time explained by latency: cap at the best observed rate
+            coef = _relative_nnls(A, t, {**fixed, 1: float(np.min(t / A[:, 1]))})
+        cap = self.max_bandwidth_bytes_per_s
+        if cap is not None and coef[1] < 1.0 / cap:
+            coef = _relative_nnls(A, t, {**fixed, 1: 1.0 / cap})
+        return coef
+
     def fit(self, X: Any, y: Any) -> AlphaBetaRegressor:
         from gpuplan.calibration.reference import busbw_factor
 
@@ -455,19 +476,44 @@ class AlphaBetaRegressor(_TimeModel):
         A = np.column_stack(
             [latency_steps(self.op, n, self.algorithm), size * self._data_factor(n)]
         )
-        fixed: dict[int, float] = {}
-        if self.alpha_s is not None:
-            fixed[0] = float(self.alpha_s)
-        elif np.unique(size).size < 2:
-            fixed[0] = 0.0
-        coef = _relative_nnls(A, t, fixed)
-        if coef[1] <= 0:  # all time explained by latency: cap at the best observed rate
-            coef = _relative_nnls(A, t, {**fixed, 1: float(np.min(t / A[:, 1]))})
-        if (
-            self.max_bandwidth_bytes_per_s is not None
-            and coef[1] < 1.0 / self.max_bandwidth_bytes_per_s
-        ):
-            coef = _relative_nnls(A, t, {**fixed, 1: 1.0 / self.max_bandwidth_bytes_per_s})
+        coef = self._fit_line(A, t, size)
+        self.alpha_ll_s_ = None
+        self.bandwidth_ll_bytes_per_s_ = None
+        sizes = np.unique(size)
+        if self.protocols == 2 and self.alpha_s is None and sizes.size >= 6:
+            # NCCL runs small messages with a low-latency protocol (LL: small alpha, lower
+            # bandwidth) and large ones with "Simple" (larger alpha, full bandwidth), and its
+            # tuner picks the faster (NCCL src/graph/tuning.cc): t = min of two alpha-beta
+            # lines. Fitted as a hinge: assign points to a line, refit both, reassign.
+            small = size <= np.median(sizes)
+            best = None
+            for _ in range(50):
+                if np.unique(size[small]).size < 2 or np.unique(size[~small]).size < 2:
+                    break
+                c_ll = self._fit_line(A[small], t[small], size[small])
+                c_s = self._fit_line(A[~small], t[~small], size[~small])
+                t_ll, t_s = A @ c_ll, A @ c_s
+                new = t_ll < t_s
+                best = (c_s, c_ll)
+                if np.array_equal(new, small):
+                    break
+                small = new
+            if best is not None:
+                c_s, c_ll = best
+                two = np.minimum(A @ c_s, A @ c_ll)
+                one = A @ coef
+                # keep the second line only if the Bayesian information criterion (Schwarz
+                # 1978) prefers four parameters to two on the log residuals
+                m = t.size
+
+                def bic(pred: np.ndarray, k: int) -> float:
+                    rss = max(float(np.sum(np.log(pred / t) ** 2)), 1e-300)
+                    return m * math.log(rss / m) + k * math.log(m)
+
+                if bic(two, 4) < bic(one, 2) and c_ll[1] > c_s[1]:
+                    coef = c_s
+                    self.alpha_ll_s_ = float(c_ll[0])
+                    self.bandwidth_ll_bytes_per_s_ = float(1.0 / c_ll[1])
         self.alpha_s_ = float(coef[0])
         self.bandwidth_bytes_per_s_ = float(1.0 / coef[1])
         return self
@@ -480,10 +526,13 @@ class AlphaBetaRegressor(_TimeModel):
     def predict_time(self, size_bytes: Any, ranks: Any) -> Any:
         """Collective time in seconds (vectorised, no validation)."""
         size = np.asarray(size_bytes, dtype=float)
-        return (
-            self.alpha_s_ * latency_steps(self.op, ranks, self.algorithm)
-            + size * self._data_factor(ranks) / self.bandwidth_bytes_per_s_
-        )
+        steps = latency_steps(self.op, ranks, self.algorithm)
+        data = size * self._data_factor(ranks)
+        t = self.alpha_s_ * steps + data / self.bandwidth_bytes_per_s_
+        ll_bw = getattr(self, "bandwidth_ll_bytes_per_s_", None)
+        if ll_bw:
+            t = np.minimum(t, self.alpha_ll_s_ * steps + data / ll_bw)
+        return t
 
     def predict_busbw(self, size_bytes: Any, ranks: Any) -> Any:
         """nccl-tests busbw (bytes/s) for sizes and rank counts (vectorised)."""

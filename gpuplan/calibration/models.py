@@ -58,13 +58,18 @@ ESTIMATORS = {
 _COEFS = {
     "MatmulRoofline": ("latency_s", "compute_flops_per_s", "memory_bytes_per_s"),
     "LatencyBandwidthRegressor": ("latency_s", "bandwidth_bytes_per_s"),
-    "AlphaBetaRegressor": ("alpha_s", "bandwidth_bytes_per_s"),
+    "AlphaBetaRegressor": (
+        "alpha_s",
+        "bandwidth_bytes_per_s",
+        "alpha_ll_s",
+        "bandwidth_ll_bytes_per_s",
+    ),
     "HierarchicalAlphaBeta": ("alpha_s", "inter_bandwidth_bytes_per_s"),
     "StorageThroughputRegressor": ("max_bytes_per_s", "latency_s"),
 }
 
 
-def _jsonable(v: float) -> float | None:
+def _jsonable(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
@@ -97,7 +102,10 @@ def restore(entry: dict[str, Any]) -> Any:
     cls = ESTIMATORS[entry["estimator"]]
     est = cls(**entry["params"])
     for c, v in entry["coefficients"].items():
-        setattr(est, c + "_", math.inf if v is None else float(v))
+        if v is None and "_ll_" in c + "_":
+            setattr(est, c + "_", None)  # no low-latency line
+        else:
+            setattr(est, c + "_", math.inf if v is None else float(v))
     if isinstance(est, MatmulRoofline):
         peak = est.peak_flops_per_s
         est.peak_fraction_ = est.compute_flops_per_s_ / peak if peak else math.nan
@@ -501,6 +509,21 @@ def entries_collective_intra(
         est = AlphaBetaRegressor(op=op, algorithm=algorithm, mesh_domain_size=_mesh(spec))
         est.alpha_s_ = float(np.median(alphas)) if alphas else 0.0
         est.bandwidth_bytes_per_s_ = tr.fraction * link
+        # the low-latency line, where measured devices have one: its latency and its
+        # bandwidth relative to the large-message line transfer as medians
+        ll = [
+            (
+                e["coefficients"]["alpha_ll_s"],
+                e["coefficients"]["bandwidth_ll_bytes_per_s"]
+                / e["coefficients"]["bandwidth_bytes_per_s"],
+            )
+            for k, e in state.items()
+            if k[0] != exclude and e["coefficients"].get("bandwidth_ll_bytes_per_s")
+        ]
+        est.alpha_ll_s_ = float(np.median([a for a, _ in ll])) if ll else None
+        est.bandwidth_ll_bytes_per_s_ = (
+            float(np.median([r for _, r in ll])) * est.bandwidth_bytes_per_s_ if ll else None
+        )
         info = tr.as_dict()
         if note:
             info["note"] = note
@@ -515,26 +538,45 @@ def entries_collective_intra(
         est = AlphaBetaRegressor(op=op, algorithm="ring", mesh_domain_size=_mesh(spec))
         est.alpha_s_ = 0.0
         est.bandwidth_bytes_per_s_ = link
+        est.alpha_ll_s_ = est.bandwidth_ll_bytes_per_s_ = None
         out["ring"] = make_entry(est, basis="spec", interval=(0.0, 1.0), fraction=1.0)
     return out
 
 
-def intra_time(entries: dict[str, dict], size_bytes: Any, ranks: Any) -> tuple[Any, Any, Any, str]:
-    """(time, low, high, basis) of the fastest algorithm at each size (NCCL's tuner picks it)."""
-    best_t = best_lo = best_hi = None
-    basis = "measured"
-    candidates = []
+def intra_candidates(entries: dict[str, dict]) -> list[tuple[dict, Any]]:
+    """(entry, fitted estimator) of every algorithm to consider inside one scale-up domain.
+
+    Each ring entry also yields a double-binary-tree variant with the same per-step latency
+    and bandwidth: NCCL's tree moves the same bytes per rank as the ring at full bandwidth
+    with log2(n) latency steps (Sanders, Speck and Traeff 2009, "Two-tree algorithms for full
+    bandwidth broadcast, reduction and scan", Parallel Computing 35(12)); it wins for many
+    ranks and small messages. A switchless mesh has no tree.
+    """
+    out = []
     for entry in entries.values():
         est = restore(entry)
-        candidates.append((entry, est))
+        out.append((entry, est))
         if est.algorithm == "ring" and est.mesh_domain_size is None:
-            # NCCL's double binary tree moves the same bytes per rank as the ring at full
-            # bandwidth with log2(n) latency steps (Sanders, Speck and Traeff 2009, "Two-tree
-            # algorithms for full bandwidth broadcast, reduction and scan", Parallel Computing
-            # 35(12)); it wins for many ranks and small messages.
             tree = AlphaBetaRegressor(op=est.op, algorithm="tree")
             tree.alpha_s_, tree.bandwidth_bytes_per_s_ = est.alpha_s_, est.bandwidth_bytes_per_s_
-            candidates.append((entry, tree))
+            tree.alpha_ll_s_, tree.bandwidth_ll_bytes_per_s_ = (
+                est.alpha_ll_s_,
+                est.bandwidth_ll_bytes_per_s_,
+            )
+            out.append((entry, tree))
+    return out
+
+
+def intra_time(
+    entries: dict[str, dict] | list, size_bytes: Any, ranks: Any
+) -> tuple[Any, Any, Any, str]:
+    """(time, low, high, basis) of the fastest algorithm at each size (NCCL's tuner picks it).
+
+    ``entries`` are the entries by algorithm, or the output of :func:`intra_candidates`.
+    """
+    candidates = intra_candidates(entries) if isinstance(entries, dict) else entries
+    best_t = best_lo = best_hi = None
+    basis = "measured"
     for entry, est in candidates:
         t = est.predict_time(size_bytes, ranks)
         lo_r, hi_r = entry["interval"]

@@ -237,8 +237,13 @@ class CalibratedDevicePerf:
                 t_hi[sel] = tt / lo_r if lo_r > 0 else np.inf
                 bases.append(ring["basis"])
             else:
-                plain = {a: {k: v for k, v in e.items() if k != "_est"} for a, e in entries.items()}
-                tt, lo, hi, basis = M.intra_time(plain, size[sel], n[sel])
+                key = ("candidates", coll_op)
+                if key not in self._cache:
+                    plain = {
+                        a: {k: v for k, v in e.items() if k != "_est"} for a, e in entries.items()
+                    }
+                    self._cache[key] = M.intra_candidates(plain)
+                tt, lo, hi, basis = M.intra_time(self._cache[key], size[sel], n[sel])
                 t[sel], t_lo[sel], t_hi[sel] = tt, lo, hi
                 bases.append(basis)
         if np.any(inter_mask):
