@@ -154,7 +154,13 @@ def _predict_one(
             if entry is None:
                 return None
             est = M.restore(entry)
-            t = est.predict_time(size, ranks, nodes)
+            nic = r.extra.get("nic_bandwidth_bytes_per_s_per_gpu")
+            b_inter = None
+            if entry["basis"] != "measured" and nic and entry.get("fraction"):
+                # what a forecast does for an unmeasured device: the cluster's NIC share per
+                # GPU at the calibrated NIC efficiency
+                b_inter = nic * entry["fraction"]
+            t = est.predict_time(size, ranks, nodes, b_inter)
             t_lo, t_hi, basis = (
                 t / entry["interval"][1],
                 t / max(entry["interval"][0], 1e-12),
