@@ -197,6 +197,10 @@ def format_number(v: Any, u: str) -> str:
         return _si(v, "FLOP/s")
     if u == "days":
         return f"{v:.4g} days"
+    if (u.endswith(("/s", "/month")) or u in ("tokens", "parameters")) and abs(v) >= 1e4:
+        for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(v) >= scale:
+                return f"{v / scale:.3g}{prefix} {u}"
     if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
         return f"{int(v):,} {u}".strip()
     return f"{v:.4g} {u}".strip()
@@ -217,6 +221,8 @@ def _bytes(v: float) -> str:
 
 
 def _duration(v: float) -> str:
+    if v == 0:
+        return "0 s"
     if v < 1:
         return f"{v * 1e3:.3g} ms"
     if v < 120:

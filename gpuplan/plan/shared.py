@@ -89,11 +89,21 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     else:
         if option is None or option.nodes is None:
             return {"error": "no sized option to simulate the teams on"}
-        cluster = Cluster.homogeneous(
-            int(option.nodes.value), int(option.gpus_per_node.value), gpu=option.gpu.id
+        serving = [sv.nodes for sv in option.serving if sv.nodes is not None]
+        shared_nodes = derived(
+            option.nodes.value - sum(n.value for n in serving),
+            "nodes",
+            "nodes shared by the teams",
+            "fleet nodes - serving nodes (serving runs on dedicated nodes)",
+            [option.nodes, *serving],
         )
-        where = f"the recommended fleet ({option.id})"
-        inputs = [option.nodes, option.gpus_per_node]
+        if shared_nodes.value < 1:
+            return {"error": "the recommended fleet has no nodes besides the serving ones"}
+        cluster = Cluster.homogeneous(
+            int(shared_nodes.value), int(option.gpus_per_node.value), gpu=option.gpu.id
+        )
+        where = f"the recommended fleet ({option.id}) less its serving nodes"
+        inputs = [shared_nodes, option.gpus_per_node]
     horizon = ctx.inp(
         ("scheduling", "horizon_days"), "days", "simulated window", fallback=spec.horizon_days
     )

@@ -220,7 +220,8 @@ def test_mixed_plan_has_the_shared_cluster(plans):
         assert p["wait_s"]["p95"]["value"] >= p["wait_s"]["p50"]["value"]
     rec = doc["summary"]["recommended"]
     top = _option(doc, rec["option"])
-    assert sc["cluster_gpus"]["value"] == top["gpus"]["value"]
+    serving_nodes = top["inference"][0]["nodes"]["value"]
+    assert sc["cluster_gpus"]["value"] == (top["nodes"]["value"] - serving_nodes) * 8
     # both workloads sit side by side on the fleet
     assert (
         top["nodes"]["value"]
