@@ -191,6 +191,9 @@ def show(
             title = f"{p.probe} {variant} [{p.status}]"
             if p.error:
                 title += f" {p.error}"
+            if not p.measurements:
+                console.print(title, markup=False)
+                continue
             rows = [_point_text(p.probe, m) for m in p.measurements]
             console.print(simple_table(title, ["point", "figure"], rows))
 
