@@ -44,7 +44,6 @@ high end together) with the model-form error: the 5th/95th percentiles of
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -1139,7 +1138,3 @@ def _basis_summary(perf: Any, precision: str) -> dict[str, Any]:
         "allreduce_busbw_bytes_per_s",
     )
     return {k: getattr(v, "basis", None) for k, v in summary.items() if k in keep}
-
-
-def isfinite_all(values: dict[str, float]) -> bool:
-    return all(math.isfinite(v) for v in values.values())
