@@ -328,10 +328,12 @@ def gds_status(gpu: bool) -> tuple[Any | None, str]:
         import kvikio
     except ImportError:
         return None, "unavailable: kvikio is not installed (pip install kvikio-cu12)"
-    try:
-        compat = bool(kvikio.defaults.compat_mode())
-    except Exception:
-        compat = False
+    compat = False
+    with contextlib.suppress(Exception):
+        # kvikio >= 24.12: defaults.get("compat_mode") (a CompatMode); older: compat_mode()
+        getter = getattr(kvikio.defaults, "get", None)
+        mode = getter("compat_mode") if getter else kvikio.defaults.compat_mode()
+        compat = str(getattr(mode, "name", mode)).upper() in ("ON", "TRUE", "1")
     return (
         kvikio,
         "compat mode (kvikio without cuFile: POSIX reads)" if compat else "available (cuFile)",
