@@ -1,0 +1,459 @@
+"""Scheduler configuration that expresses the simulated quotas and policy.
+
+Three targets (``kind``):
+
+* ``kueue``: one ``ResourceFlavor`` per node type, one ``ClusterQueue`` per team (GPU
+  ``nominalQuota``, ``borrowingLimit``, ``lendingLimit``, ``cohort``, preemption), one
+  ``LocalQueue`` per team namespace, and a ``WorkloadPriorityClass`` per priority class
+  (API ``kueue.x-k8s.io/v1beta1``; newer Kueue releases also read ``spec.cohort``).
+* ``resourcequota``: a ``Namespace`` and a ``ResourceQuota`` per team with
+  ``requests.nvidia.com/gpu`` (extended resources take only the ``requests.`` prefix).
+* ``slurm``: ``slurm.conf`` lines (scheduler, multifactor priority, preemption, nodes and
+  partitions) and ``sacctmgr.sh`` (accounts with fair-share shares, GPU limits as
+  ``GrpTRES=gres/gpu=N``, one QoS per priority class).
+
+Slurm has no lend/borrow between accounts: Kueue-style quotas become a per-team cap of
+``nominal + borrowingLimit`` and a cohort (parent account) cap of the cohort's total
+nominal quota; say so to whoever applies them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import InputError
+from gpuplan.plan.scheduling.cluster import Cluster
+from gpuplan.plan.scheduling.schema import DEFAULT_PRIORITY_CLASSES, TeamSpec, derived_quotas
+
+KINDS = ("kueue", "resourcequota", "slurm")
+GPU_RESOURCE = "nvidia.com/gpu"
+NODE_TYPE_LABEL = "gpuplan.io/node-type"
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """What one team gets, in every target's terms.
+
+    Attributes
+    ----------
+    team:
+        Team name as simulated.
+    namespace:
+        Kubernetes namespace / Slurm account (sanitised name).
+    share:
+        Fair-share shares.
+    nominal_gpus:
+        Nominal quota (hard limit for ResourceQuota), total over node types.
+    nominal_by_node_type:
+        The nominal quota split over node types.
+    borrowing_limit_gpus, lending_limit_gpus, cohort, parent, priority_class:
+        As in :class:`~gpuplan.plan.scheduling.schema.TeamSpec`.
+    """
+
+    team: str
+    namespace: str
+    share: float
+    nominal_gpus: int
+    nominal_by_node_type: dict[str, int]
+    borrowing_limit_gpus: int | None
+    lending_limit_gpus: int | None
+    cohort: str | None
+    parent: str | None
+    priority_class: str
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1123 label from ``name`` (lower case, '-' for other characters, <= 63)."""
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].strip("-")
+    if not out:
+        raise InputError(
+            f"cannot make a Kubernetes name from {name!r}", hint="rename the team or node type"
+        )
+    return out
+
+
+def _split(total: int, weights: Sequence[float]) -> list[int]:
+    """Largest-remainder split of ``total`` in proportion to ``weights``."""
+    s = sum(weights)
+    if s <= 0:
+        return [0] * len(weights)
+    exact = [total * w / s for w in weights]
+    floors = [int(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - floors[i]), i))
+    for i in order[: total - sum(floors)]:
+        floors[i] += 1
+    return floors
+
+
+def quota_plan(teams: Sequence[TeamSpec] | Sequence[str], cluster: Cluster) -> list[QuotaRow]:
+    """Per-team quotas for ``cluster`` from team specs, or equal shares for bare names."""
+    specs = [TeamSpec(name=t) if isinstance(t, str) else t for t in teams]
+    if not specs:
+        raise InputError("no teams to configure", hint="the workload names no team")
+    nominal = derived_quotas(list(specs), cluster.total_gpus)
+    rows = []
+    seen: dict[str, str] = {}
+    pools = cluster.pools
+    for t in specs:
+        ns = k8s_name(t.name)
+        if ns in seen:
+            raise InputError(
+                f"teams {seen[ns]!r} and {t.name!r} map to the same namespace {ns!r}",
+                hint="rename one of them",
+            )
+        seen[ns] = t.name
+        if t.node_type is not None:
+            by_type = {p.name: (nominal[t.name] if p.name == t.node_type else 0) for p in pools}
+        else:
+            parts = _split(nominal[t.name], [p.total_gpus for p in pools])
+            by_type = {p.name: v for p, v in zip(pools, parts, strict=True)}
+        rows.append(
+            QuotaRow(
+                team=t.name,
+                namespace=ns,
+                share=t.share,
+                nominal_gpus=nominal[t.name],
+                nominal_by_node_type=by_type,
+                borrowing_limit_gpus=t.borrowing_limit_gpus,
+                lending_limit_gpus=t.lending_limit_gpus,
+                cohort=t.cohort,
+                parent=t.parent or t.cohort,
+                priority_class=t.priority_class,
+            )
+        )
+    return rows
+
+
+def _header(kind: str, policy: str, cluster: Cluster) -> str:
+    return (
+        f"# Generated by gpuplan schedule --emit-config {kind}: the quotas simulated with policy "
+        f"'{policy}'\n# on {cluster.total_gpus} GPUs "
+        f"({', '.join(f'{p.nodes} x {p.gpus_per_node}-GPU {p.name}' for p in cluster.pools)}).\n"
+        "# Review before applying; see docs/scheduling.md.\n"
+    )
+
+
+def _kueue(
+    rows: Sequence[QuotaRow],
+    cluster: Cluster,
+    *,
+    preemption: bool,
+    priority_classes: Mapping[str, int],
+    strict_fifo: bool,
+) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for p in cluster.pools:
+        docs.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": k8s_name(p.name)},
+                "spec": {"nodeLabels": {NODE_TYPE_LABEL: k8s_name(p.name)}},
+            }
+        )
+    for name, value in sorted(priority_classes.items(), key=lambda kv: -kv[1]):
+        docs.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": k8s_name(name)},
+                "value": int(value),
+                "description": f"gpuplan priority class {name}",
+            }
+        )
+    for r in rows:
+        flavors = []
+        for p in cluster.pools:
+            res: dict[str, Any] = {
+                "name": GPU_RESOURCE,
+                "nominalQuota": r.nominal_by_node_type[p.name],
+            }
+            if r.cohort is not None and r.borrowing_limit_gpus is not None:
+                res["borrowingLimit"] = r.borrowing_limit_gpus
+            if r.cohort is not None and r.lending_limit_gpus is not None:
+                res["lendingLimit"] = min(r.lending_limit_gpus, r.nominal_by_node_type[p.name])
+            flavors.append({"name": k8s_name(p.name), "resources": [res]})
+        spec: dict[str, Any] = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": r.namespace}},
+            "queueingStrategy": "StrictFIFO" if strict_fifo else "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],
+            "preemption": {
+                "reclaimWithinCohort": "Any" if preemption else "Never",
+                "withinClusterQueue": "LowerPriority" if preemption else "Never",
+            },
+        }
+        if r.cohort is not None:
+            spec["cohort"] = k8s_name(r.cohort)
+        docs.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": r.namespace},
+                "spec": spec,
+            }
+        )
+        docs.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "LocalQueue",
+                "metadata": {"namespace": r.namespace, "name": f"{r.namespace}-queue"},
+                "spec": {"clusterQueue": r.namespace},
+            }
+        )
+    return docs
+
+
+def _resourcequota(rows: Sequence[QuotaRow]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for r in rows:
+        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": r.namespace}})
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "gpu-quota", "namespace": r.namespace},
+                "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(r.nominal_gpus)}},
+            }
+        )
+    return docs
+
+
+def _slurm_duration(seconds: float) -> str:
+    """Slurm ``days-hh:mm:ss`` (e.g. PriorityDecayHalfLife=7-00:00:00)."""
+    s = round(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+
+
+def _slurm_name(name: str) -> str:
+    out = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")
+    if not out:
+        raise InputError(f"cannot make a Slurm name from {name!r}", hint="rename it")
+    if out == "default":  # NodeName=DEFAULT / PartitionName=DEFAULT set defaults in Slurm
+        out = "gpu"
+    return out
+
+
+def _int_shares(rows: Sequence[QuotaRow]) -> dict[str, int]:
+    vals = [r.share for r in rows]
+    scale = 1 if all(float(v).is_integer() for v in vals) else 100
+    return {r.team: max(1, round(r.share * scale)) for r in rows}
+
+
+def _slurm(
+    rows: Sequence[QuotaRow],
+    cluster: Cluster,
+    *,
+    policy: str,
+    preemption: bool,
+    quota_mode: str,
+    fairshare_algorithm: str,
+    priority_classes: Mapping[str, int],
+    options: Mapping[str, Any],
+) -> dict[str, str]:
+    backfill = options.get("backfill")
+    if backfill is None:
+        backfill = policy in ("backfill", "fair-share")
+    conf = []
+    conf.append(f"SchedulerType={'sched/backfill' if backfill else 'sched/builtin'}")
+    if backfill:
+        conf.append(
+            f"SchedulerParameters=bf_max_job_test={int(options.get('backfill_depth', 500))}"
+        )
+    multifactor = policy in ("fair-share", "priority", "drf")
+    conf.append(f"PriorityType={'priority/multifactor' if multifactor else 'priority/basic'}")
+    if multifactor:
+        flags = []
+        if policy == "fair-share" and fairshare_algorithm == "classic":
+            flags.append("NO_FAIR_TREE")
+        if policy == "drf":
+            # closest Slurm analogue of DRF: billing = the largest TRES share
+            flags.append("MAX_TRES")
+        if flags:
+            conf.append(f"PriorityFlags={','.join(flags)}")
+        half_life = float(options.get("decay_half_life_s", 7 * 86400.0))
+        conf.append(f"PriorityDecayHalfLife={_slurm_duration(half_life)}")
+        calc = float(options.get("priority_calc_period_s", 300.0))
+        conf.append(f"PriorityCalcPeriod={max(1, round(calc / 60))}")
+        w_fs = int(options.get("weight_fairshare", 10000)) if policy != "priority" else 0
+        w_age = int(options.get("weight_age", 1000)) if policy != "priority" else 0
+        w_qos = int(options.get("weight_qos", 0)) if policy != "priority" else 1000000
+        conf.append(f"PriorityWeightFairshare={w_fs}")
+        conf.append(f"PriorityWeightAge={w_age}")
+        conf.append(
+            f"PriorityMaxAge={_slurm_duration(float(options.get('max_age_s', 7 * 86400.0)))}"
+        )
+        conf.append(f"PriorityWeightQOS={w_qos}")
+    if preemption:
+        conf.append("PreemptType=preempt/qos")
+        conf.append("PreemptMode=REQUEUE")
+    conf.append("GresTypes=gpu")
+    conf.append("AccountingStorageTRES=gres/gpu")
+    if quota_mode != "none" or preemption or multifactor:
+        conf.append("AccountingStorageEnforce=associations,limits,qos,safe")
+    conf.append("# Nodes: add CPUs= and RealMemory= from your hardware (slurmd -C prints them).")
+    for k, p in enumerate(cluster.pools):
+        prefix = _slurm_name(p.name).replace("_", "")
+        nodes = f"{prefix}[{1:04d}-{p.nodes:04d}]" if p.nodes > 1 else f"{prefix}0001"
+        conf.append(f"NodeName={nodes} Gres=gpu:{p.gpus_per_node} State=UNKNOWN")
+        conf.append(
+            f"PartitionName={_slurm_name(p.name)} Nodes={nodes} "
+            f"Default={'YES' if k == 0 else 'NO'} MaxTime=INFINITE State=UP"
+        )
+    lines = ["#!/bin/sh", "set -e"]
+    lines.append("# QoS per priority class (Priority = the class value).")
+    classes = sorted(priority_classes.items(), key=lambda kv: -kv[1])
+    for name, value in classes:
+        lines.append(f"sacctmgr -i add qos {_slurm_name(name)} Priority={int(value)}")
+    if preemption:
+        for k, (name, value) in enumerate(classes):
+            lower = [_slurm_name(n) for n, v in classes[k + 1 :] if v < value]
+            if lower:
+                lines.append(
+                    f"sacctmgr -i modify qos {_slurm_name(name)} set "
+                    f"Preempt={','.join(lower)} PreemptMode=requeue"
+                )
+    shares = _int_shares(rows)
+    parents: dict[str, list[QuotaRow]] = {}
+    for r in rows:
+        if r.parent is not None:
+            parents.setdefault(r.parent, []).append(r)
+    lines.append("# Accounts: fair-share shares (Fairshare=) and GPU limits (GrpTRES=).")
+    for parent, members in parents.items():
+        pshare = sum(shares[m.team] for m in members)
+        cmd = f"sacctmgr -i add account {_slurm_name(parent)} Parent=root Fairshare={pshare}"
+        if quota_mode == "kueue":
+            cmd += f" GrpTRES=gres/gpu={sum(m.nominal_gpus for m in members)}"
+        lines.append(cmd)
+    for r in rows:
+        parent = _slurm_name(r.parent) if r.parent is not None else "root"
+        cmd = (
+            f"sacctmgr -i add account {_slurm_name(r.team)} Parent={parent} "
+            f"Fairshare={shares[r.team]}"
+        )
+        limit: int | None = None
+        if quota_mode == "resourcequota":
+            limit = r.nominal_gpus
+        elif quota_mode == "kueue":
+            if r.cohort is None:
+                limit = r.nominal_gpus
+            elif r.borrowing_limit_gpus is not None:
+                limit = r.nominal_gpus + r.borrowing_limit_gpus
+        if limit is not None:
+            cmd += f" GrpTRES=gres/gpu={limit}"
+        lines.append(cmd)
+        qos = _slurm_name(r.priority_class)
+        lines.append(
+            f"sacctmgr -i modify account where name={_slurm_name(r.team)} set "
+            f"QOS={qos} DefaultQOS={qos}"
+        )
+    lines.append("# Add users with: sacctmgr -i add user NAME Account=TEAM (one line per member).")
+    return {
+        "slurm.conf": "\n".join(conf) + "\n",
+        "sacctmgr.sh": "\n".join(lines) + "\n",
+    }
+
+
+def render_config(
+    kind: str,
+    rows: Sequence[QuotaRow],
+    cluster: Cluster,
+    *,
+    policy: str = "backfill",
+    preemption: bool = False,
+    quota_mode: str = "kueue",
+    fairshare_algorithm: str = "classic",
+    priority_classes: Mapping[str, int] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Configuration files (name -> text) for ``kind`` in ``KINDS``.
+
+    ``options`` are the :func:`simulate` options used (weights, half-life, depth...), so
+    the emitted Slurm parameters match what was simulated.
+    """
+    import yaml
+
+    classes = dict(priority_classes or DEFAULT_PRIORITY_CLASSES)
+    used = {r.priority_class for r in rows}
+    missing = sorted(used - set(classes))
+    if missing:
+        raise InputError(
+            f"priority class {missing[0]!r} is not declared", hint="add it to priority_classes"
+        )
+    opts = dict(options or {})
+    if kind == "kueue":
+        docs = _kueue(
+            rows,
+            cluster,
+            preemption=preemption,
+            priority_classes=classes,
+            strict_fifo=policy == "fifo",
+        )
+        text = _header(kind, policy, cluster) + yaml.safe_dump_all(docs, sort_keys=False)
+        return {"kueue.yaml": text}
+    if kind == "resourcequota":
+        text = _header(kind, policy, cluster) + yaml.safe_dump_all(
+            _resourcequota(rows), sort_keys=False
+        )
+        return {"resourcequota.yaml": text}
+    if kind == "slurm":
+        files = _slurm(
+            rows,
+            cluster,
+            policy=policy,
+            preemption=preemption,
+            quota_mode=quota_mode,
+            fairshare_algorithm=fairshare_algorithm,
+            priority_classes=classes,
+            options=opts,
+        )
+        out = {}
+        for name, text in files.items():
+            if text.startswith("#!"):  # the shebang stays on the first line
+                first, rest = text.split("\n", 1)
+                out[name] = first + "\n" + _header(kind, policy, cluster) + rest
+            else:
+                out[name] = _header(kind, policy, cluster) + text
+        return out
+    raise InputError(f"unknown config kind {kind!r}", hint=f"use {', '.join(KINDS)}")
+
+
+def write_config(
+    files: Mapping[str, str], out_dir: str | Path, *, force: bool = False
+) -> list[Path]:
+    """Write ``files`` into ``out_dir`` atomically; refuse to overwrite unless ``force``."""
+    out = Path(out_dir)
+    targets = [out / name for name in files]
+    clash = [p for p in targets if p.exists()]
+    if clash and not force:
+        raise InputError(
+            f"{clash[0]} already exists", hint="choose another --out directory or pass --force"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {out}: {exc.strerror}", hint="check the path") from None
+    written = []
+    for (name, text), path in zip(files.items(), targets, strict=True):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            if name.endswith(".sh"):
+                os.chmod(tmp, 0o755)
+            else:
+                os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(path)
+    return written
