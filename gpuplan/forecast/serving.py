@@ -408,7 +408,7 @@ def analytic_latency(
     ks = np.arange(6.0)
     fact = np.array([math.factorial(int(k)) for k in ks])
 
-    def mean_iteration(tau: np.ndarray) -> np.ndarray:
+    def mean_iteration(tau: np.ndarray, lam: np.ndarray) -> np.ndarray:
         n = (lam * o_mean * tau)[:, None]
         mu = (lam * tau)[:, None]
         w = np.exp(-mu) * mu**ks / fact
@@ -424,16 +424,29 @@ def analytic_latency(
         return (w * t).sum(axis=1)
 
     lam = np.atleast_1d(lam)
-    tau = np.full_like(lam, float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario)))
+    tau0 = float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario))
+    tau = np.full_like(lam, tau0)
+    # smallest fixed point of tau = F(tau), F increasing: Newton on g = F(tau) - tau from
+    # below (monotone while g is convex); where F' >= 1 with g > 0 there is no fixed point
+    # (the replica is overloaded). Only unsettled rates are evaluated again.
+    active = np.ones(lam.shape, bool)
     for _ in range(iterations):
-        new = np.minimum(mean_iteration(tau), 1e6)
-        done = np.all(np.abs(new - tau) <= 1e-5 * tau)
-        tau = new
-        if done:
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
             break
+        t, lm = tau[idx], lam[idx]
+        f = mean_iteration(t, lm)
+        done = np.abs(f - t) <= 1e-7 * t
+        h = 1e-4 * t
+        slope = (mean_iteration(t + h, lm) - f) / h
+        diverged = ~done & ((slope >= 1.0) | (t > 1e4 * tau0))
+        step = np.where(slope < 1.0, (f - t) / np.maximum(1.0 - slope, 1e-12), 0.0)
+        tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(t + step, tau0)))
+        active[idx[done | diverged]] = False
+    tau = np.where(np.isfinite(tau), tau, 1e6)
     n = lam * o_mean * tau
     pf = lam * i_mean * tau
-    check = mean_iteration(tau)
+    check = mean_iteration(tau, lam)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
     feasible = converged & (n * (i_mean + o_mean) <= replica.kv_capacity_tokens) & (tau < 1e5)
     if not ignore_batch_cap:
@@ -483,24 +496,16 @@ def analytic_latency(
     return ttft, tpot, feasible
 
 
-def poisson_quantile(mu: Any, q: float, kmax: int = 200) -> np.ndarray:
-    """Smallest ``k`` with ``P(Poisson(mu) <= k) >= q``, elementwise (direct summation).
+def poisson_quantile(mu: Any, q: float) -> np.ndarray:
+    """Smallest ``k`` with ``P(Poisson(mu) <= k) >= q``, elementwise.
 
     >>> int(poisson_quantile(1.0, 0.99))
     4
     """
+    from scipy.stats import poisson
+
     mu = np.asarray(mu, dtype=float)
-    k = np.zeros_like(mu)
-    pmf = np.exp(-mu)
-    cdf = pmf.copy()
-    for i in range(1, kmax + 1):
-        need = cdf < q
-        if not need.any():
-            break
-        pmf = pmf * mu / i
-        cdf = cdf + pmf
-        k = np.where(need, float(i), k)
-    return k
+    return np.where(mu > 0, poisson.ppf(q, np.maximum(mu, 1e-300)), 0.0)
 
 
 def max_rates_for_caps(
