@@ -46,6 +46,13 @@ HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0  # 730
 PAY_PER_USE = ("on_demand", "spot")
 COMMITTED = ("reserved_1y", "reserved_3y", "onprem")
 PURCHASING_MODELS = ("on_demand", "reserved_1y", "reserved_3y", "spot", "onprem")
+MODEL_LABEL = {
+    "on_demand": "on-demand",
+    "reserved_1y": "1-year commitment",
+    "reserved_3y": "3-year commitment",
+    "spot": "spot",
+    "onprem": "owned (TCO)",
+}
 
 
 # ------------------------------------------------------------------ Young / Daly

@@ -155,7 +155,7 @@ def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
             Option(
                 id=f"onprem/{node.id}",
                 kind="onprem",
-                label=f"{node.name} (on premises, {node.accelerators_per_node} x {gpu_ids[gid].name})",
+                label=f"{node.id} (on premises, {node.accelerators_per_node} x {gpu_ids[gid].name})",
                 gpu=gpu_ids[gid],
                 platform=node,
                 cloud=None,

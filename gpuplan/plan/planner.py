@@ -280,7 +280,8 @@ def _headline(
     if ranked:
         e = ranked[0]
         return Text(
-            f"Recommended: {e.option.label}, {e.model.replace('_', ' ')}: {{gpus}} on "
+            f"Recommended: {e.option.label}, {costmod.MODEL_LABEL.get(e.model, e.model)}: "
+            f"{{gpus}} on "
             f"{{nodes}}; {rankmod.METRIC_LABEL[metric]}: {{metric}}",
             {"gpus": e.option.gpus, "nodes": e.option.nodes, "metric": e.metric},
         )

@@ -10,16 +10,10 @@ import base64
 import io
 from typing import Any
 
+from gpuplan.plan.cost import MODEL_LABEL
 from gpuplan.plan.provenance import is_figure_json
 
 MODEL_ORDER = ("on_demand", "reserved_1y", "reserved_3y", "spot", "onprem")
-MODEL_LABEL = {
-    "on_demand": "on-demand",
-    "reserved_1y": "1-year commitment",
-    "reserved_3y": "3-year commitment",
-    "spot": "spot",
-    "onprem": "owned (TCO)",
-}
 
 
 def _plt():

@@ -287,3 +287,56 @@ def test_oversubscribed_fabric_fails_the_communication_check():
     assert "longer" in check["note"]["text"]
     # 2:1 leaves: 43 down / 21 up ports of a 64-port switch (or the split 128-port one)
     assert o["fabric"]["leaf_down_ports"]["value"] > o["fabric"]["leaf_up_ports"]["value"]
+
+
+SMALL_ONPREM = """\
+name: small-onprem
+workloads:
+  training:
+    - name: t
+      model: llama3.1-8b
+      tokens: 2.0e11
+      deadline_days: 5
+      seq_len: 4096
+      global_batch_tokens: 2.0e6
+candidates:
+  gpus: [h100]
+  clouds: []
+  onprem_nodes: [dgx-h100]
+constraints:
+  power_per_rack_kw: 40
+  max_racks: 1
+  floor_space_m2: 2
+  floor_m2_per_rack: 3
+costs:
+  pue: 1.2
+"""
+
+
+def test_racks_and_floor_space_bind():
+    doc = build_plan(parse_scenario(SMALL_ONPREM), results_paths=[]).to_json()
+    (o,) = doc["options"]
+    racks = o["power"]["racks"]["value"]
+    assert racks > 1
+    kinds = {b["constraint"] for b in o["binding"]}
+    assert kinds == {"max_racks", "floor_space_m2"}
+    floor = next(b for b in o["binding"] if b["constraint"] == "floor_space_m2")
+    assert floor["needed"]["value"] == pytest.approx(racks * 3)
+    assert not doc["summary"]["feasible"]
+    # without prices the owned option is unranked, and says what is missing
+    assert o["onprem_tco"]["usd_per_node_hour"]["value"] is None
+
+
+def test_region_filters_prices():
+    text = (
+        (EXAMPLES / "llm-serving.yaml")
+        .read_text()
+        .replace("clouds: [aws, gcp, azure]", "clouds: [aws]\n  instances: [p5.48xlarge]")
+    )
+    text += "constraints:\n  region: eu-north-9\n"
+    doc = build_plan(parse_scenario(text), results_paths=[]).to_json()
+    (o,) = doc["options"]
+    od = o["costs"]["on_demand"]["price_usd_per_node_hour"]
+    assert od["value"] is None
+    assert "in eu-north-9" in od["missing"] and "other regions" in od["missing"]
+    assert doc["ranking"] == [] and doc["unranked"][0]["option"] == "aws/p5.48xlarge"
