@@ -194,7 +194,7 @@ def _table(r: dict[str, Any]):
         if r.get("candidates"):
             console.print(
                 simple_table(
-                    "Layouts compared (cheapest first)",
+                    f"Layouts compared (cheapest first, by {r.get('ranked_by', 'num_gpus')})",
                     ["GPU", "tp", "batch cap", "replicas", "GPUs", "USD/h", "note"],
                     [
                         (

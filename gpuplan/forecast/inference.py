@@ -996,9 +996,13 @@ def _size_for_load(
             table[k] = c
     cand_rows = [c.as_dict() for c in table.values()]
     cand_rows += [{k: v for k, v in d.items() if k != "memory_breakdown_bytes"} for d in dropped]
+    priced = [d for d in cand_rows if d.get("num_gpus") is not None]
+    by_price = bool(priced) and all(d.get("usd_per_hour") for d in priced)
+    rank = "usd_per_hour" if by_price else "num_gpus"
     cand_rows.sort(
         key=lambda d: (
             d.get("num_gpus") is None,
+            d.get(rank) or 0,
             d.get("num_gpus") or 0,
             d.get("gpu"),
             d.get("tp", 0),
@@ -1044,7 +1048,7 @@ def _size_for_load(
 
     def reps(scn: int) -> int | None:
         r = max_rate_meeting(best.replica, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile, scn)
-        if r <= 0 or not best.max_rate:
+        if r <= 0 or not best.max_rate or best.replicas is None:
             return None
         return max(1, math.ceil(best.replicas * best.max_rate / r))
 
@@ -1123,6 +1127,7 @@ def _size_for_load(
             "seed": seed,
             **sv,
         },
+        "ranked_by": rank,
         "candidates": cand_rows,
     }
     return out

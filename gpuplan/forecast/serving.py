@@ -620,7 +620,7 @@ class Candidate:
             "max_qps_per_replica": self.max_rate,
             "usd_per_hour": None
             if self.usd_per_gpu_hour is None or r is None
-            else self.usd_per_gpu_hour * self.num_gpus(r),
+            else self.usd_per_gpu_hour * r * self.gpus_per_replica,
         }
         if self.reason:
             d["reason"] = self.reason
@@ -751,8 +751,8 @@ def size_fleet(
     by_price = all(c.usd_per_gpu_hour for c in live) and bool(live)
 
     def key(c: Candidate, r: int | None) -> float:
-        n = c.num_gpus(r) or math.inf
-        return n * c.usd_per_gpu_hour if by_price else n
+        n = float(c.num_gpus(r) or math.inf)
+        return n * float(c.usd_per_gpu_hour or 0.0) if by_price else n
 
     # one candidate per (gpu, tp, pp, ep): the batch cap with the fewest analytic replicas
     # (the largest such cap: it queues least)
