@@ -176,6 +176,7 @@ def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
         t = size_training(ctx, w, i, opt.gpu.id, opt.gpus_per_node, platform)
         opt.training.append(t)
         opt.binding.extend({**b, "option": opt.id} for b in t.binding)
+        opt.notes.extend(t.notes)
         if t.error and not t.binding:
             opt.errors.append(f"{w.name}: {t.error}")
     for i, s in enumerate(sc.workloads.inference):

@@ -173,6 +173,7 @@ class TrainingOnOption:
     binding: list[dict[str, Any]] = field(default_factory=list)
     platform: tuple[str, str] | None = None
     run_on_fabric_s: Figure | None = None
+    notes: list[Text] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -346,6 +347,24 @@ def size_training(
                     "needed": out.run_s,
                     "limit": deadline,
                 }
+            )
+        elif (
+            out.run_s.interval is not None
+            and out.run_s.interval[1] > w.deadline_days * SECONDS_PER_DAY
+        ):
+            upper = derived(
+                out.run_s.interval[1],
+                "s",
+                f"{w.name}: time to train, upper end of the interval",
+                "forecast interval of the time to train (high end)",
+                [out.run_s],
+            )
+            out.notes.append(
+                Text(
+                    f"{w.name}: meets the deadline of {{deadline}} at the forecast's central "
+                    "value, but the interval reaches {upper}: a risk to plan for",
+                    {"deadline": deadline, "upper": upper},
+                )
             )
     return out
 
