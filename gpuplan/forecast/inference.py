@@ -1053,6 +1053,8 @@ def _size_for_load(
         return max(1, math.ceil(best.replicas * best.max_rate / r))
 
     r_slow, r_fast = reps(SLOW), reps(FAST)
+    r_lo = min(r_fast or best.replicas, best.replicas)
+    r_hi = max(r_slow or best.replicas, best.replicas)
     q_thr = fitted.interval_quantiles("throughput_per_gpu")
     q_ttft = fitted.interval_quantiles("ttft")
     ttft_v = sim_val.percentile("ttft", pct)
@@ -1096,10 +1098,16 @@ def _size_for_load(
             )
             if math.isfinite(tpot_v)
             else None,
-            # at a fixed load the fleet serves what arrives: no interval beyond the load itself
-            "throughput_output_tokens_per_s": [thr_rep, thr_rep],
-            "throughput_output_tokens_per_s_per_gpu": [thr_rep / gpr, thr_rep / gpr],
-            "replicas": [r_fast or best.replicas, r_slow or best.replicas],
+            # the load is fixed: a slower device needs more replicas, each carrying less
+            "throughput_output_tokens_per_s": [
+                thr_rep * best.replicas / r_hi,
+                thr_rep * best.replicas / r_lo,
+            ],
+            "throughput_output_tokens_per_s_per_gpu": [
+                thr_rep * best.replicas / r_hi / gpr,
+                thr_rep * best.replicas / r_lo / gpr,
+            ],
+            "replicas": [r_lo, r_hi],
         },
         "tp": best.tp,
         "pp": best.pp,
