@@ -1,10 +1,11 @@
 """Physically shaped regressors for calibration, held to scikit-learn's estimator contract.
 
-Each model is a time model that is linear in non-negative coefficients, fitted by
-non-negative least squares on the *relative* error of the time (every measurement counts
-alike whether it took a microsecond or a second). Throughputs are then ``work / time``, so
-they saturate, never exceed the fitted (and, where given, the catalog) ceiling, and are
-monotone in the work where physics says so.
+Each model is a time model whose pieces are linear in non-negative coefficients (a max or
+min of such pieces where the physics has two regimes), fitted by non-negative least squares
+on the *relative* error of the time, so every measurement counts alike whether it took a
+microsecond or a second. Throughputs are then ``work / time``: they saturate, never exceed
+the fitted (and, where given, the catalog) ceiling, and are monotone in the work where
+physics says so.
 
 * :class:`LatencyBandwidthRegressor`: ``t = latency + bytes / bandwidth`` (Hockney 1994,
   "The communication challenge for MPP", Parallel Computing 20(3)); memory copies and

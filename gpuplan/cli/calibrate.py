@@ -32,6 +32,7 @@ Examples:
   gpuplan calibrate results/node-a --out h100.json    one machine's runs plus the reference set
   gpuplan calibrate results/ --exclude-reference      only local measurements
   gpuplan calibrate --format json | jq .leave_one_device_out.summary
+  gpuplan calibrate --server https://results.example --out pooled.json
 """
 
 app = make_app(HELP, single=True)
@@ -76,6 +77,13 @@ def calibrate(
     validate: bool = typer.Option(
         True, "--validate/--no-validate", help="run the leave-one-device-out table"
     ),
+    server: str = typer.Option(
+        None, "--server", help="results service URL: take the artifact fitted on its pooled runs"
+    ),
+    token: str = typer.Option(None, "--token", help="access token for --server"),
+    refit: bool = typer.Option(
+        False, "--refit", help="with --server: download the pooled runs and fit them here"
+    ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Fit device models and write the calibration artifact."""
@@ -86,15 +94,28 @@ def calibrate(
     from gpuplan.results.store import write_json_atomic
 
     catalog = get_catalog()
+    if server and (result_paths or exclude_reference):
+        from gpuplan.errors import InputError
+
+        raise InputError(
+            "--server calibrates the server's pooled runs; it takes no result paths or --exclude-reference",
+            hint="drop the paths, or drop --server to calibrate local files",
+        )
     with progress(enabled=fmt == Format.table) as bar:
         task = bar.add_task("calibrating", total=3 if validate else 2)
-        docs, notes = _gather(list(result_paths or []), exclude_reference)
-        for note in notes:
-            info(note)
-        bar.advance(task)
-        artifact = calibrate_documents(
-            docs, include_reference=not exclude_reference, catalog=catalog
-        )
+        if server:
+            from gpuplan.service.client import calibrate_from_server
+
+            docs = []
+            artifact = calibrate_from_server(server, token, refit=refit)
+        else:
+            docs, notes = _gather(list(result_paths or []), exclude_reference)
+            for note in notes:
+                info(note)
+            bar.advance(task)
+            artifact = calibrate_documents(
+                docs, include_reference=not exclude_reference, catalog=catalog
+            )
         bar.advance(task)
         loo = leave_one_device_out(catalog=catalog) if validate else None
         bar.advance(task)
