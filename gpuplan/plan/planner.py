@@ -295,6 +295,40 @@ def _headline(
     return Text("No option could be priced: see each option's missing prices")
 
 
+def _check_quote_keys(ctx: PlanContext) -> None:
+    """Price quotes must name catalog rows by id (an alias or typo would be silently unused)."""
+    from gpuplan.errors import NotFoundError, SchemaError
+
+    cat = ctx.catalog
+    costs = ctx.scenario.costs
+    lookups = {
+        "onprem_node_prices_usd": (costs.onprem_node_prices_usd, (cat.node,)),
+        "network_prices_usd": (costs.network_prices_usd, (cat.switch, cat.optic, cat.nic)),
+        "storage_usd_per_gib_month": (costs.storage_usd_per_gib_month, (cat.storage_tier,)),
+    }
+    for field_name, (quotes, finders) in lookups.items():
+        for key in quotes:
+            where = f"{ctx.loaded.display_path} line {ctx.loaded.line('costs', field_name, key)}"
+            found, first_error = None, None
+            for find in finders:
+                try:
+                    found = find(key)
+                    break
+                except NotFoundError as exc:
+                    first_error = first_error or exc
+            if found is None:
+                assert first_error is not None
+                raise NotFoundError(
+                    f"{where}: costs.{field_name}.{key}: {first_error.message}",
+                    hint=first_error.hint,
+                )
+            if found.id != key:
+                raise SchemaError(
+                    f"{where}: costs.{field_name}.{key}: write the catalog id {found.id!r}",
+                    hint="quotes are keyed by catalog id (gpuplan catalog ls)",
+                )
+
+
 def build_plan(
     loaded: LoadedScenario,
     *,
@@ -331,6 +365,7 @@ def build_plan(
     # models must exist (NotFoundError names the closest) before any forecast runs
     for w in [*sc.workloads.training, *sc.workloads.inference]:
         catalog.model(w.model)
+    _check_quote_keys(ctx)
     options, cand_notes = candidate_options(ctx)
     for i, opt in enumerate(options):
         ctx.progress(f"option {i + 1}/{len(options)}: {opt.id}")

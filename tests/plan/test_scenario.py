@@ -133,3 +133,17 @@ def test_file_errors(tmp_path):
 def test_examples_validate(path):
     s = load_scenario(path)
     assert s.scenario.name
+
+
+def test_price_quotes_must_name_catalog_ids():
+    from gpuplan.plan.planner import build_plan
+
+    alias = GOOD.replace("dgx-h100: 250000", "DGX H100: 250000")
+    with pytest.raises(
+        SchemaError,
+        match=r"line 19: costs\.onprem_node_prices_usd\.DGX H100: write the catalog id 'dgx-h100'",
+    ):
+        build_plan(parse_scenario(alias), results_paths=[])
+    typo = GOOD.replace("dgx-h100: 250000", "dgx-h1000: 250000")
+    with pytest.raises(NotFoundError, match=r"line 19: costs\.onprem_node_prices_usd\.dgx-h1000"):
+        build_plan(parse_scenario(typo), results_paths=[])
