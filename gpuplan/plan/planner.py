@@ -367,6 +367,12 @@ def build_plan(
         catalog.model(w.model)
     _check_quote_keys(ctx)
     options, cand_notes = candidate_options(ctx)
+    # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
+    # own arithmetic does not touch them
+    for w in [*sc.workloads.training, *sc.workloads.inference]:
+        ctx.ledger.use_row("model", catalog.model(w.model), ["architecture (forecasts)"])
+    for gpu in {o.gpu.id: o.gpu for o in options}.values():
+        ctx.ledger.use_row("accelerator", gpu, ["specs read by the forecasts and calibration"])
     for i, opt in enumerate(options):
         ctx.progress(f"option {i + 1}/{len(options)}: {opt.id}")
         evaluate_option(ctx, opt)
