@@ -11,10 +11,14 @@ setup:
 setup-test:
 	@scripts/setup.sh --test
 
-# The main job: probe this machine (quick), calibrate, and plan the example scenario.
+# The main job: probe this machine (quick), calibrate with what it measured (plus the
+# published reference set), and plan the example scenario from that calibration.
 demo: setup
 	$(BIN)/gpuplan probe --quick --out results/
 	$(BIN)/gpuplan results show latest
+	$(BIN)/gpuplan calibrate results/ --out $(OUT)/demo/calibration.json
+	$(BIN)/gpuplan plan examples/llama-pretrain.yaml --out $(OUT)/demo --calibration $(OUT)/demo/calibration.json --results results/
+	@echo "Report: $(OUT)/demo/report.html (also report.md and plan.json)"
 
 test: setup-test
 	$(BIN)/python -m pytest -q
@@ -34,6 +38,14 @@ format:
 
 bench: setup
 	$(BIN)/python -m benchmarks
+
+# Rebuild results/reference/ and the shipped default calibration artifact from the
+# published microbenchmarks (run after changing the catalog or the calibration models).
+reference: setup
+	$(BIN)/python scripts/build_reference.py --artifact
+
+schema: setup
+	$(BIN)/python -m gpuplan.results.schema
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache $(OUT)
