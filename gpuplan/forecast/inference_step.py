@@ -49,7 +49,8 @@ class EngineProfile:
 
     ``xqa_shapes``: ``(head_dim, query heads per KV head)`` pairs for which the engine has a
     tensor-core decode-attention kernel; ``None`` means every shape. Other shapes run the
-    masked multi-head attention kernel on CUDA cores (one query head per thread block).
+    masked multi-head attention kernel, whose dot products run on the CUDA cores (FP32),
+    one query head per thread block.
     """
 
     name: str
