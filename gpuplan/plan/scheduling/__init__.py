@@ -10,7 +10,9 @@ Public API (the plan report and the ``gpuplan schedule`` command use only these)
         quota_plan, render_config, write_config,
     )
 
-Submodules are imported lazily so that ``import gpuplan.plan.scheduling`` stays cheap.
+Other submodules are imported lazily. ``simulate`` is bound eagerly because a submodule
+has the same name: importing ``gpuplan.plan.scheduling.simulate`` later must not replace
+the function by the module.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from gpuplan.plan.scheduling.simulate import simulate
+
 _EXPORTS = {
-    "simulate": "simulate",
     "SimulationResult": "metrics",
     "Cluster": "cluster",
     "NodePool": "cluster",
@@ -51,7 +54,7 @@ _EXPORTS = {
     "run_scenario": "scenario",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "simulate"])
 
 
 def __getattr__(name: str) -> Any:
