@@ -91,7 +91,7 @@ def _load_scenario(path: Path) -> Any:
     return parse_scenario(data, where=str(path))
 
 
-@app.command()
+@app.command(help=HELP)
 def schedule(
     trace: str | None = typer.Option(
         None, "--trace", help="Job trace CSV, or 'philly' for the shipped Philly trace."

@@ -9,7 +9,11 @@ from gpuplan.plan.scheduling import Job
 
 def job(i: int | str, submit: float, dur: float, gpus: int, team: str = "t", cls: str = "normal"):
     return Job(
-        job_id=str(i), submit_s=float(submit), duration_s=float(dur), num_gpus=gpus, team=team,
+        job_id=str(i),
+        submit_s=float(submit),
+        duration_s=float(dur),
+        num_gpus=gpus,
+        team=team,
         priority_class=cls,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -64,10 +65,12 @@ def test_gpu_seconds_conserved_and_capacity_respected(policy, gpn):
 @pytest.mark.parametrize("gpn", [1, 4, 8])
 def test_strict_fifo_never_starts_a_later_job_first(gpn):
     jobs = random_jobs(3, 500, gpn)
-    res = simulate(jobs, Cluster.homogeneous(3, gpn) if gpn > 1 else Cluster.homogeneous(6, 1), "fifo")
+    res = simulate(
+        jobs, Cluster.homogeneous(3, gpn) if gpn > 1 else Cluster.homogeneous(6, 1), "fifo"
+    )
     starts = res.jobs["start_s"]
     # jobs are in submit order; a later job never starts before an earlier one
-    assert all(a <= b for a, b in zip(starts, starts[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(starts))
     # and the queue really formed (the check is not vacuous)
     assert res.wait_s["max"] > 0
 
@@ -76,7 +79,7 @@ def test_backfill_does_start_later_jobs_first():
     jobs = random_jobs(3, 500, 8)
     res = simulate(jobs, Cluster.homogeneous(3, 8), "backfill")
     starts = res.jobs["start_s"]
-    assert any(a > b for a, b in zip(starts, starts[1:], strict=False))
+    assert any(a > b for a, b in itertools.pairwise(starts))
 
 
 def test_easy_backfill_hand_computed():
@@ -89,6 +92,7 @@ def test_easy_backfill_hand_computed():
     assert [bf.job(str(i))["start_s"] for i in (1, 2, 3, 4)] == [0.0, 100.0, 2.0, 110.0]
     fifo = simulate(jobs, c, "fifo")
     assert [fifo.job(str(i))["start_s"] for i in (1, 2, 3, 4)] == [0.0, 100.0, 110.0, 110.0]
+
 
 def test_runtime_overestimates_let_backfill_delay_the_head_job():
     # J2 (4 GPUs) waits for J1 (ends at 100). J3 (80 s from t=50.5) would end after 100:
@@ -268,7 +272,10 @@ def _mix(load: float, seed: int) -> list[Job]:
         arrival_rate_per_hour=load * 32 / (mean_s / 3600),
         gpu_count_distribution={1: 1.0},
         duration_distribution={
-            "kind": "lognormal", "median_s": median_s, "sigma": sigma, "max_s": 5 * 86400
+            "kind": "lognormal",
+            "median_s": median_s,
+            "sigma": sigma,
+            "max_s": 5 * 86400,
         },
     )
     jobs = generate_workload([team], horizon_s=6 * 86400, seed=seed)

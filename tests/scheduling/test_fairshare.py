@@ -14,8 +14,8 @@ from gpuplan.plan.scheduling.fairshare import (
     build_tree,
     classic_fairshare,
     dominant_share,
-    fair_tree,
     factors,
+    fair_tree,
 )
 
 from ._helpers import job
@@ -175,7 +175,10 @@ def test_fair_share_serves_the_under_served_team_first():
     assert fifo.job("h1")["start_s"] < fifo.job("l1")["start_s"]
     for algo in ("classic", "fair-tree"):
         fs = simulate(
-            _heavy_then_both(), cluster, "fair-share", fairshare_algorithm=algo,
+            _heavy_then_both(),
+            cluster,
+            "fair-share",
+            fairshare_algorithm=algo,
             priority_calc_period_s=60.0,
         )
         assert fs.job("l1")["start_s"] < fs.job("h1")["start_s"], algo

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from gpuplan.plan.scheduling.simulate import simulate
+from gpuplan.plan.scheduling.simulate import simulate as simulate
 
 _EXPORTS = {
     "SimulationResult": "metrics",

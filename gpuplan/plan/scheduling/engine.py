@@ -182,6 +182,7 @@ class RawRun:
     end: list[float]
     preemptions: list[int]
     lost_gpu_s: list[float]
+    restart_gpu_s: list[float]
     seg_job: list[int]
     seg_start: list[float]
     seg_end: list[float]
@@ -312,7 +313,8 @@ class Engine:
         self.epoch = [0] * N
         self.restore = [0.0] * N
         self.npre = [0] * N
-        self.lost = [0.0] * N
+        self.lost = [0.0] * N  # GPU-seconds of work lost to preemption
+        self.restart_gpu_s = [0.0] * N  # GPU-seconds spent restoring after preemption
         self.pend_since = [0.0] * N
         self.alloc: list[list[tuple[int, int, int]]] = [[] for _ in range(N)]
 
@@ -617,6 +619,8 @@ class Engine:
                     res.limit[nd] -= c
 
     def _release(self, j: int, t: float) -> None:
+        if self.restore[j]:
+            self.restart_gpu_s[j] += self.n[j] * min(t - self.seg_begin[j], self.restore[j])
         self._take(self.alloc[j], j, -1)
         self._usage_change(j, t, -1)
         key = (self.est_end[j], j)
@@ -635,7 +639,10 @@ class Engine:
         self.remaining[j] = 0.0
 
     def _lost_if_preempted(self, j: int, t: float) -> tuple[float, float]:
-        """(work saved by checkpoints, GPU-time lost) if ``j`` were preempted at ``t``."""
+        """(work saved by checkpoints, time wasted) if ``j`` were preempted at ``t``.
+
+        The waste is the work since the last checkpoint plus any restore time of this run.
+        """
         ran = t - self.seg_begin[j]
         useful = max(0.0, ran - self.restore[j])
         interval = self.opts.checkpoint_interval_s
@@ -645,10 +652,11 @@ class Engine:
 
     def _preempt(self, v: int, t: float) -> None:
         self.res_cache = None
-        saved, lost_s = self._lost_if_preempted(v, t)
+        saved, _ = self._lost_if_preempted(v, t)
+        useful = max(0.0, t - self.seg_begin[v] - self.restore[v])
         self._release(v, t)
         self.remaining[v] -= saved
-        self.lost[v] += self.n[v] * lost_s
+        self.lost[v] += self.n[v] * (useful - saved)
         self.restore[v] = self.opts.restart_cost_s
         self.npre[v] += 1
         self.epoch[v] += 1
@@ -1388,6 +1396,7 @@ class Engine:
             end=self.end,
             preemptions=self.npre,
             lost_gpu_s=self.lost,
+            restart_gpu_s=self.restart_gpu_s,
             seg_job=self.seg_job,
             seg_start=self.seg_s,
             seg_end=self.seg_e,

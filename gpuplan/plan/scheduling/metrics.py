@@ -329,12 +329,14 @@ def summarize(
         ),
     }
     npre = np.asarray(raw.preemptions, dtype=np.int64)
-    lost = np.asarray(raw.lost_gpu_s, float)
+    lost = float(np.sum(raw.lost_gpu_s))
+    restart = float(np.sum(raw.restart_gpu_s))
     preemption = {
         "preemptions": int(npre.sum()),
         "jobs_preempted": int((npre > 0).sum()),
-        "gpu_hours_lost": float(lost.sum() / 3600.0),
-        "restart_gpu_hours": float(busy - trace_gpu_s - lost.sum()) / 3600.0 if npre.sum() else 0.0,
+        "gpu_hours_lost": (lost + restart) / 3600.0,
+        "lost_work_gpu_hours": lost / 3600.0,
+        "restart_gpu_hours": restart / 3600.0,
     }
     options = {
         k: (dict(v) if hasattr(v, "items") else v)
