@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from service_docs import make_doc, write_doc
@@ -19,7 +20,9 @@ def _without_created_at(artifact: dict) -> dict:
     return {k: v for k, v in artifact.items() if k != "created_at"}
 
 
-def test_server_artifact_equals_the_local_calibration_of_the_same_runs(sqlite_url, tmp_path):
+def test_server_artifact_equals_the_local_calibration_of_the_same_runs(
+    sqlite_url, tmp_path, run_cli
+):
     db = Database(sqlite_url)
     db.migrate()
     token, _ = create_token(db, team="lab")
@@ -77,6 +80,34 @@ def test_server_artifact_equals_the_local_calibration_of_the_same_runs(sqlite_ur
         assert forged["run_id"] not in downloaded["inputs"]
         assert provenance["artifact"]["training_data_sha256"] == local["training_data_sha256"]
         assert len(provenance["inputs_sha256"]) == 64
+
+        # the same through the command line: `gpuplan calibrate --server` vs local files
+        pooled, alone = tmp_path / "pooled.json", tmp_path / "local.json"
+        r = run_cli(
+            "calibrate",
+            "--server",
+            server.url,
+            "--out",
+            str(pooled),
+            "--no-validate",
+            "--format",
+            "json",
+            env={"GPUPLAN_TOKEN": token},
+        )
+        assert r.returncode == 0, r.stderr
+        r = run_cli(
+            "calibrate",
+            str(tmp_path / "results"),
+            "--out",
+            str(alone),
+            "--no-validate",
+            "--format",
+            "json",
+        )
+        assert r.returncode == 0, r.stderr
+        assert _without_created_at(json.loads(pooled.read_text())) == _without_created_at(
+            json.loads(alone.read_text())
+        )
 
         # the forged run counts once an admin approves it
         with ServiceClient(server.url, admin) as c:
