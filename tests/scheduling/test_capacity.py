@@ -102,3 +102,16 @@ def test_compare_policies_on_one_workload():
     bf = out["policies"]["backfill"]["wait_s"]["mean"]
     assert bf < fifo  # backfilling this bursty mix helps
     assert out["best"]["mean_wait"] in {"backfill", "fs-tree"}
+
+
+def test_philly_wait_curve_carries_the_citation():
+    # The full curve is timed by benchmarks/schedule_philly.py; one size where almost
+    # nobody waits keeps this test short.
+    from gpuplan.plan.scheduling import philly_wait_curve
+
+    curve = philly_wait_curve([2048], "fifo")
+    (point,) = curve["points"]
+    assert point["gpus"] == 2048 and point["jobs_simulated"] == 82247
+    assert point["unschedulable_jobs"] == 0
+    assert point["wait_s"]["p99"] == 0.0  # 2048 GPUs: over 5x the mean demand
+    assert "Jeon et al." in curve["attribution"] and curve["trace"] == "philly"

@@ -37,6 +37,7 @@ _EXPORTS = {
     "SimOptions": "engine",
     "POLICIES": "engine",
     "wait_vs_size_curve": "capacity",
+    "philly_wait_curve": "capacity",
     "smallest_cluster": "capacity",
     "concurrent_fit": "capacity",
     "compare_policies": "capacity",

@@ -116,6 +116,40 @@ def wait_vs_size_curve(
     return out
 
 
+#: Cluster sizes (GPUs) of :func:`philly_wait_curve`: from just above the trace's mean
+#: demand (~374 GPUs) to where queueing vanishes; about 3 s of CPU each under backfill.
+PHILLY_CURVE_SIZES_GPUS = (384, 512, 768, 1024)
+
+
+def philly_wait_curve(
+    sizes_gpus: Sequence[int] = PHILLY_CURVE_SIZES_GPUS,
+    policy: str = "backfill",
+    *,
+    gpus_per_node: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The wait-vs-size curve of the shipped Philly trace, with its citation.
+
+    Same result layout as :func:`wait_vs_size_curve` (``attribution`` set to
+    :data:`~gpuplan.plan.scheduling.workload.PHILLY_CITATION`, which any report showing it
+    must print).
+    """
+    from gpuplan.plan.scheduling.workload import PHILLY_CITATION, load_philly
+
+    out = wait_vs_size_curve(
+        load_philly(),
+        Cluster.homogeneous(1, gpus_per_node),
+        list(sizes_gpus),
+        policy,
+        progress=progress,
+        attribution=PHILLY_CITATION,
+        **options,
+    )
+    out["trace"] = "philly"
+    return out
+
+
 def smallest_cluster(
     jobs: Sequence[Job],
     cluster: Cluster,
