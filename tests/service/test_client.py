@@ -121,3 +121,14 @@ def test_server_url_must_name_the_scheme():
     with pytest.raises(InputError, match="lacks http:// or https://"):
         resolve_server("gpuplan.example.org")
     assert resolve_server("https://gpuplan.example.org/") == "https://gpuplan.example.org"
+
+
+def test_upload_over_the_server_limit_is_refused_locally():
+    client = ServiceClient(
+        "http://127.0.0.1:9", "gpt_0123456789_" + "x" * 43, retry=RetryPolicy(max_attempts=1)
+    )
+    client._max_upload_bytes = 4096  # as read from /healthz
+    out = client.upload_document(make_doc(seed=3))
+    assert out.result == "rejected" and out.http_status == 413
+    assert "over the server's limit of 4096 bytes" in out.message
+    client.close()

@@ -1,0 +1,1 @@
+"""Jinja2 templates of the HTML pages (a package so that they ship as package data)."""
