@@ -137,11 +137,16 @@ def test_backfill_depth_limits_the_scan():
 def test_vectorised_backfill_scan_gives_the_same_schedule():
     # The engine scans backfill candidates with numpy on one-pool clusters; the plain
     # one-job-at-a-time path must make exactly the same decisions.
-    jobs = random_jobs(11, 1500, 8)
-    for policy in ("backfill", "fair-share"):
+    classes = ("low", "normal", "high")
+    jobs = [
+        job(j.job_id, j.submit_s, j.duration_s, j.num_gpus, team=j.team, cls=classes[k % 3])
+        for k, j in enumerate(random_jobs(11, 1500, 8))
+    ]
+    for policy in ("backfill", "fair-share", "priority"):
         starts = []
         for vector in (True, False):
-            eng = Engine(jobs, Cluster.homogeneous(3, 8), SimOptions(policy=policy))
+            opts = SimOptions(policy=policy, backfill=True, weight_qos=500.0)
+            eng = Engine(jobs, Cluster.homogeneous(3, 8), opts)
             eng.vector_ok = vector
             starts.append(eng.run().first_start)
         assert starts[0] == starts[1], policy
@@ -216,6 +221,10 @@ def test_bad_options_are_input_errors():
         simulate(jobs, c, "backfill", runtime_estimate_factor=0.5)
     with pytest.raises(InputError, match="not a whole number of 8-GPU nodes"):
         Cluster.from_gpus(12, 8)
+    with pytest.raises(InputError, match="no jobs"):
+        simulate([], c)
+    with pytest.raises(InputError, match="unknown simulation option"):
+        simulate(jobs, c, "fifo", backfil=True)
 
 
 # --------------------------------------------------------------------------- monotonicity

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuplan.errors import InputError
 from gpuplan.plan.scheduling.cluster import Cluster
 from gpuplan.plan.scheduling.engine import Engine, SimOptions
 from gpuplan.plan.scheduling.metrics import SimulationResult, summarize
@@ -51,6 +52,14 @@ def simulate(
         Unknown policy/option value, unknown priority class, or a job that can never start
         (unless ``on_unschedulable="drop"``).
     """
-    opts = SimOptions(policy=policy, **options)
+    if not jobs:
+        raise InputError("there are no jobs to simulate", hint="check the trace or the teams")
+    try:
+        opts = SimOptions(policy=policy, **options)
+    except TypeError as exc:  # an unknown keyword
+        raise InputError(
+            f"unknown simulation option ({exc})",
+            hint="see SimOptions in gpuplan/plan/scheduling/engine.py",
+        ) from None
     raw = Engine(jobs, cluster, opts).run(progress)
     return summarize(raw, opts, cluster, attribution=attribution)
