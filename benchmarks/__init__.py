@@ -1,0 +1,1 @@
+"""Speed and fidelity benchmarks (not timed tests): ``python -m benchmarks`` runs them all."""
