@@ -23,6 +23,12 @@ physics says so.
 * :class:`StorageThroughputRegressor`: ``1/throughput = 1/B_max + L / (Q x block)`` with
   ``Q = iodepth x numjobs`` outstanding requests (Little's law, Little 1961, Operations
   Research 9(3): throughput = requests in flight x block / latency, capped by the device).
+
+The closed-form predictions (``predict_flops``, ``predict_bandwidth``, ``predict_time``,
+``predict_busbw``, ``predict_throughput``) and the collective factors are inherited from
+the numpy-only curves of :mod:`gpuplan.calibration.curves`, which forecasts use without
+importing this module; an estimator here adds the fit, the parameter constraints and the
+scikit-learn contract.
 """
 
 from __future__ import annotations
@@ -36,6 +42,29 @@ from scipy.optimize import nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
+
+from gpuplan.calibration.curves import (
+    ALGORITHMS,
+    AlphaBetaCurve,
+    HierarchicalAlphaBetaCurve,
+    LatencyBandwidthCurve,
+    MatmulRooflineCurve,
+    StorageThroughputCurve,
+    busbw_factor,
+    data_factor,
+    latency_steps,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "AlphaBetaRegressor",
+    "HierarchicalAlphaBeta",
+    "LatencyBandwidthRegressor",
+    "MatmulRoofline",
+    "StorageThroughputRegressor",
+    "data_factor",
+    "latency_steps",
+]
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -106,7 +135,7 @@ class _TimeModel(RegressorMixin, BaseEstimator):
         return X if y is None else (X, np.asarray(y, dtype=float))
 
 
-class LatencyBandwidthRegressor(_TimeModel):
+class LatencyBandwidthRegressor(_TimeModel, LatencyBandwidthCurve):
     """Achieved bandwidth of a transfer of ``size`` bytes: ``size / (latency + size / bandwidth)``.
 
     Hockney 1994: the time of a transfer is a start-up latency plus the size over the
@@ -178,13 +207,8 @@ class LatencyBandwidthRegressor(_TimeModel):
         X = self._check_X(X, reset=False)
         return self.predict_bandwidth(X[:, 0])
 
-    def predict_bandwidth(self, size_bytes: Any) -> Any:
-        """Bandwidth for sizes (scalar or array; no validation: the hot path)."""
-        size = np.asarray(size_bytes, dtype=float)
-        return size / (self.latency_s_ + size / self.bandwidth_bytes_per_s_)
 
-
-class MatmulRoofline(_TimeModel):
+class MatmulRoofline(_TimeModel, MatmulRooflineCurve):
     """Achieved dense GEMM FLOP/s for an (m x k) @ (k x n) product.
 
     Roofline model (Williams, Waterman and Patterson 2009, CACM 52(4), eq. 1: attainable
@@ -246,14 +270,6 @@ class MatmulRoofline(_TimeModel):
         self.memory_bandwidth_bytes_per_s = memory_bandwidth_bytes_per_s
         self.min_shapes_for_memory = min_shapes_for_memory
 
-    @staticmethod
-    def work(m: Any, n: Any, k: Any, bytes_per_element: float) -> tuple[Any, Any]:
-        """(FLOPs, minimal bytes moved) of a GEMM: ``2mnk`` and ``bytes x (mk + kn + mn)``."""
-        m = np.asarray(m, dtype=float)
-        n = np.asarray(n, dtype=float)
-        k = np.asarray(k, dtype=float)
-        return 2.0 * m * n * k, bytes_per_element * (m * k + k * n + m * n)
-
     def fit(self, X: Any, y: Any) -> MatmulRoofline:
         self._validate_params()
         X, y = self._check_X(X, y, reset=True)
@@ -306,63 +322,11 @@ class MatmulRoofline(_TimeModel):
         X = self._check_X(X, reset=False)
         return self.predict_flops(X[:, 0], X[:, 1], X[:, 2])
 
-    def predict_flops(self, m: Any, n: Any, k: Any) -> Any:
-        """Achieved FLOP/s for shapes (scalars or broadcastable arrays; the hot path)."""
-        flops, nbytes = self.work(m, n, k, self.bytes_per_element)
-        inv_mem = 0.0 if math.isinf(self.memory_bytes_per_s_) else 1.0 / self.memory_bytes_per_s_
-        t = self.latency_s_ + np.maximum(flops / self.compute_flops_per_s_, nbytes * inv_mem)
-        return flops / t
-
 
 # --- collectives -----------------------------------------------------------------------
 
-ALGORITHMS = ("ring", "tree", "nvls")
 
-
-def latency_steps(op: str, ranks: Any, algorithm: str = "ring") -> Any:
-    """Number of sequential message steps of a collective (the multiplier of alpha).
-
-    Ring (Thakur et al. 2005, sec. 2): all-reduce ``2(n-1)``, all-gather / reduce-scatter /
-    all-to-all / broadcast / reduce ``n-1``. Tree (binary/double-binary): ``2 ceil(log2 n)``
-    for all-reduce, ``ceil(log2 n)`` otherwise. NVLS (in-switch reduction): a constant 2 for
-    all-reduce (push to the switch, pull the reduced result), 1 otherwise. p2p: 1.
-    """
-    n = np.asarray(ranks, dtype=float)
-    if op == "p2p":
-        return np.ones_like(n)
-    if algorithm == "nvls":
-        return np.full_like(n, 2.0 if op == "all_reduce" else 1.0)
-    if algorithm == "tree":
-        steps = np.ceil(np.log2(np.maximum(n, 2.0)))
-        return 2.0 * steps if op == "all_reduce" else steps
-    if op == "all_reduce":
-        return 2.0 * (n - 1.0)
-    return n - 1.0
-
-
-def data_factor(op: str, ranks: Any, algorithm: str = "ring", mesh_domain_size: Any = None) -> Any:
-    """Bytes each rank sends per byte of ``size``, relative to the per-rank bandwidth.
-
-    Ring and tree move ``busbw_factor(op, n)`` x size per rank (nccl-tests PERFORMANCE.md:
-    that is why busbw is comparable to link bandwidth). With in-switch reduction (NVLS) each
-    rank pushes its buffer once and pulls the result once: factor 1 per direction, so the
-    *bus* bandwidth can exceed the link bandwidth by ``2(n-1)/n``. On a switchless full
-    mesh of ``D`` devices (AMD Infinity Fabric), ``n`` ranks reach only ``n-1`` of the
-    ``D-1`` peer links, so the same data takes ``(D-1)/(n-1)`` times longer.
-    """
-    from gpuplan.calibration.reference import busbw_factor
-
-    n = np.asarray(ranks, dtype=float)
-    if algorithm == "nvls" and op == "all_reduce":
-        return np.ones_like(n)
-    factor = busbw_factor(op, n)
-    if mesh_domain_size is not None:
-        D = float(mesh_domain_size)
-        factor = factor * (D - 1.0) / np.clip(n - 1.0, 1.0, D - 1.0)
-    return factor
-
-
-class AlphaBetaRegressor(_TimeModel):
+class AlphaBetaRegressor(_TimeModel, AlphaBetaCurve):
     """Bus bandwidth of one collective inside one scale-up domain, by size and ranks.
 
     ``t = alpha x steps(op, n, algorithm) + size x data_factor(op, n, algorithm) / bandwidth``
@@ -443,9 +407,6 @@ class AlphaBetaRegressor(_TimeModel):
         self.alpha_s = alpha_s
         self.protocols = protocols
 
-    def _data_factor(self, ranks: Any) -> Any:
-        return data_factor(self.op, ranks, self.algorithm, self.mesh_domain_size)
-
     def _check_X(self, X: Any, y: Any = "no_validation", *, reset: bool) -> Any:
         out = super()._check_X(X, y, reset=reset)
         Xv = out if isinstance(out, np.ndarray) else out[0]
@@ -468,8 +429,6 @@ class AlphaBetaRegressor(_TimeModel):
         return coef
 
     def fit(self, X: Any, y: Any) -> AlphaBetaRegressor:
-        from gpuplan.calibration.reference import busbw_factor
-
         self._validate_params()
         X, y = self._check_X(X, y, reset=True)
         size, n = X[:, 0], X[:, 1]
@@ -524,47 +483,31 @@ class AlphaBetaRegressor(_TimeModel):
         X = self._check_X(X, reset=False)
         return self.predict_busbw(X[:, 0], X[:, 1])
 
-    def predict_time(self, size_bytes: Any, ranks: Any) -> Any:
-        """Collective time in seconds (vectorised, no validation)."""
-        size = np.asarray(size_bytes, dtype=float)
-        steps = latency_steps(self.op, ranks, self.algorithm)
-        data = size * self._data_factor(ranks)
-        t = self.alpha_s_ * steps + data / self.bandwidth_bytes_per_s_
-        ll_bw = getattr(self, "bandwidth_ll_bytes_per_s_", None)
-        if ll_bw:
-            t = np.minimum(t, self.alpha_ll_s_ * steps + data / ll_bw)
-        return t
 
-    def predict_busbw(self, size_bytes: Any, ranks: Any) -> Any:
-        """nccl-tests busbw (bytes/s) for sizes and rank counts (vectorised)."""
-        from gpuplan.calibration.reference import busbw_factor
-
-        size = np.asarray(size_bytes, dtype=float)
-        return (
-            size
-            * busbw_factor(self.op, np.asarray(ranks, dtype=float))
-            / self.predict_time(size, ranks)
-        )
-
-
-class HierarchicalAlphaBeta(_TimeModel):
+class HierarchicalAlphaBeta(_TimeModel, HierarchicalAlphaBetaCurve):
     """Bus bandwidth of a collective spanning several nodes.
 
     Hierarchical decomposition (Thakur et al. 2005 sec. 4; NCCL's ring/tree across nodes):
-    each node reduces inside its scale-up domain while the inter-node phase moves the
-    node's share over the NICs, pipelined, so the slower phase sets the pace::
+    each node runs the collective inside its scale-up domain while the inter-node phase
+    moves the node's share over the NICs, pipelined, so the slower phase sets the pace::
 
-        t = alpha x steps(N) + max(size x f(r) / B_intra, size x f(N) / (r x B_inter))
+        t = alpha x steps(N) + max(t_intra, size x g(op, N, r) / B_inter)
 
-    with ``r`` ranks per node, ``N`` nodes, ``f`` the ring data factor (2(n-1)/n for
-    all-reduce) and ``B_inter`` the achieved inter-node bandwidth per GPU (its NIC share).
+    with ``r`` ranks per node, ``N`` nodes, ``g`` the bytes per GPU NIC share
+    (:func:`gpuplan.calibration.curves.inter_node_data_factor`: ``f(N) / r`` with ``f``
+    nccl-tests' factor, 2(N-1)/N for all-reduce; ``(N-1)/N`` for an all-to-all, whose data
+    cannot be combined inside the node) and ``B_inter`` the achieved inter-node bandwidth
+    per GPU (its NIC share). ``t_intra`` is the calibrated intra-node time of the same
+    collective on ``r`` ranks when ``fit``/``predict_time`` get it (``intra_time_s``), else
+    ``size x f(r) / B_intra``.
 
     Parameters
     ----------
     op:
         the collective.
     intra_bandwidth_bytes_per_s:
-        achieved intra-node bus bandwidth of the same op (from :class:`AlphaBetaRegressor`).
+        achieved intra-node bus bandwidth of the same op (from :class:`AlphaBetaRegressor`),
+        used where no intra-node time is given.
     alpha_s:
         fixed latency per inter-node step; ``None`` fits it (needs two distinct sizes).
 
@@ -596,28 +539,18 @@ class HierarchicalAlphaBeta(_TimeModel):
         self.intra_bandwidth_bytes_per_s = intra_bandwidth_bytes_per_s
         self.alpha_s = alpha_s
 
-    def _phases(self, size: Any, ranks: Any, nodes: Any) -> tuple[Any, Any, Any]:
-        from gpuplan.calibration.reference import busbw_factor
+    def fit(self, X: Any, y: Any, intra_time_s: Any = None) -> HierarchicalAlphaBeta:
+        """Fit ``alpha_s_`` and ``inter_bandwidth_bytes_per_s_`` to busbw ``y`` at ``X``.
 
-        size = np.asarray(size, dtype=float)
-        n = np.asarray(ranks, dtype=float)
-        N = np.maximum(np.asarray(nodes, dtype=float), 1.0)
-        r = np.maximum(n / N, 1.0)
-        intra = size * np.where(r > 1, busbw_factor(self.op, np.maximum(r, 2.0)), 0.0)
-        inter = size * busbw_factor(self.op, np.maximum(N, 2.0)) / r
-        steps = latency_steps(self.op, N, "ring")
-        return intra, inter, steps
-
-    def fit(self, X: Any, y: Any) -> HierarchicalAlphaBeta:
-        from gpuplan.calibration.reference import busbw_factor
-
+        ``intra_time_s`` (one per row, optional): the calibrated intra-node time of the
+        collective on each row's size and ranks per node.
+        """
         self._validate_params()
         X, y = self._check_X(X, y, reset=True)
         size, n, N = X[:, 0], X[:, 1], X[:, 2]
         t = size * busbw_factor(self.op, np.maximum(n, 2.0)) / y
         intra, inter, steps = self._phases(size, n, N)
-        b_intra = self.intra_bandwidth_bytes_per_s
-        t_intra = intra / b_intra if b_intra else np.zeros_like(t)
+        t_intra = self._intra_time(intra, intra_time_s)
         # Profile the non-smooth max: for each candidate inter bandwidth the best alpha is an
         # NNLS in one variable; scan candidates on a log grid, then refine by golden section.
         hi = float(np.max(inter / t)) * 4.0
@@ -625,7 +558,7 @@ class HierarchicalAlphaBeta(_TimeModel):
         single = np.unique(size).size < 2
 
         def loss_at(b: float) -> tuple[float, float]:
-            base = np.maximum(t_intra, inter / b)
+            base = self._combine(0.0, steps, t_intra, inter / b)
             if self.alpha_s is not None:
                 alpha = float(self.alpha_s)
             elif single:
@@ -634,7 +567,7 @@ class HierarchicalAlphaBeta(_TimeModel):
                 resid_t = t - base
                 w = steps / t
                 alpha = max(float(np.sum(w * (resid_t / t)) / max(np.sum(w * w), 1e-300)), 0.0)
-            pred = alpha * steps + base
+            pred = self._combine(alpha, steps, t_intra, inter / b)
             return float(np.sum((pred / t - 1.0) ** 2)), alpha
 
         grid = np.geomspace(lo, hi, 241)
@@ -656,28 +589,10 @@ class HierarchicalAlphaBeta(_TimeModel):
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "inter_bandwidth_bytes_per_s_")
         X = self._check_X(X, reset=False)
-        from gpuplan.calibration.reference import busbw_factor
-
-        t = self.predict_time(X[:, 0], X[:, 1], X[:, 2])
-        return X[:, 0] * busbw_factor(self.op, np.maximum(X[:, 1], 2.0)) / t
-
-    def predict_time(
-        self, size_bytes: Any, ranks: Any, num_nodes: Any, inter_bandwidth_bytes_per_s: Any = None
-    ) -> Any:
-        """Time in seconds; ``inter_bandwidth_bytes_per_s`` overrides the fitted one."""
-        intra, inter, steps = self._phases(size_bytes, ranks, num_nodes)
-        b_inter = (
-            self.inter_bandwidth_bytes_per_s_
-            if inter_bandwidth_bytes_per_s is None
-            else inter_bandwidth_bytes_per_s
-        )
-        t_intra = (
-            intra / self.intra_bandwidth_bytes_per_s if self.intra_bandwidth_bytes_per_s else 0.0
-        )
-        return self.alpha_s_ * steps + np.maximum(t_intra, inter / b_inter)
+        return self.predict_busbw(X[:, 0], X[:, 1], X[:, 2])
 
 
-class StorageThroughputRegressor(_TimeModel):
+class StorageThroughputRegressor(_TimeModel, StorageThroughputCurve):
     """Read/write throughput by block size, queue depth and jobs (fio).
 
     ``1 / throughput = 1 / B_max + L / (Q x block)`` with ``Q = iodepth x numjobs``: by
@@ -694,6 +609,9 @@ class StorageThroughputRegressor(_TimeModel):
     _n_columns = 3
     _column_names = ("block_size_bytes", "iodepth", "numjobs")
     _parameter_constraints: dict = {}  # noqa: RUF012
+
+    def __init__(self) -> None:
+        pass
 
     def fit(self, X: Any, y: Any) -> StorageThroughputRegressor:
         self._validate_params()
@@ -715,11 +633,3 @@ class StorageThroughputRegressor(_TimeModel):
         check_is_fitted(self, "max_bytes_per_s_")
         X = self._check_X(X, reset=False)
         return self.predict_throughput(X[:, 0], X[:, 1], X[:, 2])
-
-    def predict_throughput(self, block_size_bytes: Any, iodepth: Any = 1, numjobs: Any = 1) -> Any:
-        inflight = (
-            np.asarray(block_size_bytes, dtype=float)
-            * np.asarray(iodepth, dtype=float)
-            * np.asarray(numjobs, dtype=float)
-        )
-        return 1.0 / (1.0 / self.max_bytes_per_s_ + self.latency_s_ / inflight)

@@ -25,15 +25,14 @@ from typing import Any
 import numpy as np
 
 from gpuplan.calibration import models as M
+from gpuplan.calibration.curves import COLLECTIVE_OPS, busbw_factor, intra_phase_time
 from gpuplan.calibration.dataset import Dataset, Record, extract
-from gpuplan.calibration.reference import busbw_factor
 from gpuplan.calibration.specs import DTYPES, DeviceSpec, device_specs
 from gpuplan.errors import InputError
 
 ARTIFACT_VERSION = 1
 CV_SCHEME = "group k-fold by machine"
 MAX_FOLDS = 5
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 
 
 @dataclass
@@ -160,7 +159,9 @@ def _predict_one(
                 # what a forecast does for an unmeasured device: the cluster's NIC share per
                 # GPU at the calibrated NIC efficiency
                 b_inter = nic * entry["fraction"]
-            t = est.predict_time(size, ranks, nodes, b_inter)
+            intra = cal.intra_entries(r.device, op) or cal.intra_entries(r.device, "all_reduce")
+            t_intra = intra_phase_time(M.intra_candidates(intra), size, ranks / nodes)
+            t = est.predict_time(size, ranks, nodes, b_inter, t_intra)
             t_lo, t_hi, basis = (
                 t / entry["interval"][1],
                 t / max(entry["interval"][0], 1e-12),
@@ -445,14 +446,14 @@ def build_models(cal: Calibration, cv: dict[str, dict], devices: Sequence[str]) 
         }
         if per:
             models[name] = _model("LatencyBandwidthRegressor", per, cv.get(name))
-    measured_ops = sorted({k[1] for k in cal.coll_intra} | {"all_reduce"})
-    for op in measured_ops:
+    # every op, measured or not: forecasts read the entries and never transfer on the fly
+    for op in COLLECTIVE_OPS:
         per = {d: e for d in devices if (e := cal.intra_entries(d, op))}
         if per:
             models[f"collective_{op}_intra"] = _model(
                 "AlphaBetaRegressor", per, cv.get(f"collective_{op}_intra"), op=op
             )
-    for op in sorted({k[1] for k in cal.coll_inter}):
+    for op in COLLECTIVE_OPS if cal.coll_inter else ():
         per = {}
         for d in devices:
             spec = cal.specs.get(d)

@@ -24,15 +24,22 @@ from typing import Any
 
 import numpy as np
 
-from gpuplan.calibration.dataset import Record
-from gpuplan.calibration.estimators import (
-    AlphaBetaRegressor,
-    HierarchicalAlphaBeta,
-    LatencyBandwidthRegressor,
-    MatmulRoofline,
-    StorageThroughputRegressor,
+# evaluation (restore, intra_candidates, intra_time) lives in the numpy-only curves module and
+# is re-exported here for the fitting code; the scikit-learn estimators are imported by the
+# fit_* functions only, so that transferring an entry needs no fitting library
+from gpuplan.calibration.curves import (
+    AlphaBetaCurve,
+    HierarchicalAlphaBetaCurve,
+    LatencyBandwidthCurve,
+    MatmulRooflineCurve,
+    busbw_factor,
+    curve_params,
+    intra_candidates,
+    intra_phase_time,
+    intra_time,
+    restore,
 )
-from gpuplan.calibration.reference import busbw_factor
+from gpuplan.calibration.dataset import Record
 from gpuplan.calibration.specs import DeviceSpec
 from gpuplan.calibration.transfer import Sample, transfer_fraction
 from gpuplan.calibration.units import BYTES_PER_ELEMENT
@@ -45,28 +52,6 @@ MEASURED_FLOOR_REL = 0.02
 INTERVAL_LEVEL = 0.9
 #: Size at which the summary evaluates an all-reduce (DESIGN.md 3.2: 1 GiB).
 ALLREDUCE_SUMMARY_BYTES = 2**30
-
-ESTIMATORS = {
-    "MatmulRoofline": MatmulRoofline,
-    "LatencyBandwidthRegressor": LatencyBandwidthRegressor,
-    "AlphaBetaRegressor": AlphaBetaRegressor,
-    "HierarchicalAlphaBeta": HierarchicalAlphaBeta,
-    "StorageThroughputRegressor": StorageThroughputRegressor,
-}
-
-# coefficient name -> fitted attribute (name + "_")
-_COEFS = {
-    "MatmulRoofline": ("latency_s", "compute_flops_per_s", "memory_bytes_per_s"),
-    "LatencyBandwidthRegressor": ("latency_s", "bandwidth_bytes_per_s"),
-    "AlphaBetaRegressor": (
-        "alpha_s",
-        "bandwidth_bytes_per_s",
-        "alpha_ll_s",
-        "bandwidth_ll_bytes_per_s",
-    ),
-    "HierarchicalAlphaBeta": ("alpha_s", "inter_bandwidth_bytes_per_s"),
-    "StorageThroughputRegressor": ("max_bytes_per_s", "latency_s"),
-}
 
 
 def _jsonable(v: float | None) -> float | None:
@@ -83,11 +68,11 @@ def make_entry(
     fraction: float | None = None,
     transfer: dict | None = None,
 ) -> dict[str, Any]:
-    name = type(est).__name__
+    """JSON-ready entry of a fitted estimator or of a curve built from other devices' fits."""
     return {
-        "estimator": name,
-        "params": {k: v for k, v in est.get_params().items()},
-        "coefficients": {c: _jsonable(getattr(est, c + "_")) for c in _COEFS[name]},
+        "estimator": est.ESTIMATOR,
+        "params": curve_params(est),
+        "coefficients": {c: _jsonable(getattr(est, c + "_")) for c in est.COEFFICIENTS},
         "basis": basis,
         "interval": [float(interval[0]), float(interval[1])],
         "n_points": int(n_points),
@@ -95,21 +80,6 @@ def make_entry(
         "fraction": _jsonable(fraction) if fraction is not None else None,
         "transfer": transfer,
     }
-
-
-def restore(entry: dict[str, Any]) -> Any:
-    """The fitted estimator an entry describes (no refit)."""
-    cls = ESTIMATORS[entry["estimator"]]
-    est = cls(**entry["params"])
-    for c, v in entry["coefficients"].items():
-        if v is None and "_ll_" in c + "_":
-            setattr(est, c + "_", None)  # no low-latency line
-        else:
-            setattr(est, c + "_", math.inf if v is None else float(v))
-    if isinstance(est, MatmulRoofline):
-        peak = est.peak_flops_per_s
-        est.peak_fraction_ = est.compute_flops_per_s_ / peak if peak else math.nan
-    return est
 
 
 def _measured_interval(
@@ -191,6 +161,8 @@ def fit_bandwidth(
         if pooled is None:
             return first
         return fit_bandwidth(quantity, records, specs, pooled, True)
+    from gpuplan.calibration.estimators import LatencyBandwidthRegressor
+
     state: dict = {}
     for device, recs in _group(records, lambda r: r.device).items():
         if quantity == "membw":
@@ -241,7 +213,7 @@ def entry_bandwidth(
         for k, e in state.items()
         if k[0] != exclude and e.get("latency_fitted")
     ]
-    est = LatencyBandwidthRegressor(max_bandwidth_bytes_per_s=ceiling)
+    est = LatencyBandwidthCurve(max_bandwidth_bytes_per_s=ceiling)
     est.latency_s_ = float(np.median(latencies)) if latencies else 0.0
     if tr is None:
         est.bandwidth_bytes_per_s_ = ceiling
@@ -257,6 +229,7 @@ def entry_bandwidth(
 
 
 def predict_bandwidth(entry: dict, size_bytes: Any) -> Any:
+    """Bandwidth an entry predicts at ``size_bytes``."""
     return restore(entry).predict_bandwidth(size_bytes)
 
 
@@ -280,6 +253,8 @@ def fit_matmul(
     memory_bandwidth: Callable[[str], float | None],
 ) -> dict:
     """Roofline fits per (device, dtype)."""
+    from gpuplan.calibration.estimators import MatmulRoofline
+
     state: dict = {}
     for (device, dtype), recs in _group(records, lambda r: (r.device, r.key[0])).items():
         spec = specs.get(device)
@@ -340,7 +315,7 @@ def entry_matmul(
         for k, e in state.items()
         if k[1] == dtype and k[0] != exclude
     ]
-    est = MatmulRoofline(
+    est = MatmulRooflineCurve(
         bytes_per_element=BYTES_PER_ELEMENT.get(dtype, 2),
         peak_flops_per_s=peak,
         memory_bandwidth_bytes_per_s=memory_bandwidth(device),
@@ -404,6 +379,8 @@ def fit_collectives_intra(
         pooled = {a: float(np.median(v)) for a, v in by_algo.items()}
         pooled["*"] = float(np.median(every))
         return fit_collectives_intra(records, specs, pooled)
+    from gpuplan.calibration.estimators import AlphaBetaRegressor
+
     state: dict = {}
     intra = [r for r in records if r.x[2] <= 1 and r.x[1] >= 2]
     for (device, op, algo), recs in _group(intra, lambda r: (r.device, r.key[0], r.key[2])).items():
@@ -506,7 +483,7 @@ def entries_collective_intra(
                 for k, e in state.items()
                 if k[0] != exclude and e.get("latency_fitted")
             ]
-        est = AlphaBetaRegressor(op=op, algorithm=algorithm, mesh_domain_size=_mesh(spec))
+        est = AlphaBetaCurve(op=op, algorithm=algorithm, mesh_domain_size=_mesh(spec))
         est.alpha_s_ = float(np.median(alphas)) if alphas else 0.0
         est.bandwidth_bytes_per_s_ = tr.fraction * link
         # the low-latency line, where measured devices have one: its latency and its
@@ -535,7 +512,7 @@ def entries_collective_intra(
             transfer=info,
         )
     if not out:
-        est = AlphaBetaRegressor(op=op, algorithm="ring", mesh_domain_size=_mesh(spec))
+        est = AlphaBetaCurve(op=op, algorithm="ring", mesh_domain_size=_mesh(spec))
         est.alpha_s_ = 0.0
         est.bandwidth_bytes_per_s_ = link
         est.alpha_ll_s_ = est.bandwidth_ll_bytes_per_s_ = None
@@ -543,62 +520,17 @@ def entries_collective_intra(
     return out
 
 
-def intra_candidates(entries: dict[str, dict]) -> list[tuple[dict, Any]]:
-    """(entry, fitted estimator) of every algorithm to consider inside one scale-up domain.
-
-    Each ring entry also yields a double-binary-tree variant with the same per-step latency
-    and bandwidth: NCCL's tree moves the same bytes per rank as the ring at full bandwidth
-    with log2(n) latency steps (Sanders, Speck and Traeff 2009, "Two-tree algorithms for full
-    bandwidth broadcast, reduction and scan", Parallel Computing 35(12)); it wins for many
-    ranks and small messages. A switchless mesh has no tree.
-    """
-    out = []
-    for entry in entries.values():
-        est = restore(entry)
-        out.append((entry, est))
-        if est.algorithm == "ring" and est.mesh_domain_size is None:
-            tree = AlphaBetaRegressor(op=est.op, algorithm="tree")
-            tree.alpha_s_, tree.bandwidth_bytes_per_s_ = est.alpha_s_, est.bandwidth_bytes_per_s_
-            tree.alpha_ll_s_, tree.bandwidth_ll_bytes_per_s_ = (
-                est.alpha_ll_s_,
-                est.bandwidth_ll_bytes_per_s_,
-            )
-            out.append((entry, tree))
-    return out
-
-
-def intra_time(
-    entries: dict[str, dict] | list, size_bytes: Any, ranks: Any
-) -> tuple[Any, Any, Any, str]:
-    """(time, low, high, basis) of the fastest algorithm at each size (NCCL's tuner picks it).
-
-    ``entries`` are the entries by algorithm, or the output of :func:`intra_candidates`.
-    """
-    candidates = intra_candidates(entries) if isinstance(entries, dict) else entries
-    best_t = best_lo = best_hi = None
-    basis = "measured"
-    for entry, est in candidates:
-        t = est.predict_time(size_bytes, ranks)
-        lo_r, hi_r = entry["interval"]
-        # a lower throughput bound is a longer time: time interval = t / [high, low]
-        t_lo = t / hi_r
-        t_hi = t / lo_r if lo_r > 0 else np.full_like(np.asarray(t, dtype=float), np.inf)
-        if best_t is None:
-            best_t, best_lo, best_hi = t, t_lo, t_hi
-        else:
-            better = t < best_t
-            best_t = np.where(better, t, best_t)
-            best_lo = np.where(better, t_lo, best_lo)
-            best_hi = np.where(better, t_hi, best_hi)
-        if entry["basis"] != "measured":
-            basis = entry["basis"] if basis == "measured" or entry["basis"] == "spec" else basis
-    return best_t, best_lo, best_hi, basis
-
-
 def intra_busbw_asymptote(entries: dict[str, dict], op: str, ranks: float) -> float:
+    """Large-message bus bandwidth of the fastest intra-node algorithm over ``ranks`` ranks.
+
+    A node holding one rank has no intra-node phase; its fabric still has a bus bandwidth,
+    that of the smallest collective (2 ranks), which is what a 1-rank evaluation would
+    otherwise turn into 0 bytes in 0 seconds.
+    """
+    n = float(max(ranks, 2.0))
     big = 2.0**50
-    t, _, _, _ = intra_time(entries, big, ranks)
-    return float(big * busbw_factor(op, float(max(ranks, 2))) / t)
+    t, _, _, _ = intra_time(entries, big, n)
+    return float(big * busbw_factor(op, n) / t)
 
 
 def fit_collectives_inter(
@@ -609,13 +541,20 @@ def fit_collectives_inter(
     _second: bool = False,
 ) -> dict:
     """Hierarchical fits per (device, op) on multi-node records (single-size devices get the
-    median latency of the others, as for the intra-node fits)."""
+    median latency of the others, as for the intra-node fits).
+
+    The intra-node phase of each record is the device's calibrated intra-node time of the
+    collective on the record's size and ranks per node, so that the fitted inter-node
+    latency and bandwidth are what remains once a node's own collective is accounted for.
+    """
     if not _second:
         first = fit_collectives_inter(records, specs, intra_state, None, True)
         alphas = [e["coefficients"]["alpha_s"] for e in first.values() if e.get("latency_fitted")]
         if not alphas:
             return first
         return fit_collectives_inter(records, specs, intra_state, float(np.median(alphas)), True)
+    from gpuplan.calibration.estimators import HierarchicalAlphaBeta
+
     state: dict = {}
     inter = [r for r in records if r.x[2] > 1]
     for (device, op), recs in _group(inter, lambda r: (r.device, r.key[0])).items():
@@ -628,12 +567,15 @@ def fit_collectives_inter(
         if op in ("p2p",):
             continue
         single = np.unique(X[:, 0]).size < 2
+        t_intra = intra_phase_time(
+            intra_candidates(intra_entries), X[:, 0], X[:, 1] / np.maximum(X[:, 2], 1.0)
+        )
         est = HierarchicalAlphaBeta(
             op=op,
             intra_bandwidth_bytes_per_s=b_intra,
             alpha_s=(pooled_alpha or 0.0) if single else None,
-        ).fit(X, y)
-        pred = est.predict(X)
+        ).fit(X, y, intra_time_s=t_intra)
+        pred = est.predict_busbw(X[:, 0], X[:, 1], X[:, 2], t_intra)
         nics = [r.extra.get("nic_bandwidth_bytes_per_s_per_gpu") for r in recs]
         nic = float(np.median([n for n in nics if n])) if any(nics) else None
         fraction = est.inter_bandwidth_bytes_per_s_ / nic if nic else None
@@ -674,13 +616,21 @@ def entry_collective_inter(
         return None
     fractions = [e["fraction"] for _, e in pool if e.get("fraction")]
     absolute = [e["coefficients"]["inter_bandwidth_bytes_per_s"] for _, e in pool]
-    alphas = [e["coefficients"]["alpha_s"] for _, e in pool if e.get("latency_fitted")] or [0.0]
+    alphas = [e["coefficients"]["alpha_s"] for _, e in pool if e.get("latency_fitted")]
+    if not alphas:
+        # nobody fitted this op's latency from a sweep: the per-step latency is a property
+        # of the library and the network more than of the op (as for the intra-node fits)
+        alphas = [
+            e["coefficients"]["alpha_s"]
+            for k, e in state.items()
+            if k[0] != exclude and e.get("latency_fitted")
+        ] or [0.0]
     b_intra = (
         intra_busbw_asymptote(intra_entries, op if op != "p2p" else "all_reduce", ranks_per_node)
         if intra_entries
         else None
     )
-    est = HierarchicalAlphaBeta(
+    est = HierarchicalAlphaBetaCurve(
         op=op if op != "p2p" else "broadcast", intra_bandwidth_bytes_per_s=b_intra
     )
     est.alpha_s_ = float(np.median(alphas))
@@ -707,6 +657,8 @@ def entry_collective_inter(
 
 
 def fit_storage(records: Sequence[Record]) -> dict:
+    from gpuplan.calibration.estimators import StorageThroughputRegressor
+
     state: dict = {}
     for (device, rw), recs in _group(records, lambda r: (r.device, r.key[0])).items():
         X, y = _xy(recs)

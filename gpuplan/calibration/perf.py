@@ -1,8 +1,14 @@
 """``DevicePerf`` from a calibration artifact: what forecasts call (see ``api.py``).
 
-Every method evaluates closed-form fitted curves with numpy, so thousands of layouts cost
-one vectorised call. Scalars in give floats out; arrays in give arrays of the broadcast
-shape. Intervals come from the entry of each quantity (measured < transferred < spec).
+Every method evaluates closed-form fitted curves with numpy (:mod:`gpuplan.calibration.curves`),
+so thousands of layouts cost one vectorised call. Scalars in give floats out; arrays in give
+arrays of the broadcast shape. Intervals come from the entry of each quantity (measured <
+transferred < spec).
+
+Reading a device the artifact lists imports neither scikit-learn nor scipy: the artifact
+holds an entry for every catalog device and quantity, and an entry is evaluated, never
+refitted. Only a device added to the catalog after the calibration is transferred on the
+fly, through :mod:`gpuplan.calibration.fit`.
 """
 
 from __future__ import annotations
@@ -12,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuplan.calibration import models as M
+from gpuplan.calibration import curves as C
 from gpuplan.calibration.api import Estimate, worst_basis
-from gpuplan.calibration.reference import busbw_factor
 from gpuplan.calibration.specs import DTYPES, DeviceSpec, device_specs
 from gpuplan.calibration.units import short_dtype
 from gpuplan.errors import InputError, NotFoundError
@@ -31,33 +36,43 @@ def _is_scalar(*xs: Any) -> bool:
     return all(np.ndim(x) == 0 for x in xs)
 
 
+_BANDWIDTH_MODELS = {"membw": "memory_bandwidth", "h2d": "h2d_bandwidth", "d2h": "d2h_bandwidth"}
+
+
 class _ArtifactState:
-    """The artifact's measured entries rebuilt as a :class:`gpuplan.calibration.fit.Calibration`,
-    so that a catalog device added after the calibration is still transferred on the fly."""
+    """The artifact's catalog figures, and (built on first use) its measured entries as a
+    :class:`gpuplan.calibration.fit.Calibration`, so that a catalog device added after the
+    calibration is still transferred on the fly."""
 
     def __init__(self, artifact: dict[str, Any], catalog: Any) -> None:
-        from gpuplan.calibration.fit import Calibration
-        from gpuplan.calibration.specs import DeviceSpec as _Spec
-
         specs = device_specs(catalog) if catalog is not None else {}
         for dev, raw in (artifact.get("device_specs") or {}).items():
             if dev not in specs:
-                specs[dev] = _Spec(**raw)
-        cal = Calibration(specs=specs)
-        models = artifact["models"]
-        for name, model in models.items():
+                specs[dev] = DeviceSpec(**raw)
+        self.specs = specs
+        self.models = artifact["models"]
+        self.devices = set(artifact.get("device_specs") or ()) | set(artifact["devices"])
+        self._cal: Any = None
+
+    @property
+    def cal(self) -> Any:
+        if self._cal is None:
+            self._cal = self._calibration()
+        return self._cal
+
+    def _calibration(self) -> Any:
+        from gpuplan.calibration.fit import Calibration
+
+        cal = Calibration(specs=self.specs)
+        for name, model in self.models.items():
             per = model["coefficients"]["devices"]
             for dev, entry in per.items():
                 if name.startswith("matmul_"):
                     if entry["basis"] == "measured":
                         cal.matmul[(dev, name.removeprefix("matmul_"))] = entry
-                elif name in ("memory_bandwidth", "h2d_bandwidth", "d2h_bandwidth"):
+                elif name in _BANDWIDTH_MODELS.values():
                     if entry["basis"] == "measured":
-                        q = {
-                            "memory_bandwidth": "membw",
-                            "h2d_bandwidth": "h2d",
-                            "d2h_bandwidth": "d2h",
-                        }[name]
+                        q = next(k for k, v in _BANDWIDTH_MODELS.items() if v == name)
                         getattr(cal, q)[(dev,)] = entry
                 elif name.startswith("collective_") and name.endswith("_intra"):
                     op = name.removeprefix("collective_").removesuffix("_intra")
@@ -71,8 +86,7 @@ class _ArtifactState:
                         ] = entry
                 elif name.startswith("storage_"):
                     cal.storage[(dev, name.removeprefix("storage_"))] = entry
-        self.cal = cal
-        self.models = models
+        return cal
 
 
 class CalibratedDevicePerf:
@@ -83,8 +97,7 @@ class CalibratedDevicePerf:
         self.gpu_id = gpu_id
         self._artifact = artifact
         self._state = state
-        self._cal = state.cal
-        self.spec: DeviceSpec | None = self._cal.specs.get(gpu_id)
+        self.spec: DeviceSpec | None = state.specs.get(gpu_id)
         self._source = f"calibration {artifact.get('training_data_sha256', '')[:12]} ({len(artifact.get('inputs', []))} runs)"
         self._cache: dict[Any, Any] = {}
 
@@ -92,39 +105,62 @@ class CalibratedDevicePerf:
         return f"CalibratedDevicePerf({self.gpu_id!r})"
 
     # -- entries (artifact first, on-the-fly transfer for devices it does not list) --------
-    def _stored(self, model: str) -> Any:
+    def _stored(self, model: str) -> tuple[bool, Any]:
+        """(whether the artifact answers, its entry or ``None``). It answers for the devices
+        it calibrated and the quantities it has: a missing entry then means the device
+        cannot have the quantity (no fp8 on an A100), not that it was never transferred."""
         m = self._state.models.get(model)
-        return None if m is None else m["coefficients"]["devices"].get(self.gpu_id)
+        if m is None:
+            return False, None
+        entry = m["coefficients"]["devices"].get(self.gpu_id)
+        return entry is not None or self.gpu_id in self._state.devices, entry
 
     def _entry(self, key: Any) -> Any:
         if key in self._cache:
             return self._cache[key]
         kind = key[0]
         if kind == "matmul":
-            entry = self._stored(f"matmul_{key[1]}") or self._cal.matmul_entry(self.gpu_id, key[1])
-        elif kind in ("membw", "h2d", "d2h"):
-            name = {"membw": "memory_bandwidth", "h2d": "h2d_bandwidth", "d2h": "d2h_bandwidth"}[
-                kind
-            ]
-            entry = self._stored(name) or M.entry_bandwidth(
-                kind, getattr(self._cal, kind), self._cal.specs, self.gpu_id
-            )
-        elif kind == "intra":
-            entry = self._stored(f"collective_{key[1]}_intra") or self._cal.intra_entries(
-                self.gpu_id, key[1]
-            )
-        elif kind == "inter":
-            entry = self._stored(f"collective_{key[1]}_inter") or self._cal.inter_entry(
-                self.gpu_id, key[1], key[2]
-            )
+            name = f"matmul_{key[1]}"
+        elif kind in _BANDWIDTH_MODELS:
+            name = _BANDWIDTH_MODELS[kind]
+        elif kind in ("intra", "inter"):
+            name = f"collective_{key[1]}_{kind}"
         else:
             raise KeyError(key)
+        found, entry = self._stored(name)
+        if not found:
+            entry = self._transferred(key)
         if isinstance(entry, dict) and "estimator" in entry:
-            entry = {**entry, "_est": M.restore(entry)}
+            entry = {**entry, "_est": C.restore(entry)}
         elif isinstance(entry, dict):
-            entry = {a: {**e, "_est": M.restore(e)} for a, e in entry.items()}
+            entry = {a: {**e, "_est": C.restore(e)} for a, e in entry.items()}
         self._cache[key] = entry
         return entry
+
+    def _transferred(self, key: Any) -> Any:
+        """The entry of a quantity the artifact does not hold for this device, transferred
+        from the artifact's measured devices now (needs the fitting modules)."""
+        cal = self._state.cal
+        kind = key[0]
+        if kind == "matmul":
+            return cal.matmul_entry(self.gpu_id, key[1])
+        if kind in _BANDWIDTH_MODELS:
+            from gpuplan.calibration import models as M
+
+            return M.entry_bandwidth(kind, getattr(cal, kind), cal.specs, self.gpu_id)
+        if kind == "intra":
+            return cal.intra_entries(self.gpu_id, key[1])
+        return cal.inter_entry(self.gpu_id, key[1], key[2])
+
+    def _intra_candidates(self, op: str) -> list:
+        """Algorithms of the scale-up domain for ``op`` (the all-reduce's where the device
+        has no model of ``op``), each with its curve."""
+        key = ("candidates", op)
+        if key not in self._cache:
+            entries = self._entry(("intra", op)) or self._entry(("intra", "all_reduce")) or {}
+            plain = {a: {k: v for k, v in e.items() if k != "_est"} for a, e in entries.items()}
+            self._cache[key] = C.intra_candidates(plain)
+        return self._cache[key]
 
     # -- DevicePerf ------------------------------------------------------------------------
     def peak_flops_per_s(self, dtype: str) -> float | None:
@@ -192,9 +228,11 @@ class CalibratedDevicePerf:
 
         Inside one scale-up domain the alpha-beta model of each algorithm the device has is
         evaluated and the fastest taken (NCCL's tuner does the same). Across nodes the
-        hierarchical model runs the intra-node phase at the calibrated bus bandwidth and the
-        inter-node phase at ``inter_node_bandwidth_bytes_per_s`` x the calibrated NIC
-        efficiency (default: the calibrated per-GPU inter-node bandwidth).
+        hierarchical model (:class:`gpuplan.calibration.curves.HierarchicalAlphaBetaCurve`)
+        runs the intra-node phase as that same intra-node collective on the node's ranks,
+        pipelined with the inter-node phase at ``inter_node_bandwidth_bytes_per_s`` x the
+        calibrated NIC efficiency (default: the calibrated per-GPU inter-node bandwidth).
+        At a fixed size per rank the time never decreases with the number of full nodes.
         """
         if op not in _OPS:
             raise InputError(f"unknown collective {op!r}", hint=f"use one of {', '.join(_OPS)}")
@@ -237,13 +275,7 @@ class CalibratedDevicePerf:
                 t_hi[sel] = tt / lo_r if lo_r > 0 else np.inf
                 bases.append(ring["basis"])
             else:
-                key = ("candidates", coll_op)
-                if key not in self._cache:
-                    plain = {
-                        a: {k: v for k, v in e.items() if k != "_est"} for a, e in entries.items()
-                    }
-                    self._cache[key] = M.intra_candidates(plain)
-                tt, lo, hi, basis = M.intra_time(self._cache[key], size[sel], n[sel])
+                tt, lo, hi, basis = C.intra_time(self._intra_candidates(coll_op), size[sel], n[sel])
                 t[sel], t_lo[sel], t_hi[sel] = tt, lo, hi
                 bases.append(basis)
         if np.any(inter_mask):
@@ -255,12 +287,18 @@ class CalibratedDevicePerf:
                     hint="pass inter_node_bandwidth_bytes_per_s (the NIC share per GPU)",
                 )
             sel = inter_mask
-            if entry is None:
-                tt = (
-                    size[sel]
-                    * busbw_factor("all_reduce" if op == "p2p" else op, np.maximum(nodes[sel], 2.0))
-                    / (rpn[sel] * inter_node_bandwidth_bytes_per_s)
+            t_intra = (
+                None
+                if op == "p2p"
+                else C.intra_phase_time(
+                    self._intra_candidates(coll_op), size[sel], n[sel] / nodes[sel]
                 )
+            )
+            if entry is None:
+                curve = C.HierarchicalAlphaBetaCurve(op=coll_op)
+                curve.alpha_s_ = 0.0
+                curve.inter_bandwidth_bytes_per_s_ = inter_node_bandwidth_bytes_per_s
+                tt = curve.predict_time(size[sel], n[sel], nodes[sel], None, t_intra)
                 t[sel], t_lo[sel], t_hi[sel] = tt, tt, tt * 2.0
                 bases.append("spec")
             else:
@@ -273,7 +311,7 @@ class CalibratedDevicePerf:
                     b = b_inter if b_inter is not None else est.inter_bandwidth_bytes_per_s_
                     tt = est.alpha_s_ + size[sel] / b
                 else:
-                    tt = est.predict_time(size[sel], n[sel], nodes[sel], b_inter)
+                    tt = est.predict_time(size[sel], n[sel], nodes[sel], b_inter, t_intra)
                 lo_r, hi_r = entry["interval"]
                 t[sel], t_lo[sel] = tt, tt / hi_r
                 t_hi[sel] = tt / lo_r if lo_r > 0 else np.inf
@@ -299,7 +337,7 @@ class CalibratedDevicePerf:
         if stored is None:
             from gpuplan.calibration.fit import device_summary
 
-            stored = device_summary(self._cal, self.gpu_id)
+            stored = device_summary(self._state.cal, self.gpu_id)
         return {
             q: Estimate(v["value"], v["low"], v["high"], v["basis"], self._source)
             for q, v in stored.items()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuplan.calibration.curves import busbw_factor
 from gpuplan.calibration.units import parse_gemm_shape, parse_size_bytes, slug
 from gpuplan.errors import InputError
 
@@ -87,27 +88,6 @@ FIO_SCAN_PARAMS: dict[str, Any] = {
     "direct": True,
     "params_source": "stas00/ml-engineering storage/README.md @744d01e1 (fio section and fio-scan)",
 }
-
-
-def busbw_factor(op: str, ranks: Any) -> Any:
-    """busbw / algbw for ``op`` over ``ranks`` ranks (nccl-tests doc/PERFORMANCE.md).
-
-    all_reduce: 2(n-1)/n; all_gather, reduce_scatter, all_to_all: (n-1)/n; broadcast,
-    reduce and p2p: 1. Works on numpy arrays.
-
-    >>> busbw_factor("all_reduce", 8)
-    1.75
-    """
-    if op == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return 1.0 * (ranks - 1) / ranks
-    if op in ("broadcast", "reduce", "p2p"):
-        return 1.0 + 0.0 * ranks
-    raise InputError(
-        f"unknown collective {op!r}",
-        hint="use all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce or p2p",
-    )
 
 
 @dataclass

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,8 @@ def transfer_fraction(
         groups = [[x for x in g if x.device != exclude and x.fraction > 0] for g in spread_groups]
         s, df = _pooled_within([*groups, pools[-1][1]])
     if df >= 1:
+        from scipy import stats  # only here: evaluating a stored entry never transfers
+
         tq = float(stats.t.ppf((1 + level) / 2, df))
     else:
         # a single device anywhere: no spread is known; say so with an interval that spans
