@@ -284,6 +284,7 @@ def schedule(
                 pol,
                 attribution=attribution,
                 progress=lambda d, n: bar.update(t2, completed=d, total=n),
+                teams=team_specs,
                 **extra_opts,
             )
         if p95_target_s is not None:
@@ -294,6 +295,7 @@ def schedule(
                 p95_target_s,
                 pol,
                 progress=lambda d, n: bar.update(t3, completed=d),
+                teams=team_specs,
                 **{**extra_opts, "on_unschedulable": "drop"},
             )
         if compare:

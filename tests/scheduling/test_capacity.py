@@ -115,3 +115,16 @@ def test_philly_wait_curve_carries_the_citation():
     assert point["unschedulable_jobs"] == 0
     assert point["wait_s"]["p99"] == 0.0  # 2048 GPUs: over 5x the mean demand
     assert "Jeon et al." in curve["attribution"] and curve["trace"] == "philly"
+
+
+def test_curve_rederives_quotas_per_size():
+    from gpuplan.plan.scheduling.scenario import team_quotas
+    from gpuplan.plan.scheduling.schema import TeamSpec
+
+    teams = [TeamSpec(name=t) for t in ("a", "b", "c")]
+    opts = {"quota_mode": "resourcequota", "quotas": team_quotas(teams, 16)}
+    # with the 16-GPU quotas kept, a 16-GPU job never fits any team's quota
+    fixed = wait_vs_size_curve(JOBS, CLUSTER, [48], "fifo", **opts)
+    assert fixed["points"][0]["unschedulable_jobs"] > 0
+    scaled = wait_vs_size_curve(JOBS, CLUSTER, [48], "fifo", teams=teams, **opts)
+    assert scaled["points"][0]["unschedulable_jobs"] == 0  # 16 GPUs each at 48

@@ -65,6 +65,17 @@ def default_sizes(jobs: Sequence[Job], cluster: Cluster) -> list[int]:
     return sorted(sizes)
 
 
+def _sized_options(
+    options: dict[str, Any], teams: Sequence[Any] | None, cluster: Cluster
+) -> dict[str, Any]:
+    """Options for one cluster size: quotas re-derived from the teams when given."""
+    if teams is None or options.get("quota_mode", "none") == "none":
+        return options
+    from gpuplan.plan.scheduling.scenario import team_quotas
+
+    return {**options, "quotas": team_quotas(list(teams), cluster.total_gpus)}
+
+
 def wait_vs_size_curve(
     jobs: Sequence[Job],
     cluster: Cluster,
@@ -73,6 +84,7 @@ def wait_vs_size_curve(
     *,
     progress: Callable[[int, int], None] | None = None,
     attribution: str | None = None,
+    teams: Sequence[Any] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Queueing delay against cluster size for one workload and policy.
@@ -85,6 +97,9 @@ def wait_vs_size_curve(
         and counted in ``unschedulable_jobs``.
     sizes_gpus:
         Cluster sizes in GPUs (default :func:`default_sizes`).
+    teams:
+        Team specs; with quotas on, each size gets the quotas derived for it (a team
+        without ``quota_gpus`` keeps its share of the bigger or smaller cluster).
     progress:
         Called as ``progress(points_done, points_total)``.
 
@@ -102,7 +117,8 @@ def wait_vs_size_curve(
     options = {**options, "on_unschedulable": "drop"}
     points = []
     for k, gpus in enumerate(sizes):
-        res = simulate(jobs, cluster.scaled(gpus), policy, **options)
+        sized = cluster.scaled(gpus)
+        res = simulate(jobs, sized, policy, **_sized_options(options, teams, sized))
         points.append(summary(res))
         if progress is not None:
             progress(k + 1, len(sizes))
@@ -158,6 +174,7 @@ def smallest_cluster(
     *,
     max_gpus: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    teams: Sequence[Any] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Fewest nodes (of ``cluster``'s node types) whose p95 wait meets a target.
@@ -168,6 +185,8 @@ def smallest_cluster(
         Target on the 95th percentile of queueing delay, in seconds.
     max_gpus:
         Largest size tried (default: 16 x the mean demand, at least 4 x the largest job).
+    teams:
+        As for :func:`wait_vs_size_curve` (quotas re-derived per size).
 
     Returns
     -------
@@ -186,12 +205,13 @@ def smallest_cluster(
     hi_gpus = max_gpus or int(max(16 * demand, 4 * biggest, g))
     hi_nodes = max(lo_nodes, math.ceil(hi_gpus / g))
     cache: dict[int, dict[str, Any]] = {}
-    teams = list(dict.fromkeys(j.team for j in jobs))
+    team_names = list(dict.fromkeys(j.team for j in jobs))
     calls = [0]
 
     def evaluate(nodes: int) -> dict[str, Any]:
         if nodes not in cache:
-            res = simulate(jobs, cluster.scaled(nodes * g), policy, **options)
+            sized = cluster.scaled(nodes * g)
+            res = simulate(jobs, sized, policy, **_sized_options(options, teams, sized))
             cache[nodes] = summary(res)
             calls[0] += 1
             if progress is not None:
@@ -218,7 +238,7 @@ def smallest_cluster(
         return {"gpus": cache[hi]["gpus"], "nodes": cache[hi]["nodes"]}
 
     overall = search(None)
-    per_team = {t: search(t) for t in teams}
+    per_team = {t: search(t) for t in team_names}
     return {
         "policy": policy,
         "target_p95_wait_s": p95_wait_target_s,
