@@ -117,9 +117,7 @@ def run(rounds: int = 15) -> dict[str, Any]:
     size = membw.sizes(llc, quick=True, limit_bytes=None)[-1]
     n = size // 4
     torch.set_num_threads(1)
-    ta = torch.zeros(n, dtype=torch.float32)
-    tb = torch.full((n,), 1.0, dtype=torch.float32)
-    tc = torch.full((n,), 2.0, dtype=torch.float32)
+    ta, tb, tc = membw.arrays(torch, n, torch.device("cpu"))  # allocated as the probe does
     na = np.zeros(n, dtype=np.float32)
     nb = np.full(n, 1.0, dtype=np.float32)
     probe_cp, numpy_cp = [], []

@@ -97,3 +97,13 @@ def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
         assert m.bytes_per_s == pytest.approx(m.bytes_moved / m.median_s)
     assert {m["op"] for m in result.measurements} == {"copy", "triad"}
     assert max(m["size_bytes"] for m in result.measurements) >= 8 << 20
+
+
+def test_transparent_hugepage_mode_and_cpu_arrays(tmp_path):
+    f = tmp_path / "enabled"
+    f.write_text("always [madvise] never\n")
+    assert membw.transparent_hugepage_mode(str(f)) == "madvise"
+    assert membw.transparent_hugepage_mode(str(tmp_path / "none")) is None
+    a, b, c = membw.arrays(torch, 1 << 20, torch.device("cpu"))
+    assert (a == 0).all() and (b == 1).all() and (c == 2).all()
+    assert a.dtype == torch.float32 and a.numel() == 1 << 20
