@@ -4,7 +4,8 @@ In one run, on this machine's CPU:
 
 * **matmul**: the matmul probe's fp32 sweep (quick shapes) picks its best shape; that
   shape is then measured again with the probe's own code (``_measure_point``: torch.matmul
-  timed by the harness) and with NumPy's ``a @ b`` (its BLAS) on the same float32 inputs;
+  timed by the harness) and with NumPy's BLAS on float32 inputs of the same shape and layout (``x @ W.T``,
+  W stored n x k, as the probe and nn.Linear do);
 * **copy**: the memory-bandwidth probe's copy kernel (``membw.measure_point``) at its
   largest quick size (8x the last-level cache) against ``numpy.copyto`` on arrays of the
   same size; both count bytes read + written (2 x size per copy).
@@ -90,14 +91,15 @@ def run(rounds: int = 15) -> dict[str, Any]:
         gemm = matmul.Gemm(shape["m"], shape["n"], shape["k"], best["label"])
         rng = np.random.default_rng(0)
         a = rng.standard_normal((gemm.m, gemm.k), dtype=np.float32)
-        b = rng.standard_normal((gemm.k, gemm.n), dtype=np.float32)
+        # the probe's layout (nn.Linear: x @ W^T, W stored n x k): like with like
+        w = rng.standard_normal((gemm.n, gemm.k), dtype=np.float32)
         c = np.empty((gemm.m, gemm.n), dtype=np.float32)
         probe_mm, numpy_mm = [], []
         ctx_round = ProbeContext(device=cpu, quick=True, timing=ROUND_TIMING)
         for _ in range(rounds):
             point = matmul._measure_point(ctx_round, torch, gemm, fp32, torch.device("cpu"), timer)
             probe_mm.append(point["flops_per_s"])
-            numpy_mm.append(gemm.flops / _numpy_time_s(lambda: np.matmul(a, b, out=c)))
+            numpy_mm.append(gemm.flops / _numpy_time_s(lambda: np.matmul(a, w.T, out=c)))
     ratios = [p / n for p, n in zip(probe_mm, numpy_mm, strict=True)]
     out["matmul"] = {
         "shape": shape,

@@ -10,6 +10,11 @@ and one add per term). Correctness: a row and column slice of the product is rec
 in float64 from the same (already rounded) inputs; ``max_rel_error`` is
 ``max|C - C_ref| / max|C_ref|`` on that slice, checked against a per-dtype tolerance.
 
+Operands are laid out as ``torch.nn.Linear`` computes a layer, ``y = x @ W^T`` with the
+weight stored (n x k) row-major (BLAS "NT"; fp8's ``_scaled_mm`` requires this layout
+anyway): that is the GEMM a transformer runs, and on this project's CPU MKL runs it up to
+~30 % faster than the all-row-major ("NN") product.
+
 One ``ProbeResult`` per dtype. ``params.dtype`` is the torch dtype name (``float32``,
 ``bfloat16``, ``float16``, ``float8_e4m3fn``), or ``tf32`` for float32 tensors multiplied
 with TF32 tensor cores; ``params.precision`` is the catalog's short name (fp32, tf32,
@@ -207,7 +212,9 @@ def _measure_point(
         dtype = torch.float32 if prec.name in ("fp32", "tf32") else getattr(torch, prec.dtype_name)
         gen = torch.Generator(device=device).manual_seed(gemm.m * 31 + gemm.n * 7 + gemm.k)
         a = torch.randn(gemm.m, gemm.k, device=device, generator=gen, dtype=torch.float32).to(dtype)
-        b = torch.randn(gemm.k, gemm.n, device=device, generator=gen, dtype=torch.float32).to(dtype)
+        # nn.Linear's layout: y = x @ W^T with the weight W stored (n x k) row-major
+        w = torch.randn(gemm.n, gemm.k, device=device, generator=gen, dtype=torch.float32).to(dtype)
+        b = w.t()
         c = torch.empty(gemm.m, gemm.n, device=device, dtype=dtype)
         fn = functools.partial(torch.matmul, a, b, out=c)
         fn()
