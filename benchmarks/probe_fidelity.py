@@ -4,8 +4,8 @@ In one run, on this machine's CPU:
 
 * **matmul**: the matmul probe's fp32 sweep (quick shapes) picks its best shape; that
   shape is then measured again with the probe's own code (``_measure_point``: torch.matmul
-  timed by the harness) and with NumPy's BLAS on float32 inputs of the same shape and layout (``x @ W.T``,
-  W stored n x k, as the probe and nn.Linear do);
+  timed by the harness) and with NumPy's BLAS on float32 inputs of the same shape and
+  layout (``x @ W.T`` with W stored n x k, as the probe and nn.Linear do);
 * **copy**: the memory-bandwidth probe's copy kernel (``membw.measure_point``) at its
   largest quick size (8x the last-level cache) against ``numpy.copyto`` on arrays of the
   same size; both count bytes read + written (2 x size per copy).
