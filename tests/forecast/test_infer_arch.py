@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_infer_fakes import DEEPSEEK_MLA, LLAMA70, MIXTRAL, FakeGpu
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.inference_arch import (
@@ -17,6 +16,8 @@ from gpuplan.forecast.inference_arch import (
     resolve_precision,
     shard,
 )
+
+from .test_infer_fakes import DEEPSEEK_MLA, LLAMA70, MIXTRAL, FakeGpu
 
 
 def test_kv_cache_bytes_per_token_gqa_by_hand():

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-from test_infer_fakes import LLAMA70, FakeGpu, FakePerf
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
@@ -22,6 +21,8 @@ from gpuplan.forecast.serving import (
     simulate,
     size_fleet,
 )
+
+from .test_infer_fakes import LLAMA70, FakeGpu, FakePerf
 
 
 def flat_cost(step_s: float) -> StepCostModel:

@@ -10,7 +10,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_infer_fakes import LLAMA70, MIXTRAL, FakeGpu, FakePerf
 
 from gpuplan.forecast.inference_arch import PRECISIONS, Arch, Layout, arch_from, shard
 from gpuplan.forecast.inference_step import (
@@ -27,6 +26,8 @@ from gpuplan.forecast.inference_step import (
     static_run_parts,
     static_run_time,
 )
+
+from .test_infer_fakes import LLAMA70, MIXTRAL, FakeGpu, FakePerf
 
 TINY = Arch(
     name="tiny",

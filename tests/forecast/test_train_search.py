@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_train_fakes import fake_hardware
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
@@ -20,6 +19,8 @@ from gpuplan.forecast.training import (
     layouts_from_dict,
     memory_only,
 )
+
+from .test_train_fakes import fake_hardware
 
 ARCH = ModelArch(
     name="s",

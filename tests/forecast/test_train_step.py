@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_train_fakes import FakePerf, fake_hardware
 
 from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.training import (
@@ -25,6 +24,8 @@ from gpuplan.forecast.training import (
     layouts_from_dict,
     memory_only,
 )
+
+from .test_train_fakes import FakePerf, fake_hardware
 
 ARCH = ModelArch(
     name="t",

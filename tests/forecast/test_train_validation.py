@@ -11,9 +11,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_train_fakes import FakePerf, fake_hardware
 
 from gpuplan.forecast import validation_training as vt
+
+from .test_train_fakes import FakePerf, fake_hardware
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .cdp import CHROMIUM, Browser
+from tests.cdp import CHROMIUM, Browser
 
 pytestmark = [
     pytest.mark.browser,

@@ -196,3 +196,39 @@ def test_quota_unschedulable_and_bad_values():
         )
     with pytest.raises(InputError, match="unknown quota mode"):
         simulate([job(1, 0, 10, 1)], ONE_NODE, "fifo", quota_mode="slurm")
+
+
+@pytest.mark.parametrize("quota_mode", ["kueue", "resourcequota"])
+@pytest.mark.parametrize("policy", ["backfill", "fair-share", "priority"])
+def test_skipping_teams_without_quota_changes_no_decision(quota_mode, policy):
+    # The engine sets aside the queue of a team that has no quota left instead of
+    # skipping its jobs one by one; with that shortcut disabled the schedule is the same.
+    from gpuplan.plan.scheduling.engine import Engine, SimOptions
+
+    classes = ("low", "normal", "high")
+    jobs = [
+        job(j.job_id, j.submit_s, j.duration_s, j.num_gpus, team=j.team, cls=classes[k % 3])
+        for k, j in enumerate(random_jobs(13, 800, 8))
+    ]
+    quotas = {
+        "a": TeamQuota(8, cohort="x", borrowing_limit_gpus=8),
+        "b": TeamQuota(8, cohort="x"),
+        "c": TeamQuota(16),
+    }
+    starts = []
+    for shortcut in (True, False):
+        opts = SimOptions(
+            policy=policy,
+            quota_mode=quota_mode,
+            quotas=quotas,
+            preemption=True,
+            checkpoint_interval_s=100.0,
+            on_unschedulable="drop",
+        )
+        eng = Engine(jobs, Cluster.homogeneous(3, 8), opts)
+        if not shortcut:
+            eng._team_room = lambda k: float("inf")
+        run = eng.run()
+        starts.append((run.first_start, run.end, run.preemptions))
+    assert starts[0] == starts[1]
+    assert sum(starts[0][2]) > 0  # preemptions happened: the re-entry paths were used

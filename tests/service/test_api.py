@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from service_docs import deep, make_doc
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.results import migrations
 from gpuplan.service.tokens import revoke_token
+
+from .service_docs import deep, make_doc
 
 
 def test_upload_then_repeat_is_one_row_with_the_same_id(api):

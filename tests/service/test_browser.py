@@ -7,13 +7,14 @@ import os
 
 import httpx
 import pytest
-from cdp import CHROMIUM, Browser
-from service_docs import make_doc
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.service.db import Database
 from gpuplan.service.testing import LiveServer
 from gpuplan.service.tokens import create_token
+from tests.cdp import CHROMIUM, Browser
+
+from .service_docs import make_doc
 
 pytestmark = pytest.mark.browser
 
@@ -24,10 +25,8 @@ def browser(tmp_path):
         pytest.fail(
             f"{CHROMIUM} is missing: run scripts/setup.sh --test (apt-get install chromium)"
         )
-    b = Browser(str(tmp_path / "chromium-profile"))
-    b.open_page()
-    yield b
-    b.close()
+    with Browser(tmp_path / "chromium-profile") as b:
+        yield b
 
 
 def test_log_in_browse_filter_and_compare_runs(browser, sqlite_url, tmp_path):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import time
 
-from service_docs import make_doc, write_doc
-
 from gpuplan.calibration.fit import calibrate_documents
 from gpuplan.catalogs import get_catalog
 from gpuplan.results.store import load_result
@@ -14,6 +12,8 @@ from gpuplan.service.client import RetryPolicy, ServiceClient, calibrate_from_se
 from gpuplan.service.db import Database
 from gpuplan.service.testing import LiveServer
 from gpuplan.service.tokens import create_token
+
+from .service_docs import make_doc, write_doc
 
 
 def _without_created_at(artifact: dict) -> dict:

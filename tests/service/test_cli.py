@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from service_docs import make_doc, write_doc
 
 from gpuplan.service.db import Database
 from gpuplan.service.testing import LiveServer, TcpProxy, free_port
 from gpuplan.service.tokens import create_token
+
+from .service_docs import make_doc, write_doc
 
 REPO = Path(__file__).resolve().parents[2]
 

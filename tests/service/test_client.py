@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-from service_docs import make_doc, write_doc
 
 from gpuplan.errors import InputError, NotFoundError
 from gpuplan.service.client import (
@@ -23,6 +22,8 @@ from gpuplan.service.client import (
 from gpuplan.service.db import Database
 from gpuplan.service.testing import LiveServer, free_port
 from gpuplan.service.tokens import create_token
+
+from .service_docs import make_doc, write_doc
 
 
 def test_full_jitter_backoff_stays_under_the_exponential_ceiling():

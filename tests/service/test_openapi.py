@@ -10,11 +10,12 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.config import SchemathesisConfig
-from service_docs import make_doc
 
 from gpuplan.service.app import ServiceSettings, create_app, openapi_document
 from gpuplan.service.db import Database
 from gpuplan.service.tokens import create_token
+
+from .service_docs import make_doc
 
 REPO = Path(__file__).resolve().parents[2]
 EXPORTED = REPO / "docs" / "service-openapi.json"

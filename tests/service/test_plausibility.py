@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from service_docs import H100_NAME, make_doc
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.results.store import parse_result
 from gpuplan.service.plausibility import check_document
+
+from .service_docs import H100_NAME, make_doc
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from service_docs import make_doc, write_doc
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
@@ -23,6 +22,8 @@ from gpuplan.service.client import RetryPolicy, ServiceClient, UploadState, uplo
 from gpuplan.service.db import Database, RunRow
 from gpuplan.service.testing import LiveServer, TcpProxy
 from gpuplan.service.tokens import create_token
+
+from .service_docs import make_doc, write_doc
 
 
 def _rows(db: Database) -> list[tuple[str, str]]:

@@ -7,7 +7,6 @@ import logging
 
 import httpx
 import pytest
-from service_docs import make_doc
 from sqlalchemy import select
 
 from gpuplan.errors import InputError, NotFoundError
@@ -22,6 +21,8 @@ from gpuplan.service.tokens import (
     revoke_token,
     verify_token,
 )
+
+from .service_docs import make_doc
 
 
 @pytest.fixture

@@ -227,6 +227,12 @@ class Browser:
         self.call("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")
 
+    def submit(self, expression: str) -> None:
+        """Run ``expression`` that submits a form or follows a link; wait for the next page."""
+        self.events.clear()
+        self.evaluate(expression)
+        self.wait_event("Page.loadEventFired")
+
     def evaluate(self, expression: str) -> Any:
         res = self.call(
             "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
