@@ -78,9 +78,14 @@ def calibrate(
         True, "--validate/--no-validate", help="run the leave-one-device-out table"
     ),
     server: str = typer.Option(
-        None, "--server", help="results service URL: take the artifact fitted on its pooled runs"
+        None,
+        "--server",
+        envvar="GPUPLAN_SERVER",
+        help="results service URL: take the artifact fitted on its pooled runs",
     ),
-    token: str = typer.Option(None, "--token", help="access token for --server"),
+    token: str = typer.Option(
+        None, "--token", envvar="GPUPLAN_TOKEN", help="access token for --server"
+    ),
     refit: bool = typer.Option(
         False, "--refit", help="with --server: download the pooled runs and fit them here"
     ),

@@ -54,6 +54,7 @@ def ls(
         None, "--token", envvar="GPUPLAN_TOKEN", help="API token for --server."
     ),
     device: str = typer.Option(None, "--device", help="With --server: only this catalog device."),
+    team: str = typer.Option(None, "--team", help="With --server: only this team's runs."),
     limit: int = typer.Option(100, "--limit", help="With --server: at most this many runs."),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
@@ -63,10 +64,10 @@ def ls(
     Examples:
       gpuplan results ls
       gpuplan results ls results/reference --format json
-      gpuplan results ls --server http://127.0.0.1:8000
+      gpuplan results ls --server http://127.0.0.1:8000 --device h100 --team vision
     """
     if server:
-        results_upload.ls_server(server, token, device=device, limit=limit, fmt=fmt)
+        results_upload.ls_server(server, token, device=device, team=team, limit=limit, fmt=fmt)
         return
     from gpuplan.errors import InputError
     from gpuplan.results.store import iter_result_files, load_result

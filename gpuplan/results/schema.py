@@ -285,6 +285,11 @@ def json_schema() -> dict[str, Any]:
             }
         )
     defs["ProbeResult"]["allOf"] = rules
+    # The models give schema_version a default (code builds documents without spelling it
+    # out), but a document on disk must carry it: the loader refuses one without it.
+    required = schema.setdefault("required", [])
+    if "schema_version" not in required:
+        required.insert(0, "schema_version")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"https://gpuplan.dev/schemas/result-v{SCHEMA_VERSION}.json"
     schema["title"] = "gpuplan probe result"
