@@ -53,55 +53,6 @@ ARCH_FLAGS = (
 )
 
 
-def model_argument(
-    model: str | None, model_file: Path | None, arch: dict[str, Any], gated_mlp: bool
-) -> Any:
-    """The model for the library: a catalog id, or a dict of architecture fields."""
-    from gpuplan.errors import InputError
-
-    given = [k for k, v in arch.items() if v is not None]
-    n = sum([model is not None, model_file is not None, bool(given)])
-    if n == 0:
-        raise InputError(
-            "no model given",
-            hint="use --model ID (see 'gpuplan catalog ls models'), --model-file YAML, or "
-            "--layers/--hidden/--heads/--ffn-hidden/--vocab",
-        )
-    if n > 1:
-        raise InputError("give only one of --model, --model-file or the architecture flags")
-    if model is not None:
-        return model
-    if model_file is not None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(model_file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"cannot read --model-file {model_file}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise InputError(f"--model-file {model_file} is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InputError(
-                f"--model-file {model_file} must hold a mapping of architecture fields"
-            )
-        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
-        data.setdefault("name", model_file.stem)
-        return data
-    missing = [
-        f for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if arch.get(f) is None
-    ]
-    if missing:
-        raise InputError(
-            "the architecture flags miss " + ", ".join("--" + m.replace("_", "-") for m in missing)
-        )
-    out: dict[str, Any] = {k: v for k, v in arch.items() if v is not None and k != "experts"}
-    out["name"] = "custom"
-    out["gated_mlp"] = gated_mlp
-    if arch.get("experts"):
-        out["num_experts"] = arch["experts"]
-    return out
-
-
 def _table(r: dict[str, Any]):
     def draw(console) -> None:
         iv = r.get("intervals", {})
@@ -327,7 +278,9 @@ def register(app: typer.Typer) -> None:
             "top_k": top_k,
             "moe_ffn_hidden": moe_ffn_hidden,
         }
-        m = model_argument(model, model_file, arch, gated_mlp)
+        from gpuplan.cli._model import model_argument
+
+        m = model_argument(model, model_file, arch, gated_mlp=gated_mlp)
         if calibration is not None and not calibration.exists():
             from gpuplan.errors import InputError
 

@@ -50,75 +50,6 @@ ARCH_FLAGS = (
 )
 
 
-def _model_argument(
-    model: str | None, model_file: Path | None, arch: dict[str, Any], gated_mlp: bool, tied: bool
-) -> Any:
-    from gpuplan.errors import InputError
-
-    given = [name for name, v in arch.items() if v is not None]
-    sources = sum([model is not None, model_file is not None, bool(given)])
-    if sources == 0:
-        raise InputError(
-            "no model given",
-            hint="use --model ID (see 'gpuplan catalog ls models'), --model-file YAML, or "
-            "--layers/--hidden/--heads/--ffn-hidden/--vocab",
-        )
-    if sources > 1:
-        raise InputError(
-            "give only one of --model, --model-file or explicit architecture flags "
-            f"(got {'--model ' if model else ''}{'--model-file ' if model_file else ''}"
-            f"{' '.join('--' + g.replace('_', '-') for g in given)})".rstrip()
-        )
-    if model is not None:
-        return model
-    if model_file is not None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(model_file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"cannot read --model-file {model_file}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise InputError(f"--model-file {model_file} is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InputError(
-                f"--model-file {model_file} must hold a mapping of architecture fields"
-            )
-        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
-        data.setdefault("name", model_file.stem)
-        return data
-    missing = [
-        f for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if arch.get(f) is None
-    ]
-    if missing:
-        raise InputError(
-            "explicit architecture is missing "
-            + ", ".join("--" + m.replace("_", "-") for m in missing)
-        )
-    out: dict[str, Any] = {
-        "name": "custom",
-        "layers": arch["layers"],
-        "hidden": arch["hidden"],
-        "heads": arch["heads"],
-        "kv_heads": arch["kv_heads"],
-        "head_dim": arch["head_dim"],
-        "ffn_hidden": arch["ffn_hidden"],
-        "vocab": arch["vocab"],
-        "gated_mlp": gated_mlp,
-        "tied_embeddings": tied,
-        "attention": "gqa" if arch["kv_heads"] and arch["kv_heads"] != arch["heads"] else "mha",
-    }
-    if arch["experts"]:
-        out.update(
-            num_experts=arch["experts"],
-            top_k=arch["top_k"] or 0,
-            moe_ffn_hidden=arch["moe_ffn_hidden"],
-            num_shared_experts=arch["shared_experts"] or 0,
-            first_dense_layers=arch["first_dense_layers"] or 0,
-        )
-    return out
-
-
 def _table(result: dict[str, Any]):
     def draw(console) -> None:
         par = result["parallelism"]
@@ -322,7 +253,11 @@ def register(app: typer.Typer) -> None:
             shared_experts=shared_experts,
             first_dense_layers=first_dense_layers,
         )
-        model_arg = _model_argument(model, model_file, arch, gated_mlp, tied_embeddings)
+        from gpuplan.cli._model import model_argument
+
+        model_arg = model_argument(
+            model, model_file, arch, gated_mlp=gated_mlp, tied_embeddings=tied_embeddings
+        )
         par = {
             k: v
             for k, v in dict(
