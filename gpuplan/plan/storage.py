@@ -238,23 +238,26 @@ def fit_tier(
     if not per_tib_r.ok and not per_tib_w.ok:
         fits = False
         reason = f"{tier.id} has no throughput per TiB in the catalog"
+    usd = _monthly_cost(tier, need, provisioned)
+    return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+
+
+def _monthly_cost(tier: object, size_bytes: float, provisioned: Figure) -> Figure:
+    """The tier's price per month for ``size_bytes`` provisioned, or a missing figure."""
     price = tier.price_usd_per_gib_month
     if price.ok:
-        usd = derived(
-            need / GIB * price.value,
+        return derived(
+            size_bytes / GIB * price.value,
             "USD/month",
             f"{tier.id} cost per month",
             "provisioned GiB x USD per GiB-month",
             [provisioned, price],
         )
-    else:
-        usd = missing_fig(
-            "USD/month",
-            f"{tier.id} cost per month",
-            price.missing
-            or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
-        )
-    return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+    return missing_fig(
+        "USD/month",
+        f"{tier.id} cost per month",
+        price.missing or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
+    )
 
 
 def _fit_by_increment(
@@ -297,22 +300,7 @@ def _fit_by_increment(
         "checkpoint size / provisioned throughput",
         [ckpt, bw],
     )
-    price = tier.price_usd_per_gib_month
-    if price.ok:
-        usd = derived(
-            cap / GIB * price.value,
-            "USD/month",
-            f"{tier.id} cost per month",
-            "provisioned GiB x USD per GiB-month",
-            [provisioned, price],
-        )
-    else:
-        usd = missing_fig(
-            "USD/month",
-            f"{tier.id} cost per month",
-            price.missing
-            or f"no price for {tier.id}: add costs.storage_usd_per_gib_month.{tier.id}",
-        )
+    usd = _monthly_cost(tier, cap, provisioned)
     fits, reason = True, None
     if tier.max_capacity_bytes.ok and cap > tier.max_capacity_bytes.value:
         fits, reason = False, "needs more capacity than the tier's maximum"
