@@ -199,10 +199,11 @@ def test_quota_unschedulable_and_bad_values():
 
 
 @pytest.mark.parametrize("quota_mode", ["kueue", "resourcequota"])
-@pytest.mark.parametrize("policy", ["backfill", "fair-share", "priority"])
+@pytest.mark.parametrize("policy", ["fifo", "backfill", "fair-share", "priority", "drf"])
 def test_skipping_teams_without_quota_changes_no_decision(quota_mode, policy):
-    # The engine sets aside the queue of a team that has no quota left instead of
-    # skipping its jobs one by one; with that shortcut disabled the schedule is the same.
+    # The engine sets aside the queue of a team that has no quota left, and passes over a
+    # team's jobs at least as big as one that just failed its quota, instead of skipping
+    # them one by one; with those shortcuts off the schedule is the same.
     from gpuplan.plan.scheduling.engine import Engine, SimOptions
 
     classes = ("low", "normal", "high")
@@ -226,9 +227,9 @@ def test_skipping_teams_without_quota_changes_no_decision(quota_mode, policy):
             on_unschedulable="drop",
         )
         eng = Engine(jobs, Cluster.homogeneous(3, 8), opts)
-        if not shortcut:
-            eng._team_room = lambda k: float("inf")
+        eng.quota_shortcuts = shortcut
         run = eng.run()
         starts.append((run.first_start, run.end, run.preemptions))
+        assert (run.counters["quota_shortcuts"] > 0) == shortcut
     assert starts[0] == starts[1]
     assert sum(starts[0][2]) > 0  # preemptions happened: the re-entry paths were used

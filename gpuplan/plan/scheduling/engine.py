@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -296,6 +296,7 @@ class Engine:
         f = opts.runtime_estimate_factor
         self.sub = [j.submit_s for j in keep]
         self.n = [j.num_gpus for j in keep]
+        self.max_n = max(self.n, default=1)
         self.team = [tix[j.team] for j in keep]
         self.cls = [classes[j.priority_class] for j in keep]
         self.crank = [self.cls_rank[c] for c in self.cls]
@@ -331,6 +332,7 @@ class Engine:
         # pending jobs per GPU count, with a lazy min-heap of their runtime estimates
         self.size_cnt: dict[int, int] = {}
         self.size_heap: dict[int, list[tuple[float, int]]] = {}
+        self.team_size_cnt: list[dict[int, int]] = [{} for _ in range(nteams)]
         self.lo = 0
         self.arrived = 0
         # superset of the pending job indices (unsorted), refreshed lazily
@@ -370,7 +372,10 @@ class Engine:
 
         # Queues: one list (FIFO orders) or one per (team, class).
         self.policy = opts.policy
-        self.single = self.policy in ("fifo", "backfill")
+        self.fifo_order = self.policy in ("fifo", "backfill")
+        # one list in submit order; per-(team, class) lists when the order needs them, or
+        # when quotas can stall a whole team (its list is then skipped in one step)
+        self.single = self.fifo_order and not self.has_quota
         nlists = 1 if self.single else nteams * self.ncls
         self.lists: list[list[int]] = [[] for _ in range(nlists)]
         self.dead = [0] * nlists
@@ -411,6 +416,9 @@ class Engine:
         # first blocked one and nothing starts ahead of it: keep it between passes.
         self.cacheable = self.est_factor == 1.0 and self.npools == 1
         self.res_cache: tuple[int, int, _Res] | None = None
+        self._caps_now: tuple[int, int, int, int] | None = None
+        self._qfail = -1  # the last job skipped for lack of quota (read by _order)
+        self.quota_shortcuts = True  # tests turn the quota shortcuts of _order off
 
         # Records.
         self.seg_job: list[int] = []
@@ -427,7 +435,13 @@ class Engine:
             "free_gpu_s": 0.0,
             "partial_node_free_gpu_s": 0.0,
         }
-        self.counters = {"passes": 0, "full_passes": 0, "events": 0, "preemptions": 0}
+        self.counters = {
+            "passes": 0,
+            "full_passes": 0,
+            "events": 0,
+            "preemptions": 0,
+            "quota_shortcuts": 0,
+        }
 
     # ------------------------------------------------------------------ set-up helpers
     def _never(
@@ -597,6 +611,7 @@ class Engine:
         self.state[j] = 2
         self.pmask[j] = False
         self.size_cnt[self.n[j]] -= 1
+        self.team_size_cnt[self.team[j]][self.n[j]] -= 1
         self.npending -= 1
         self.dead[self.lid[j]] += 1
         if self.first_start[j] != self.first_start[j]:  # NaN: first start
@@ -735,16 +750,25 @@ class Engine:
     ) -> list[tuple[int, int, int]] | None:
         need = self.n[j]
         best: tuple[tuple[float, float], int, list[int]] | None = None
+        # (class, GPU-seconds lost, job) of each allowed victim, or None; a job spanning
+        # several nodes is judged once
+        judged: dict[int, tuple[int, float, int] | None] = {}
+
+        def victim(v: int) -> tuple[int, float, int] | None:
+            if v not in judged:
+                judged[v] = (
+                    (self.cls[v], self._lost_if_preempted(v, t)[1] * self.n[v], v)
+                    if self._victim_ok(v, j)
+                    else None
+                )
+            return judged[v]
+
         for p in pools:
             G = self.G[p]
             fr = self.free[p]
             per_node: list[tuple[int, list[tuple[int, float, int]]]] = []
             for nd, jobs_on in enumerate(self.node_jobs[p]):
-                cands = [
-                    (self.cls[v], self._lost_if_preempted(v, t)[1] * self.n[v], v)
-                    for v in jobs_on
-                    if self._victim_ok(v, j)
-                ]
+                cands = [c for c in map(victim, jobs_on) if c is not None]
                 per_node.append((nd, cands))
             if need <= G:
                 for nd, cands in per_node:
@@ -884,7 +908,7 @@ class Engine:
     # ------------------------------------------------------------------ ordering
     def _key(self, j: int) -> Any:
         pol = self.policy
-        if self.single:
+        if self.fifo_order:
             return j
         if pol == "priority":
             return (-self.cls[j], j)
@@ -897,7 +921,7 @@ class Engine:
     def _vkeys(self, idx: Any) -> Any:
         """Numeric sort keys of jobs ``idx`` (ties broken by index), matching :meth:`_key`."""
         np = self.np
-        if self.single:
+        if self.fifo_order:
             return idx
         if self.policy == "priority":
             return self.crank_arr[idx] * (self.N + 1) + idx
@@ -908,7 +932,7 @@ class Engine:
         """Index of the first pending entry of list ``lid`` (compacting it when worth it)."""
         lst = self.lists[lid]
         st = self.state
-        if self.dead[lid] > 64 and self.dead[lid] * 2 > len(lst):
+        if self.dead[lid] > 64 and self.dead[lid] * 4 > len(lst):
             lst = [j for j in lst if st[j] == 1]
             self.lists[lid] = lst
             self.dead[lid] = 0
@@ -921,54 +945,143 @@ class Engine:
         return h
 
     def _order(self):  # -> Iterator[int]
+        """Pending jobs in policy order, as the pass consumes them.
+
+        A job preempted during the pass is visited later in the same pass if it comes
+        after the current position in the order (never twice, never going back).
+        """
         st = self.state
         if self.single:
             h = self._first_pending(0)
             lst = self.lists[0]
             while h < len(lst):
                 j = lst[h]
-                h += 1
                 if st[j] == 1:
                     yield j
+                    h = bisect_right(lst, j)  # insertions may have shifted the list
+                else:
+                    h += 1
             return
-        heap: list[tuple[Any, int, int]] = []
-        for lid, lst in enumerate(self.lists):
-            if len(lst) == self.dead[lid]:
-                continue
-            pos = self._first_pending(lid)
-            lst = self.lists[lid]
-            if pos < len(lst):
-                heap.append((self._key(lst[pos]), lid, pos))
-        heapq.heapify(heap)
         dynamic = self.policy == "drf"
-        while heap:
+        key_of = self._key
+
+        def build(after: Any, lids: Any) -> list[tuple[Any, int, int]]:
+            out = []
+            for lid in lids:
+                lst = self.lists[lid]
+                if len(lst) == self.dead[lid]:
+                    continue
+                pos = self._first_pending(lid) if after is None else 0
+                lst = self.lists[lid]
+                if after is not None:
+                    # keys grow along a list (one team and class), so bisect on them
+                    pos = bisect_right(lst, after, key=key_of)
+                while pos < len(lst) and st[lst[pos]] != 1:
+                    pos += 1
+                if pos < len(lst):
+                    out.append((key_of(lst[pos]), lid, pos))
+            heapq.heapify(out)
+            return out
+
+        heap = build(None, range(len(self.lists)))
+        # Lists of teams with no quota left are set aside instead of being walked job by
+        # job (their jobs would only be skipped). They come back, from the current
+        # position on, when that could change a decision: a preemption frees quota, or
+        # backfill starts counting tested jobs (a reservation was made).
+        stalled: list[int] = []
+        # Within a pass a team's quota room only shrinks (until a preemption): once a job
+        # of n GPUs failed its quota check, its team's later jobs of >= n GPUs are passed
+        # over in a tight loop (only before backfill counts tested jobs).
+        qmin: dict[int, int] = {}
+        n_of = self.n
+        team_of = self.team
+        seen_pre = self.counters["preemptions"]
+        counting = self.backfill and bool(self.reservations)
+        last_key: Any = None
+        while True:
+            if self.counters["preemptions"] != seen_pre:
+                seen_pre = self.counters["preemptions"]
+                stalled.clear()
+                qmin.clear()
+                heap = build(last_key, range(len(self.lists)))
+            elif self.backfill and bool(self.reservations) != counting:
+                # backfill now counts tested jobs: bring back what was set aside or passed
+                # over, from the current position on
+                counting = True
+                if stalled or qmin:
+                    stalled.clear()
+                    qmin.clear()
+                    heap = build(last_key, range(len(self.lists)))
+            if not heap:
+                return
             key, lid, pos = heapq.heappop(heap)
             lst = self.lists[lid]
             j = lst[pos]
-            if st[j] != 1:  # started meanwhile (cannot happen) or preempted order change
+            if st[j] != 1:
                 pos += 1
                 while pos < len(lst) and st[lst[pos]] != 1:
                     pos += 1
                 if pos < len(lst):
-                    heapq.heappush(heap, (self._key(lst[pos]), lid, pos))
+                    heapq.heappush(heap, (key_of(lst[pos]), lid, pos))
                 continue
             if dynamic:
-                cur = self._key(j)
+                cur = key_of(j)
                 if cur != key:
                     heapq.heappush(heap, (cur, lid, pos))
                     continue
+            precount = (
+                self.quota_shortcuts
+                and self.has_quota
+                and not (self.backfill and self.reservations)
+            )
+            if precount:
+                k = lid // self.ncls
+                room = self._team_room(k)
+                if room < self.max_n and room < self._team_min_pending(k):
+                    stalled.append(lid)
+                    self.counters["quota_shortcuts"] += 1
+                    continue
+                limit = qmin.get(k)
+                if limit is not None and n_of[j] >= limit:
+                    self.counters["quota_shortcuts"] += 1
+                    end = len(lst)
+                    while pos < end and (st[lst[pos]] != 1 or n_of[lst[pos]] >= limit):
+                        pos += 1
+                    if pos < end:
+                        heapq.heappush(heap, (key_of(lst[pos]), lid, pos))
+                    continue
+            last_key = key
+            self._qfail = -1
             yield j
+            if precount and self._qfail == j:
+                k = team_of[j]
+                qmin[k] = min(qmin.get(k, n_of[j]), n_of[j])
             pos += 1
             while pos < len(lst) and st[lst[pos]] != 1:
                 pos += 1
             if pos < len(lst):
-                heapq.heappush(heap, (self._key(lst[pos]), lid, pos))
+                heapq.heappush(heap, (key_of(lst[pos]), lid, pos))
+
+    def _team_min_pending(self, k: int) -> int:
+        """Fewest GPUs any pending job of team ``k`` asks for."""
+        return min((n for n, c in self.team_size_cnt[k].items() if c > 0), default=1)
+
+    def _team_room(self, k: int) -> float:
+        """Most GPUs team ``k`` could be admitted for now under its quota."""
+        r = self.nominal[k] - self.used[k]
+        c = self.cohort_of[k] if self.quota_mode == "kueue" else None
+        if c is not None:
+            g = self.guar[k]
+            a = self.cohort_cap[c] - self.cohort_used[c] + max(0.0, self.used[k] - g)
+            r = max(r, min(self.nominal[k] + self.blimit[k], g + a) - self.used[k])
+        return r
 
     # ------------------------------------------------------------------ scheduling
     def _consider(self, j: int, t: float) -> bool:
         """Try to start ``j``; update the pass state. Returns False to end the pass."""
         if self.has_quota and not self._quota_ok(j):
             # a quota-blocked job is skipped, but counts as tested once backfilling
+            self._qfail = j
             return self._after_test(bool(self.reservations), j) if self.backfill else True
         need = self.n[j]
         elig = self.elig[j]
@@ -1054,6 +1167,7 @@ class Engine:
 
     def _full_pass(self, t: float) -> None:
         self.counters["full_passes"] += 1
+        self._caps_now = None
         self.reservations = {}
         self.blocked = set()
         self.frontier = None
@@ -1123,6 +1237,8 @@ class Engine:
     def _pending_size(self, j: int) -> None:
         n = self.n[j]
         self.size_cnt[n] = self.size_cnt.get(n, 0) + 1
+        tc = self.team_size_cnt[self.team[j]]
+        tc[n] = tc.get(n, 0) + 1
         est = self.restore[j] + self.remaining[j] * self.est_factor
         heapq.heappush(self.size_heap.setdefault(n, []), (est, j))
 
@@ -1140,7 +1256,9 @@ class Engine:
         """True when no pending job at all could start now beside the reservation (a
         necessary-condition test over GPU counts and the shortest estimate per count)."""
         G = self.G[p]
-        node_all, whole_all, node_long, whole_long = self._caps(p, res)
+        caps = self._caps(p, res)
+        self._caps_now = caps  # the vectorised scan that may follow reuses them
+        node_all, whole_all, node_long, whole_long = caps
         free = self.pool_free[p]
         for n, cnt in self.size_cnt.items():
             if cnt <= 0 or n > free:
@@ -1183,7 +1301,7 @@ class Engine:
         np = self.np
         hi = self.arrived
         rem = self.opts.backfill_depth - self.tested
-        if self.single:
+        if self.fifo_order:
             # submit order: the window is the next `rem` pending jobs after j0
             lo = j0 + 1
             span = 4 * rem
@@ -1198,7 +1316,9 @@ class Engine:
             if P.size == 0:
                 return
             keys = self._vkeys(P)
-            if self.policy == "priority":
+            if self.fifo_order:
+                k0 = j0
+            elif self.policy == "priority":
                 k0 = self.crank[j0] * (self.N + 1) + j0
             else:
                 k0 = self._key(j0)[0]
@@ -1207,7 +1327,7 @@ class Engine:
             keys = keys[after]
         full_window = P.size >= rem
         if P.size > rem:
-            if self.single:
+            if self.fifo_order:
                 P = P[:rem]
             else:
                 kth = np.partition(keys, rem - 1)[rem - 1]
@@ -1216,7 +1336,7 @@ class Engine:
                 sel = np.concatenate((lt, eq))
                 P = P[sel]
                 keys = keys[sel]
-        if not self.single:
+        if not self.fifo_order:
             o = np.lexsort((P, keys))
             P = P[o]
         if P.size == 0:
@@ -1226,7 +1346,8 @@ class Engine:
         G = self.G[p]
         n = self.n_arr[P]
         est = self.est_arr[P]
-        node_all, whole_all, node_long, whole_long = self._caps(p, res)
+        caps, self._caps_now = self._caps_now, None
+        node_all, whole_all, node_long, whole_long = caps or self._caps(p, res)
         small = n <= G
         q = n // G
         short = (t + est) <= res.shadow
