@@ -134,22 +134,34 @@ def test_backfill_depth_limits_the_scan():
     assert shallow.job("9")["start_s"] > 3.0
 
 
-def test_vectorised_backfill_scan_gives_the_same_schedule():
+@pytest.mark.parametrize("policy", ["backfill", "fair-share", "priority"])
+@pytest.mark.parametrize("quota_mode", ["none", "kueue"])
+def test_vectorised_backfill_scan_gives_the_same_schedule(policy, quota_mode):
     # The engine scans backfill candidates with numpy on one-pool clusters; the plain
     # one-job-at-a-time path must make exactly the same decisions.
+    from gpuplan.plan.scheduling import TeamQuota
+
     classes = ("low", "normal", "high")
     jobs = [
         job(j.job_id, j.submit_s, j.duration_s, j.num_gpus, team=j.team, cls=classes[k % 3])
         for k, j in enumerate(random_jobs(11, 1500, 8))
     ]
-    for policy in ("backfill", "fair-share", "priority"):
-        starts = []
-        for vector in (True, False):
-            opts = SimOptions(policy=policy, backfill=True, weight_qos=500.0)
-            eng = Engine(jobs, Cluster.homogeneous(3, 8), opts)
-            eng.vector_ok = vector
-            starts.append(eng.run().first_start)
-        assert starts[0] == starts[1], policy
+    quotas = None
+    if quota_mode == "kueue":
+        quotas = {t: TeamQuota(8, borrowing_limit_gpus=8, cohort="all") for t in "abc"}
+    starts = []
+    for vector in (True, False):
+        opts = SimOptions(
+            policy=policy,
+            backfill=True,
+            weight_qos=500.0,
+            quota_mode=quota_mode,
+            quotas=quotas,
+        )
+        eng = Engine(jobs, Cluster.homogeneous(3, 8), opts)
+        eng.vector_ok = vector
+        starts.append(eng.run().first_start)
+    assert starts[0] == starts[1]
 
 
 def test_best_fit_keeps_whole_nodes_free():
