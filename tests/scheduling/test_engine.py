@@ -164,6 +164,20 @@ def test_vectorised_backfill_scan_gives_the_same_schedule(policy, quota_mode):
     assert starts[0] == starts[1]
 
 
+@pytest.mark.parametrize("policy", ALL_POLICIES)
+def test_incremental_arrivals_give_the_same_schedule(policy):
+    # After arrivals alone the engine only tests the new jobs; a full pass at every
+    # arrival must make exactly the same decisions.
+    jobs = random_jobs(17, 2000, 8)
+    starts = []
+    for incremental in (True, False):
+        eng = Engine(jobs, Cluster.homogeneous(3, 8), SimOptions(policy=policy))
+        if not incremental:
+            eng._arrival_pass = lambda t, new, eng=eng: eng._full_pass(t)
+        starts.append(eng.run().first_start)
+    assert starts[0] == starts[1]
+
+
 def test_best_fit_keeps_whole_nodes_free():
     # Two 8-GPU nodes: the second 4-GPU job goes next to the first (best fit), so the
     # 8-GPU job still finds a whole node.

@@ -412,10 +412,7 @@ class Engine:
         self.end_reason = "empty"
         self.last_key: Any = None
         self.head_frag = False
-        # With exact runtime estimates a reservation stays right while its job remains the
-        # first blocked one and nothing starts ahead of it: keep it between passes.
-        self.cacheable = self.est_factor == 1.0 and self.npools == 1
-        self.res_cache: tuple[int, int, _Res] | None = None
+        self.window_starts = 0  # jobs started inside the backfill window since it was set
         self._caps_now: tuple[int, int, int, int] | None = None
         self._qfail = -1  # the last job skipped for lack of quota (read by _order)
         self.quota_shortcuts = True  # tests turn the quota shortcuts of _order off
@@ -604,8 +601,8 @@ class Engine:
             )
 
     def _start(self, j: int, alloc: list[tuple[int, int, int]], t: float) -> None:
-        if self.frontier is None:
-            self.res_cache = None  # a job started ahead of the blocked one
+        if self.frontier is not None:
+            self.window_starts += 1
         self.alloc[j] = alloc
         self._take(alloc, j, +1)
         self.state[j] = 2
@@ -666,7 +663,6 @@ class Engine:
         return saved, ran - saved
 
     def _preempt(self, v: int, t: float) -> None:
-        self.res_cache = None
         saved, _ = self._lost_if_preempted(v, t)
         useful = max(0.0, t - self.seg_begin[v] - self.restore[v])
         self._release(v, t)
@@ -843,7 +839,13 @@ class Engine:
 
     # ------------------------------------------------------------------ reservations
     def _reserve(self, j: int, p: int) -> _Res | None:
-        """EASY reservation for ``j`` in pool ``p`` from the running jobs' estimated ends."""
+        """EASY reservation for ``j`` in pool ``p`` from the running jobs' estimated ends.
+
+        The start time is the earliest estimated end after which ``j`` fits. Among the
+        nodes that can hold it then, the reservation takes those with the fewest GPUs free
+        now, so that backfilling keeps as much as possible of what is free now; then the
+        best fit at that time. Recomputed at every pass.
+        """
         need = self.n[j]
         G = self.G[p]
         fr = self.free[p]
@@ -865,7 +867,7 @@ class Engine:
                     break
             if shadow is None:
                 return None
-            v, nd = min((v, nd) for nd, v in proj.items() if v >= need)
+            _, v, nd = min((fr[nd], v, nd) for nd, v in proj.items() if v >= need)
             return _Res(shadow, {nd: v - need})
         q, r = divmod(need, G)
         whole = len(b[G])
@@ -888,20 +890,22 @@ class Engine:
                 break
         if shadow is None:
             return None
-        chosen = list(islice(b[G], q))
-        if len(chosen) < q:
-            chosen += [nd for nd, v in proj.items() if v == G][: q - len(chosen)]
-        limit = dict.fromkeys(chosen, 0)
+        # whole nodes: those freed by then (busiest now first), then nodes free now
+        chosen = sorted((fr[nd], nd) for nd, v in proj.items() if v == G)[:q]
+        chosen_nodes = [nd for _, nd in chosen]
+        if len(chosen_nodes) < q:
+            chosen_nodes += list(islice(b[G], q - len(chosen_nodes)))
+        limit = dict.fromkeys(chosen_nodes, 0)
         if r:
-            taken = set(chosen)
-            cands = [(v, nd) for nd, v in proj.items() if nd not in taken and v >= r]
+            taken = set(chosen_nodes)
+            cands = [(fr[nd], v, nd) for nd, v in proj.items() if nd not in taken and v >= r]
             for f in range(r, G + 1):
-                for nd in b[f]:
-                    if nd not in taken and nd not in proj:
-                        cands.append((f, nd))
-                        break
+                found = next((nd for nd in b[f] if nd not in taken and nd not in proj), None)
+                if found is not None:
+                    cands.append((f, f, found))
+                    break
             if cands:
-                v, nd = min(cands)
+                _, v, nd = min(cands)
                 limit[nd] = v - r
         return _Res(shadow, limit)
 
@@ -1133,18 +1137,12 @@ class Engine:
                     self._start(j, alloc, t)
                     return self._after_test(counted, j)
             best: tuple[float, int, _Res] | None = None
-            cache = self.res_cache
             for p in free_pools:
-                if cache is not None and cache[0] == j and cache[1] == p:
-                    res: _Res | None = cache[2]
-                else:
-                    res = self._reserve(j, p)
+                res = self._reserve(j, p)
                 if res is not None and (best is None or res.shadow < best[0]):
                     best = (res.shadow, p, res)
             if best is not None:
                 self.reservations[best[1]] = best[2]
-                if self.cacheable:
-                    self.res_cache = (j, best[1], best[2])
             if self.frontier is None:
                 self.frontier = self._key(j)
                 self.head_frag = any(need <= self.pool_free[p] for p in free_pools)
@@ -1175,6 +1173,7 @@ class Engine:
         self.end_reason = "empty"
         self.last_key = None
         self.head_frag = False
+        self.window_starts = 0
         self.dirty = False
         if self.npending == 0 or self._stop_for_full():
             return
@@ -1417,7 +1416,9 @@ class Engine:
                 self._full_pass(t)
                 return
             if self.end_reason == "depth":
-                if self.last_key is not None and k > self.last_key:
+                # beyond the window of the last pass, unless jobs of that window started
+                # since (a new pass would then test that many jobs further)
+                if self.window_starts == 0 and self.last_key is not None and k > self.last_key:
                     continue
                 self._full_pass(t)
                 return
