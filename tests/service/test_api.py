@@ -93,7 +93,7 @@ def test_read_token_cannot_upload_and_write_token_cannot_approve(api):
 
 
 def test_oversized_upload_is_413_whether_declared_or_streamed(api):
-    from conftest import MAX_UPLOAD_BYTES
+    from .conftest import MAX_UPLOAD_BYTES
 
     big = make_doc(seed=8, samples=6000)
     body = json.dumps(big).encode()
@@ -265,7 +265,7 @@ def test_list_by_team_and_device(api):
 
 
 def test_health_reports_database_and_limit(api):
-    from conftest import MAX_UPLOAD_BYTES
+    from .conftest import MAX_UPLOAD_BYTES
 
     r = api.client.get("/healthz")
     assert r.status_code == 200
