@@ -6,6 +6,16 @@ the recommended option's nodes (or on the cluster the ``scheduling`` block names
 the scenario's policy and, for comparison, strict FIFO and fair-share. The section keeps
 the contract fields of ``gpuplan schedule`` (utilisation, waits, job completion times,
 per-team waits, starved jobs), each as a figure derived from the simulation.
+
+It also answers "how big": the wait-vs-cluster-size curve of the same jobs
+(:func:`gpuplan.plan.scheduling.capacity.wait_vs_size_curve`) under the scenario's policy and
+under strict FIFO (the baseline whose waits provably never grow with the cluster,
+docs/scheduling.md section 5), at ``scheduling.sizes_gpus`` or by default at the scheduling
+part's :func:`~gpuplan.plan.scheduling.capacity.default_sizes` plus the planned size; the
+smallest cluster meeting ``scheduling.p95_wait_target_s`` when it is set; and, with
+``scheduling.reference_trace: philly``, the curve of the Microsoft Philly trace
+(:func:`~gpuplan.plan.scheduling.capacity.philly_wait_curve`) with the citation its
+CC BY 4.0 licence requires.
 """
 
 from __future__ import annotations
@@ -15,10 +25,25 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Figure, derived
+from gpuplan.plan.provenance import Figure, Provenance, derived, input_fig
 
 COMPARE_POLICIES = ("fifo", "fair-share")
+#: The curve drawn next to the scenario policy's: strict FIFO, whose waits never grow with
+#: the cluster (docs/scheduling.md section 5), so the two curves bracket what the policy buys.
+CURVE_BASELINE_POLICY = "fifo"
+#: Policy of the reference trace's curve: EASY backfill, the default of
+#: :func:`~gpuplan.plan.scheduling.capacity.philly_wait_curve` (about 15 s of CPU for the
+#: whole trace; fair-share takes about twice as long and needs shares the trace lacks).
+REFERENCE_POLICY = "backfill"
 _STAT_KEYS = ("mean", "p50", "p95", "p99", "max")
+_DEFAULT_SIZES_FORMULA = (
+    "ceil(max(m x mean GPU demand, largest job) / GPUs per node) x GPUs per node, "
+    "m in {multiples} (gpuplan.plan.scheduling.capacity.default_sizes)"
+)
+_SCALED_FORMULA = (
+    "the cluster's node types resized to the requested GPUs in whole nodes "
+    "(gpuplan.plan.scheduling.cluster.Cluster.scaled)"
+)
 
 
 def _fig(value: Any, unit: str, label: str, inputs: list[Figure], what: str) -> Figure | None:
@@ -85,6 +110,7 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     if spec.cluster is not None:
         cluster = Cluster.from_spec(spec.cluster)
         where = "the scenario's scheduling.cluster"
+        shared_extra: dict[str, Figure] = {}
         inputs = [ctx.inp(("scheduling", "cluster"), "", "scheduling cluster")]
     else:
         if option is None or option.nodes is None:
@@ -104,10 +130,12 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
         )
         where = f"the recommended fleet ({option.id}) less its serving nodes"
         inputs = [shared_nodes, option.gpus_per_node]
+        shared_extra = {"shared_nodes": shared_nodes}
     horizon = ctx.inp(
         ("scheduling", "horizon_days"), "days", "simulated window", fallback=spec.horizon_days
     )
     seed = ctx.inp(("scheduling", "seed"), "", "simulation seed", fallback=spec.seed)
+    cluster_inputs = list(inputs)
     inputs = [*inputs, horizon, seed]
     ctx.progress("shared cluster: drawing the teams' jobs")
     try:
@@ -147,19 +175,321 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
             results.append({"policy": pol, "error": exc.one_line()})
             continue
         results.append(_summary(res, inputs))
-    return {
+    cluster_gpus = derived(
+        cluster.total_gpus, "GPUs", "shared cluster GPUs", "nodes x GPUs per node", inputs[:2]
+    )
+    jobs_fig = derived(
+        len(jobs),
+        "jobs",
+        "jobs drawn for the teams",
+        "seeded draw from the teams' arrival rates, sizes and durations "
+        "(gpuplan.plan.scheduling.workload)",
+        [horizon, seed],
+    )
+    out: dict[str, Any] = {
         "cluster": where,
-        "cluster_gpus": derived(
-            cluster.total_gpus, "GPUs", "shared cluster GPUs", "nodes x GPUs per node", inputs[:2]
-        ),
-        "jobs": derived(
-            len(jobs),
-            "jobs",
-            "jobs drawn for the teams",
-            "seeded draw from the teams' arrival rates, sizes and durations "
-            "(gpuplan.plan.scheduling.workload)",
-            [horizon, seed],
-        ),
+        **shared_extra,
+        "cluster_gpus": cluster_gpus,
+        "jobs": jobs_fig,
         "scenario_policy": spec.policy,
         "policies": results,
     }
+    if not jobs:
+        return out
+    policy_fig = ctx.inp(("scheduling", "policy"), "", "scheduling policy", fallback=spec.policy)
+    out["wait_vs_size"] = _wait_vs_size(
+        ctx, spec, jobs, cluster, options, cluster_gpus, jobs_fig, policy_fig, cluster_inputs
+    )
+    if spec.p95_wait_target_s is not None:
+        out["smallest_cluster"] = _smallest(
+            ctx, spec, jobs, cluster, options, jobs_fig, policy_fig, cluster_inputs
+        )
+    if spec.reference_trace is not None:
+        out["reference_curve"] = _reference_curve(ctx, spec)
+    return out
+
+
+# ---------------------------------------------------------------- capacity answers
+
+
+def _point(
+    p: dict[str, Any],
+    size: Figure,
+    inputs: list[Figure],
+    scale_inputs: list[Figure],
+    prefix: str,
+    formula: str,
+    *,
+    per_team: bool = True,
+) -> dict[str, Any]:
+    """One point of a wait-vs-size curve (a :func:`capacity.summary`) as figures."""
+    sim = [*inputs, size]
+
+    def fig(value: Any, unit: str, what: str) -> Figure | None:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return None
+        return derived(value, unit, f"{prefix}: {what}", formula, sim)
+
+    waits = p.get("wait_s") or {}
+    out: dict[str, Any] = {
+        "requested_gpus": size,
+        "gpus": derived(
+            p["gpus"], "GPUs", f"{prefix}: cluster GPUs", _SCALED_FORMULA, [size, *scale_inputs]
+        ),
+        "nodes": derived(
+            p["nodes"], "nodes", f"{prefix}: nodes", _SCALED_FORMULA, [size, *scale_inputs]
+        ),
+        "utilization": fig(p.get("utilization"), "fraction", "GPU utilisation"),
+        "wait_s": {
+            k: fig(waits.get(k), "s", f"wait {k}") for k in _STAT_KEYS if waits.get(k) is not None
+        },
+        "jobs_simulated": fig(p.get("jobs_simulated"), "jobs", "jobs simulated"),
+        "starved_jobs_count": fig(p.get("starved_jobs_count"), "jobs", "starved jobs"),
+        "unschedulable_jobs": fig(p.get("unschedulable_jobs"), "jobs", "jobs that never fit"),
+    }
+    if per_team:
+        out["per_team_p95_wait_s"] = {
+            t: fig(v, "s", f"{t} wait p95")
+            for t, v in (p.get("per_team_p95_wait_s") or {}).items()
+            if v is not None
+        }
+    return out
+
+
+def _curve_sizes(
+    ctx: PlanContext,
+    spec: Any,
+    jobs: list[Any],
+    cluster: Any,
+    cluster_gpus: Figure,
+    demand: Figure,
+    cluster_inputs: list[Figure],
+) -> tuple[str, list[tuple[int, Figure]]]:
+    """The curve's sizes with their figures: the scenario's, or the default ones."""
+    from gpuplan.plan.scheduling.capacity import DEFAULT_LOAD_MULTIPLES, default_sizes
+
+    if spec.sizes_gpus:
+        sizes: dict[int, Figure] = {}
+        for i, v in enumerate(spec.sizes_gpus):
+            fig = ctx.inp(("scheduling", "sizes_gpus", i), "GPUs", f"curve size {i + 1}")
+            sizes.setdefault(int(v), fig)
+        return "scheduling.sizes_gpus", sorted(sizes.items())
+    planned = int(cluster.total_gpus)
+    out = {planned: cluster_gpus}
+    for gpus in default_sizes(jobs, cluster):
+        if gpus not in out:
+            out[gpus] = derived(
+                gpus,
+                "GPUs",
+                f"default curve size of {gpus} GPUs",
+                _DEFAULT_SIZES_FORMULA.format(
+                    multiples=", ".join(f"{m:g}" for m in DEFAULT_LOAD_MULTIPLES)
+                ),
+                [demand, *cluster_inputs],
+            )
+    return (
+        "default: the planned size and multiples of the teams' mean GPU demand "
+        "(gpuplan.plan.scheduling.capacity.default_sizes)",
+        sorted(out.items()),
+    )
+
+
+def _wait_vs_size(
+    ctx: PlanContext,
+    spec: Any,
+    jobs: list[Any],
+    cluster: Any,
+    options: dict[str, Any],
+    cluster_gpus: Figure,
+    jobs_fig: Figure,
+    policy_fig: Figure,
+    cluster_inputs: list[Figure],
+) -> dict[str, Any]:
+    """The teams' wait-vs-cluster-size curves (scenario policy and the FIFO baseline)."""
+    from gpuplan.plan.scheduling.capacity import mean_demand_gpus, wait_vs_size_curve
+
+    demand = derived(
+        mean_demand_gpus(jobs),
+        "GPUs",
+        "teams' mean GPU demand",
+        "GPU-seconds of the teams' jobs / (last end - first submit) with every job started "
+        "on arrival (gpuplan.plan.scheduling.capacity.mean_demand_gpus)",
+        [jobs_fig],
+    )
+    sizes_from, sizes = _curve_sizes(ctx, spec, jobs, cluster, cluster_gpus, demand, cluster_inputs)
+    policies = [(spec.policy, policy_fig)]
+    if spec.policy != CURVE_BASELINE_POLICY:
+        baseline = input_fig(
+            CURVE_BASELINE_POLICY,
+            "",
+            "baseline policy of the wait-vs-size curve",
+            "default gpuplan.plan.shared.CURVE_BASELINE_POLICY",
+            default=True,
+        )
+        policies.append((CURVE_BASELINE_POLICY, baseline))
+    curves = []
+    for pol, pol_fig in policies:
+        ctx.progress(f"shared cluster: wait vs cluster size under {pol} ({len(sizes)} sizes)")
+        entry: dict[str, Any] = {
+            "policy": pol,
+            "scenario_policy": pol == spec.policy,
+            "policy_input": pol_fig,
+        }
+        try:
+            curve = wait_vs_size_curve(
+                jobs, cluster, [g for g, _ in sizes], pol, teams=ctx.scenario.teams, **options
+            )
+        except GpuplanError as exc:
+            curves.append({**entry, "error": exc.one_line()})
+            continue
+        formula = (
+            f"discrete-event simulation of the teams' jobs at this cluster size (policy {pol}; "
+            "gpuplan.plan.scheduling.capacity.wait_vs_size_curve)"
+        )
+        entry["points"] = [
+            _point(p, fig, [jobs_fig, pol_fig], cluster_inputs, f"{pol} at {g} GPUs", formula)
+            for (g, fig), p in zip(sizes, curve["points"], strict=True)
+        ]
+        curves.append(entry)
+    return {
+        "sizes_from": sizes_from,
+        "mean_demand_gpus": demand,
+        "curves": curves,
+    }
+
+
+def _smallest(
+    ctx: PlanContext,
+    spec: Any,
+    jobs: list[Any],
+    cluster: Any,
+    options: dict[str, Any],
+    jobs_fig: Figure,
+    policy_fig: Figure,
+    cluster_inputs: list[Figure],
+) -> dict[str, Any]:
+    """The fewest nodes whose p95 wait meets ``scheduling.p95_wait_target_s``."""
+    from gpuplan.plan.scheduling.capacity import smallest_cluster
+
+    target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
+    out: dict[str, Any] = {"policy": spec.policy, "target_p95_wait_s": target}
+    ctx.progress(f"shared cluster: smallest cluster meeting the p95 wait target ({spec.policy})")
+    try:
+        res = smallest_cluster(
+            jobs,
+            cluster,
+            float(spec.p95_wait_target_s),
+            spec.policy,
+            teams=ctx.scenario.teams,
+            **options,
+        )
+    except GpuplanError as exc:
+        return {**out, "error": exc.one_line()}
+    inputs = [jobs_fig, policy_fig, target, *cluster_inputs]
+    formula = (
+        f"bisection over node counts of discrete-event simulations (policy {spec.policy}): "
+        "the fewest nodes whose p95 wait meets the target "
+        "(gpuplan.plan.scheduling.capacity.smallest_cluster)"
+    )
+    by_gpus = {e["gpus"]: e for e in res["evaluations"]}
+
+    def size(entry: dict[str, Any] | None, who: str) -> dict[str, Any] | None:
+        if entry is None:
+            return None
+        sized: dict[str, Any] = {
+            "gpus": derived(
+                entry["gpus"], "GPUs", f"smallest cluster for {who}: GPUs", formula, inputs
+            ),
+            "nodes": derived(
+                entry["nodes"], "nodes", f"smallest cluster for {who}: nodes", formula, inputs
+            ),
+        }
+        return sized
+
+    overall = size(res["overall"], "every team")
+    if overall is not None:
+        at = by_gpus.get(res["overall"]["gpus"]) or {}
+        overall["per_team_p95_wait_s"] = {
+            t: derived(v, "s", f"smallest cluster for every team: {t} wait p95", formula, inputs)
+            for t, v in (at.get("per_team_p95_wait_s") or {}).items()
+            if v is not None
+        }
+    out["overall"] = overall
+    out["per_team"] = {t: size(e, t) for t, e in res["per_team"].items()}
+    largest = max(by_gpus) if by_gpus else None
+    if largest is not None:
+        out["largest_size_tried_gpus"] = derived(
+            largest, "GPUs", "largest cluster the search tried", formula, inputs
+        )
+    return out
+
+
+def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
+    """The wait-vs-size curve of a shipped trace (the Philly trace), with its citation."""
+    from gpuplan.plan.scheduling import capacity
+    from gpuplan.plan.scheduling.workload import PHILLY_CITATION
+
+    trace = spec.reference_trace
+    trace_fig = Figure(
+        trace,
+        "",
+        "reference trace",
+        Provenance(
+            "input",
+            ctx.loaded.ref("scheduling", "reference_trace"),
+            source=PHILLY_CITATION,
+        ),
+    )
+    ctx.inputs.setdefault("scheduling.reference_trace", trace_fig)
+    policy_fig = input_fig(
+        REFERENCE_POLICY,
+        "",
+        "policy of the reference trace's curve",
+        "default gpuplan.plan.shared.REFERENCE_POLICY",
+        default=True,
+    )
+    # read at call time, so that tests may shorten it
+    sizes = sorted({int(g) for g in capacity.PHILLY_CURVE_SIZES_GPUS})
+    size_figs = [
+        input_fig(
+            g,
+            "GPUs",
+            f"Philly curve size {i + 1}",
+            "default gpuplan.plan.scheduling.capacity.PHILLY_CURVE_SIZES_GPUS",
+            default=True,
+        )
+        for i, g in enumerate(sizes)
+    ]
+    out: dict[str, Any] = {
+        "trace": trace,
+        "policy": REFERENCE_POLICY,
+        "policy_input": policy_fig,
+        "attribution": PHILLY_CITATION,
+    }
+
+    def progress(done: int, total: int) -> None:
+        ctx.progress(f"shared cluster: Philly trace curve, {done} of {total} sizes")
+
+    ctx.progress(f"shared cluster: Philly trace curve ({len(sizes)} sizes, {REFERENCE_POLICY})")
+    try:
+        curve = capacity.philly_wait_curve(sizes, REFERENCE_POLICY, progress=progress)
+    except GpuplanError as exc:
+        return {**out, "error": exc.one_line()}
+    out["attribution"] = curve.get("attribution") or PHILLY_CITATION
+    out["mean_demand_gpus"] = derived(
+        curve["mean_demand_gpus"],
+        "GPUs",
+        "Philly trace mean GPU demand",
+        "GPU-seconds of the trace's jobs / (last end - first submit) "
+        "(gpuplan.plan.scheduling.capacity.mean_demand_gpus)",
+        [trace_fig],
+    )
+    formula = (
+        f"discrete-event simulation of the Microsoft Philly trace at this cluster size "
+        f"(policy {REFERENCE_POLICY}; gpuplan.plan.scheduling.capacity.philly_wait_curve)"
+    )
+    out["points"] = [
+        _point(p, fig, [trace_fig, policy_fig], [], f"Philly at {g} GPUs", formula, per_team=False)
+        for g, fig, p in zip(sizes, size_figs, curve["points"], strict=True)
+    ]
+    return out

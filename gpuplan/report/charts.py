@@ -203,10 +203,98 @@ def roofline(doc: dict[str, Any]) -> str | None:
     return _png(fig)
 
 
+def _wait_lines(ax: Any, points: list[dict[str, Any]], name: str) -> bool:
+    """Mean (solid) and p95 (dashed) wait in hours against cluster GPUs; False if empty."""
+    xs, mean, p95 = [], [], []
+    for p in points:
+        g = _val(p.get("gpus"))
+        waits = p.get("wait_s") or {}
+        m, q = _val(waits.get("mean")), _val(waits.get("p95"))
+        if g is None or m is None or q is None:
+            continue
+        xs.append(g)
+        mean.append(m / 3600.0)
+        p95.append(q / 3600.0)
+    if not xs:
+        return False
+    (line,) = ax.plot(xs, mean, marker="o", label=f"{name}: mean wait")
+    ax.plot(xs, p95, marker="s", linestyle="--", color=line.get_color(), label=f"{name}: p95 wait")
+    return True
+
+
+def _wait_axes(ax: Any, title: str) -> None:
+    # waits span from zero to days: symlog keeps the zeros and the tail on one axis
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("cluster GPUs")
+    ax.set_ylabel("queueing wait (hours, symlog)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+
+
+def shared_wait_vs_size(doc: dict[str, Any]) -> str | None:
+    """The teams' queueing wait (mean and p95) against cluster size, per simulated policy,
+    with the planned size and the p95 target (docs/scheduling.md section 5)."""
+    sc = doc.get("shared_cluster") or {}
+    curves = [c for c in (sc.get("wait_vs_size") or {}).get("curves") or [] if c.get("points")]
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    drawn = False
+    for c in curves:
+        name = c["policy"] + (" (scenario)" if c.get("scenario_policy") else "")
+        drawn = _wait_lines(ax, c["points"], name) or drawn
+    if not drawn:
+        plt.close(fig)
+        return None
+    planned = _val(sc.get("cluster_gpus"))
+    if planned is not None:
+        ax.axvline(planned, linestyle=":", color="grey", linewidth=1)
+        ax.annotate("planned", (planned, 0), fontsize=8, color="grey", rotation=90, va="bottom")
+    small = sc.get("smallest_cluster") or {}
+    target = _val(small.get("target_p95_wait_s"))
+    if target is not None:
+        ax.axhline(target / 3600.0, linestyle="-.", color="firebrick", linewidth=1)
+        ax.annotate(
+            "p95 target", (ax.get_xlim()[0], target / 3600.0), fontsize=8, color="firebrick"
+        )
+    smallest = _val((small.get("overall") or {}).get("gpus"))
+    if smallest is not None:
+        ax.axvline(smallest, linestyle=":", color="firebrick", linewidth=1)
+        ax.annotate(
+            "smallest meeting the target",
+            (smallest, 0),
+            fontsize=8,
+            color="firebrick",
+            rotation=90,
+            va="bottom",
+        )
+    _wait_axes(ax, "Shared cluster: wait vs cluster size (the teams' jobs)")
+    return _png(fig)
+
+
+def reference_wait_vs_size(doc: dict[str, Any]) -> str | None:
+    """The reference trace's queueing wait (mean and p95) against cluster size."""
+    ref = (doc.get("shared_cluster") or {}).get("reference_curve") or {}
+    if not ref.get("points"):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    if not _wait_lines(ax, ref["points"], f"{ref.get('trace')}, {ref.get('policy')}"):
+        plt.close(fig)
+        return None
+    _wait_axes(ax, "Reference: Microsoft Philly trace, wait vs cluster size (CC BY 4.0)")
+    return _png(fig)
+
+
 def all_charts(doc: dict[str, Any]) -> dict[str, str | None]:
     """Every chart of the report, keyed by name (None where there is nothing to draw)."""
     return {
         "cost_by_option": cost_by_option(doc),
         "time_to_train": time_to_train(doc),
         "roofline": roofline(doc),
+        "shared_wait_vs_size": shared_wait_vs_size(doc),
+        "reference_wait_vs_size": reference_wait_vs_size(doc),
     }

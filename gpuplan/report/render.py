@@ -179,7 +179,16 @@ def render_html(doc: dict[str, Any], charts: dict[str, str | None] | None = None
         from gpuplan.report.charts import all_charts
 
         charts = all_charts(doc)
-    charts = {k: charts.get(k) for k in ("cost_by_option", "time_to_train", "roofline")}
+    charts = {
+        k: charts.get(k)
+        for k in (
+            "cost_by_option",
+            "time_to_train",
+            "roofline",
+            "shared_wait_vs_size",
+            "reference_wait_vs_size",
+        )
+    }
     index = FigureIndex(doc)
     env = _env(index)
     template = env.get_template("report.html.j2")
@@ -481,7 +490,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         L.append(f"- {gid}: " + "; ".join(f"{q} {f(v)}" for q, v in qs.items()))
     if doc.get("shared_cluster") is not None:
         L.append("\n## Shared cluster\n")
-        L.extend(_md_tree(doc["shared_cluster"], f))
+        shared = doc["shared_cluster"]
+        L.extend(_md_tree({k: v for k, v in shared.items() if k not in _SHARED_TABLES}, f))
+        L.extend(_md_shared_tables(shared, f))
     L.append("\n## Inputs\n")
     L.append("| input | value | where |\n|---|---|---|")
     for fig in doc["inputs"]:
@@ -517,6 +528,90 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"| {i} | {_md_escape(fig['label'])} | {_md_escape(fmt(fig))}{'†' if fig['provenance'].get('unverified') else ''} | {_md_escape(prov_text(fig))} |"
         )
     return "\n".join(L) + "\n"
+
+
+_SHARED_TABLES = ("wait_vs_size", "smallest_cluster", "reference_curve")
+_WAIT_KEYS = ("mean", "p50", "p95", "p99", "max")
+
+
+def _md_shared_tables(sc: dict[str, Any], f: Any) -> list[str]:
+    """The shared cluster's wait-vs-size curves, smallest cluster and reference curve."""
+    L: list[str] = []
+    w = sc.get("wait_vs_size")
+    if w:
+        L.append("\n### Wait vs cluster size\n")
+        L.append(
+            f"The same jobs on smaller and larger clusters of the same nodes (teams' mean GPU "
+            f"demand {f(w.get('mean_demand_gpus'))}); sizes: {_md_escape(w.get('sizes_from'))}.\n"
+        )
+        for c in w.get("curves") or []:
+            L.append(
+                f"**{_md_escape(c['policy'])}**{' (scenario)' if c.get('scenario_policy') else ''}\n"
+            )
+            if c.get("error"):
+                L.append(f"Error: {_md_escape(c['error'])}\n")
+                continue
+            teams = list(dict.fromkeys(t for p in c["points"] for t in p["per_team_p95_wait_s"]))
+            head = ["GPUs", "nodes", "GPU utilisation"] + [f"wait {k}" for k in _WAIT_KEYS]
+            head += ["starved jobs"] + [f"{_md_escape(t)} wait p95" for t in teams]
+            L.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+            for p in c["points"]:
+                cells = [f(p["gpus"]), f(p["nodes"]), f(p.get("utilization"))]
+                cells += [f(p["wait_s"].get(k)) for k in _WAIT_KEYS]
+                cells += [f(p.get("starved_jobs_count"))]
+                cells += [f(p["per_team_p95_wait_s"].get(t)) for t in teams]
+                L.append("| " + " | ".join(cells) + " |")
+            L.append("")
+    sm = sc.get("smallest_cluster")
+    if sm:
+        L.append("### Smallest cluster meeting the p95 wait target\n")
+        L.append(
+            f"Target {f(sm['target_p95_wait_s'])} on each team's p95 wait under {_md_escape(sm['policy'])} "
+            "(bisection over node counts; it assumes more nodes never lengthen the p95 wait, "
+            "which holds for strict FIFO and usually, not always, for the other policies).\n"
+        )
+        if sm.get("error"):
+            L.append(f"Error: {_md_escape(sm['error'])}\n")
+        else:
+            miss = f"not met up to {f(sm.get('largest_size_tried_gpus'))}"
+            L.append("| for | GPUs | nodes |\n|---|---|---|")
+            rows = [("every team", sm.get("overall")), *(sm.get("per_team") or {}).items()]
+            for who, e in rows:
+                if e:
+                    L.append(f"| {_md_escape(who)} | {f(e['gpus'])} | {f(e['nodes'])} |")
+                else:
+                    L.append(f"| {_md_escape(who)} | {miss} | |")
+            if sm.get("overall"):
+                waits = "; ".join(
+                    f"{_md_escape(t)} {f(v)}"
+                    for t, v in sm["overall"]["per_team_p95_wait_s"].items()
+                )
+                L.append(f"\nAt that size, p95 wait per team: {waits}.")
+            L.append("")
+    ref = sc.get("reference_curve")
+    if ref:
+        L.append("### Reference: the Microsoft Philly trace\n")
+        demand = (
+            f", mean GPU demand {f(ref['mean_demand_gpus'])}" if ref.get("mean_demand_gpus") else ""
+        )
+        L.append(
+            f"The wait-vs-size curve of a real multi-tenant GPU cluster's jobs (trace "
+            f"{_md_escape(ref['trace'])}, policy {_md_escape(ref['policy'])}{demand}).\n"
+        )
+        L.append(f"Data: {_md_escape(ref['attribution'])}\n")
+        if ref.get("error"):
+            L.append(f"Error: {_md_escape(ref['error'])}\n")
+        else:
+            head = ["GPUs", "nodes", "GPU utilisation"] + [f"wait {k}" for k in _WAIT_KEYS]
+            head += ["jobs simulated", "starved jobs"]
+            L.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+            for p in ref["points"]:
+                cells = [f(p["gpus"]), f(p["nodes"]), f(p.get("utilization"))]
+                cells += [f(p["wait_s"].get(k)) for k in _WAIT_KEYS]
+                cells += [f(p.get("jobs_simulated")), f(p.get("starved_jobs_count"))]
+                L.append("| " + " | ".join(cells) + " |")
+            L.append("")
+    return L
 
 
 def _md_tree(obj: Any, f: Any, depth: int = 0) -> list[str]:

@@ -6,6 +6,8 @@ GPU edge that cannot run here); the others without a trial node.
 
 from __future__ import annotations
 
+import html as html_lib
+import itertools
 import math
 from pathlib import Path
 
@@ -227,6 +229,117 @@ def test_mixed_plan_has_the_shared_cluster(plans):
         top["nodes"]["value"]
         == top["training"][0]["nodes"]["value"] + top["inference"][0]["nodes"]["value"]
     )
+
+
+def _by_policy(doc):
+    return {c["policy"]: c for c in doc["shared_cluster"]["wait_vs_size"]["curves"]}
+
+
+def test_mixed_plan_wait_vs_size_curve(plans):
+    _, doc = plans["mixed-teams"]
+    sc = doc["shared_cluster"]
+    w = sc["wait_vs_size"]
+    assert w["sizes_from"].startswith("default")
+    curves = _by_policy(doc)
+    assert list(curves) == ["fair-share", "fifo"]
+    planned = sc["cluster_gpus"]["value"]
+    largest_job = 16  # the teams' gpu_count_distribution tops out at 16 GPUs
+    demand = w["mean_demand_gpus"]["value"]
+    assert 0 < demand < planned
+    for c in curves.values():
+        gpus = [p["gpus"]["value"] for p in c["points"]]
+        assert gpus == sorted(set(gpus)) and planned in gpus
+        assert all(g % 8 == 0 and g >= largest_job for g in gpus)
+        # the default reaches from the teams' mean demand to 3x it (whole nodes)
+        assert gpus[0] == math.ceil(demand / 8) * 8
+        assert gpus[-1] == math.ceil(3 * demand / 8) * 8
+        for p in c["points"]:
+            assert (
+                p["jobs_simulated"]["value"] + p["unschedulable_jobs"]["value"]
+                == (sc["jobs"]["value"])
+            )
+        # the point at the planned size is the section's own simulation of that policy
+        at = next(p for p in c["points"] if p["gpus"]["value"] == planned)
+        same = next(q for q in sc["policies"] if q["policy"] == c["policy"])
+        assert at["utilization"]["value"] == same["utilization"]["value"]
+        for k in ("mean", "p95", "max"):
+            assert at["wait_s"][k]["value"] == same["wait_s"][k]["value"], k
+    # strict FIFO: no job starts later on a bigger cluster, so no wait statistic grows
+    fifo = curves["fifo"]["points"]
+    for a, b in itertools.pairwise(fifo):
+        for k in ("mean", "p50", "p95", "p99", "max"):
+            assert b["wait_s"][k]["value"] <= a["wait_s"][k]["value"], k
+        for team, f in b["per_team_p95_wait_s"].items():
+            assert f["value"] <= a["per_team_p95_wait_s"][team]["value"], team
+    assert fifo[0]["wait_s"]["mean"]["value"] > fifo[-1]["wait_s"]["mean"]["value"]
+
+
+def test_mixed_plan_shared_cluster_figures_cite_figures_of_the_plan(plans):
+    """Every figure the shared-cluster section derives names inputs that are themselves
+    figures of the plan (so the appendix can follow each number back to the scenario)."""
+    _, doc = plans["mixed-teams"]
+    labels = {f["label"] for f in _figures(doc)}
+    section = list(_figures(doc["shared_cluster"]))
+    assert len(section) > 200
+    for f in section:
+        for name in f["provenance"].get("inputs", []):
+            assert name in labels, (f["label"], name)
+
+
+def test_mixed_plan_smallest_cluster_meets_the_target_and_one_node_less_does_not(plans):
+    from gpuplan.plan.scheduling import Cluster, scenario_inputs, simulate
+    from gpuplan.plan.scheduling import parse_scenario as parse_teams_scenario
+
+    _, doc = plans["mixed-teams"]
+    sm = doc["shared_cluster"]["smallest_cluster"]
+    target = sm["target_p95_wait_s"]
+    assert target["value"] == 3600 and target["provenance"]["kind"] == "input"
+    assert sm["policy"] == "fair-share"
+    overall = sm["overall"]
+    nodes = overall["nodes"]["value"]
+    assert overall["gpus"]["value"] == nodes * 8
+    waits = {t: f["value"] for t, f in overall["per_team_p95_wait_s"].items()}
+    assert set(waits) == {"research", "product", "interns"}
+    assert max(waits.values()) <= 3600
+    # every team meets the target where all of them do, so each has an answer
+    assert all(e is not None for e in sm["per_team"].values())
+    # the same answer through the scheduling part's own scenario path
+    import yaml
+
+    teams_scenario = parse_teams_scenario(
+        yaml.safe_load((EXAMPLES / "mixed-teams.yaml").read_text())
+    )
+    for n, meets in ((nodes, True), (nodes - 1, False)):
+        jobs, cluster, opts = scenario_inputs(teams_scenario, Cluster.homogeneous(n, 8))
+        assert len(jobs) == doc["shared_cluster"]["jobs"]["value"]
+        res = simulate(jobs, cluster, "fair-share", **opts)
+        p95 = [v["wait_s"]["p95"] for v in res.per_team.values()]
+        assert (max(p95) <= 3600) is meets, n
+        if meets:
+            assert sorted(p95) == pytest.approx(sorted(waits.values()))
+
+
+def test_mixed_plan_philly_reference_curve_is_cited(plans):
+    from gpuplan.plan.scheduling.workload import PHILLY_CITATION
+    from gpuplan.report import render_html, render_markdown
+
+    _, doc = plans["mixed-teams"]
+    ref = doc["shared_cluster"]["reference_curve"]
+    assert ref["trace"] == "philly" and ref["policy"] == "backfill"
+    assert ref["attribution"] == PHILLY_CITATION
+    assert [p["gpus"]["value"] for p in ref["points"]] == [384, 512, 768, 1024]
+    # the whole trace (docs/scheduling.md: 82,247 jobs) at every size
+    for p in ref["points"]:
+        assert p["jobs_simulated"]["value"] + p["unschedulable_jobs"]["value"] == 82_247
+        assert 0 < p["utilization"]["value"] <= 1
+        assert p["wait_s"]["p95"]["value"] <= p["wait_s"]["max"]["value"]
+        assert p["wait_s"]["p95"]["provenance"]["inputs"][0] == "reference trace"
+    assert 370 < ref["mean_demand_gpus"]["value"] < 380  # NOTICE.md: ~374 GPUs
+    md = render_markdown(doc)
+    assert PHILLY_CITATION in md
+    page = html_lib.unescape(render_html(doc, charts={}))
+    start = page.index('<section id="reference-curve">')
+    assert PHILLY_CITATION in page[start : page.index("</section>", start)]
 
 
 def test_impossible_constraint_says_what_binds(plans):

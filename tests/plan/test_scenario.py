@@ -115,6 +115,16 @@ def test_teams_are_checked_by_the_scheduling_schema():
     assert "line 23" in msg and "qouta_gpus" in msg and "quota_gpus" in msg
 
 
+def test_reference_trace_is_philly_or_absent():
+    teams = "teams:\n  - name: r\nscheduling:\n  reference_trace: {}\n"
+    s = parse_scenario(GOOD + teams.format("philly"))
+    assert s.scenario.scheduling.reference_trace == "philly"
+    assert s.ref("scheduling", "reference_trace").endswith(":24 scheduling.reference_trace")
+    assert parse_scenario(GOOD + "teams:\n  - name: r\n").scenario.scheduling is None
+    msg = _error(GOOD + teams.format("alibaba"))
+    assert "line 24" in msg and "scheduling.reference_trace" in msg and "'philly'" in msg
+
+
 def test_empty_and_non_mapping():
     assert "empty" in _error("")
     assert "mapping" in _error("- a\n- b\n")

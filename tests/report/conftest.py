@@ -1,4 +1,8 @@
-"""A small but complete plan (cloud + on-premises options, trial node, teams) rendered once."""
+"""A small but complete plan (cloud + on-premises options, trial node, teams) rendered once.
+
+The Philly reference curve is drawn from the first jobs of the trace at small sizes
+(:func:`small_philly_curve`) to keep these tests fast.
+"""
 
 from __future__ import annotations
 
@@ -61,8 +65,36 @@ SCENARIO = textwrap.dedent(
         duration_distribution: {kind: fixed, value_s: 7200}
     scheduling:
       horizon_days: 2
+      sizes_gpus: [64, 16, 32]
+      p95_wait_target_s: 1800
+      reference_trace: philly
     """
 )
+
+#: The reference curve drawn here: the first jobs of the Philly trace at small sizes, so that
+#: the report tests render a real Philly curve in a fraction of a second (the whole trace,
+#: about 15 s, is planned once in tests/plan/test_planner.py).
+SMALL_PHILLY_JOBS = 1000
+SMALL_PHILLY_SIZES_GPUS = (64, 128, 256)
+
+
+def small_philly_curve(sizes_gpus, policy="backfill", *, progress=None, **options):
+    """:func:`philly_wait_curve` on the first :data:`SMALL_PHILLY_JOBS` jobs of the trace."""
+    from gpuplan.plan.scheduling.capacity import wait_vs_size_curve
+    from gpuplan.plan.scheduling.cluster import Cluster
+    from gpuplan.plan.scheduling.workload import PHILLY_CITATION, load_philly
+
+    out = wait_vs_size_curve(
+        load_philly(limit=SMALL_PHILLY_JOBS),
+        Cluster.homogeneous(1, 8),
+        list(sizes_gpus),
+        policy,
+        progress=progress,
+        attribution=PHILLY_CITATION,
+        **options,
+    )
+    out["trace"] = "philly"
+    return out
 
 
 def _trialdata():
@@ -79,12 +111,16 @@ def report_dir(tmp_path_factory) -> Path:
     """Plan SCENARIO against a synthetic H100 trial run and write the three outputs."""
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import parse_scenario
+    from gpuplan.plan.scheduling import capacity
     from gpuplan.report import write_report
 
     root = tmp_path_factory.mktemp("report")
     results = root / "results"
     _trialdata().write_trial_results(results)
-    plan = build_plan(parse_scenario(SCENARIO), results_paths=[results])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(capacity, "PHILLY_CURVE_SIZES_GPUS", SMALL_PHILLY_SIZES_GPUS)
+        mp.setattr(capacity, "philly_wait_curve", small_philly_curve)
+        plan = build_plan(parse_scenario(SCENARIO), results_paths=[results])
     out = root / "out"
     write_report(plan.to_json(), out)
     return out

@@ -32,6 +32,8 @@ KEY_SECTIONS = [
     "time-to-train",
     "trial-node",
     "shared-cluster",
+    "wait-vs-size",
+    "reference-curve",
     "provenance",
     "figures",
 ]
@@ -55,7 +57,15 @@ def test_report_renders_without_errors_and_shows_the_sections(browser, report_di
     images = browser.evaluate(
         "[...document.images].map(i => ({id: i.id, ok: i.complete && i.naturalWidth > 100}))"
     )
-    assert {i["id"] for i in images} == {"chart-cost", "chart-ttt", "chart-roofline"}
+    assert {i["id"] for i in images} == {
+        "chart-cost",
+        "chart-ttt",
+        "chart-roofline",
+        "chart-shared-wait",
+        "chart-philly-wait",
+    }
+    citation = browser.evaluate("document.getElementById('reference-citation').innerText")
+    assert citation.startswith("Data: Microsoft Philly trace (CC BY 4.0)")
     assert all(i["ok"] for i in images), images
     headline = browser.evaluate("document.querySelector('.headline').innerText")
     assert headline.startswith("Recommended:")

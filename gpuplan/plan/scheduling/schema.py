@@ -23,6 +23,7 @@ top-level ``teams:`` list and an optional ``scheduling:`` block::
       horizon_days: 7
       seed: 0
       priority_classes: {high: 1000, normal: 100, low: 10}
+      reference_trace: philly           # plan report: the Philly trace's wait-vs-size curve too
 
 Field names are part of the scenario contract: extend, never rename. Every model forbids
 unknown keys so that a typo (``qouta_gpus``) is an error naming the field, not a silent
@@ -289,6 +290,12 @@ class SchedulingSpec(_Strict):
     restart_cost_s: float = Field(0.0, ge=0, description="restore time after a preemption")
     p95_wait_target_s: float | None = Field(None, gt=0)
     sizes_gpus: list[Annotated[int, Field(gt=0)]] | None = None
+    reference_trace: Literal["philly"] | None = Field(
+        None,
+        description="plan report only: also draw this trace's wait-vs-size curve "
+        "(philly: the shipped Microsoft Philly trace under EASY backfill, printed with its "
+        "CC BY 4.0 citation; about 15 s of CPU); null: none",
+    )
     starvation_wait_s: float = Field(86400.0, gt=0)
     starvation_runtime_multiple: float = Field(10.0, gt=0)
 
