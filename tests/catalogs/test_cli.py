@@ -91,17 +91,15 @@ def test_show_calibrated_rejects_non_gpu(capsys) -> None:
 
 
 def test_show_calibrated(capsys) -> None:
-    try:
-        from gpuplan.calibration import calibrated_summary  # noqa: F401
-    except ImportError:
-        code, _, err = _run(capsys, "catalog", "show", "h100", "--calibrated", "-f", "json")
-        assert code == 2 and "calibrated summaries are not available" in err
-        pytest.skip("gpuplan.calibration.calibrated_summary not implemented yet (issue 4)")
     code, out, _ = _run(capsys, "catalog", "show", "h100", "--calibrated", "-f", "json")
     assert code == 0
     data = json.loads(out)
     assert data["id"] == "h100-sxm5-80gb"
-    assert data.get("calibrated")
+    bf16 = data["calibrated"]["matmul_bf16_flops_per_s"]
+    # spec next to calibrated: achieved below the dense peak, inside its own interval
+    assert bf16["spec"] == data["peak_flops_per_s"]["bf16"]
+    assert bf16["low"] <= bf16["value"] <= bf16["high"] < bf16["spec"]
+    assert bf16["basis"] in ("measured", "transferred", "spec")
 
 
 def test_validate_ok(capsys) -> None:

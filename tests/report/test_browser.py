@@ -15,12 +15,7 @@ import pytest
 
 from tests.cdp import CHROMIUM, Browser
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium (apt-get install chromium)"
-    ),
-]
+pytestmark = pytest.mark.browser
 
 KEY_SECTIONS = [
     "summary",
@@ -41,6 +36,10 @@ KEY_SECTIONS = [
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: run scripts/setup.sh --test (apt-get install chromium)"
+        )
     with Browser(tmp_path_factory.mktemp("chromium-profile")) as b:
         yield b
 

@@ -228,9 +228,8 @@ def test_training_jobs_without_the_forecast_module(monkeypatch):
 
 
 def test_training_jobs_with_the_real_forecast():
-    training = pytest.importorskip("gpuplan.forecast.training")
-    if not hasattr(training, "forecast_training"):
-        pytest.skip("gpuplan.forecast.training has no forecast_training yet")
+    from gpuplan.forecast import training
+
     team = TeamSpec(
         name="llm",
         training_jobs=[{"model": "llama3.1-8b", "tokens": 1.0e11, "gpus": 64, "gpu": "h100"}],
