@@ -6,7 +6,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import typer
+
 REQUIRED_ARCH_FLAGS = ("layers", "hidden", "heads", "ffn_hidden", "vocab")
+
+# The options both ``forecast train`` and ``forecast infer`` take to name the model
+# (DESIGN.md 3.3); declared once so the two commands cannot drift apart.
+MODEL_OPTION = typer.Option(
+    None, "--model", "-m", help="Catalog model id (gpuplan catalog ls models)."
+)
+MODEL_FILE_OPTION = typer.Option(
+    None, "--model-file", help="YAML file with the architecture fields."
+)
+LAYERS_OPTION = typer.Option(None, "--layers", help="Transformer layers.")
+HIDDEN_OPTION = typer.Option(None, "--hidden", help="Model width.")
+HEADS_OPTION = typer.Option(None, "--heads", help="Attention heads.")
+KV_HEADS_OPTION = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA).")
+HEAD_DIM_OPTION = typer.Option(None, "--head-dim", help="Per-head width (default hidden/heads).")
+FFN_HIDDEN_OPTION = typer.Option(None, "--ffn-hidden", help="MLP intermediate size.")
+VOCAB_OPTION = typer.Option(None, "--vocab", help="Vocabulary size.")
+EXPERTS_OPTION = typer.Option(None, "--experts", help="Routed experts (MoE).")
+TOP_K_OPTION = typer.Option(None, "--top-k", help="Experts per token (MoE).")
+MOE_FFN_HIDDEN_OPTION = typer.Option(None, "--moe-ffn-hidden", help="Expert intermediate size.")
+GATED_MLP_OPTION = typer.Option(
+    True, "--gated-mlp/--gelu-mlp", help="SwiGLU (3 matrices) or GELU (2) MLP."
+)
 
 
 def _flag(name: str) -> str:

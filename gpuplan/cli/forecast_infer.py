@@ -18,6 +18,21 @@ from gpuplan.cli._common import (
     simple_table,
     warn,
 )
+from gpuplan.cli._model import (
+    EXPERTS_OPTION,
+    FFN_HIDDEN_OPTION,
+    GATED_MLP_OPTION,
+    HEAD_DIM_OPTION,
+    HEADS_OPTION,
+    HIDDEN_OPTION,
+    KV_HEADS_OPTION,
+    LAYERS_OPTION,
+    MODEL_FILE_OPTION,
+    MODEL_OPTION,
+    MOE_FFN_HIDDEN_OPTION,
+    TOP_K_OPTION,
+    VOCAB_OPTION,
+)
 
 HELP = """Forecast serving a model: time to first token (TTFT), time per output token (TPOT),
 output throughput, KV cache per token, memory per GPU and the largest batch that fits.
@@ -175,29 +190,19 @@ def register(app: typer.Typer) -> None:
 
     @app.command("infer", help=HELP)
     def infer(
-        model: str | None = typer.Option(
-            None, "--model", "-m", help="Catalog model id (gpuplan catalog ls models)."
-        ),
-        model_file: Path | None = typer.Option(
-            None, "--model-file", help="YAML file with the architecture fields."
-        ),
-        layers: int | None = typer.Option(None, "--layers", help="Transformer layers."),
-        hidden: int | None = typer.Option(None, "--hidden", help="Model width."),
-        heads: int | None = typer.Option(None, "--heads", help="Attention heads."),
-        kv_heads: int | None = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA)."),
-        head_dim: int | None = typer.Option(
-            None, "--head-dim", help="Per-head width (default hidden/heads)."
-        ),
-        ffn_hidden: int | None = typer.Option(None, "--ffn-hidden", help="MLP intermediate size."),
-        vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size."),
-        experts: int | None = typer.Option(None, "--experts", help="Routed experts (MoE)."),
-        top_k: int | None = typer.Option(None, "--top-k", help="Experts per token (MoE)."),
-        moe_ffn_hidden: int | None = typer.Option(
-            None, "--moe-ffn-hidden", help="Expert intermediate size."
-        ),
-        gated_mlp: bool = typer.Option(
-            True, "--gated-mlp/--gelu-mlp", help="SwiGLU (3 matrices) or GELU (2) MLP."
-        ),
+        model: str | None = MODEL_OPTION,
+        model_file: Path | None = MODEL_FILE_OPTION,
+        layers: int | None = LAYERS_OPTION,
+        hidden: int | None = HIDDEN_OPTION,
+        heads: int | None = HEADS_OPTION,
+        kv_heads: int | None = KV_HEADS_OPTION,
+        head_dim: int | None = HEAD_DIM_OPTION,
+        ffn_hidden: int | None = FFN_HIDDEN_OPTION,
+        vocab: int | None = VOCAB_OPTION,
+        experts: int | None = EXPERTS_OPTION,
+        top_k: int | None = TOP_K_OPTION,
+        moe_ffn_hidden: int | None = MOE_FFN_HIDDEN_OPTION,
+        gated_mlp: bool = GATED_MLP_OPTION,
         gpu: str = typer.Option(
             "h100",
             "--gpu",
