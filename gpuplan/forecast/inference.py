@@ -623,32 +623,11 @@ def forecast_inference(
         g = gpus[0]
         prec = resolve_precision(precision, g, kv_precision)
         perf = get_perf(g.id)
-        if tp is None:
-            tp = _default_tp(
-                arch=arch,
-                gpu=g,
-                perf=perf,
-                prec=prec,
-                pp=pp,
-                ep=ep,
-                fitted=fitted,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                batch=batch,
-                max_throughput=max_throughput,
-                batching=batching,
-                chunk_tokens=chunk_tokens,
-                utilization=memory_utilization,
-                engine=engine,
-            )
-        layout = Layout(tp, pp, ep)
-        check_layout(arch, layout)
-        out = _single_layout(
+        common = dict(
             arch=arch,
             gpu=g,
             perf=perf,
             prec=prec,
-            layout=layout,
             fitted=fitted,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
@@ -659,6 +638,11 @@ def forecast_inference(
             utilization=memory_utilization,
             engine=engine,
         )
+        if tp is None:
+            tp = _default_tp(pp=pp, ep=ep, **common)
+        layout = Layout(tp, pp, ep)
+        check_layout(arch, layout)
+        out = _single_layout(layout=layout, **common)
         out.pop("_rates")
         out.pop("_memory")
         basis = _basis(perf)
