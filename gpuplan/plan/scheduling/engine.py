@@ -59,6 +59,28 @@ from gpuplan.plan.scheduling.workload import Job
 POLICIES = ("fifo", "backfill", "fair-share", "priority", "drf")
 QUOTA_MODES = ("none", "kueue", "resourcequota")
 _INF = math.inf
+
+
+def _pick_victims(
+    cands: list[tuple[float, float, int]], free: int, need: int, gpus_of: dict[int, int]
+) -> tuple[int, list[int], float, float]:
+    """Preempt ``cands`` (class, lost work, job), lowest first, until ``need`` GPUs are free.
+
+    Returns (GPUs free afterwards, jobs chosen, lost work, highest class preempted).
+    """
+    chosen: list[int] = []
+    cost = 0.0
+    top = -_INF
+    for cl, lost, v in cands:
+        if free >= need:
+            break
+        chosen.append(v)
+        free += gpus_of[v]
+        cost += lost
+        top = max(top, cl)
+    return free, chosen, cost, top
+
+
 _PY_TESTS = 0  # backfill candidates tested one by one before the vectorised scan
 
 
@@ -771,17 +793,9 @@ class Engine:
                     f = fr[nd]
                     if f + sum(self.node_jobs[p][nd][v] for _, _, v in cands) < need:
                         continue
-                    cands.sort()
-                    chosen: list[int] = []
-                    cost = 0.0
-                    top = -_INF
-                    for cl, lost, v in cands:
-                        if f >= need:
-                            break
-                        chosen.append(v)
-                        f += self.node_jobs[p][nd][v]
-                        cost += lost
-                        top = max(top, cl)
+                    _, chosen, cost, top = _pick_victims(
+                        sorted(cands), f, need, self.node_jobs[p][nd]
+                    )
                     score = (top, cost)
                     if best is None or score < best[0]:
                         best = (score, p, chosen)
@@ -810,16 +824,7 @@ class Engine:
                             self.node_jobs[p][nd][v] for v in victims if v in self.node_jobs[p][nd]
                         )
                         rest = sorted(c for c in cands if c[2] not in victims)
-                        chosen_r: list[int] = []
-                        cost = 0.0
-                        top = -_INF
-                        for cl, lost, v in rest:
-                            if f >= r:
-                                break
-                            chosen_r.append(v)
-                            f += self.node_jobs[p][nd][v]
-                            cost += lost
-                            top = max(top, cl)
+                        f, chosen_r, cost, top = _pick_victims(rest, f, r, self.node_jobs[p][nd])
                         if f >= r and (rem_best is None or (top, cost) < rem_best[0]):
                             rem_best = ((top, cost), chosen_r)
                     if rem_best is None:
