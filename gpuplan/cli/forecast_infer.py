@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
@@ -17,21 +18,6 @@ from gpuplan.cli._common import (
     info,
     simple_table,
     warn,
-)
-from gpuplan.cli._model import (
-    EXPERTS_OPTION,
-    FFN_HIDDEN_OPTION,
-    GATED_MLP_OPTION,
-    HEAD_DIM_OPTION,
-    HEADS_OPTION,
-    HIDDEN_OPTION,
-    KV_HEADS_OPTION,
-    LAYERS_OPTION,
-    MODEL_FILE_OPTION,
-    MODEL_OPTION,
-    MOE_FFN_HIDDEN_OPTION,
-    TOP_K_OPTION,
-    VOCAB_OPTION,
 )
 
 HELP = """Forecast serving a model: time to first token (TTFT), time per output token (TPOT),
@@ -190,19 +176,19 @@ def register(app: typer.Typer) -> None:
 
     @app.command("infer", help=HELP)
     def infer(
-        model: str | None = MODEL_OPTION,
-        model_file: Path | None = MODEL_FILE_OPTION,
-        layers: int | None = LAYERS_OPTION,
-        hidden: int | None = HIDDEN_OPTION,
-        heads: int | None = HEADS_OPTION,
-        kv_heads: int | None = KV_HEADS_OPTION,
-        head_dim: int | None = HEAD_DIM_OPTION,
-        ffn_hidden: int | None = FFN_HIDDEN_OPTION,
-        vocab: int | None = VOCAB_OPTION,
-        experts: int | None = EXPERTS_OPTION,
-        top_k: int | None = TOP_K_OPTION,
-        moe_ffn_hidden: int | None = MOE_FFN_HIDDEN_OPTION,
-        gated_mlp: bool = GATED_MLP_OPTION,
+        model: str | None = model_opts.MODEL_OPTION,
+        model_file: Path | None = model_opts.MODEL_FILE_OPTION,
+        layers: int | None = model_opts.LAYERS_OPTION,
+        hidden: int | None = model_opts.HIDDEN_OPTION,
+        heads: int | None = model_opts.HEADS_OPTION,
+        kv_heads: int | None = model_opts.KV_HEADS_OPTION,
+        head_dim: int | None = model_opts.HEAD_DIM_OPTION,
+        ffn_hidden: int | None = model_opts.FFN_HIDDEN_OPTION,
+        vocab: int | None = model_opts.VOCAB_OPTION,
+        experts: int | None = model_opts.EXPERTS_OPTION,
+        top_k: int | None = model_opts.TOP_K_OPTION,
+        moe_ffn_hidden: int | None = model_opts.MOE_FFN_HIDDEN_OPTION,
+        gated_mlp: bool = model_opts.GATED_MLP_OPTION,
         gpu: str = typer.Option(
             "h100",
             "--gpu",

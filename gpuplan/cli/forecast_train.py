@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
@@ -16,21 +17,6 @@ from gpuplan.cli._common import (
     fmt_si,
     simple_table,
     warn,
-)
-from gpuplan.cli._model import (
-    EXPERTS_OPTION,
-    FFN_HIDDEN_OPTION,
-    GATED_MLP_OPTION,
-    HEAD_DIM_OPTION,
-    HEADS_OPTION,
-    HIDDEN_OPTION,
-    KV_HEADS_OPTION,
-    LAYERS_OPTION,
-    MODEL_FILE_OPTION,
-    MODEL_OPTION,
-    MOE_FFN_HIDDEN_OPTION,
-    TOP_K_OPTION,
-    VOCAB_OPTION,
 )
 
 HELP = """Forecast a pre-training run: step time, throughput, MFU, memory per GPU and the
@@ -169,25 +155,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command("train", help=HELP)
     def train(
-        model: str | None = MODEL_OPTION,
-        model_file: Path | None = MODEL_FILE_OPTION,
-        layers: int | None = LAYERS_OPTION,
-        hidden: int | None = HIDDEN_OPTION,
-        heads: int | None = HEADS_OPTION,
-        kv_heads: int | None = KV_HEADS_OPTION,
-        head_dim: int | None = HEAD_DIM_OPTION,
-        ffn_hidden: int | None = FFN_HIDDEN_OPTION,
-        vocab: int | None = VOCAB_OPTION,
-        experts: int | None = EXPERTS_OPTION,
-        top_k: int | None = TOP_K_OPTION,
-        moe_ffn_hidden: int | None = MOE_FFN_HIDDEN_OPTION,
+        model: str | None = model_opts.MODEL_OPTION,
+        model_file: Path | None = model_opts.MODEL_FILE_OPTION,
+        layers: int | None = model_opts.LAYERS_OPTION,
+        hidden: int | None = model_opts.HIDDEN_OPTION,
+        heads: int | None = model_opts.HEADS_OPTION,
+        kv_heads: int | None = model_opts.KV_HEADS_OPTION,
+        head_dim: int | None = model_opts.HEAD_DIM_OPTION,
+        ffn_hidden: int | None = model_opts.FFN_HIDDEN_OPTION,
+        vocab: int | None = model_opts.VOCAB_OPTION,
+        experts: int | None = model_opts.EXPERTS_OPTION,
+        top_k: int | None = model_opts.TOP_K_OPTION,
+        moe_ffn_hidden: int | None = model_opts.MOE_FFN_HIDDEN_OPTION,
         shared_experts: int | None = typer.Option(
             None, "--shared-experts", help="Shared experts per MoE layer."
         ),
         first_dense_layers: int | None = typer.Option(
             None, "--first-dense-layers", help="Leading dense layers of an MoE."
         ),
-        gated_mlp: bool = GATED_MLP_OPTION,
+        gated_mlp: bool = model_opts.GATED_MLP_OPTION,
         tied_embeddings: bool = typer.Option(
             False, "--tied-embeddings", help="Input and output embeddings shared."
         ),

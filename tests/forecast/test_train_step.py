@@ -25,6 +25,7 @@ from gpuplan.forecast.training import (
     memory_only,
 )
 
+from .test_train_cli import DESIGN_FIELDS
 from .test_train_fakes import FakePerf, fake_hardware
 
 ARCH = ModelArch(
@@ -171,24 +172,7 @@ def test_summary_fields_and_mfu_definition():
         parallelism=dict(BASE),
         tokens=1e12,
     )
-    for key in (
-        "step_time_s",
-        "step_time_interval_s",
-        "tokens_per_s",
-        "tokens_per_s_per_gpu",
-        "model_tflops_per_gpu",
-        "hardware_tflops_per_gpu",
-        "mfu",
-        "hfu",
-        "memory_per_gpu_bytes",
-        "fits_in_memory",
-        "parallelism",
-        "breakdown_s",
-        "intervals",
-        "time_to_train_s",
-        "gpu_hours",
-        "num_gpus",
-    ):
+    for key in DESIGN_FIELDS:
         assert key in out, key
     assert set(out["parallelism"]) >= {
         "tp",
