@@ -424,6 +424,15 @@ class Fabric(Row):
     node_bandwidth_bits_per_s: float | None = Field(None, description="per node, per direction")
     domain_size: int | None = None
     in_network_reduction: bool | None = None
+    in_network_reduction_efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description=(
+            "the collective library's modelled efficiency of in-network reduction for the"
+            " GPUs on this fabric (NCCL nvlsEfficiency), relative to the link bandwidth"
+        ),
+    )
 
 
 class Switch(Row):
