@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -414,6 +415,39 @@ def fit_collectives_intra(
     return state
 
 
+def _library_efficiency(spec: DeviceSpec | None, algorithm: str) -> float | None:
+    """The collective library's own efficiency for ``algorithm`` on this device, if it has one.
+
+    NCCL models NVLS (in-switch reduction) bandwidth as the link bandwidth times a factor
+    per GPU architecture, ``nvlsEfficiency`` (NVIDIA/nccl src/tuning/nvls.cc: Hopper 0.85,
+    Blackwell 0.74; the catalog's fabric rows carry it with that source). Ring and tree
+    have no such factor: ``None``.
+    """
+    if algorithm != "nvls" or spec is None:
+        return None
+    return spec.in_switch_reduction_efficiency
+
+
+def _normalise_by_library(
+    samples: Sequence[Sample], specs: dict[str, DeviceSpec], target: DeviceSpec, algorithm: str
+) -> tuple[list[Sample], float] | None:
+    """Fractions of link bandwidth divided by each device's library efficiency.
+
+    Transfer then pools what the library's model does not explain (achieved / (link x
+    nvlsEfficiency)) and multiplies the target's efficiency back: a Hopper NVLS fraction
+    says nothing directly about Blackwell, whose switch reduction NCCL itself expects to be
+    0.74/0.85 as efficient. Returns ``None`` (pool raw fractions) unless the target and every
+    sample have an efficiency: mixing normalised and raw fractions would be meaningless.
+    """
+    mine = _library_efficiency(target, algorithm)
+    if mine is None or not samples:
+        return None
+    effs = [_library_efficiency(specs.get(s.device), algorithm) for s in samples]
+    if any(e is None for e in effs):
+        return None
+    return [replace(s, fraction=s.fraction / e) for s, e in zip(samples, effs, strict=True)], mine
+
+
 def _groups_by_op_algorithm(
     state: dict, specs: dict[str, DeviceSpec], exclude: str | None
 ) -> list[list[Sample]]:
@@ -421,9 +455,13 @@ def _groups_by_op_algorithm(
     for k, e in state.items():
         if k[0] != exclude and e.get("fraction") and e["basis"] == "measured":
             sp = specs.get(k[0])
-            groups[(k[1], k[2])].append(
+            eff = _library_efficiency(sp, k[2])
+            groups[(k[1], k[2], eff is not None)].append(
                 Sample(
-                    k[0], sp.vendor if sp else None, sp.generation if sp else None, e["fraction"]
+                    k[0],
+                    sp.vendor if sp else None,
+                    sp.generation if sp else None,
+                    e["fraction"] / eff if eff else e["fraction"],
                 )
             )
     return [groups[g] for g in sorted(groups)]
@@ -463,8 +501,9 @@ def entries_collective_intra(
                 if s.device != exclude
             ]
             note = "from all_reduce ring"
+        normalised = _normalise_by_library(pick_op, specs, spec, algorithm)
         tr = transfer_fraction(
-            pick_op,
+            normalised[0] if normalised else pick_op,
             spec.vendor,
             spec.generation,
             level=INTERVAL_LEVEL,
@@ -472,6 +511,9 @@ def entries_collective_intra(
         )
         if tr is None:
             continue
+        if normalised:
+            eff = normalised[1]
+            tr = replace(tr, fraction=tr.fraction * eff, low=tr.low * eff, high=tr.high * eff)
         alphas = [
             e["coefficients"]["alpha_s"]
             for k, e in state.items()
@@ -504,6 +546,8 @@ def entries_collective_intra(
         info = tr.as_dict()
         if note:
             info["note"] = note
+        if normalised:
+            info["library_efficiency"] = normalised[1]
         out[algorithm] = make_entry(
             est,
             basis="transferred",

@@ -14,6 +14,7 @@ fly, through :mod:`gpuplan.calibration.fit`.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -46,9 +47,12 @@ class _ArtifactState:
 
     def __init__(self, artifact: dict[str, Any], catalog: Any) -> None:
         specs = device_specs(catalog) if catalog is not None else {}
+        known = {f.name for f in fields(DeviceSpec)}
         for dev, raw in (artifact.get("device_specs") or {}).items():
             if dev not in specs:
-                specs[dev] = DeviceSpec(**raw)
+                # fields are only ever added within an artifact version: ignore ones this
+                # version does not know, and missing ones take their defaults
+                specs[dev] = DeviceSpec(**{k: v for k, v in raw.items() if k in known})
         self.specs = specs
         self.models = artifact["models"]
         self.devices = set(artifact.get("device_specs") or ()) | set(artifact["devices"])

@@ -24,6 +24,9 @@ class DeviceSpec:
     scale_up_bandwidth_bytes_per_s: float | None = None
     scale_up_domain_size: int | None = None
     in_switch_reduction: bool = False
+    # the collective library's modelled in-switch reduction efficiency for this GPU
+    # architecture (NCCL nvlsEfficiency, read from the scale-up fabric row)
+    in_switch_reduction_efficiency: float | None = None
     mesh: bool = False  # switchless full mesh (the bandwidth grows with the peers used)
     host_link_bandwidth_bytes_per_s: float | None = None
     source: str | None = None
@@ -65,6 +68,17 @@ def _is_mesh(gpu: Any, catalog: Any) -> bool:
     )
 
 
+def _reduction_efficiency(gpu: Any, catalog: Any) -> float | None:
+    fabric_id = getattr(gpu, "scale_up_fabric_id", None)
+    if not fabric_id or not getattr(gpu, "scale_up_in_switch_reduction", False):
+        return None
+    try:
+        fabric = catalog.fabric(fabric_id)
+    except Exception:  # a missing fabric row only loses the efficiency
+        return None
+    return getattr(fabric, "in_network_reduction_efficiency", None)
+
+
 def spec_from_catalog(gpu: Any, catalog: Any) -> DeviceSpec:
     peaks = {d: gpu.peak_flops_per_s(d) for d in DTYPES}
     return DeviceSpec(
@@ -78,6 +92,7 @@ def spec_from_catalog(gpu: Any, catalog: Any) -> DeviceSpec:
         scale_up_bandwidth_bytes_per_s=gpu.scale_up_bandwidth_bytes_per_s or None,
         scale_up_domain_size=gpu.scale_up_domain_size,
         in_switch_reduction=bool(getattr(gpu, "scale_up_in_switch_reduction", False)),
+        in_switch_reduction_efficiency=_reduction_efficiency(gpu, catalog),
         mesh=_is_mesh(gpu, catalog),
         host_link_bandwidth_bytes_per_s=gpu.host_link_bandwidth_bytes_per_s,
         source=gpu.source,

@@ -239,4 +239,7 @@ def print_loo(console: Any, loo: dict[str, Any]) -> None:
     parts.append(
         f"interval coverage {_pct(s['interval_coverage'])} (target {_pct(s['coverage_target'])})"
     )
-    console.print("; ".join(parts) + ("" if s["all_targets_met"] else ". Not all targets met."))
+    console.print(
+        "; ".join(parts)
+        + (". All targets met." if s["all_targets_met"] else ". Not all targets met.")
+    )
