@@ -135,3 +135,16 @@ def test_calibrated_summary_gives_spec_and_calibrated(catalog):
     )
     h200 = calibrated_summary("h200")
     assert h200["matmul_bf16_flops_per_s"]["basis"] == "transferred"
+
+
+def test_artifact_device_spec_fields_are_read_forward_compatibly(reference_artifact):
+    """A non-catalog device's spec is rebuilt from the artifact: a field a later version adds
+    is ignored and a field an earlier version lacked takes its default."""
+    art = json.loads(artifact_text(reference_artifact))
+    dev = "storage:samsung-ssd-980-pro-2tb-nvme-pcie4-local"
+    spec = art["device_specs"][dev]
+    spec["field_from_a_later_version"] = 1.0
+    spec.pop("in_switch_reduction_efficiency")
+    perf = device_perf(dev, art)
+    assert perf.spec.id == dev
+    assert perf.spec.in_switch_reduction_efficiency is None
