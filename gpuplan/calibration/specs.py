@@ -41,7 +41,12 @@ class DeviceSpec:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        # added after artifact version 1 was first written: left out when unknown, so that a
+        # reader that rebuilds specs strictly (gpuplan 0.1) still loads the artifact
+        if out["in_switch_reduction_efficiency"] is None:
+            del out["in_switch_reduction_efficiency"]
+        return out
 
 
 def _is_mesh(gpu: Any, catalog: Any) -> bool:
