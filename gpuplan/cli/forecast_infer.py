@@ -40,19 +40,6 @@ Examples:
       --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
 """
 
-ARCH_FLAGS = (
-    "layers",
-    "hidden",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "ffn_hidden",
-    "vocab",
-    "experts",
-    "top_k",
-    "moe_ffn_hidden",
-)
-
 
 def _table(r: dict[str, Any]):
     def draw(console) -> None:

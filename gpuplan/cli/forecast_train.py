@@ -35,21 +35,6 @@ Examples:
       --vocab 32000 --gpu h100 --gpus 64 --seq-len 4096 --format json
 """
 
-ARCH_FLAGS = (
-    "layers",
-    "hidden",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "ffn_hidden",
-    "vocab",
-    "experts",
-    "top_k",
-    "moe_ffn_hidden",
-    "shared_experts",
-    "first_dense_layers",
-)
-
 
 def _table(result: dict[str, Any]):
     def draw(console) -> None:
