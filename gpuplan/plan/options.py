@@ -103,6 +103,32 @@ def _gpu_id(catalog: Any, name: str) -> str | None:
         return None
 
 
+def _with_candidate_gpu(
+    catalog: Any,
+    named: list[str] | None,
+    lookup: Any,
+    every: Any,
+    gpu_ids: dict[str, Any],
+    word: str,
+    notes: list[str],
+) -> list[tuple[Any, Any]]:
+    """(row, GPU) for the platforms named (else every catalog row) that carry a candidate GPU.
+
+    A platform the scenario names but whose GPU is not a candidate is noted as skipped.
+    """
+    rows = [lookup(i) for i in named] if named is not None else list(every)
+    out = []
+    for row in rows:
+        gid = _gpu_id(catalog, row.accelerator_id)
+        if gid in gpu_ids:
+            out.append((row, gpu_ids[gid]))
+        elif named is not None:
+            notes.append(
+                f"{word} {row.id} carries {row.accelerator_id}, not a candidate GPU: skipped"
+            )
+    return out
+
+
 def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
     """Options from the scenario's candidates; returns (options, notes on what was skipped)."""
     cat = ctx.catalog
@@ -112,18 +138,9 @@ def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
     notes: list[str] = []
     options: list[Option] = []
     clouds = None if cand.clouds is None else {c.lower() for c in cand.clouds}
-    if cand.instances is not None:
-        instances = [cat.instance(i) for i in cand.instances]
-    else:
-        instances = list(cat.instances)
-    for inst in instances:
-        gid = _gpu_id(cat, inst.accelerator_id)
-        if gid not in gpu_ids:
-            if cand.instances is not None:
-                notes.append(
-                    f"instance {inst.id} carries {inst.accelerator_id}, not a candidate GPU: skipped"
-                )
-            continue
+    for inst, gpu in _with_candidate_gpu(
+        cat, cand.instances, cat.instance, cat.instances, gpu_ids, "instance", notes
+    ):
         if clouds is not None and inst.cloud.lower() not in clouds:
             continue
         gpn = ctx.cat("instance", inst, "accelerators_per_node", "GPUs", f"{inst.id} GPUs per node")
@@ -131,32 +148,23 @@ def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
             Option(
                 id=f"{inst.cloud}/{inst.id}",
                 kind="cloud",
-                label=f"{inst.id} ({inst.cloud}, {inst.accelerators_per_node} x {gpu_ids[gid].name})",
-                gpu=gpu_ids[gid],
+                label=f"{inst.id} ({inst.cloud}, {inst.accelerators_per_node} x {gpu.name})",
+                gpu=gpu,
                 platform=inst,
                 cloud=inst.cloud,
                 gpus_per_node=gpn,
             )
         )
-    if cand.onprem_nodes is not None:
-        nodes = [cat.node(n) for n in cand.onprem_nodes]
-    else:
-        nodes = list(cat.nodes)
-    for node in nodes:
-        gid = _gpu_id(cat, node.accelerator_id)
-        if gid not in gpu_ids:
-            if cand.onprem_nodes is not None:
-                notes.append(
-                    f"node {node.id} carries {node.accelerator_id}, not a candidate GPU: skipped"
-                )
-            continue
+    for node, gpu in _with_candidate_gpu(
+        cat, cand.onprem_nodes, cat.node, cat.nodes, gpu_ids, "node", notes
+    ):
         gpn = ctx.cat("node", node, "accelerators_per_node", "GPUs", f"{node.id} GPUs per node")
         options.append(
             Option(
                 id=f"onprem/{node.id}",
                 kind="onprem",
-                label=f"{node.id} (on premises, {node.accelerators_per_node} x {gpu_ids[gid].name})",
-                gpu=gpu_ids[gid],
+                label=f"{node.id} (on premises, {node.accelerators_per_node} x {gpu.name})",
+                gpu=gpu,
                 platform=node,
                 cloud=None,
                 gpus_per_node=gpn,

@@ -453,3 +453,31 @@ def test_region_filters_prices():
     assert od["value"] is None
     assert "in eu-north-9" in od["missing"] and "other regions" in od["missing"]
     assert doc["ranking"] == [] and doc["unranked"][0]["option"] == "aws/p5.48xlarge"
+
+
+def test_named_platforms_without_a_candidate_gpu_are_noted_and_skipped():
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.plan.context import PlanContext
+    from gpuplan.plan.options import candidate_options
+
+    text = (
+        (EXAMPLES / "llama-pretrain.yaml")
+        .read_text()
+        .replace("clouds: [aws, gcp, azure]", "instances: [p5.48xlarge, p4d.24xlarge]")
+        .replace("onprem_nodes: [dgx-h100]", "onprem_nodes: [dgx-h100, dgx-a100]")
+    )
+    ctx = PlanContext(parse_scenario(text), get_catalog())
+    options, notes = candidate_options(ctx)
+    assert [o.id for o in options] == ["aws/p5.48xlarge", "onprem/dgx-h100"]
+    assert notes == [
+        "instance p4d.24xlarge carries a100-sxm4-40gb, not a candidate GPU: skipped",
+        "node dgx-a100 carries a100-sxm4-80gb, not a candidate GPU: skipped",
+    ]
+    # without names, every catalog platform with a candidate GPU is an option, silently
+    text = (
+        (EXAMPLES / "llama-pretrain.yaml").read_text().replace("  clouds: [aws, gcp, azure]\n", "")
+    )
+    options, notes = candidate_options(PlanContext(parse_scenario(text), get_catalog()))
+    assert notes == []
+    assert {o.gpu.id for o in options} <= {"h100-sxm5-80gb", "h200-sxm-141gb"}
+    assert "aws/p5e.48xlarge" in {o.id for o in options}
