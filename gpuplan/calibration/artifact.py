@@ -96,3 +96,50 @@ def _default_artifact() -> dict[str, Any]:
 def artifact_text(artifact: dict[str, Any]) -> str:
     """Canonical JSON text of an artifact (sorted keys, two-space indent, final newline)."""
     return json.dumps(artifact, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+# Relative tolerance of :func:`artifact_differences`. The fits (least squares, isotonic and
+# log-space regressions) end in BLAS/LAPACK kernels whose summation order depends on the
+# CPU (AVX2 vs AVX-512 vs arm64 NEON code paths in OpenBLAS/MKL): the same inputs give
+# values that differ in the last 2-4 of the 12 significant digits the artifact keeps (one
+# such case: 6.9973759802e-05 vs ...801e-05, 1.4e-11 relative). A real change of inputs,
+# catalog or model moves values by far more than 1e-6 (one reference point moved by 1% moves
+# its device's fit by ~1e-3), so 1e-9 separates the two with margin on both sides.
+ARTIFACT_REL_TOL = 1e-9
+
+
+def artifact_differences(
+    a: Any, b: Any, *, rel_tol: float = ARTIFACT_REL_TOL, path: str = "$"
+) -> list[str]:
+    """Where two artifacts (or any JSON values) differ beyond floating-point noise.
+
+    Numbers compare with ``math.isclose(rel_tol=rel_tol, abs_tol=0)`` (integers and
+    booleans exactly); strings, keys and list lengths exactly. Returns one line per
+    difference, with its JSON path, so an assertion names what moved.
+
+    >>> artifact_differences({"x": 1.0, "y": [1, "a"]}, {"x": 1.0 + 1e-12, "y": [1, "a"]})
+    []
+    >>> artifact_differences({"x": 1.0}, {"x": 1.001})
+    ['$.x: 1.0 != 1.001']
+    """
+    import math
+
+    if isinstance(a, bool) or isinstance(b, bool) or (isinstance(a, int) and isinstance(b, int)):
+        return [] if a == b and type(a) is type(b) else [f"{path}: {a!r} != {b!r}"]
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return (
+            [] if math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0) else [f"{path}: {a!r} != {b!r}"]
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: only in one" for k in sorted(set(a) ^ set(b))]
+        for k in sorted(set(a) & set(b)):
+            out += artifact_differences(a[k], b[k], rel_tol=rel_tol, path=f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items != {len(b)}"]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            out += artifact_differences(x, y, rel_tol=rel_tol, path=f"{path}[{i}]")
+        return out
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]

@@ -207,8 +207,9 @@ def check_catalog(files: dict[str, list[Row]]) -> list[Problem]:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpuplan"
+    from gpuplan.paths import cache_dir
+
+    return cache_dir()
 
 
 def _parsed_docs(texts: dict[str, str]) -> tuple[dict[str, Any], list[Problem]]:

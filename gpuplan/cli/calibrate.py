@@ -28,7 +28,7 @@ Results of one probe measured with different probe versions are refused.
 
 \b
 Examples:
-  gpuplan calibrate                                   results/ + reference -> results/calibration.json
+  gpuplan calibrate                                   results/ + reference -> out/calibration.json
   gpuplan calibrate results/node-a --out h100.json    one machine's runs plus the reference set
   gpuplan calibrate results/ --exclude-reference      only local measurements
   gpuplan calibrate --format json | jq .leave_one_device_out.summary
@@ -37,14 +37,14 @@ Examples:
 
 app = make_app(HELP, single=True)
 
-DEFAULT_OUT = Path("results") / "calibration.json"
-
 
 def _gather(paths: list[Path], exclude_reference: bool) -> tuple[list[Any], list[str]]:
     from gpuplan.results.store import iter_result_files, load_result
 
     if not paths:
-        defaults = [p for p in (Path("results"),) if p.exists()]
+        from gpuplan.paths import results_dir
+
+        defaults = [p for p in (results_dir(),) if p.exists()]
         paths = defaults
     files = []
     for p in paths:
@@ -52,7 +52,7 @@ def _gather(paths: list[Path], exclude_reference: bool) -> tuple[list[Any], list
     docs, notes = [], []
     seen: set[str] = set()
     for f in sorted(set(files)):
-        if f.name == DEFAULT_OUT.name or f.name.startswith("calibration"):
+        if f.name.startswith("calibration"):
             continue  # an artifact, not a result
         doc = load_result(f)
         if exclude_reference and doc.source is not None:
@@ -70,7 +70,12 @@ def calibrate(
     result_paths: list[Path] = typer.Argument(
         None, help="result files or directories (default: results/, which holds reference/)"
     ),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", "-o", help="where to write the artifact (JSON)"),
+    out: Path = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="where to write the artifact (JSON; default: out/calibration.json, or $GPUPLAN_OUT)",
+    ),
     exclude_reference: bool = typer.Option(
         False, "--exclude-reference", help="leave out the published reference set"
     ),
@@ -98,6 +103,10 @@ def calibrate(
     from gpuplan.catalogs import get_catalog
     from gpuplan.results.store import write_json_atomic
 
+    if out is None:
+        from gpuplan.paths import default_calibration_path
+
+        out = default_calibration_path()
     catalog = get_catalog()
     if server and (result_paths or exclude_reference):
         from gpuplan.errors import InputError

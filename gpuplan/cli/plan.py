@@ -55,6 +55,8 @@ def plan(
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     from gpuplan.errors import NotFoundError
+    from gpuplan.paths import out_dir as out_dir_default
+    from gpuplan.paths import results_dir
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import load_scenario
     from gpuplan.report import write_report
@@ -65,7 +67,7 @@ def plan(
             f"calibration artifact {calibration} does not exist",
             hint="run 'gpuplan calibrate --out FILE' first, or omit --calibration",
         )
-    out_dir = out if out is not None else Path("out") / scenario.stem
+    out_dir = out if out is not None else out_dir_default() / scenario.stem
     status = None
     if not no_progress:
         from gpuplan.cli._common import stderr_console
@@ -81,7 +83,7 @@ def plan(
         result = build_plan(
             loaded,
             artifact_path=calibration,
-            results_paths=results or [Path("results")],
+            results_paths=results or [results_dir()],
             trial_run=trial,
             on_progress=on_progress,
         )

@@ -168,7 +168,10 @@ def probe(
         help="Size of the fio test file, e.g. 4G (default: 128M quick, 4G full).",
     ),
     out: Path = typer.Option(
-        Path("results"), "--out", help="Directory of result files (one file per run)."
+        Path("results"),
+        "--out",
+        envvar="GPUPLAN_RESULTS",
+        help="Directory of result files (one file per run).",
     ),
     ranks: int = typer.Option(
         2, "--ranks", help="gloo ranks (processes) for collectives without GPUs."

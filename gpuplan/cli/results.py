@@ -36,7 +36,9 @@ Examples:
 app = make_app(HELP)
 results_upload.register(app)
 
-DIR_OPTION = typer.Option(Path("results"), "--dir", help="Results directory to search.")
+DIR_OPTION = typer.Option(
+    Path("results"), "--dir", envvar="GPUPLAN_RESULTS", help="Results directory to search."
+)
 
 
 def _unit(metric: str) -> str:

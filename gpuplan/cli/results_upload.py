@@ -44,7 +44,10 @@ def upload(
     server: str | None = SERVER_OPTION,
     token: str | None = TOKEN_OPTION,
     results_dir: Path = typer.Option(
-        Path("results"), "--results-dir", help="Where run ids are looked up."
+        Path("results"),
+        "--results-dir",
+        envvar="GPUPLAN_RESULTS",
+        help="Where run ids are looked up.",
     ),
     include_hostname: bool = typer.Option(
         False, "--include-hostname", help="Send host names too (opt-in)."

@@ -381,10 +381,11 @@ def _raise_for_status(response, server: str) -> None:
 
 
 def default_state_path(server: str) -> Path:
-    """``$XDG_STATE_HOME/gpuplan/upload-<hash of the server URL>.json`` (``~/.local/state``)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    """``<state dir>/upload-<hash of the server URL>.json`` (:func:`gpuplan.paths.state_dir`)."""
+    from gpuplan.paths import state_dir
+
     key = hashlib.sha256(server.rstrip("/").encode()).hexdigest()[:12]
-    return Path(base) / "gpuplan" / f"upload-{key}.json"
+    return state_dir() / f"upload-{key}.json"
 
 
 class UploadState:
