@@ -151,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
     result = run(args.rounds)
+    missed = 0 if result["meets_target"] else 1
     if args.format == "json":
         print(json.dumps(result, indent=2))
-        return 0
+        return missed
     mm, cp = result["matmul"], result["copy"]
     s = mm["shape"]
     print(f"probe fidelity on this CPU ({result['threads']} threads, {result['rounds']} rounds)")
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     verdict = "meets" if result["meets_target"] else "DOES NOT meet"
     print(f"  {verdict} the target ratio >= {TARGET_RATIO} for both")
-    return 0
+    return missed
 
 
 if __name__ == "__main__":

@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg()[0],
         "cpus": os.cpu_count(),
     }
+    base = [r for r in rows if r["policy"] in POLICIES]
+    worst = max(r["cpu_s"] for r in base) if base else 0.0
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -117,15 +119,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"wait-vs-size curve (backfill, {curve['sizes_gpus']} GPUs): wall "
                 f"{curve['wall_s']} s, cpu {curve['cpu_s']} s; mean wait h {curve['mean_wait_h']}"
             )
-        base = [r for r in rows if r["policy"] in POLICIES]
-        worst = max(r["cpu_s"] for r in base) if base else 0.0
         print(
             f"target <= {TARGET_S:g} s per policy ({', '.join(r['policy'] for r in base)}): "
             f"worst cpu {worst:.2f} s "
             f"({'met' if worst <= TARGET_S else 'NOT met'}); load average "
             f"{out['load_average']:.1f} on {out['cpus']} cores"
         )
-    return 0
+    return 0 if worst <= TARGET_S else 1
 
 
 if __name__ == "__main__":
