@@ -344,13 +344,36 @@ class Node(Row):
     """An on-premises node type (HGX/DGX, OEM MI300X platforms)."""
 
     kind: ClassVar[str] = "node"
-    reportable: ClassVar[tuple[str, ...]] = ("max_power_w", "price_usd", "rack_units")
+    reportable: ClassVar[tuple[str, ...]] = (
+        "max_power_w",
+        "price_usd",
+        "rack_units",
+        "weight_kg",
+        "cooling",
+    )
 
     name: str
     vendor: str
     accelerator_id: str
     accelerators_per_node: int = Field(gt=0)
-    max_power_w: float | None
+    max_power_w: float | None = Field(description="the system's maximum input power")
+    typical_power_w: float | None = Field(
+        None, description="power under a typical AI load, where the vendor publishes it"
+    )
+    weight_kg: float | None = Field(None, description="system weight, maximum configuration")
+    cooling: Literal["air", "liquid"] | None = Field(
+        None, description="air, or direct liquid cooling of the GPUs (hybrid counts as liquid)"
+    )
+    rack_scale: bool = Field(
+        False, description="the node is a whole rack (NVL72): exactly one per rack, never two"
+    )
+    rack_power_w: float | None = Field(
+        None,
+        description=(
+            "power one rack of this node type may draw in the vendor's reference design for"
+            " its cooling type (the default rack power limit when a scenario gives none)"
+        ),
+    )
     nics: tuple[NicCount, ...] = ()
     price_usd: float | None = None
     price_as_of: str | None = None
@@ -359,7 +382,7 @@ class Node(Row):
     memory_bytes: int | None = None
     local_nvme_bytes: int | None = None
 
-    @field_validator("max_power_w", "price_usd")
+    @field_validator("max_power_w", "typical_power_w", "weight_kg", "rack_power_w", "price_usd")
     @classmethod
     def _pos(cls, v: float | None) -> float | None:
         return _positive(v, "value")
@@ -373,6 +396,14 @@ class Node(Row):
     def _price_dated(self) -> Node:
         if self.price_usd is not None and self.price_as_of is None:
             raise ValueError("price_usd needs price_as_of (when the price was published)")
+        if (
+            self.typical_power_w is not None
+            and self.max_power_w is not None
+            and self.typical_power_w > self.max_power_w
+        ):
+            raise ValueError(
+                f"typical_power_w {self.typical_power_w:g} is above max_power_w {self.max_power_w:g}"
+            )
         return self
 
 
@@ -433,6 +464,19 @@ class Fabric(Row):
             " GPUs on this fabric (NCCL nvlsEfficiency), relative to the link bandwidth"
         ),
     )
+    collective_library: str | None = Field(
+        None, description="collective library of this fabric's GPUs (nccl, rccl)"
+    )
+    collective_base_latency_s: float | None = Field(
+        None, gt=0, description="library's fixed latency of one low-latency-protocol collective"
+    )
+    collective_hop_latency_s: float | None = Field(
+        None, gt=0, description="library's latency per algorithm step over this fabric"
+    )
+    collective_net_hop_latency_s: float | None = Field(
+        None, gt=0, description="library's latency per step that leaves this domain (network)"
+    )
+    latency_source: str | None = Field(None, description="source of the collective_* latencies")
 
 
 class Switch(Row):

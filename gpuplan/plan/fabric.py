@@ -22,13 +22,23 @@ architecture", SIGCOMM, section 3). With switches of radix ``k`` (ports at the N
 Oversubscription is applied at the leaf only; the tiers above are non-blocking.
 
 Rail-optimised (NVIDIA DGX SuperPOD reference architecture): NIC ``i`` of every node goes to
-a leaf of rail ``i``, so a node with ``R`` NICs spreads over ``R`` leaves and same-rank
-GPUs of different nodes are one hop apart. Leaves = ``R ceil(nodes / d)``; the tiers above
-are counted as for the classic tree.
+a leaf of rail ``i``, so same-rank GPUs of different nodes are one hop apart. With at least
+``d`` nodes a rail spans ``ceil(nodes / d)`` leaves and leaves = ``R ceil(nodes / d)``; with
+fewer nodes a leaf carries ``floor(d / nodes)`` whole rails and leaves =
+``ceil(R / floor(d / nodes))``, so two 72-NIC NVL72 racks need 3 leaves of 64 down-ports,
+not 72 (one per rail).
+
+Spines: at least ``ceil(L u / k)``, rounded up to the next divisor of the leaf's ``u``
+uplinks, so every leaf has the same number of links to every spine. This is how the DGX
+SuperPOD tables count: H100 RA Table 4 (radix 64, 32 uplinks per leaf): 1 SU 8 leaf / 4
+spine, 3 SU 24 leaf / 16 spine (12 would leave 32 uplinks unevenly spread), 4 SU 32 / 16;
+B300-XDR RA Table 3 (radix 144, 72 uplinks): 4 SU 32 leaf / 18 spine, 8 SU 64 / 36.
 
 Links (cables): one per NIC port, ``L u`` leaf-up links, and ``L u`` aggregation-core links
-in a three-tier tree. Transceivers: one per optical link end (switch ends grouped by the
-optic's ports per transceiver, e.g. twin-port OSFP), none for copper host links.
+in a three-tier tree. Link media: host links are copper (DAC, or active copper) where the
+node and its leaf share a rack, optical otherwise; switch-to-switch links are optical.
+Transceivers: one per optical link end, switch ends grouped by the module's ports (a
+twin-port 800G OSFP carries two 400G ports: ``ports_per_transceiver=2``).
 """
 
 from __future__ import annotations
@@ -61,6 +71,8 @@ class FatTree:
         Pods of a three-tier tree (1 otherwise).
     host_links, switch_links:
         Node-to-leaf cables and switch-to-switch cables.
+    host_links_copper, host_links_optical:
+        The host links by medium (DAC/active copper within a rack, optics between racks).
     transceivers:
         Optical modules: NIC ends of optical host links plus switch ends.
     switch_ports_used:
@@ -89,6 +101,8 @@ class FatTree:
     max_endpoints: int
     feasible: bool = True
     reason: str | None = None
+    host_links_copper: int = 0
+    host_links_optical: int = 0
 
     @property
     def switches(self) -> int:
@@ -122,6 +136,31 @@ def leaf_ports(radix: int, oversubscription: float) -> tuple[int, int]:
     return down, radix - down
 
 
+def spines_for(leaves: int, up_ports_per_leaf: int, radix: int) -> int:
+    """Spine switches above ``leaves``: at least ``ceil(leaves x up / radix)``, rounded up to
+    a divisor of ``up`` so each leaf spreads its uplinks evenly (DGX SuperPOD RA tables).
+
+    >>> spines_for(8, 32, 64), spines_for(24, 32, 64), spines_for(32, 72, 144)
+    (4, 16, 18)
+    """
+    need = max(1, math.ceil(leaves * up_ports_per_leaf / radix))
+    for s in range(need, up_ports_per_leaf + 1):
+        if up_ports_per_leaf % s == 0:
+            return s
+    return need
+
+
+def rail_leaves(nodes: int, rails: int, down_ports_per_leaf: int) -> int:
+    """Leaves of a rail-optimised tier: whole rails per leaf, or leaves per rail.
+
+    >>> rail_leaves(32, 8, 32), rail_leaves(100, 8, 32), rail_leaves(2, 72, 64)
+    (8, 32, 3)
+    """
+    if nodes >= down_ports_per_leaf:
+        return rails * math.ceil(nodes / down_ports_per_leaf)
+    return math.ceil(rails / (down_ports_per_leaf // nodes))
+
+
 def max_endpoints(radix: int, oversubscription: float, tiers: int) -> int:
     """Largest number of endpoints a fat tree of ``tiers`` tiers can connect.
 
@@ -147,6 +186,7 @@ def design_fat_tree(
     topology: Topology = "fat_tree",
     host_links_optical: bool = True,
     ports_per_transceiver: int = 1,
+    host_links_in_rack: bool = False,
 ) -> FatTree:
     """Count the switches, links and optics of a fat tree for ``nodes`` x ``nics_per_node``.
 
@@ -166,6 +206,9 @@ def design_fat_tree(
         Optical host links need a transceiver at each end; copper (DAC) needs none.
     ports_per_transceiver:
         Switch ports served by one switch-side module (2 for twin-port OSFP).
+    host_links_in_rack:
+        The leaf sits in the nodes' rack (a single-rack fabric): host links are copper
+        whatever ``host_links_optical`` says, since DAC reaches within a rack.
 
     Examples
     --------
@@ -181,6 +224,7 @@ def design_fat_tree(
         raise ValueError("ports_per_transceiver must be positive")
     endpoints = nodes * nics_per_node
     down, up = leaf_ports(radix, oversubscription)
+    optical_hosts = host_links_optical and not host_links_in_rack
     base = dict(
         endpoints=endpoints,
         radix=radix,
@@ -188,12 +232,14 @@ def design_fat_tree(
         topology=topology,
         down_ports_per_leaf=down,
         up_ports_per_leaf=up,
+        host_links_copper=0 if optical_hosts else endpoints,
+        host_links_optical=endpoints if optical_hosts else 0,
     )
 
     def optics(host_links: int, switch_links: int) -> tuple[int, int]:
         switch_ports = host_links + 2 * switch_links
-        optical_switch_ports = (host_links if host_links_optical else 0) + 2 * switch_links
-        nic_end = host_links if host_links_optical else 0
+        optical_switch_ports = (host_links if optical_hosts else 0) + 2 * switch_links
+        nic_end = host_links if optical_hosts else 0
         switch_end = math.ceil(optical_switch_ports / ports_per_transceiver)
         return nic_end + switch_end, switch_ports
 
@@ -214,13 +260,13 @@ def design_fat_tree(
             max_endpoints=radix,
         )
     if topology == "rail_optimized":
-        leaves = nics_per_node * math.ceil(nodes / down)
+        leaves = rail_leaves(nodes, nics_per_node, down)
     else:
         leaves = math.ceil(endpoints / down)
 
     uplinks = leaves * up
     if leaves <= radix:
-        spines = math.ceil(uplinks / radix)
+        spines = spines_for(leaves, up, radix)
         trans, ports = optics(endpoints, uplinks)
         return FatTree(
             **base,

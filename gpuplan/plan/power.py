@@ -5,10 +5,18 @@ Method
 * Node power: where the trial node measured the GPU's power under load (``power_w`` of the
   matmul probe, DESIGN.md 3.1), node power = measured GPU power x GPUs per node + the
   node's non-GPU overhead; the overhead is the node catalog's maximum power minus the GPUs'
-  TDP. Otherwise the node catalog's maximum power. Without a node row (a cloud instance),
-  GPU TDP x GPUs, flagged as lacking the host overhead.
+  TDP. Otherwise the node catalog's maximum power (vendor datasheet). Where the node row has
+  no maximum power, it is *estimated from GPU TDP + host overhead*: GPU TDP x GPUs x the
+  ratio (system maximum power / GPU TDP x GPUs) of a sourced node row of the same cooling
+  type, which is named as the basis (e.g. DGX B200: 14.3 kW for 8 x 1000 W, ratio 1.79).
+  Without either, GPU TDP x GPUs, flagged as lacking the host overhead.
 * Nodes per rack = min(floor(rack power limit / node power), floor(rack units / node
-  height)); racks = ceil(nodes / nodes per rack).
+  height), floor(rack weight limit / node weight)); racks = ceil(nodes / nodes per rack).
+  The rack power limit is the scenario's, else the node row's reference rack for its
+  cooling type (NVIDIA's air-cooled PDU rack of the DGX SuperPOD B300 RA, ~56 kW; the
+  liquid-cooled GB200 SU at 1.2 MW per 8 racks). A rack-scale node (NVL72) is one rack:
+  one per rack, never two, and binding when its power exceeds the rack limit. Without
+  any limit the rack count is missing (never "all nodes in one rack").
 * IT power = nodes x node power (+ switches where the catalog gives their power);
   facility power = IT power x PUE (The Green Grid, "PUE: a comprehensive examination of
   the metric", WP#49, 2012: PUE = total facility energy / IT equipment energy).
@@ -27,8 +35,21 @@ def node_power_w(
     tdp_w: Figure,
     node_max_power_w: Figure | None,
     measured_gpu_power_w: Figure | None,
+    overhead_ratio: Figure | None = None,
 ) -> Figure:
-    """Electrical power of one node under training load (see module docstring)."""
+    """Electrical power of one node under training load (see module docstring).
+
+    ``overhead_ratio`` (system power / GPU TDP x GPUs of a sourced reference node) is used
+    only when the node has no maximum power: the result is labelled *estimated from GPU TDP
+    + host overhead* and its formula names the reference.
+
+    >>> from gpuplan.plan.provenance import input_fig
+    >>> est = node_power_w(gpus_per_node=input_fig(8, "GPUs", "g", "r"),
+    ...     tdp_w=input_fig(750.0, "W", "t", "r"), node_max_power_w=None,
+    ...     measured_gpu_power_w=None, overhead_ratio=input_fig(1.5, "ratio", "o", "r"))
+    >>> est.value, est.label
+    (9000.0, 'node power (estimated from GPU TDP + host overhead)')
+    """
     have_node = node_max_power_w is not None and node_max_power_w.ok
     if measured_gpu_power_w is not None and measured_gpu_power_w.ok:
         if have_node and tdp_w.ok:
@@ -61,6 +82,15 @@ def node_power_w(
             "node catalog maximum power",
             [node_max_power_w],
         )
+    if tdp_w.ok and overhead_ratio is not None and overhead_ratio.ok:
+        return derived(
+            tdp_w.value * gpus_per_node.value * overhead_ratio.value,
+            "W",
+            "node power (estimated from GPU TDP + host overhead)",
+            f"estimated from GPU TDP + host overhead: GPU TDP x GPUs per node x "
+            f"{overhead_ratio.label} (no maximum power in the node catalog)",
+            [tdp_w, gpus_per_node, overhead_ratio],
+        )
     if tdp_w.ok:
         return derived(
             tdp_w.value * gpus_per_node.value,
@@ -74,6 +104,26 @@ def node_power_w(
     )
 
 
+def host_overhead_ratio(
+    *, ref_id: str, ref_max_power_w: Figure, ref_tdp_w: Figure, ref_gpus_per_node: Figure
+) -> Figure:
+    """System power / GPU power of a sourced reference node (the estimate's basis).
+
+    >>> from gpuplan.plan.provenance import input_fig
+    >>> r = host_overhead_ratio(ref_id="dgx-b200", ref_max_power_w=input_fig(14300.0, "W", "m", "r"),
+    ...     ref_tdp_w=input_fig(1000.0, "W", "t", "r"), ref_gpus_per_node=input_fig(8, "GPUs", "g", "r"))
+    >>> round(r.value, 4), r.label
+    (1.7875, 'system/GPU power ratio of dgx-b200')
+    """
+    return derived(
+        ref_max_power_w.value / (ref_tdp_w.value * ref_gpus_per_node.value),
+        "ratio",
+        f"system/GPU power ratio of {ref_id}",
+        f"{ref_id} max power / ({ref_id} GPU TDP x GPUs per node)",
+        [ref_max_power_w, ref_tdp_w, ref_gpus_per_node],
+    )
+
+
 def racks_for(
     *,
     nodes: Figure,
@@ -81,11 +131,23 @@ def racks_for(
     power_per_rack_kw: Figure | None,
     rack_units_per_rack: Figure | None,
     node_rack_units: Figure | None,
+    rack_scale: bool = False,
+    node_weight_kg: Figure | None = None,
+    rack_weight_limit_kg: Figure | None = None,
 ) -> dict:
     """Nodes per rack and racks, with which limit decides.
 
     Returns a dict with ``nodes_per_rack`` and ``racks`` (Figures, ``racks`` missing when a
-    single node does not fit a rack), ``limited_by`` and ``binding`` (a sentence, or None).
+    single node does not fit a rack or no limit is known), ``limited_by`` and ``binding``
+    (a sentence, or None). A ``rack_scale`` node is one rack: one per rack.
+
+    >>> from gpuplan.plan.provenance import input_fig
+    >>> r = racks_for(nodes=input_fig(2, "nodes", "n", "r"),
+    ...     node_power=input_fig(132000.0, "W", "p", "r"),
+    ...     power_per_rack_kw=input_fig(150.0, "kW", "k", "r"), rack_units_per_rack=None,
+    ...     node_rack_units=None, rack_scale=True)
+    >>> r["nodes_per_rack"].value, r["racks"].value, r["limited_by"]
+    (1, 2, 'rack-scale system')
     """
     limits: list[tuple[float, str, list[Figure]]] = []
     if power_per_rack_kw is not None and power_per_rack_kw.ok and node_power.ok:
@@ -109,27 +171,40 @@ def racks_for(
                 [rack_units_per_rack, node_rack_units],
             )
         )
+    if (
+        rack_weight_limit_kg is not None
+        and rack_weight_limit_kg.ok
+        and node_weight_kg is not None
+        and node_weight_kg.ok
+    ):
+        limits.append(
+            (
+                math.floor(rack_weight_limit_kg.value / node_weight_kg.value + 1e-9),
+                "rack weight",
+                [rack_weight_limit_kg, node_weight_kg],
+            )
+        )
+    if rack_scale:
+        # the node is the rack: it fills one whatever the other limits allow
+        limits = [(min(1, x[0]), *x[1:]) for x in limits]
+        limits.append((1, "rack-scale system", [nodes]))
     if not limits:
-        npr = derived(
-            nodes.value,
-            "nodes",
-            "nodes per rack",
-            "no rack power or rack-unit limit given: all nodes counted in one rack",
-            [nodes],
+        why = (
+            "no rack power limit is known (the node power or the rack power is missing): "
+            "add constraints.power_per_rack_kw"
         )
-        racks = derived(1, "racks", "racks", "no rack limits given", [nodes])
+        npr = missing_fig("nodes", "nodes per rack", why, [nodes, node_power])
+        racks = missing_fig("racks", "racks", why, [nodes, node_power])
         return {"nodes_per_rack": npr, "racks": racks, "limited_by": None, "binding": None}
-    per_rack, limited_by, _used = min(limits, key=lambda x: x[0])
-    formula = (
-        "min("
-        + ", ".join(
-            "floor(rack power limit / node power)"
-            if n == "rack power"
-            else "floor(rack units / node height)"
-            for _, n, _ in limits
-        )
-        + ")"
-    )
+    # a rack-scale node fills its rack whatever the limits allow, unless one is below 1
+    per_rack, limited_by, _used = min(limits, key=lambda x: (x[0], x[1] != "rack-scale system"))
+    formulas = {
+        "rack power": "floor(rack power limit / node power)",
+        "rack units": "floor(rack units / node height)",
+        "rack weight": "floor(rack weight limit / node weight)",
+        "rack-scale system": "1 (a rack-scale node is one rack)",
+    }
+    formula = "min(" + ", ".join(formulas[n] for _, n, _ in limits) + ")"
     used_all = [f for _, _, fs in limits for f in fs]
     npr = derived(int(per_rack), "nodes", "nodes per rack", formula, used_all)
     if per_rack < 1:
@@ -138,6 +213,11 @@ def racks_for(
                 "one node draws {node}, more than the {rack} kW a rack may take "
                 "(constraints.power_per_rack_kw)",
                 {"node": node_power, "rack": power_per_rack_kw},
+            )
+        elif limited_by == "rack weight":
+            binding = Text(
+                "one node weighs {node}, more than the {rack} a rack may carry",
+                {"node": node_weight_kg, "rack": rack_weight_limit_kg},
             )
         else:
             binding = Text(
@@ -155,6 +235,17 @@ def racks_for(
         [nodes, npr],
     )
     return {"nodes_per_rack": npr, "racks": racks, "limited_by": limited_by, "binding": None}
+
+
+def rack_power_w(nodes_per_rack: Figure, node_power: Figure) -> Figure:
+    """Power drawn by one full rack: nodes per rack x node power."""
+    return derived(
+        nodes_per_rack.value * node_power.value if nodes_per_rack.ok and node_power.ok else None,
+        "W",
+        "power per full rack",
+        "nodes per rack x node power",
+        [nodes_per_rack, node_power],
+    )
 
 
 def it_power_w(nodes: Figure, node_power: Figure, network_power: Figure | None = None) -> Figure:

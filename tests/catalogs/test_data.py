@@ -269,11 +269,29 @@ def test_node_references_and_power(node) -> None:
         CAT.nic(nic.nic_id)
     if node.max_power_w is not None:
         per_gpu = node.max_power_w / node.accelerators_per_node
-        assert CAT.gpu(node.accelerator_id).tdp_w <= per_gpu <= 3000
+        tdp = CAT.gpu(node.accelerator_id).tdp_w
+        assert (tdp or 0.0) <= per_gpu <= 3000
+    if node.typical_power_w is not None:
+        assert node.typical_power_w <= node.max_power_w
+    # a rack of this node type holds at least one node, unless the node is the rack
+    if node.rack_power_w is not None and node.max_power_w is not None and not node.rack_scale:
+        assert node.rack_power_w >= node.max_power_w
+
+
+def test_node_physics_from_datasheets() -> None:
+    # NVIDIA DGX B200 user guide: 14.3 kW max, 10U, 142.4 kg, air-cooled
+    b200 = CAT.node("DGX B200")
+    assert (b200.max_power_w, b200.rack_units, b200.weight_kg) == (14300, 10, 142.4)
+    assert b200.cooling == "air" and not b200.is_unverified("max_power_w")
+    nvl = CAT.node("GB200 NVL72 rack")
+    assert nvl.rack_scale and nvl.cooling == "liquid"
+    assert nvl.typical_power_w >= 120_000 and nvl.max_power_w >= nvl.typical_power_w
+    for node in CAT.nodes:
+        assert node.cooling in ("air", "liquid"), node.id
 
 
 def test_required_node_types() -> None:
-    for name in ("DGX A100", "DGX H100", "DGX H200", "DGX B200", "MI300X platform"):
+    for name in ("DGX A100", "DGX H100", "DGX H200", "DGX B200", "DGX B300", "MI300X platform"):
         CAT.node(name)
 
 
