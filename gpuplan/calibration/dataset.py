@@ -9,7 +9,7 @@ have one per source and hardware).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,3 +206,28 @@ def extract(docs: Iterable[ResultDocument], catalog: Any = None) -> Dataset:
                     )
     ds.records = [r for r in ds.records if r.y > 0 and all(v > 0 for v in r.x)]
     return ds
+
+
+def catalog_peaks(catalog: Any) -> Callable[[ResultDocument, Any, str], float | None]:
+    """A peak lookup for :func:`gpuplan.results.loader.check_physical`: the catalog peak of
+    the accelerator a probe ran on (``None`` for CPUs and devices the catalog lacks).
+
+    ``quantity`` is ``flops_per_s`` (dense, for the probe's ``params['dtype']``) or an
+    accelerator field such as ``memory_bandwidth_bytes_per_s``.
+    """
+
+    def peaks(doc: ResultDocument, probe: Any, quantity: str) -> float | None:
+        device, info = device_of(doc, probe.params, catalog)
+        if info.get("kind") != "gpu":
+            return None
+        try:
+            gpu = catalog.gpu(device)
+        except NotFoundError:
+            return None
+        if quantity == "flops_per_s":
+            dtype = probe.params.get("dtype")
+            return gpu.peak_flops_per_s(str(dtype)) if dtype else None
+        value = getattr(gpu, quantity, None)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    return peaks

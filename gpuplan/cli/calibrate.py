@@ -11,7 +11,6 @@ from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
     emit,
-    info,
     make_app,
     progress,
     simple_table,
@@ -38,31 +37,74 @@ Examples:
 app = make_app(HELP, single=True)
 
 
-def _gather(paths: list[Path], exclude_reference: bool) -> tuple[list[Any], list[str]]:
-    from gpuplan.results.store import iter_result_files, load_result
+def _gather(paths: list[Path], exclude_reference: bool) -> list[Any]:
+    """The result documents under ``paths`` (default: the results folder), through the
+    shared loader: bad files are skipped with one stderr line each (a file named alone is
+    an error), non-result JSON and duplicates are noted, and a run id held by two different
+    documents is an error naming both files."""
+    from gpuplan.cli.results import load_reporting
 
     if not paths:
         from gpuplan.paths import results_dir
 
-        defaults = [p for p in (results_dir(),) if p.exists()]
-        paths = defaults
-    files = []
-    for p in paths:
-        files.extend(iter_result_files([p]))
-    docs, notes = [], []
-    seen: set[str] = set()
-    for f in sorted(set(files)):
-        if f.name.startswith("calibration"):
-            continue  # an artifact, not a result
-        doc = load_result(f)
-        if exclude_reference and doc.source is not None:
-            continue
-        if doc.run_id in seen:
-            notes.append(f"{f}: run {doc.run_id} given twice, kept once")
-            continue
-        seen.add(doc.run_id)
-        docs.append(doc)
-    return docs, notes
+        paths = [p for p in (results_dir(),) if p.exists()]
+    loaded = load_reporting(paths)
+    return [doc for _, doc in loaded.documents if not (exclude_reference and doc.source)]
+
+
+def check_out_path(out: Path) -> None:
+    """Refuse an ``--out`` that cannot be written, before the long fit.
+
+    Raises
+    ------
+    InputError
+        ``out`` is a directory, its parent is a file, or the folder is not writable.
+    """
+    import os
+    import tempfile
+
+    from gpuplan.errors import InputError
+
+    if out.is_dir():
+        raise InputError(
+            f"--out {out} is a directory",
+            hint=f"give a file name, e.g. --out {out / 'calibration.json'}",
+        )
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent  # the folders calibrate will create
+    if not parent.is_dir():
+        raise InputError(
+            f"--out {out}: {parent} is a file, not a folder", hint="choose another --out path"
+        )
+    try:  # really create a file: os.access says yes to root on a read-only mount
+        fd, probe = tempfile.mkstemp(prefix=".gpuplan-write-check.", dir=parent)
+    except OSError as exc:
+        raise InputError(
+            f"--out {out}: folder {parent} is not writable ({exc.strerror})",
+            hint="choose another --out path",
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_artifact(out: Path, artifact: dict[str, Any]) -> None:
+    """Write the artifact atomically; a full disk or any OSError is one line and leaves no
+    partial file (the previous artifact, if any, stays as it was)."""
+    import json
+
+    from gpuplan.calibration.artifact import artifact_text
+    from gpuplan.errors import InputError
+    from gpuplan.results.store import write_json_atomic
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out, json.loads(artifact_text(artifact)), overwrite=True)
+    except OSError as exc:
+        raise InputError(
+            f"could not write {out}: {exc.strerror or exc}",
+            hint="free some space or choose another --out; nothing was written",
+        ) from None
 
 
 @app.command(help=HELP)
@@ -97,16 +139,15 @@ def calibrate(
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Fit device models and write the calibration artifact."""
-    from gpuplan.calibration.artifact import artifact_text
     from gpuplan.calibration.fit import calibrate_documents
     from gpuplan.calibration.validation import leave_one_device_out
     from gpuplan.catalogs import get_catalog
-    from gpuplan.results.store import write_json_atomic
 
     if out is None:
         from gpuplan.paths import default_calibration_path
 
         out = default_calibration_path()
+    check_out_path(out)
     catalog = get_catalog()
     if server and (result_paths or exclude_reference):
         from gpuplan.errors import InputError
@@ -116,16 +157,14 @@ def calibrate(
             hint="drop the paths, or drop --server to calibrate local files",
         )
     with progress(enabled=fmt == Format.table) as bar:
-        task = bar.add_task("calibrating", total=3 if validate else 2)
+        task = bar.add_task("calibrating", total=3)
         if server:
             from gpuplan.service.client import calibrate_from_server
 
             docs = []
             artifact = calibrate_from_server(server, token, refit=refit)
         else:
-            docs, notes = _gather(list(result_paths or []), exclude_reference)
-            for note in notes:
-                info(note)
+            docs = _gather(list(result_paths or []), exclude_reference)
             bar.advance(task)
             artifact = calibrate_documents(
                 docs, include_reference=not exclude_reference, catalog=catalog
@@ -133,10 +172,7 @@ def calibrate(
         bar.advance(task)
         loo = leave_one_device_out(catalog=catalog) if validate else None
         bar.advance(task)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    import json
-
-    write_json_atomic(out, json.loads(artifact_text(artifact)), overwrite=True)
+    write_artifact(out, artifact)
     measured = sorted(
         {
             d

@@ -37,8 +37,46 @@ app = make_app(HELP)
 results_upload.register(app)
 
 DIR_OPTION = typer.Option(
-    Path("results"), "--dir", envvar="GPUPLAN_RESULTS", help="Results directory to search."
+    None,
+    "--dir",
+    help="Results directory to search [default: results/, or $GPUPLAN_RESULTS].",
+    show_default=False,
 )
+
+
+def _results_dir(given: Path | None) -> Path:
+    from gpuplan.paths import results_dir
+
+    return given if given is not None else results_dir()
+
+
+def catalog_peak_lookup() -> Any:
+    """The catalog peak lookup of the loader's plausibility check (see results.loader)."""
+    from gpuplan.calibration.dataset import catalog_peaks
+    from gpuplan.catalogs import get_catalog
+
+    return catalog_peaks(get_catalog())
+
+
+def load_reporting(paths: list[Path]) -> Any:
+    """Load the result files under ``paths`` with the shared loader and print one stderr
+    line per skipped file or note; returns the :class:`LoadedResults`."""
+    from gpuplan.cli._common import info, warn
+    from gpuplan.results.loader import load_result_files
+
+    loaded = load_result_files(paths, peaks=catalog_peak_lookup())
+    for _, reason in loaded.skipped:
+        warn(f"skipped {reason}")
+    for note in loaded.notes:
+        info(note)
+    return loaded
+
+
+def run_status(doc: Any, holder: Any) -> str:
+    """``running`` (the live probe run holding the lock), ``interrupted`` or ``complete``."""
+    if holder is not None and holder.run_id == doc.run_id:
+        return "running"
+    return "interrupted" if doc.interrupted else "complete"
 
 
 def _unit(metric: str) -> str:
@@ -72,18 +110,20 @@ def ls(
         results_upload.ls_server(server, token, device=device, team=team, limit=limit, fmt=fmt)
         return
     from gpuplan.errors import InputError
-    from gpuplan.results.store import iter_result_files, load_result
+    from gpuplan.results.runlock import current_holder
     from gpuplan.results.summary import status_counts
 
+    results_dir = _results_dir(results_dir)
     roots = list(paths) if paths else [results_dir]
     if not paths and not results_dir.exists():
         raise InputError(
             f"no results directory {results_dir}",
             hint="run 'gpuplan probe --quick' first, or pass --dir",
         )
+    loaded = load_reporting(roots)
+    holder = current_holder()
     rows: list[dict[str, Any]] = []
-    for path in iter_result_files(roots):
-        doc = load_result(path)
+    for path, doc in loaded.documents:
         accs = doc.host.accelerators
         rows.append(
             {
@@ -93,7 +133,8 @@ def ls(
                 "accelerators": f"{len(accs)}x {accs[0].name}"
                 if accs
                 else doc.host.cpu_model or "cpu",
-                "status": status_counts(doc),
+                "status": run_status(doc, holder),
+                "probe_status": status_counts(doc),
                 "interrupted": doc.interrupted,
                 "source": doc.source,
                 "path": str(path),
@@ -105,15 +146,23 @@ def ls(
         console.print(
             simple_table(
                 f"{len(rows)} result files",
-                ["run", "started", "machine", "accelerators", "ok/failed/skipped", "path"],
+                [
+                    "run",
+                    "started",
+                    "machine",
+                    "accelerators",
+                    "status",
+                    "ok/failed/skipped",
+                    "path",
+                ],
                 [
                     (
                         r["run_id"][:8],
                         r["started_at"][:19],
                         r["machine_id"][:12],
                         r["accelerators"],
-                        f"{r['status']['ok']}/{r['status']['failed']}/{r['status']['skipped']}"
-                        + (" interrupted" if r["interrupted"] else ""),
+                        r["status"],
+                        "{ok}/{failed}/{skipped}".format(**r["probe_status"]),
                         r["path"],
                     )
                     for r in rows
@@ -121,14 +170,16 @@ def ls(
             )
         )
 
-    emit({"results": rows}, fmt, table)
+    emit({"results": rows, "skipped": [str(p) for p, _ in loaded.skipped]}, fmt, table)
 
 
-def _load(ref: str, results_dir: Path) -> tuple[Path, Any]:
-    from gpuplan.results.store import find_result, load_result
+def _load(ref: str, results_dir: Path | None) -> tuple[Path, Any]:
+    """The one run ``ref`` names; any problem with its file is an error (exit 2)."""
+    from gpuplan.results.loader import read_result_file
+    from gpuplan.results.store import find_result
 
-    path = find_result(ref, [results_dir])
-    return path, load_result(path)
+    path = find_result(ref, [_results_dir(results_dir)])
+    return path, read_result_file(path, peaks=catalog_peak_lookup())
 
 
 def _point_text(probe: str, m: dict[str, Any]) -> tuple[str, str]:

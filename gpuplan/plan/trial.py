@@ -214,25 +214,40 @@ def summarise_run(path: Path, doc: Any) -> TrialNode:
     return node
 
 
-def find_trial_run(paths: Iterable[Path | str], run: str | None = None) -> TrialNode | None:
+def find_trial_run(
+    paths: Iterable[Path | str], run: str | None = None, *, peaks: Any = None
+) -> TrialNode | None:
     """The latest trial-node run under ``paths`` (or the run whose id starts with ``run``).
 
-    Reference runs (published measurements, ``source`` set) are skipped. Returns None when
-    there is no run; unreadable files are skipped (they are reported by ``results ls``).
-    """
-    from gpuplan.errors import GpuplanError
-    from gpuplan.results.store import iter_result_files, load_result
+    Files are read by the shared loader (:func:`gpuplan.results.loader.load_result_files`,
+    with ``peaks`` for its plausibility check, default: the catalog's): files it refuses
+    are skipped with one stderr line each, reference runs (published measurements, ``source`` set) too. Returns
+    None when there is no run and none was asked for.
 
+    Raises
+    ------
+    NotFoundError
+        ``run`` is given and no run under ``paths`` matches it.
+    """
+    import sys
+
+    from gpuplan.errors import NotFoundError
+    from gpuplan.results.loader import load_result_files
+
+    if peaks is None:
+        from gpuplan.calibration.dataset import catalog_peaks
+        from gpuplan.catalogs import get_catalog
+
+        peaks = catalog_peaks(get_catalog())
     best: tuple[str, Path, Any] | None = None
     existing = [Path(p) for p in paths if Path(p).exists()]
-    for file in iter_result_files(existing):
-        if "reference" in file.parts:
-            continue
-        try:
-            doc = load_result(file)
-        except GpuplanError:
-            continue
-        if doc.source:
+    loaded = load_result_files(existing, peaks=peaks, strict_single=False)
+    for line in loaded.warnings():
+        # one stderr line per refused file, as 'results ls' prints them: a trial run that
+        # was silently ignored made a plan look measured when it was not
+        sys.stderr.write(f"gpuplan: warning: {line}\n")
+    for file, doc in loaded.documents:
+        if "reference" in file.parts or doc.source:
             continue
         if run is not None and not doc.run_id.startswith(run) and file.name != run:
             continue
@@ -240,5 +255,14 @@ def find_trial_run(paths: Iterable[Path | str], run: str | None = None) -> Trial
         if best is None or key > best[0]:
             best = (key, file, doc)
     if best is None:
+        if run is not None:
+            where = ", ".join(str(p) for p in paths) or "(no folder)"
+            skipped = (
+                f"; {len(loaded.skipped)} unreadable file(s) skipped" if loaded.skipped else ""
+            )
+            raise NotFoundError(
+                f"--trial {run}: no probe run with that id under {where}{skipped}",
+                hint="list runs with 'gpuplan results ls', or pass --results DIR",
+            )
         return None
     return summarise_run(best[1], best[2])

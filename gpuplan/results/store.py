@@ -84,8 +84,13 @@ def _publish_new(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def save_result(doc: ResultDocument, root: Path | str = "results") -> Path:
-    """Write ``doc`` under ``root``; never overwrites (a clash gets a numbered suffix)."""
+def save_result(doc: ResultDocument, root: Path | str | None = None) -> Path:
+    """Write ``doc`` under ``root`` (default :func:`gpuplan.paths.results_dir`); never
+    overwrites (a clash gets a numbered suffix)."""
+    if root is None:
+        from gpuplan.paths import results_dir
+
+        root = results_dir()
     base = result_path(Path(root), doc)
     data = doc.model_dump(mode="json")
     for i in range(1000):
@@ -111,19 +116,14 @@ def parse_result(data: Any, *, where: str = "document") -> ResultDocument:
 
 
 def load_result(path: Path | str) -> ResultDocument:
-    """Load one result file; refuses newer schema versions, upgrades older ones."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(
-            f"no result file {path}", hint="list runs with 'gpuplan results ls'"
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_result(data, where=str(path))
+    """Load one result file; refuses newer schema versions, upgrades older ones.
+
+    Every check of :func:`gpuplan.results.loader.read_result_file` applies (regular file,
+    size, safe JSON, schema, physically possible values).
+    """
+    from gpuplan.results.loader import read_result_file
+
+    return read_result_file(path)
 
 
 def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
@@ -139,11 +139,15 @@ def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
 
 
 def load_results(paths: Iterable[Path | str]) -> list[tuple[Path, ResultDocument]]:
-    """Load every result file under ``paths``."""
+    """Load every result file under ``paths``; the first bad file raises.
+
+    Commands use :func:`gpuplan.results.loader.load_result_files`, which skips bad files
+    and reports them.
+    """
     return [(p, load_result(p)) for p in iter_result_files(paths)]
 
 
-def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
+def find_result(ref: str, roots: Iterable[Path | str] | None = None) -> Path:
     """Resolve ``ref`` (a file path, a run id, a unique prefix of one, or ``latest``: the
     run that started last) to a result file.
 
@@ -152,9 +156,13 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
     NotFoundError
         when nothing matches (listing the closest run ids) or the prefix is ambiguous.
     """
+    if roots is None:
+        from gpuplan.paths import results_dir
+
+        roots = [results_dir()]
     path = Path(ref)
-    if path.is_file():
-        return path
+    if path.exists() and not path.is_dir():
+        return path  # a FIFO or unreadable file is refused, with its reason, by the loader
     dirs = [Path(r) for r in roots]
     matches: list[tuple[Path, str]] = []
     known: list[str] = []
@@ -183,19 +191,24 @@ def find_result(ref: str, roots: Iterable[Path | str] = ("results",)) -> Path:
     )
 
 
-def _started(path: Path) -> tuple[str, Path]:
+def _peek(path: Path) -> dict[str, Any]:
+    """The top-level object of ``path`` (safe read, no validation), {} when unreadable."""
+    from gpuplan.errors import GpuplanError
+    from gpuplan.results.loader import read_result_bytes
+    from gpuplan.results.safejson import loads_limited
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        started = data.get("started_at") if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        started = None
+        data = loads_limited(read_result_bytes(path), where=str(path))
+    except GpuplanError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _started(path: Path) -> tuple[str, Path]:
+    started = _peek(path).get("started_at")
     return (started if isinstance(started, str) else "", path)
 
 
 def _peek_run_id(path: Path) -> str | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    run_id = data.get("run_id") if isinstance(data, dict) else None
+    run_id = _peek(path).get("run_id")
     return run_id if isinstance(run_id, str) else None

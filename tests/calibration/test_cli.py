@@ -33,14 +33,24 @@ def test_calibrate_table_shows_held_out_error_and_loo(run_cli, tmp_path):
     assert "interval coverage" in proc.stdout
 
 
-def test_bad_result_file_is_one_line_exit_2(run_cli, tmp_path):
+def test_bad_result_file_in_a_folder_is_skipped_alone_is_exit_2(run_cli, tmp_path):
     bad = tmp_path / "runs" / "x.json"
     bad.parent.mkdir()
     bad.write_text('{"schema_version": 1, "run_id": "r"}')
-    proc = run_cli("calibrate", str(bad.parent), "--out", str(tmp_path / "c.json"), "--no-validate")
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("gpuplan: error")]
-    assert len(lines) == 1 and "x.json" in lines[0] and "Traceback" not in proc.stderr
+    out = tmp_path / "c.json"
+    args = ("--out", str(out), "--no-validate", "--format", "json")
+    proc = run_cli("calibrate", str(bad.parent), *args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "skipped" in lines[0] and "x.json" in lines[0], lines
+    assert json.loads(proc.stdout)["local_runs"] == 0 and out.exists()
+    out.unlink()
+    alone = run_cli("calibrate", str(bad), *args)
+    assert alone.returncode == 2
+    lines = alone.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuplan: error") and "x.json" in lines[0]
+    assert "started_at" in lines[0] and "Traceback" not in alone.stderr
+    assert not out.exists()
 
 
 def test_mixed_probe_versions_exit_2(run_cli, tmp_path):
