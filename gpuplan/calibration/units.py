@@ -71,39 +71,19 @@ def parse_gemm_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-_DTYPES: dict[str, str] = {
-    "float32": "fp32",
-    "fp32": "fp32",
-    "float": "fp32",
-    "tf32": "tf32",
-    "tensorfloat32": "tf32",
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "fp16": "fp16",
-    "float8_e4m3fn": "fp8",
-    "float8_e4m3fnuz": "fp8",
-    "float8_e5m2": "fp8",
-    "fp8": "fp8",
-    "int8": "int8",
-    "float64": "fp64",
-    "fp64": "fp64",
-}
-
-
 def short_dtype(name: str) -> str:
-    """The catalog's dtype name (fp32, tf32, bf16, fp16, fp8, int8, fp64) for a torch name.
+    """The catalog's dtype name (fp64, fp32, tf32, bf16, fp16, fp8, fp6, fp4, int8) for a
+    torch or vendor name; the catalog's own table (:func:`gpuplan.catalogs.schema.normalise_dtype`)
+    decides, so calibration and catalog never disagree on a spelling.
 
     >>> short_dtype("bfloat16"), short_dtype("float8_e4m3fn"), short_dtype("fp16")
     ('bf16', 'fp8', 'fp16')
+    >>> short_dtype("nvfp4"), short_dtype("mxfp4"), short_dtype("int8")
+    ('fp4', 'fp4', 'int8')
     """
-    key = str(name).strip().lower().removeprefix("torch.")
-    if key not in _DTYPES:
-        raise InputError(
-            f"unknown dtype {name!r}", hint=f"use one of {', '.join(sorted(set(_DTYPES.values())))}"
-        )
-    return _DTYPES[key]
+    from gpuplan.catalogs.schema import normalise_dtype
+
+    return normalise_dtype(name)
 
 
 BYTES_PER_ELEMENT: dict[str, int] = {

@@ -71,7 +71,7 @@ from gpuplan.forecast.memory import (
     valid_pipeline,
 )
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "fp4", "int8")
 LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch", "recompute", "zero")
 BREAKDOWN_KEYS = (
     "compute",
@@ -91,6 +91,155 @@ SECONDS_PER_DAY = 86400.0
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
 """Default tokens per step when none is given: 16 Mi tokens, the final batch of Llama 3
 405B pre-training (Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.4.1)."""
+
+
+# ------------------------------------------------------------------------ precisions
+@dataclass(frozen=True, kw_only=True)
+class PrecisionRecipe:
+    """Which GEMMs of a training step run in which dtype, for one ``--precision``.
+
+    Attention cores (``QK^T``, ``AV``, softmax) run in 16 bits in every recipe here
+    (Transformer Engine's FP8/FP4 recipes quantize the linear layers only).
+    """
+
+    name: str
+    """The ``--precision`` value."""
+    peak_dtype: str
+    """Catalog dtype of the dense peak the low-precision GEMMs run at (and MFU uses)."""
+    curve_dtype: str
+    """Dtype whose calibrated GEMM-rate curve is scaled by ``peak(peak_dtype) /
+    peak(curve_dtype)`` (the same fraction of peak at the same shape; the calibration has no
+    fp4/int8 matmul model). Equal to ``peak_dtype`` when the calibration has the dtype."""
+    requires: tuple[str, ...]
+    """Catalog dtypes the chip must have a dense peak for."""
+    low_precision: bool = False
+    """GEMM inputs are cast (quantized) before every GEMM: counted as memory traffic."""
+    high_precision_kinds: tuple[str, ...] = ()
+    """GEMM kinds (:class:`gpuplan.forecast.flops.Gemm` ``kind``) kept in 16 bits."""
+    high_precision_layer_fraction: float = 0.0
+    """Share of the transformer layers whose linear GEMMs stay in 16 bits."""
+    saved_input_bytes: float = 2.0
+    """Bytes per element of a linear layer's input kept for the weight gradient."""
+    basis: str = ""
+    """Where the recipe comes from."""
+
+
+_TE_LINEAR_ONLY = (
+    "Transformer Engine quantizes the linear layers of the transformer blocks only; "
+    "Megatron-core's output layer and the MoE router are plain 16-bit GEMMs "
+    "(megatron/core/models/gpt/gpt_model.py output_layer = tensor_parallel.ColumnParallelLinear; "
+    "megatron/core/transformer/moe/router.py)"
+)
+
+PRECISION_RECIPES: dict[str, PrecisionRecipe] = {
+    "bf16": PrecisionRecipe(name="bf16", peak_dtype="bf16", curve_dtype="bf16", requires=("bf16",)),
+    "fp16": PrecisionRecipe(name="fp16", peak_dtype="fp16", curve_dtype="fp16", requires=("fp16",)),
+    "fp8": PrecisionRecipe(
+        name="fp8",
+        peak_dtype="fp8",
+        curve_dtype="fp8",
+        requires=("fp8",),
+        low_precision=True,
+        high_precision_kinds=("logits", "router"),
+        saved_input_bytes=1.0,
+        basis="FP8 (tensor-wise delayed/current or block-wise scaling). " + _TE_LINEAR_ONLY,
+    ),
+    "mxfp8": PrecisionRecipe(
+        name="mxfp8",
+        peak_dtype="fp8",
+        curve_dtype="fp8",
+        # MX block scaling needs microscaling tensor cores, which every chip with FP4 tensor
+        # cores has (OCP Microscaling Formats v1.0; NVIDIA Blackwell, AMD CDNA4).
+        requires=("fp8", "fp4"),
+        low_precision=True,
+        high_precision_kinds=("logits", "router"),
+        saved_input_bytes=1.0 + 1.0 / 32.0,  # one E8M0 scale per 32 values
+        basis="MXFP8: FP8 E4M3 with one E8M0 scale per 32 values (OCP MX v1.0) at the FP8 "
+        "tensor-core rate. " + _TE_LINEAR_ONLY,
+    ),
+    "fp4": PrecisionRecipe(
+        name="fp4",
+        peak_dtype="fp4",
+        curve_dtype="fp8",
+        requires=("fp4", "fp8"),
+        low_precision=True,
+        high_precision_kinds=("logits", "router"),
+        # NVIDIA's NVFP4 pre-training recipe keeps about 16% of the linear layers (the first
+        # two and the last eight blocks of its 12B model) in BF16 for stability, and
+        # quantizes Fprop, Dgrad and Wgrad of the others (NVIDIA 2025, "Pretraining Large
+        # Language Models with NVFP4", arXiv 2509.25149, section 4).
+        high_precision_layer_fraction=0.16,
+        saved_input_bytes=0.5 + 1.0 / 16.0,  # E2M1 values, one E4M3 scale per 16
+        basis="NVFP4/MXFP4 linear layers at the catalog FP4 peak; ~16% of the layers, the "
+        "attention cores, output layer and router in BF16 (arXiv 2509.25149). " + _TE_LINEAR_ONLY,
+    ),
+    "int8": PrecisionRecipe(
+        name="int8",
+        peak_dtype="int8",
+        curve_dtype="bf16",
+        requires=("int8", "bf16"),
+        low_precision=True,
+        high_precision_kinds=("logits", "router"),
+        saved_input_bytes=1.0,
+        basis="INT8 quantized training of the linear layers (e.g. Google AQT on TPU), output "
+        "layer and router in 16 bits; rate = calibrated bf16 curve x int8/bf16 peak",
+    ),
+}
+
+
+def peak_flops(hw: Hardware, dtype: str) -> float | None:
+    """Dense peak FLOP/s (op/s for int8) of ``dtype`` on ``hw``: the catalog row's figure,
+    else the calibration's spec."""
+    value = hw.peaks_flops_per_s.get(dtype)
+    if value:
+        return float(value)
+    try:
+        return hw.perf.peak_flops_per_s(dtype)
+    except InputError:
+        return None
+
+
+def precision_recipe(precision: str, hw: Hardware | None = None) -> PrecisionRecipe:
+    """The :class:`PrecisionRecipe` of ``precision``; with ``hw``, refuse what the chip lacks.
+
+    >>> precision_recipe("fp4").high_precision_kinds
+    ('logits', 'router')
+    """
+    key = str(precision).strip().lower()
+    if key not in PRECISION_RECIPES:
+        raise InputError(
+            f"unknown precision {precision!r}", hint="use one of " + ", ".join(PRECISIONS)
+        )
+    recipe = PRECISION_RECIPES[key]
+    missing = [d for d in recipe.requires if hw is not None and not peak_flops(hw, d)]
+    if hw is not None and missing:
+        have = [
+            p for p, r in PRECISION_RECIPES.items() if all(peak_flops(hw, d) for d in r.requires)
+        ]
+        raise InputError(
+            f"{hw.gpu_id} has no dense {'/'.join(missing)} peak in the catalog, so "
+            f"--precision {key} cannot run on it; it has {', '.join(have) or 'none'}",
+            hint=f"use --precision {' or '.join(have) or 'bf16'}",
+        )
+    return recipe
+
+
+def gemm_rates3(hw: Hardware, m: Any, n: Any, k: Any, dtype: str) -> np.ndarray:
+    """Achieved GEMM FLOP/s ``[value, high, low]`` at shapes ``(m, n, k)`` in ``dtype``.
+
+    ``dtype`` is a recipe name or a 16-bit dtype. A dtype the calibration models is read
+    from it; fp4 and int8 scale the calibrated curve of the recipe's ``curve_dtype`` by the
+    ratio of the catalog's dense peaks (same fraction of peak at the same shape).
+    """
+    recipe = PRECISION_RECIPES.get(dtype)
+    if recipe is None or recipe.curve_dtype == recipe.peak_dtype:
+        calib = recipe.curve_dtype if recipe is not None else dtype
+        return comm_mod.estimate3(hw.perf.matmul_flops_per_s(m, n, k, calib), rate=True)
+    base = comm_mod.estimate3(hw.perf.matmul_flops_per_s(m, n, k, recipe.curve_dtype), rate=True)
+    ratio = float(peak_flops(hw, recipe.peak_dtype) or 0.0) / float(
+        peak_flops(hw, recipe.curve_dtype) or 1.0
+    )
+    return base * ratio
 
 
 # ------------------------------------------------------------------------- constants
@@ -150,6 +299,9 @@ class Hardware:
     """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
     generation: str | None = None
     """Architecture generation (``ampere``, ``hopper``...): selects the attention kernel."""
+    peaks_flops_per_s: dict[str, float] = field(default_factory=dict)
+    """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
+    does not model); empty means the calibration's spec peaks only."""
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
@@ -297,18 +449,34 @@ def evaluate_layouts(
         for dims in ((gm, g.n, g.k), (gm, g.k, g.n), (g.k, g.n, gm)):
             shapes.append([np.broadcast_to(np.asarray(x, dtype=float), (n_u,)) for x in dims])
     big = [np.concatenate([sh[j] for sh in shapes]) for j in range(3)]
-    gemm_rates = comm_mod.estimate3(perf.matmul_flops_per_s(*big, precision), rate=True)
+    recipe = precision_recipe(precision)
+    gemm_rates = gemm_rates3(hw, big[0], big[1], big[2], precision)
+    hp_dtype = _dtype_for_attention(precision)
+    mixed = recipe.low_precision and (
+        recipe.high_precision_kinds or recipe.high_precision_layer_fraction > 0.0
+    )
+    hp_rates = gemm_rates3(hw, big[0], big[1], big[2], hp_dtype) if mixed else gemm_rates
     groups = ("layer", "dense", "moe", "model")
     fwd_u = {k: np.zeros((3, n_u)) for k in groups}
     bwd_u = {k: np.zeros((3, n_u)) for k in groups}
     cast_fwd_elems = {k: np.zeros(n_u) for k in groups}
     cast_bwd_elems = {k: np.zeros(n_u) for k in groups}
     for i, g in enumerate(gemms):
-        r = gemm_rates[:, 3 * i * n_u : 3 * (i + 1) * n_u].reshape(3, 3, n_u)
+        sl = slice(3 * i * n_u, 3 * (i + 1) * n_u)
+        r_lp = gemm_rates[:, sl].reshape(3, 3, n_u)
+        r_hp = hp_rates[:, sl].reshape(3, 3, n_u)
+        # Share of this GEMM's FLOPs the recipe keeps in 16 bits (PrecisionRecipe).
+        w_hp = (
+            1.0
+            if g.kind in recipe.high_precision_kinds
+            else (recipe.high_precision_layer_fraction if g.per != "model" else 0.0)
+        )
         flops = np.broadcast_to(g.flops(), (n_u,))
-        fwd_u[g.per] = fwd_u[g.per] + flops / r[:, 0]
-        bwd_u[g.per] = bwd_u[g.per] + flops / r[:, 1] + flops / r[:, 2]
-        cnt = np.broadcast_to(g.count, (n_u,))
+        # [corner, pass (fwd, dgrad, wgrad), shape]
+        t = flops * ((1.0 - w_hp) / r_lp + w_hp / r_hp)
+        fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
+        bwd_u[g.per] = bwd_u[g.per] + t[:, 1] + t[:, 2]
+        cnt = np.broadcast_to(g.count, (n_u,)) * (1.0 - w_hp)
         cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
         cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
 
@@ -399,9 +567,10 @@ def evaluate_layouts(
         )
         + score_bytes
     )
-    if precision in ("fp8", "fp4"):
-        # Transformer Engine casts every GEMM input to 8 bits (read 2 B, write 1 B) and
-        # the output gradients in the backward.
+    if recipe.low_precision:
+        # Transformer Engine casts every quantized GEMM input to 8 bits (read 2 B, write 1
+        # B) and the output gradients in the backward (fp4: 0.56 B written; 1 B kept as a
+        # bound for the amax/scale passes).
         cast_f = sum(per_layout(cast_fwd_elems[k]) * mult[k] for k in mult)
         cast_b = sum(per_layout(cast_bwd_elems[k]) * mult[k] for k in mult)
         fwd_bytes = fwd_bytes + 3.0 * cast_f
@@ -617,7 +786,7 @@ def memory_only(
 def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
     return {
         "grad_bytes": fw.grad_buffer_bytes,
-        "linear_input_bytes": 1.0 if precision in ("fp8", "fp4") else 2.0,
+        "linear_input_bytes": precision_recipe(precision).saved_input_bytes,
         "zero3_unit_params": fw.zero3_unit_params,
     }
 
@@ -727,7 +896,7 @@ def summarise(
     step_hi = float(max(step3[2] * r_hi, step))
     tokens_per_step = float(global_batch) * seq_len
     rc = int(layouts["recompute"][i])
-    peak = hw.perf.peak_flops_per_s(precision)
+    peak = peak_flops(hw, precision_recipe(precision).peak_dtype)
     model_flops = float(model_flops_per_token(arch, seq_len)) * tokens_per_step
     hw_flops = float(hardware_flops_per_token(arch, seq_len, rc)) * tokens_per_step
 
@@ -926,8 +1095,12 @@ def resolve_hardware(
             f"{row.id} has no memory size in the catalog, so no layout can be checked",
             hint="choose another GPU or add memory_bytes to its catalog row",
         )
+    peaks = {
+        d: float(v) for d, v in (_get(row, "dense_flops_per_s", default={}) or {}).items() if v
+    }
     return Hardware(
         generation=_get(row, "generation"),
+        peaks_flops_per_s=peaks,
         gpu_id=row.id,
         perf=perf,
         memory_bytes=float(row.memory_bytes or 0.0),
@@ -1021,10 +1194,7 @@ def forecast_training(
     """
     from gpuplan.forecast import search as search_mod
 
-    if precision not in PRECISIONS:
-        raise InputError(
-            f"unknown precision {precision!r}", hint="use one of " + ", ".join(PRECISIONS)
-        )
+    precision = precision_recipe(precision).name
     if int(seq_len) < 1:
         raise InputError(f"--seq-len must be >= 1, got {seq_len}")
     if top < 1:
@@ -1053,11 +1223,7 @@ def forecast_training(
         instance=instance,
         inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
     )
-    if hw.perf.peak_flops_per_s(precision) is None:
-        raise InputError(
-            f"{hw.gpu_id} has no dense {precision} peak in the catalog (unsupported dtype)",
-            hint="use --precision bf16",
-        )
+    precision_recipe(precision, hw)
     gbs = global_batch_sequences(int(seq_len), global_batch, global_batch_tokens)
     par = dict(parallelism or {})
     if "recompute" in par and isinstance(par["recompute"], str):
@@ -1120,7 +1286,7 @@ def forecast_training(
     out["target_days"] = float(target_days) if target_days is not None else None
     out["provenance"] = {
         **hw.provenance,
-        "calibration_basis": _basis_summary(hw.perf, precision),
+        "calibration_basis": _basis_summary(hw.perf, precision_recipe(precision).curve_dtype),
         "constants": c.get("provenance", {}),
         "framework": fw.name,
     }

@@ -256,6 +256,10 @@ def _framework_key(row: dict[str, str]) -> str:
 
 def _precision(text: str) -> str:
     t = text.lower()
+    if "fp4" in t:
+        return "fp4"
+    if "mxfp8" in t:
+        return "mxfp8"
     if "fp8" in t:
         return "fp8"
     if "bf16" in t:

@@ -109,6 +109,11 @@ def test_fixed_layout_and_table_output(run_cli):
         (["--model", "llama3.1-8b", "--gpus", "0"], "--gpus must be >= 1"),
         (["--model", "llama3.1-8b", "--gpus", "8", "--seq-len", "-1"], "--seq-len must be >= 1"),
         (["--layers", "4", "--hidden", "64", "--gpus", "8"], "explicit architecture is missing"),
+        (
+            ["--model", "llama3.1-8b", "--gpus", "8", "--precision", "fp4"],
+            "h100-sxm5-80gb has no dense fp4 peak in the catalog, so --precision fp4 cannot "
+            "run on it; it has bf16, fp16, fp8, int8",
+        ),
     ],
 )
 def test_bad_input_exit_2_one_line(run_cli, args, message):
@@ -165,3 +170,26 @@ def test_validate_training_json(run_cli):
     }
     metrics = {row["metric"] for row in out["rows"]}
     assert metrics == {"step_time_s", "tokens_per_s_per_gpu", "megatron_tflops_per_gpu"}
+
+
+def test_nvfp4_on_gb200_forecasts(run_cli):
+    r = run_cli(
+        "forecast",
+        "train",
+        "--model",
+        "llama3.1-70b",
+        "--gpu",
+        "gb200",
+        "--gpus",
+        "64",
+        "--precision",
+        "fp4",
+        "--seq-len",
+        "8192",
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["precision"] == "fp4"
+    assert 0.0 < out["mfu"] < 1.0

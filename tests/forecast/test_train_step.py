@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.training import (
     BREAKDOWN_KEYS,
@@ -122,12 +123,20 @@ def test_zero3_gathers_every_micro_batch():
     assert e_many > 3 * e_few > 0
 
 
+def _gemm_s(res):
+    return float(np.asarray(res["compute_detail_s"]["gemm"])[0, 0])
+
+
 def test_fp8_is_faster_than_bf16_for_gemm_bound_work():
-    bf = run(precision="bf16")
-    f8 = run(precision="fp8")
-    g_bf = float(np.asarray(bf["compute_detail_s"]["gemm"])[0, 0])
-    g_f8 = float(np.asarray(f8["compute_detail_s"]["gemm"])[0, 0])
+    small_vocab = dataclasses.replace(ARCH, vocab=64)  # the output layer stays in bf16
+    bf = run(precision="bf16", arch=small_vocab)
+    f8 = run(precision="fp8", arch=small_vocab)
+    g_bf, g_f8 = _gemm_s(bf), _gemm_s(f8)
     assert g_f8 == pytest.approx(g_bf / 2, rel=0.05)  # fake peak doubles, same efficiency curve
+    # with a real vocabulary the output layer (bf16 in Megatron-core) keeps FP8 above half
+    big = dataclasses.replace(ARCH, vocab=256000)
+    assert _gemm_s(run(precision="fp8", arch=big)) > 0.52 * _gemm_s(run(precision="bf16", arch=big))
+    bf, f8 = run(precision="bf16"), run(precision="fp8")
     # casts add memory traffic
     assert float(np.asarray(f8["compute_detail_s"]["memory_bound"])[0, 0]) > float(
         np.asarray(bf["compute_detail_s"]["memory_bound"])[0, 0]
@@ -330,3 +339,65 @@ def test_mfu_never_exceeds_one(cfg, precision):
     assert 0 < out["mfu"] <= 1.0
     assert out["mfu"] <= out["hfu"] <= 1.0 + 1e-12
     assert max(out["intervals"]["mfu"]) <= 1.0
+
+
+FP4_PEAKS = {"bf16": 1000e12, "fp16": 1000e12, "fp8": 2000e12, "fp4": 4000e12, "int8": 2000e12}
+
+
+def test_fp4_runs_most_linear_layers_at_the_fp4_peak():
+    """NVFP4 recipe (arXiv 2509.25149): 16% of the linear layers stay in bf16, the rest run at
+    the fp4 peak on the fp8 efficiency curve. Hand-computed: 0.84 / 4 + 0.16 / 1 = 0.37 of
+    the bf16 GEMM time (tiny vocabulary, so the bf16 output layer does not count)."""
+    hw = fake_hardware(peak=dict(FP4_PEAKS))
+    small_vocab = dataclasses.replace(ARCH, vocab=64)
+    g_bf = _gemm_s(run(precision="bf16", arch=small_vocab, hw=hw))
+    g_f4 = _gemm_s(run(precision="fp4", arch=small_vocab, hw=hw))
+    assert g_f4 == pytest.approx(0.37 * g_bf, rel=0.03)
+    g_i8 = _gemm_s(run(precision="int8", arch=small_vocab, hw=hw))
+    assert g_i8 == pytest.approx(0.5 * g_bf, rel=0.03)  # bf16 curve x int8/bf16 peak
+
+
+def test_fp4_mfu_is_against_the_fp4_peak():
+    hw = fake_hardware(peak=dict(FP4_PEAKS))
+    kw = dict(
+        model=ARCH, num_gpus=32, seq_len=4096, global_batch=64, hardware=hw, parallelism=dict(BASE)
+    )
+    f4 = forecast_training(precision="fp4", **kw)
+    bf = forecast_training(precision="bf16", **kw)
+    # same model FLOPs: MFU ratio = (step_bf / step_f4) * (peak_bf / peak_f4)
+    expected = bf["mfu"] * bf["step_time_s"] / f4["step_time_s"] / 4.0
+    assert f4["mfu"] == pytest.approx(expected, rel=1e-9)
+    assert f4["precision"] == "fp4"
+
+
+@pytest.mark.parametrize("precision", ["fp4", "mxfp8"])
+def test_precision_the_chip_lacks_names_what_it_has(precision):
+    hw = fake_hardware()  # bf16, fp16, fp8, fp32: no fp4 tensor cores
+    with pytest.raises(
+        InputError,
+        match=rf"no dense fp4 peak.*--precision {precision}.*"
+        r"it has bf16, fp16, fp8",
+    ):
+        forecast_training(
+            ARCH,
+            num_gpus=32,
+            seq_len=4096,
+            global_batch=64,
+            hardware=hw,
+            precision=precision,
+            parallelism=dict(BASE),
+        )
+
+
+def test_unknown_precision_lists_the_known_ones():
+    with pytest.raises(InputError, match="unknown precision 'fp3'") as err:
+        forecast_training(
+            ARCH,
+            num_gpus=32,
+            seq_len=4096,
+            global_batch=64,
+            hardware=fake_hardware(),
+            precision="fp3",
+            parallelism=dict(BASE),
+        )
+    assert "mxfp8" in str(err.value.hint) and "int8" in str(err.value.hint)
