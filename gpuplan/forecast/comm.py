@@ -19,6 +19,7 @@ the node, pipeline across nodes).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -181,3 +182,196 @@ def data_parallel_times3(
     grad = np.where(zero >= 1, rs, ar)
     param = np.where(zero >= 1, ag, 0.0)
     return {"grad": grad, "param": param}
+
+
+# ---------------------------------------------------------------------------------------------
+# Small messages: the collective library's own latency model
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LibraryLatency:
+    """Latency constants of the collective library on one scale-up fabric (catalog row).
+
+    Attributes
+    ----------
+    library:
+        ``nccl`` or ``rccl``.
+    base_latency_s:
+        Fixed latency of one collective on the low-latency (LL) protocol, seconds (NCCL's
+        ``baseLatencies[RING][LL]``).
+    hop_latency_s:
+        Latency of one algorithm step over the scale-up fabric, seconds (NCCL's
+        ``hwLatencies[NVLINK][RING][LL]``).
+    net_hop_latency_s:
+        Latency of one step that leaves the scale-up domain, seconds (``hwLatencies[NET]``),
+        or ``None`` where the catalog has none.
+    fabric_id, source:
+        The catalog fabric the constants come from and their source.
+    """
+
+    library: str
+    base_latency_s: float
+    hop_latency_s: float
+    net_hop_latency_s: float | None
+    fabric_id: str
+    source: str
+
+
+def library_latency(gpu: Any, catalog: Any = None) -> LibraryLatency | None:
+    """The :class:`LibraryLatency` of ``gpu``'s scale-up fabric, or ``None`` where the
+    catalog row of the fabric has no ``collective_*_latency_s`` fields."""
+    fid = getattr(gpu, "scale_up_fabric_id", None)
+    if not fid:
+        return None
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    try:
+        fab = catalog.fabric(fid)
+    except Exception:  # a catalog without that fabric row: no library model
+        return None
+    base = getattr(fab, "collective_base_latency_s", None)
+    hop = getattr(fab, "collective_hop_latency_s", None)
+    if not base or not hop:
+        return None
+    return LibraryLatency(
+        library=str(getattr(fab, "collective_library", None) or "nccl"),
+        base_latency_s=float(base),
+        hop_latency_s=float(hop),
+        net_hop_latency_s=getattr(fab, "collective_net_hop_latency_s", None),
+        fabric_id=str(fid),
+        source=str(getattr(fab, "latency_source", None) or getattr(fab, "source", "")),
+    )
+
+
+#: NCCL halves the ring bus bandwidth on the LL protocol (8-byte lines carrying 4 bytes of
+#: data and a 4-byte flag): ``busBw = min(llMaxBw, busBw * .5)``, NVIDIA/nccl
+#: src/graph/tuning.cc line 327 (@5067397c). A ratio of the library's protocol, not hardware.
+LL_BANDWIDTH_FRACTION = 0.5
+
+#: Small-message algorithms of :func:`library_times`.
+LIBRARY_ALGORITHMS = ("ring_ll", "one_shot", "two_shot")
+
+
+def library_times(
+    lat: LibraryLatency,
+    op: str,
+    size_bytes: Any,
+    ranks: Any,
+    *,
+    ranks_per_node: Any,
+    busbw_bytes_per_s: Any,
+    custom_allreduce: bool = True,
+) -> dict[str, np.ndarray]:
+    """Time (seconds) of each small-message algorithm the library and engines run.
+
+    * ``ring_ll``: NCCL's (and RCCL's) own cost model of the ring on the LL protocol
+      (``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``, NVIDIA/nccl src/graph/tuning.cc
+      lines 384-412 and 653): ``t = base + (steps - inter) * hop + inter * net_hop +
+      size * factor / (busbw / 2)`` with ``steps = 2(n-1)`` for an all-reduce (``n-1``
+      for all-gather / reduce-scatter), ``inter = 2(N-1)`` (``N-1``) steps across ``N``
+      nodes, and nccl-tests' bus factor ``2(n-1)/n`` (``(n-1)/n``). Inside one node NCCL's
+      tree has the same ``2(n-1)`` hops, so the ring stands for both; across ``N > 2``
+      nodes it is pessimistic (the tree pays ``2 log2 N`` network hops).
+    * ``one_shot`` and ``two_shot`` all-reduce (only inside one scale-up domain with
+      direct peer access, and where ``custom_allreduce``): the custom kernels of
+      TensorRT-LLM (``AllReduceStrategy.ONESHOT/TWOSHOT``), vLLM (``custom_all_reduce.cu``,
+      vllm-project/vllm PR 2192) and SGLang. One-shot: one barrier step, each GPU reads the
+      ``n-1`` peer buffers and reduces, ``t = base + hop + (n-1) size / busbw``; two-shot:
+      reduce-scatter then all-gather, ``t = base + 2 hop + 2(n-1)/n size / busbw``. The
+      launch and step latencies are the library's own (the same kernels run inside one CUDA
+      graph); the model reproduces the published H100 TP8 one-shot times (SGLang PR 2904:
+      5.9 us at 512 B, 7.8 us at 32 KB), see ``tests/forecast/test_comm_latency.py``.
+
+    ``op`` ``all_to_all`` and ``p2p`` take one step (all peers at once): ``base + hop +
+    size (n-1)/n / busbw``. ``busbw_bytes_per_s`` is the achieved large-message bus
+    bandwidth of the group (the calibrated one).
+
+    >>> lat = LibraryLatency("nccl", 6.6e-6, 0.6e-6, 2.7e-6, "nvlink4", "")
+    >>> t = library_times(lat, "all_reduce", 0.0, 8, ranks_per_node=8, busbw_bytes_per_s=1e11)
+    >>> round(float(t["ring_ll"]) * 1e6, 2), round(float(t["one_shot"]) * 1e6, 2)
+    (15.0, 7.2)
+    """
+    size = np.asarray(size_bytes, dtype=float)
+    n = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    rpn = np.clip(np.asarray(ranks_per_node, dtype=float), 1.0, n)
+    nodes = np.ceil(n / rpn)
+    bw = np.asarray(busbw_bytes_per_s, dtype=float)
+    net_hop = lat.net_hop_latency_s if lat.net_hop_latency_s else lat.hop_latency_s
+    base, hop = lat.base_latency_s, lat.hop_latency_s
+    out: dict[str, np.ndarray] = {}
+    if op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
+        ar = op == "all_reduce"
+        steps = (2.0 if ar else 1.0) * (n - 1.0)
+        inter = (2.0 if ar else 1.0) * (nodes - 1.0)
+        factor = (2.0 if ar else 1.0) * (n - 1.0) / n
+        if op in ("broadcast", "reduce"):
+            factor = np.ones_like(n)
+        t = base + (steps - inter) * hop + inter * net_hop
+        out["ring_ll"] = t + size * factor / (LL_BANDWIDTH_FRACTION * bw)
+        if ar and custom_allreduce:
+            one_domain = nodes <= 1
+            one = base + hop + (n - 1.0) * size / bw
+            two = base + 2.0 * hop + 2.0 * (n - 1.0) / n * size / bw
+            out["one_shot"] = np.where(one_domain, one, np.inf)
+            out["two_shot"] = np.where(one_domain, two, np.inf)
+    else:  # all_to_all, p2p: every peer at once
+        step = np.where(nodes > 1, net_hop, hop)
+        out["ring_ll"] = base + step + size * (n - 1.0) / n / bw
+    return {k: np.where(n > 1, v, 0.0) for k, v in out.items()}
+
+
+def serving_collective_time3(
+    perf: Any,
+    lat: LibraryLatency | None,
+    op: str,
+    size_bytes: Any,
+    ranks: Any,
+    *,
+    ranks_per_node: Any,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
+    custom_allreduce: bool = True,
+) -> tuple[np.ndarray, str]:
+    """Collective time ``[value, low, high]`` and the algorithm that sets it.
+
+    The fastest of the calibrated alpha-beta model (:func:`collective_time3`, fitted mostly
+    on large messages) and the library's small-message algorithms (:func:`library_times`),
+    as NCCL's tuner and the engines' ``AUTO`` all-reduce strategies pick the fastest. The
+    library times carry the calibration's relative interval at the same size. With no
+    library constants (``lat is None``) this is the calibrated model.
+    """
+    kw: dict[str, Any] = dict(
+        ranks_per_node=ranks_per_node,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+    )
+    cal = collective_time3(perf, op, size_bytes, ranks, **kw)
+    if lat is None or not np.any(cal[0] > 0):
+        return cal, "calibrated"
+    n = np.asarray(ranks, dtype=float)
+    big = 2.0**30
+    t_big = collective_time3(perf, "all_reduce" if op == "p2p" else op, big, n, **kw)[0]
+    factor = {
+        "all_reduce": 2.0 * (n - 1.0) / np.maximum(n, 1.0),
+        "all_gather": (n - 1.0) / np.maximum(n, 1.0),
+        "reduce_scatter": (n - 1.0) / np.maximum(n, 1.0),
+        "all_to_all": (n - 1.0) / np.maximum(n, 1.0),
+    }.get(op, np.ones_like(n))
+    busbw = np.where(t_big > 0, big * factor / np.where(t_big > 0, t_big, 1.0), np.inf)
+    times = library_times(
+        lat,
+        op,
+        size_bytes,
+        n,
+        ranks_per_node=ranks_per_node,
+        busbw_bytes_per_s=busbw,
+        custom_allreduce=custom_allreduce,
+    )
+    rel = np.where(cal[0] > 0, cal / np.where(cal[0] > 0, cal[0], 1.0), 1.0)
+    names = ["calibrated", *times]
+    stack = np.stack([cal, *(np.where(cal[0] > 0, t * rel, 0.0) for t in times.values())])
+    # one algorithm per message, chosen on the central value (as the tuner does), so the
+    # interval is that algorithm's
+    pick = np.argmin(stack[:, 0], axis=0)
+    best = np.take_along_axis(stack, pick[None, None, ...], axis=0)[0]
+    counts = np.bincount(np.ravel(pick), minlength=len(names))
+    return best, names[int(np.argmax(counts))]

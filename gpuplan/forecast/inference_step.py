@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.forecast.comm import LibraryLatency, library_latency, serving_collective_time3
 from gpuplan.forecast.inference_arch import Gemms, Sharded
 
 #: Rows below which a GEMM's compute ceiling is read at this many rows. The calibrated rate
@@ -51,11 +52,16 @@ class EngineProfile:
     tensor-core decode-attention kernel; ``None`` means every shape. Other shapes run the
     masked multi-head attention kernel, whose dot products run on the CUDA cores (FP32),
     one query head per thread block.
+
+    ``custom_allreduce``: the engine runs its own one-shot/two-shot all-reduce for small
+    TP messages inside the scale-up domain (TensorRT-LLM's AllReduce plugin, added in
+    v0.5.0 and default since; vLLM's ``custom_all_reduce``, PR 2192; SGLang), besides NCCL.
     """
 
     name: str
     xqa_shapes: tuple[tuple[int, int], ...] | None
     description: str
+    custom_allreduce: bool = True
 
     def vector_decode_attention(self, sh: Sharded) -> bool:
         if self.xqa_shapes is None or sh.arch.mla is not None:
@@ -70,13 +76,18 @@ class EngineProfile:
 #: precompiled XQA kernels covered head_dim 128 with 8 query heads per KV head (kernel files
 #: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``
 #: in NVIDIA/TensorRT-LLM; the 0.10.0 release notes, PR #1734, name Llama-2-70B as the XQA
-#: model); every other shape used the masked MHA kernel.
+#: model); every other shape used the masked MHA kernel. Its custom all-reduce plugin was
+#: opt-in (``PluginConfig.use_custom_all_reduce = False`` by default in the 0.x releases,
+#: ``tensorrt_llm/plugin/plugin.py``; the published table does not say it was enabled), so
+#: TP all-reduces ran on NCCL.
 ENGINES: dict[str, EngineProfile] = {
     "modern": EngineProfile("modern", None, "tensor-core decode attention for every shape"),
     "trtllm-0.9": EngineProfile(
         "trtllm-0.9",
         ((128, 8),),
-        "TensorRT-LLM v0.9.0: XQA for head_dim 128 with 8 query heads per KV head, masked MHA otherwise",
+        "TensorRT-LLM v0.9.0: XQA for head_dim 128 with 8 query heads per KV head, masked MHA "
+        "otherwise; NCCL all-reduce",
+        custom_allreduce=False,
     ),
 }
 
@@ -263,17 +274,40 @@ def _scale_up_domain(gpu: Any) -> int:
 
 
 def collective3(
-    perf: Any, op: str, size_bytes: Any, ranks: int, *, intra: bool = True
+    perf: Any,
+    op: str,
+    size_bytes: Any,
+    ranks: int,
+    *,
+    ranks_per_node: int | None = None,
+    latency: LibraryLatency | None = None,
+    custom_allreduce: bool = True,
 ) -> tuple[np.ndarray, str]:
-    """Collective time ``[value, slow, fast]`` (zeros for one rank) and its basis."""
+    """Collective time ``[value, slow, fast]`` (zeros for one rank) and its basis.
+
+    ``ranks_per_node`` members of the group share a scale-up domain (default: all);
+    ``latency`` adds the collective library's small-message algorithms
+    (:func:`gpuplan.forecast.comm.serving_collective_time3`).
+    """
     size = np.asarray(size_bytes, dtype=float)
     if ranks <= 1:
         return np.zeros((3, *size.shape)), "measured"
+    rpn = ranks if ranks_per_node is None else max(1, min(int(ranks_per_node), ranks))
     kwargs: dict[str, Any] = {}
-    if not intra:
-        kwargs["ranks_per_node"] = 1
-    est = perf.collective_time_s(op, size, ranks, **kwargs)
-    return time3(est), est.basis
+    if rpn < ranks:
+        kwargs["ranks_per_node"] = rpn
+    basis = perf.collective_time_s(op, 1.0, ranks, **kwargs).basis
+    t3, _ = serving_collective_time3(
+        perf,
+        latency,
+        op,
+        size,
+        ranks,
+        ranks_per_node=rpn,
+        custom_allreduce=custom_allreduce,
+    )
+    # [value, low, high] -> [value, slow, fast]
+    return np.stack([t3[0], t3[2], t3[1]]), basis
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,16 +325,20 @@ class DeviceRates:
     bandwidth_basis: str = field(init=False)
     bandwidth_cap: np.ndarray = field(init=False)
     vector_decode_attention: bool = field(init=False)
+    #: the collective library's latency constants of the GPU's scale-up fabric (catalog)
+    latency: LibraryLatency | None = field(init=False)
+    custom_allreduce: bool = field(init=False)
 
     def __post_init__(self) -> None:
+        profile = engine_profile(self.engine)
+        self.latency = library_latency(self.gpu)
+        self.custom_allreduce = profile.custom_allreduce
         est = self.perf.memory_bandwidth_bytes_per_s()
         self.bandwidth = rate3(est)
         self.bandwidth_basis = est.basis
         spec = getattr(self.gpu, "memory_bandwidth_bytes_per_s", None)
         self.bandwidth_cap = spec / self.bandwidth if spec else np.full(3, np.inf)
-        self.vector_decode_attention = engine_profile(self.engine).vector_decode_attention(
-            self.sharded
-        )
+        self.vector_decode_attention = profile.vector_decode_attention(self.sharded)
 
     def vector_rate(self) -> tuple[np.ndarray, str]:
         """Calibrated FP32 CUDA-core rate (an FP32 matmul without TF32), or the catalog's
@@ -342,33 +380,55 @@ class DeviceRates:
     def replica_in_one_domain(self) -> bool:
         return self.sharded.layout.gpus <= _scale_up_domain(self.gpu)
 
+    @property
+    def domain_size(self) -> int:
+        return _scale_up_domain(self.gpu)
+
+    def _coll(self, op: str, size: Any, ranks: int) -> tuple[np.ndarray, str]:
+        return collective3(
+            self.perf,
+            op,
+            size,
+            ranks,
+            ranks_per_node=min(ranks, self.domain_size),
+            latency=self.latency,
+            custom_allreduce=self.custom_allreduce,
+        )
+
     def comm(self, tokens: Any) -> tuple[np.ndarray, np.ndarray, str]:
         """Per-pass collective time of the stage and the time of one PP hop, ``(3, *shape)``
-        for ``tokens`` of any shape."""
+        for ``tokens`` of any shape. A TP group larger than the scale-up domain spans
+        ``tp / domain`` nodes (the hierarchical model, and the library's network steps)."""
         sh = self.sharded
         a, lay = sh.arch, sh.layout
         ab = sh.precision.activation_bytes
         tokens = np.asarray(tokens, dtype=float)
         act = tokens * a.hidden * ab
-        intra_tp = lay.tp <= _scale_up_domain(self.gpu)
         t = np.zeros((3, *tokens.shape))
         bases = ["measured"]
         n_ar = sh.tp_allreduces_per_pass()
         if n_ar:
-            c, b = collective3(self.perf, "all_reduce", act, lay.tp, intra=intra_tp)
+            c, b = self._coll("all_reduce", act, lay.tp)
             t = t + n_ar * c
             bases.append(b)
         if lay.ep > 1 and sh.moe_layers_per_stage:
             a2a_size = tokens * a.top_k * a.hidden * ab / lay.ep
-            c, b = collective3(self.perf, "all_to_all", a2a_size, lay.ep, intra=intra_tp)
+            c, b = self._coll("all_to_all", a2a_size, lay.ep)
             t = t + 2 * sh.moe_layers_per_stage * c
             bases.append(b)
             if lay.tp // lay.ep > 1:
-                c, b = collective3(self.perf, "all_reduce", act, lay.tp // lay.ep, intra=intra_tp)
+                c, b = self._coll("all_reduce", act, lay.tp // lay.ep)
                 t = t + sh.moe_layers_per_stage * c
         hop = np.zeros((3, *tokens.shape))
         if lay.pp > 1:
-            hop, b = collective3(self.perf, "p2p", act, 2, intra=self.replica_in_one_domain)
+            hop, b = collective3(
+                self.perf,
+                "p2p",
+                act,
+                2,
+                ranks_per_node=2 if self.replica_in_one_domain else 1,
+                latency=self.latency,
+            )
             bases.append(b)
         return t, hop, _worst(*bases)
 
