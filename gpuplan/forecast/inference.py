@@ -512,6 +512,7 @@ def forecast_inference(
     perf_for: Any = None,
     overheads: FittedOverheads | None = None,
     progress: Any = None,
+    allow_cross_node_tp: bool = False,
 ) -> dict[str, Any]:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -544,6 +545,11 @@ def forecast_inference(
         :data:`gpuplan.forecast.inference_step.ENGINES`).
     artifact:
         Calibration artifact (path or dict); None for the shipped default.
+    allow_cross_node_tp:
+        A ``tp`` larger than the GPU's scale-up domain (``--tp 16`` on 8-GPU H100 nodes) is
+        refused unless this is true; then the TP all-reduces span ``tp / domain`` nodes over
+        the scale-out fabric (the calibrated inter-node model and the library's network
+        steps), and the result says so under ``cross_node_tp``.
 
     Returns
     -------
@@ -599,6 +605,9 @@ def forecast_inference(
         )
     fitted = overheads or load_overheads()
     gpus = [catalog.gpu(g) for g in _gpu_list(gpu)]
+    cross_node = None
+    if tp is not None:
+        cross_node = check_tp_domain(tp, gpus, catalog, allow=allow_cross_node_tp)
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
 
     base = {
@@ -646,8 +655,10 @@ def forecast_inference(
         out.pop("_rates")
         out.pop("_memory")
         basis = _basis(perf)
+        if cross_node:
+            out["cross_node_tp"] = cross_node[g.id]
         return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
-    return _size_for_load(
+    sized = _size_for_load(
         arch=arch,
         gpus=gpus,
         base=base,
@@ -673,6 +684,53 @@ def forecast_inference(
         num_requests=num_requests,
         progress=progress,
     )
+    if cross_node and sized.get("gpu") in cross_node:
+        sized["cross_node_tp"] = cross_node[sized["gpu"]]
+    return sized
+
+
+def check_tp_domain(
+    tp: int, gpus: list[Any], catalog: Any, *, allow: bool
+) -> dict[str, dict[str, Any]] | None:
+    """Refuse a TP group larger than a GPU's scale-up domain unless ``allow``.
+
+    Tensor parallelism all-reduces twice per layer and pass; outside the scale-up domain
+    those run over the scale-out NICs, an order of magnitude slower (Narayanan et al. 2021,
+    section 3.3: tensor parallelism inside the node). Returns, per GPU whose domain the
+    group exceeds, what the forecast then assumes (``None`` when every group fits).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for g in gpus:
+        domain = int(getattr(g, "scale_up_domain_size", None) or 1)
+        if tp <= domain:
+            continue
+        if not allow:
+            vendor = getattr(g, "vendor", None)
+            bigger = sorted(
+                (getattr(x, "vendor", None) != vendor, int(x.scale_up_domain_size), x.id)
+                for x in getattr(catalog, "gpus", [])
+                if (getattr(x, "scale_up_domain_size", None) or 0) >= tp
+            )
+            chip = (
+                f", or a GPU with a larger domain ({bigger[0][2]}: {bigger[0][1]} GPUs)"
+                if bigger
+                else ""
+            )
+            raise InputError(
+                f"--tp {tp} spans {math.ceil(tp / domain)} nodes: the scale-up domain of {g.id} "
+                f"is {domain} GPUs, and TP all-reduces outside it run over the network",
+                hint=(
+                    f"use --tp {domain} with --pp {math.ceil(tp / domain)}{chip}; "
+                    "or allow cross-node tensor parallelism explicitly"
+                ),
+            )
+        out[g.id] = {
+            "nodes": math.ceil(tp / domain),
+            "scale_up_domain": domain,
+            "fabric": "scale-out network between the nodes (calibrated inter-node collectives)",
+            "note": f"TP {tp} exceeds the {domain}-GPU scale-up domain of {g.id}: every TP all-reduce crosses nodes",
+        }
+    return out or None
 
 
 def _default_tp(

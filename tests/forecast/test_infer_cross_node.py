@@ -1,0 +1,45 @@
+"""TP beyond the scale-up domain: refused unless asked for, then modelled and said (issue 16)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference import forecast_inference
+
+
+def test_tp_beyond_the_domain_is_refused_with_the_domain_size_and_alternatives():
+    with pytest.raises(InputError, match=r"--tp 16 spans 2 nodes.*h100-sxm5-80gb is 8 GPUs") as e:
+        forecast_inference("llama3.3-70b", "h100", tp=16, batch=1)
+    hint = e.value.one_line()
+    assert "--pp 2" in hint and "gb200" in hint and "explicitly" in hint
+
+
+def test_tp_beyond_the_domain_when_asked_crosses_nodes_and_says_so():
+    r16 = forecast_inference("llama3.3-70b", "h100", tp=16, batch=1, allow_cross_node_tp=True)
+    r8 = forecast_inference("llama3.3-70b", "h100", tp=8, batch=1)
+    info = r16["cross_node_tp"]
+    assert info["nodes"] == 2 and info["scale_up_domain"] == 8
+    assert "scale-out" in info["fabric"]
+    # the same 160 all-reduces per step, each now paying network steps
+    c16 = r16["breakdown_s"]["decode_step"]["communication"]
+    c8 = r8["breakdown_s"]["decode_step"]["communication"]
+    assert c16 > c8 > 0
+    assert "cross_node_tp" not in r8
+
+
+def test_a_domain_large_enough_needs_no_permission():
+    r = forecast_inference("llama3.3-70b", "gb200", tp=16, batch=1)
+    assert "cross_node_tp" not in r and r["tp"] == 16
+
+
+def test_cli_refuses_cross_node_tp_in_one_line(run_cli):
+    p = run_cli(
+        "forecast", "infer", "--model", "llama3.3-70b", "--gpu", "h100", "--tp", "16",
+        "--batch", "1",
+    )  # fmt: skip
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr
+    assert "scale-up domain" in lines[0] and "8 GPUs" in lines[0]
+    assert p.stdout == ""
