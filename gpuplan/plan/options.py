@@ -380,6 +380,8 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
                 out["kind"] = "missing"
                 out["note"] = f"switch {switch.id} has no port count in the catalog"
             else:
+                # a split (breakout) port: one twin-port module on the switch serves two NICs
+                split = field_name == "alt_ports"
                 tree = fabmod.design_fat_tree(
                     nodes=int(opt.nodes.value),
                     nics_per_node=int(count.value),
@@ -387,6 +389,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
                     oversubscription=float(oversub.value),
                     topology=fs.topology,
                     host_links_optical=fs.host_links == "optical",
+                    ports_per_transceiver=2 if split else 1,
                 )
                 inputs = [opt.nodes, count, radix, oversub, topo]
                 out.update(_fabric_figures(tree, inputs, host_links, switch.id))
@@ -467,6 +470,20 @@ def _fabric_figures(
             "leaves x leaf ports up per tier above the leaf",
         ),
         "cables": d(tree.links, "cables", "cables", "node-to-leaf + switch-to-switch"),
+        "host_links_copper": d(
+            tree.host_links_copper,
+            "cables",
+            "copper host cables (DAC/ACC, within a rack)",
+            "host links whose node and leaf share a rack",
+            [host_links],
+        ),
+        "host_links_optical": d(
+            tree.host_links_optical,
+            "cables",
+            "optical host cables (between racks)",
+            "host links from a node to a leaf in another rack",
+            [host_links],
+        ),
         "transceivers": d(
             tree.transceivers,
             "transceivers",
@@ -852,6 +869,39 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
 # ------------------------------------------------------------------ power
 
 
+def _overhead_reference(ctx: PlanContext, node: Any) -> Figure | None:
+    """System/GPU power ratio of a sourced node row, for nodes without a maximum power.
+
+    The reference is a row of the same cooling type whose maximum power and GPU TDP are both
+    sourced (not ``unverified``); the one with the closest GPU TDP, then by id.
+    """
+    cat = ctx.catalog
+    gpu_tdp = getattr(cat.gpu(node.accelerator_id), "tdp_w", None)
+    best = None
+    for ref in cat.nodes:
+        if ref.id == node.id or ref.max_power_w is None or ref.is_unverified("max_power_w"):
+            continue
+        ref_gpu = cat.gpu(ref.accelerator_id)
+        if ref_gpu.tdp_w is None or ref_gpu.is_unverified("tdp_w") or ref.rack_scale:
+            continue
+        if node.cooling is not None and ref.cooling != node.cooling:
+            continue
+        key = (abs(ref_gpu.tdp_w - (gpu_tdp or ref_gpu.tdp_w)), ref.id)
+        if best is None or key < best[0]:
+            best = (key, ref, ref_gpu)
+    if best is None:
+        return None
+    _, ref, ref_gpu = best
+    return powmod.host_overhead_ratio(
+        ref_id=ref.id,
+        ref_max_power_w=ctx.cat("node", ref, "max_power_w", "W", f"{ref.id} max power"),
+        ref_tdp_w=ctx.cat("accelerator", ref_gpu, "tdp_w", "W", f"{ref_gpu.id} TDP"),
+        ref_gpus_per_node=ctx.cat(
+            "node", ref, "accelerators_per_node", "GPUs", f"{ref.id} GPUs per node"
+        ),
+    )
+
+
 def build_power(ctx: PlanContext, opt: Option) -> None:
     """Node, rack and facility power; site constraints for on-premises options."""
     if opt.kind != "onprem":
@@ -866,18 +916,41 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
     trial = ctx.trial
     if trial is not None and trial.gpu_power_w is not None and trial.catalog_id == gpu.id:
         measured = trial.gpu_power_w
+    ratio = _overhead_reference(ctx, node) if not node_max.ok else None
     node_w = powmod.node_power_w(
         gpus_per_node=opt.gpus_per_node,
         tdp_w=tdp,
         node_max_power_w=node_max,
         measured_gpu_power_w=measured,
+        overhead_ratio=ratio,
     )
+    if measured is not None:
+        basis = "measured"
+    elif node_max.ok:
+        basis = "catalog"
+    elif ratio is not None and tdp.ok:
+        basis = f"estimated from GPU TDP + host overhead ({ratio.label} = {ratio.value:.3g})"
+    else:
+        basis = (
+            "GPU TDP only (no node maximum power and no reference node: host overhead not counted)"
+        )
     c = sc.constraints
-    rack_kw = (
-        ctx.inp(("constraints", "power_per_rack_kw"), "kW", "power per rack")
-        if c.power_per_rack_kw
-        else None
-    )
+    if c.power_per_rack_kw:
+        rack_kw = ctx.inp(("constraints", "power_per_rack_kw"), "kW", "power per rack")
+    elif node.rack_power_w:
+        cooled = f"{node.cooling}-cooled " if node.cooling else ""
+        ref_w = ctx.cat(
+            "node", node, "rack_power_w", "W", f"{node.id} reference {cooled}rack power"
+        )
+        rack_kw = derived(
+            ref_w.value / 1000.0,
+            "kW",
+            f"power per rack (default for {cooled}racks: vendor reference design)",
+            "node catalog rack_power_w / 1000 (set constraints.power_per_rack_kw to override)",
+            [ref_w],
+        )
+    else:
+        rack_kw = None
     rack_u = (
         ctx.inp(("constraints", "rack_units_per_rack"), "U", "rack units per rack")
         if c.rack_units_per_rack
@@ -886,25 +959,53 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
     node_u = (
         ctx.cat("node", node, "rack_units", "U", f"{node.id} height") if node.rack_units else None
     )
+    node_kg = (
+        ctx.cat("node", node, "weight_kg", "kg", f"{node.id} weight") if node.weight_kg else None
+    )
     racks = powmod.racks_for(
         nodes=opt.nodes,
         node_power=node_w,
         power_per_rack_kw=rack_kw,
         rack_units_per_rack=rack_u,
         node_rack_units=node_u,
+        rack_scale=bool(node.rack_scale),
+        node_weight_kg=node_kg,
     )
     it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"))
     pue = ctx.inp(("costs", "pue"), "ratio", "PUE")
     facility = powmod.facility_power_w(it, pue)
     opt.power = {
         "node_power_w": node_w,
-        "basis": "measured" if measured is not None else "catalog",
+        "basis": basis,
         "nodes_per_rack": racks["nodes_per_rack"],
         "racks": racks["racks"],
         "racks_limited_by": racks["limited_by"],
+        "rack_power_limit_w": derived(
+            rack_kw.value * 1000.0 if rack_kw is not None and rack_kw.ok else None,
+            "W",
+            "rack power limit",
+            "power per rack x 1000",
+            [rack_kw] if rack_kw is not None else [],
+        )
+        if rack_kw is not None
+        else missing_fig("W", "rack power limit", "not given: add constraints.power_per_rack_kw"),
+        "power_per_full_rack_w": powmod.rack_power_w(racks["nodes_per_rack"], node_w),
+        "cooling": node.cooling,
         "it_power_w": it,
         "facility_power_w": facility,
     }
+    if node.typical_power_w:
+        opt.power["node_typical_power_w"] = ctx.cat(
+            "node", node, "typical_power_w", "W", f"{node.id} typical power"
+        )
+    if node_kg is not None and racks["nodes_per_rack"].ok:
+        opt.power["weight_per_full_rack_kg"] = derived(
+            racks["nodes_per_rack"].value * node_kg.value,
+            "kg",
+            "node weight per full rack",
+            "nodes per rack x node weight (rack, PDUs and cabling not counted)",
+            [racks["nodes_per_rack"], node_kg],
+        )
     if racks["binding"]:
         opt.binding.append(
             {
