@@ -69,7 +69,8 @@ class PrecisionSpec:
 #: The precisions of ``forecast infer --precision``. Scale overheads: AWQ (Lin et al. 2024)
 #: stores one fp16 scale per 128 int4 weights (16/128 bit per weight); NVFP4 one FP8 (E4M3)
 #: scale per 16 FP4 values (NVIDIA, "Introducing NVFP4", 2025). FP8 and SmoothQuant INT8
-#: (Xiao et al. 2023) use per-tensor/per-channel scales, negligible per weight.
+#: (Xiao et al. 2023) use per-tensor/per-channel scales, negligible per weight. MXFP4 (OCP
+#: Microscaling Formats v1.0, 2023) one 8-bit E8M0 scale per 32 FP4 values.
 PRECISIONS: dict[str, PrecisionSpec] = {
     "bf16": PrecisionSpec("bf16", 2.0, 2.0, "bf16", "bf16", ("bf16",), "bf16 weights, KV, math"),
     "fp16": PrecisionSpec("fp16", 2.0, 2.0, "fp16", "fp16", ("fp16",), "fp16 weights, KV, math"),
@@ -97,7 +98,20 @@ PRECISIONS: dict[str, PrecisionSpec] = {
         ("fp4", "fp8"),
         "NVFP4 weights and activations, FP8 KV cache",
     ),
+    "mxfp4": PrecisionSpec(
+        "mxfp4",
+        0.5 + 1.0 / 32,
+        1.0,
+        "fp4",
+        "bf16",
+        ("fp4", "fp8"),
+        "MXFP4 weights and activations (one E8M0 scale per 32 values), FP8 KV cache",
+    ),
 }
+
+#: ``--precision fp4`` means the vendor's FP4 format: NVFP4 on NVIDIA, MXFP4 (OCP
+#: Microscaling Formats v1.0, the format of AMD CDNA4's FP4 tensor cores) elsewhere.
+FP4_BY_VENDOR = {"nvidia": "fp4"}
 
 KV_PRECISIONS: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 
@@ -123,6 +137,9 @@ def resolve_precision(precision: str, gpu: Any, kv_precision: str | None = None)
         raise InputError(
             f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}"
         )
+    if key == "fp4":
+        vendor = str(getattr(gpu, "vendor", "nvidia") or "nvidia").lower()
+        key = FP4_BY_VENDOR.get(vendor, "mxfp4")
     spec = PRECISIONS[key]
     gpu_name = getattr(gpu, "id", str(gpu))
     ok = [p for p in PRECISIONS.values() if all(_peak(gpu, d) for d in p.requires)]

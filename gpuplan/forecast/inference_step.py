@@ -362,10 +362,35 @@ class DeviceRates:
             sel = g.quantised == flag
             if not sel.any():
                 continue
-            est = self.perf.matmul_flops_per_s(m[sel], g.n[sel], g.k[sel], dtype)
-            out[:, sel] = rate3(est)
-            bases.append(est.basis)
+            rate, basis = self.matmul_rate3(m[sel], g.n[sel], g.k[sel], dtype)
+            out[:, sel] = rate
+            bases.append(basis)
         return out, _worst(*bases)
+
+    def matmul_rate3(self, m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, str]:
+        """Calibrated GEMM FLOP/s ``[value, low, high]`` in ``dtype``.
+
+        A dtype the calibration does not model (fp4, int8: ``gpuplan.calibration.specs.DTYPES``
+        stops at fp8) scales the calibrated curve of the nearest modelled dtype (fp8, else
+        bf16) by the ratio of the catalog's dense peaks: the same fraction of peak at the
+        same shape, the rule the training forecast uses (``training.gemm_rates3``). Basis
+        ``transferred``.
+        """
+        from gpuplan.calibration.specs import DTYPES
+
+        if dtype in DTYPES:
+            est = self.perf.matmul_flops_per_s(m, n, k, dtype)
+            return rate3(est), est.basis
+        peak = getattr(self.gpu, "peak_flops_per_s", None)
+        target = peak(dtype) if peak else None
+        for curve in ("fp8", "bf16"):
+            base = peak(curve) if peak else None
+            if not (target and base):
+                continue
+            est = self.perf.matmul_flops_per_s(m, n, k, curve)
+            return rate3(est) * (float(target) / float(base)), _worst(est.basis, "transferred")
+        est = self.perf.matmul_flops_per_s(m, n, k, dtype)  # raises the calibration's error
+        return rate3(est), est.basis
 
     def attention_rate(self, m: Any, n: Any, k: Any) -> tuple[np.ndarray, str]:
         est = self.perf.matmul_flops_per_s(

@@ -1,0 +1,56 @@
+"""Low-precision serving: FP4 (NVFP4 / MXFP4), INT8, INT4 and an FP8 KV cache (issue 16)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference import forecast_inference
+
+
+def _run(gpu: str, precision: str, **kw) -> dict:
+    kw.setdefault("batch", 1)
+    return forecast_inference("llama3.3-70b", gpu, tp=kw.pop("tp", 8), precision=precision, **kw)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "mi355x"])
+def test_fp4_runs_where_the_chip_has_fp4_and_reads_fewer_weight_bytes(gpu):
+    fp4, fp8 = _run(gpu, "fp4"), _run(gpu, "fp8")
+    w4 = fp4["memory_breakdown_bytes"]["weights"]
+    w8 = fp8["memory_breakdown_bytes"]["weights"]
+    # embeddings and LM head stay 16-bit; the layers go from 1 byte to 0.53-0.56 bytes
+    assert 0.5 < w4 / w8 < 0.62
+    assert fp4["tpot_s"] < fp8["tpot_s"]
+    assert fp4["basis"] == "transferred"  # the calibration has no fp4 matmul model
+    assert fp4["kv_cache_bytes_per_token"] == fp8["kv_cache_bytes_per_token"]  # FP8 KV
+
+
+def test_fp4_is_nvfp4_on_nvidia_and_mxfp4_on_amd():
+    assert "NVFP4" in _run("b200", "fp4")["precision_detail"]
+    assert "MXFP4" in _run("mi355x", "fp4")["precision_detail"]
+
+
+def test_int8_gemms_scale_the_fp8_curve_by_the_peak_ratio():
+    # W8A8 on H100: the int8 dense peak equals the fp8 one in the catalog, so the prefill
+    # runs at the FP8 rate, faster than bf16
+    i8 = _run("h100", "int8", input_tokens=4096, output_tokens=2)
+    bf = _run("h100", "bf16", input_tokens=4096, output_tokens=2)
+    assert i8["ttft_s"] < bf["ttft_s"]
+
+
+def test_int4_weight_only_halves_the_weights_again():
+    i4, fp8 = _run("h100", "int4"), _run("h100", "fp8")
+    assert i4["memory_breakdown_bytes"]["weights"] < 0.6 * fp8["memory_breakdown_bytes"]["weights"]
+
+
+def test_fp8_kv_cache_halves_the_kv_bytes():
+    bf = _run("h100", "bf16")
+    kv8 = _run("h100", "bf16", kv_precision="fp8")
+    assert kv8["kv_cache_bytes_per_token"] == pytest.approx(bf["kv_cache_bytes_per_token"] / 2)
+
+
+@pytest.mark.parametrize("gpu", ["a100", "h100"])
+def test_fp4_where_the_chip_has_none_is_refused_naming_what_works(gpu):
+    with pytest.raises(InputError, match=r"no FP4.*--precision fp4 cannot run") as e:
+        _run(gpu, "fp4")
+    assert "bf16" in e.value.one_line()
