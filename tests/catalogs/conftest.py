@@ -9,4 +9,6 @@ import pytest
 def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     cache = tmp_path_factory.mktemp("xdg-cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    # the suite-wide fixture points GPUPLAN_CACHE_DIR elsewhere, and it wins over XDG
+    monkeypatch.setenv("GPUPLAN_CACHE_DIR", str(cache / "gpuplan"))
     return cache
