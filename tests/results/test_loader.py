@@ -579,3 +579,13 @@ def test_cli_runs_of_generated_files_never_trace(run_cli, tmp_path):
         proc = run_cli("results", "show", str(path), "--format", "json")
         assert "Traceback" not in proc.stderr
         assert proc.returncode in (0, 2) and len(proc.stderr.splitlines()) <= 1, proc.stderr
+
+
+def test_busbw_zero_is_right_for_one_rank_only():
+    data = v1()
+    coll = next(p for p in data["probes"] if p["probe"] == "collectives")
+    coll["measurements"][0].update(ranks=1, busbw_bytes_per_s=0.0)
+    check_physical(ResultDocument.model_validate(data))  # nccl-tests' factor is 0 at n=1
+    coll["measurements"][0]["ranks"] = 2
+    with pytest.raises(SchemaError, match=r"probes\.4\.measurements\.0\.busbw_bytes_per_s"):
+        check_physical(ResultDocument.model_validate(data))
