@@ -589,3 +589,16 @@ def test_busbw_zero_is_right_for_one_rank_only():
     coll["measurements"][0]["ranks"] = 2
     with pytest.raises(SchemaError, match=r"probes\.4\.measurements\.0\.busbw_bytes_per_s"):
         check_physical(ResultDocument.model_validate(data))
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path, run_cli):
+    from gpuplan.results.safejson import MAX_BYTES
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:  # sparse: no disk space used
+        fh.truncate(MAX_BYTES + 1)
+    with pytest.raises(InputError, match="larger than a result file can be"):
+        read_result_file(big)
+    proc = run_cli("results", "show", str(big), "--format", "json")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "big.json" in proc.stderr and "Traceback" not in proc.stderr
