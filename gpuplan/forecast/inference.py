@@ -384,11 +384,27 @@ def _single_layout(
         batch = _best_batch(cost, input_tokens, output_tokens, max_batch, batching, coef)
     elif batch is None:
         batch = 1
-    b = int(batch)
+    # The engine holds only the KV caches that fit: a larger batch runs max_batch requests
+    # at a time and the rest wait (vLLM's scheduler admits a request when its KV blocks are
+    # free; TensorRT-LLM's capacity scheduler likewise), so throughput and TPOT are those
+    # of the running batch; a static batch runs in waves.
+    b_req = int(batch)
+    b = min(b_req, max(int(max_batch), 1))
     run = static_run_parts(rates, b, input_tokens, output_tokens)
     st = static_run_time(run, params)
     if static:
         ttft3, tpot3, thr3 = st.ttft_s, st.tpot_s, st.throughput_tokens_per_s
+        if b_req > b:
+            full, last = divmod(b_req, b)
+            total3 = full * st.total_s
+            if last:
+                total3 = (
+                    total3
+                    + static_run_time(
+                        static_run_parts(rates, last, input_tokens, output_tokens), params
+                    ).total_s
+                )
+            thr3 = b_req * output_tokens / total3
         mem_pass = b * input_tokens
         phase_ttft, phase_tpot = st.prefill, st.decode
     else:
@@ -423,7 +439,7 @@ def _single_layout(
     mp = memory_plan(sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization)
     kv_tokens = b * req
     mb = mp.breakdown(kv_tokens)
-    fits = mb["total"] <= mp.usable_bytes
+    fits = mb["total"] <= mp.usable_bytes and b_req <= b
     gpus = layout.gpus
     q_thr = fitted.interval_quantiles("throughput_per_gpu")
     q_ttft = fitted.interval_quantiles("ttft")
@@ -451,7 +467,14 @@ def _single_layout(
         "tpot_s": tpot,
         "throughput_output_tokens_per_s": thr,
         "throughput_output_tokens_per_s_per_gpu": thr / gpus,
-        "batch": b,
+        "batch": b_req,
+        "batch_running": b,
+        "batch_note": None
+        if b_req <= b
+        else (
+            f"a batch of {b_req} does not fit: the KV cache holds {b} requests of "
+            f"{int(req)} tokens, so {b} run at a time and the rest wait"
+        ),
         "max_batch": int(max_batch),
         "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, prec.kv_bytes),
         "kv_cache_bytes_per_token_per_gpu": sh.kv_bytes_per_token_per_gpu(),
