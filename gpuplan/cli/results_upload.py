@@ -15,7 +15,9 @@ from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, progress, sim
 UPLOAD_HELP = """Upload result files to a results service (keeps the local files).
 
 RUN is a result file, a directory (searched recursively) or a run id (prefix) under
---results-dir. Environment secrets and host names are stripped before sending
+--results-dir. The token is checked with the server first. A file that cannot be read or
+does not validate is reported and the others are still uploaded (the exit code is 2 when
+any file did not succeed). Environment secrets and host names are stripped before sending
 (--include-hostname keeps host names). Connection errors and 5xx answers are retried with
 exponential backoff; acknowledged runs are remembered in a state file, so running the same
 command again after a failure continues where it stopped. Uploading the same run twice is
@@ -72,6 +74,7 @@ def upload(
     from gpuplan.service.client import (
         RetryPolicy,
         ServiceClient,
+        TransientError,
         UploadState,
         collect_files,
         default_state_path,
@@ -95,6 +98,13 @@ def upload(
         ) as client,
         progress(enabled=len(files) > 1) as bar,
     ):
+        # a refused token is an error even when every file would be skipped as acknowledged
+        unreachable = False
+        try:
+            client.verify_token("write")
+        except TransientError as exc:  # no answer: files still fail fast, skipped ones stay
+            unreachable = True
+            warn(f"token not verified: {exc.one_line()}")
         task = bar.add_task("uploading", total=len(files))
 
         def on_outcome(out) -> None:
@@ -104,7 +114,12 @@ def upload(
                 warn(f"{out.path}: {out.result}: {out.message}")
 
         upload_files(
-            client, files, state=state, keep_hostname=include_hostname, on_outcome=on_outcome
+            client,
+            files,
+            state=state,
+            keep_hostname=include_hostname,
+            on_outcome=on_outcome,
+            unreachable=unreachable,
         )
 
     counts: dict[str, int] = {}

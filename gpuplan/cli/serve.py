@@ -57,6 +57,46 @@ DATABASE_OPTION = typer.Option(
 )
 
 
+def bind_listener(host: str, port: int):
+    """A listening socket on ``host:port``, or one-line :class:`InputError` when the port is
+    taken (or not ours to take). Bound here, before the database work, and handed to
+    uvicorn, so that no other process can take the port in between and uvicorn's seven-line
+    startup failure never shows."""
+    import errno
+    import socket
+
+    from gpuplan.errors import InputError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InputError(
+            f"cannot listen on host {host!r}: {exc.strerror}",
+            hint="give an address of this machine with --host (127.0.0.1, 0.0.0.0, ::)",
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        if family == socket.AF_INET6 and host in ("::", ""):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError(
+                f"port {port} on {host} is in use: {exc.strerror}",
+                hint="stop the process that holds it or choose another with --port",
+            ) from None
+        raise InputError(
+            f"cannot listen on port {port} on {host}: {exc.strerror}",
+            hint="ports below 1024 need privileges; choose another with --port, or check --host",
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def _database(url: str):
     from gpuplan.service.db import Database
 
@@ -117,6 +157,7 @@ def serve(
     from gpuplan.service.db import redact_url
     from gpuplan.service.logs import log_config
 
+    listener = bind_listener(host, port)  # a port in use is one line, before anything else
     db = _database(database_url)  # fail early with one line if the database is unreachable
     revision = db.current_revision()
     db.dispose()
@@ -140,7 +181,7 @@ def serve(
         info(
             f"gpuplan results service on {summary['url']} (database {summary['database']}, schema {revision})"
         )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=host,
         port=port,
@@ -153,6 +194,10 @@ def serve(
         server_header=False,
         timeout_graceful_shutdown=10,
     )
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        listener.close()
 
 
 @app.command("openapi")

@@ -52,16 +52,23 @@ from starlette.routing import Match, Route
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError, SchemaError
 from gpuplan.results.migrations import upgrade
+from gpuplan.results.safejson import loads_limited
 from gpuplan.results.schema import ResultDocument
 from gpuplan.results.store import parse_result
 from gpuplan.service import models
 from gpuplan.service.db import Database, RunRow, iso_utc, utcnow
-from gpuplan.service.plausibility import check_document, identify_device, resolve_device_query
+from gpuplan.service.plausibility import (
+    RunPool,
+    check_document,
+    identify_device,
+    pool_flags,
+    resolve_device_query,
+)
 from gpuplan.service.recalibrate import (
     INCLUDED_STATUSES,
     Recalibrator,
     artifact_provenance,
-    calibration_inputs,
+    calibration_inputs_page,
     latest_artifact,
 )
 from gpuplan.service.sanitize import canonical_json, content_sha256, sanitize_document
@@ -73,6 +80,16 @@ RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 COOKIE = "gpuplan_session"
 DEFAULT_MAX_UPLOAD_BYTES = 16 * 2**20
 RETRY_AFTER_S = 5
+# Limits on an upload body beyond its size (gpuplan.results.safejson): a result document
+# nests 7 levels, its integers have at most 20 digits and its longest strings (a topology
+# matrix, a tool's error output) stay in the kilobytes.
+BODY_MAX_DEPTH = 32
+BODY_MAX_INT_DIGITS = 32
+BODY_MAX_STR_CHARS = 256 * 1024
+INPUTS_DEFAULT_LIMIT = 20
+INPUTS_MAX_LIMIT = 100
+INPUTS_MAX_PAGE_BYTES = 32 * 2**20
+HEALTH_WRITE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -235,6 +252,86 @@ def validate_document(data: Any) -> ResultDocument:
         raise DocumentInvalid(errors, exc.one_line()) from None
 
 
+_FIELD_RE = re.compile(r"field '([^']*)'")
+
+
+def _loc_of(message: str) -> list[str | int]:
+    """``["body", "probes", 0, ...]`` from a safejson message naming ``field 'probes.0...'``."""
+    m = _FIELD_RE.search(message)
+    if m is None:
+        return ["body"]
+    return ["body", *(int(p) if p.isdigit() else p for p in m.group(1).split(".") if p)]
+
+
+def parse_body(body: bytes) -> Any:
+    """The upload body as JSON within the service's limits, or :class:`DocumentInvalid` (422)
+    naming the field: no NaN/Infinity, no deep nesting, no huge integers or strings."""
+    try:
+        return loads_limited(
+            body,
+            where="body",
+            max_bytes=len(body),  # the size limit was applied while reading (413)
+            max_depth=BODY_MAX_DEPTH,
+            max_int_digits=BODY_MAX_INT_DIGITS,
+            max_str_chars=BODY_MAX_STR_CHARS,
+        )
+    except SchemaError as exc:
+        msg = exc.one_line()
+        raise DocumentInvalid(
+            [{"loc": _loc_of(exc.message), "msg": msg, "type": "json_invalid"}], msg
+        ) from None
+
+
+def check_limits(doc: ResultDocument) -> None:
+    """The service's length limits on identifying fields (:class:`models.UploadLimits`)."""
+    try:
+        models.UploadLimits.model_validate(doc, from_attributes=True)
+    except ValidationError as exc:
+        errors = _field_errors(exc)
+        first = errors[0]
+        msg = f"field '{'.'.join(str(p) for p in first['loc'][1:])}': {first['msg']}"
+        raise DocumentInvalid(errors, msg) from None
+
+
+@dataclass(frozen=True)
+class PreparedUpload:
+    """An upload body parsed, validated, sanitised and hashed (see :func:`prepare_upload`)."""
+
+    doc: ResultDocument
+    report: Any
+    uploaded_version: int
+    sha: str
+
+
+def prepare_upload(body: bytes, keep_hostname: bool) -> PreparedUpload:
+    """Everything CPU-bound about an upload, run in a worker thread (never on the event
+    loop, which would stall every other request, ``/healthz`` included, for seconds on a
+    large body)."""
+    data = parse_body(body)
+    # the document as sent must be valid: nothing is "fixed up"
+    check_limits(validate_document(data))
+    sanitized, report = sanitize_document(data, keep_hostname=keep_hostname)
+    doc = validate_document(sanitized)
+    if not RUN_ID_RE.fullmatch(doc.run_id):
+        msg = (
+            "field 'run_id': must be 1-64 letters, digits, '.', '_' or '-' (a uuid4 from the probe)"
+        )
+        raise DocumentInvalid([{"loc": ["body", "run_id"], "msg": msg, "type": "value_error"}], msg)
+    uploaded_version = int(sanitized.get("schema_version", 0))
+    return PreparedUpload(doc, report, uploaded_version, content_sha256(sanitized))
+
+
+def plausibility_flags(
+    db: Database, pool: RunPool, doc: ResultDocument
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Catalog flags plus flags against the pooled runs of the same device."""
+    flags, notes = check_document(doc)
+    device = identify_device(doc)
+    if device.in_catalog:
+        flags += pool_flags(doc, device.device_id, pool.pooled(db, device.device_id))
+    return flags, notes
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     too_big = ApiError(
         413,
@@ -310,6 +407,11 @@ def _store_run(
     return existing, False
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
 # ---------------------------------------------------------------------------------------------
 # application
 
@@ -323,6 +425,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if settings.migrate:
             await run_in_threadpool(db.migrate)
         app.state.db = db
+        app.state.pool = RunPool()
         app.state.recalibrator = Recalibrator(db, mode=settings.recalibrate)  # type: ignore[arg-type]
         app.state.recalibrator.start()
         try:
@@ -336,8 +439,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         version=__version__,
         description="Pools probe results from many nodes, recalibrates, serves the calibration.",
         lifespan=lifespan,
+        # no public docs from a CDN: /docs and /openapi.json are local and need a read
+        # token (gpuplan.service.web)
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.settings = settings
+    from gpuplan.service.web import SecurityHeaders
+
+    app.add_middleware(SecurityHeaders)
 
     # --- error handlers -------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -414,18 +525,35 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         tags=["service"],
     )
     def healthz(request: Request) -> Any:
-        """Liveness and database reachability (no token needed)."""
+        """Liveness, and whether the database answers *and accepts writes* (a write in a
+        transaction that is rolled back); 503 when either fails. No token needed."""
         db: Database = request.app.state.db
+        error: str | None = None
+        revision = None
         try:
             db.ping()
             revision = db.current_revision()
-            body = {"status": "ok", "database": "ok", "schema_revision": revision}
-            status = 200
-        except (OperationalError, InterfaceError, PoolTimeoutError, DBAPIError):
-            body = {"status": "degraded", "database": "unavailable", "schema_revision": None}
-            status = 503
-        body.update(version=__version__, max_upload_bytes=settings.max_upload_bytes)
-        return JSONResponse(body, status_code=status)
+        except (OperationalError, InterfaceError, PoolTimeoutError, DBAPIError) as exc:
+            state, error = "unavailable", _first_line(exc)
+        else:
+            try:
+                db.check_writable(
+                    timeout_s=min(HEALTH_WRITE_TIMEOUT_S, settings.sqlite_busy_timeout_s)
+                )
+                state = "ok"
+            except (OperationalError, InterfaceError, PoolTimeoutError, DBAPIError) as exc:
+                state, error = "unwritable", _first_line(exc)
+        body = {
+            "status": "ok" if state == "ok" else "degraded",
+            "database": state,
+            "database_error": error,
+            "schema_revision": revision,
+            "version": __version__,
+            "max_upload_bytes": settings.max_upload_bytes,
+        }
+        if error:
+            log.warning("healthz: database %s: %s", state, error)
+        return JSONResponse(body, status_code=200 if state == "ok" else 503)
 
     @app.get(
         "/v1/whoami",
@@ -481,24 +609,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     ) -> Any:
         """Upload one result document. Idempotent by run id + content hash."""
         body = await _read_body(request, settings.max_upload_bytes)
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            msg = f"not valid JSON: {exc}"
-            raise DocumentInvalid(
-                [{"loc": ["body"], "msg": msg, "type": "json_invalid"}], msg
-            ) from None
-        validate_document(data)  # the document as sent must be valid: nothing is "fixed up"
-        sanitized, report = sanitize_document(data, keep_hostname=keep_hostname)
-        doc = validate_document(sanitized)
-        if not RUN_ID_RE.fullmatch(doc.run_id):
-            msg = "field 'run_id': must be 1-64 letters, digits, '.', '_' or '-' (a uuid4 from the probe)"
-            raise DocumentInvalid(
-                [{"loc": ["body", "run_id"], "msg": msg, "type": "value_error"}], msg
-            )
-        uploaded_version = int(sanitized.get("schema_version", 0))
-        sha = content_sha256(sanitized)
-        flags, notes = await run_in_threadpool(check_document, doc)
+        prepared = await run_in_threadpool(prepare_upload, body, keep_hostname)
+        doc, report, uploaded_version, sha = (
+            prepared.doc,
+            prepared.report,
+            prepared.uploaded_version,
+            prepared.sha,
+        )
+        flags, notes = await run_in_threadpool(
+            plausibility_flags, request.app.state.db, request.app.state.pool, doc
+        )
         db: Database = request.app.state.db
         row, created = await run_in_threadpool(
             _store_run, db, principal, doc, sha, len(body), uploaded_version, flags, keep_hostname
@@ -701,15 +821,28 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         tags=["calibration"],
     )
     def get_inputs(
-        request: Request, principal: Annotated[Principal, Depends(require("read"))]
+        request: Request,
+        principal: Annotated[Principal, Depends(require("read"))],
+        limit: Annotated[
+            int,
+            Query(ge=1, le=INPUTS_MAX_LIMIT, description="documents per page (at most 100)"),
+        ] = INPUTS_DEFAULT_LIMIT,
+        cursor: Annotated[
+            str | None,
+            Query(
+                max_length=64,
+                pattern=f"^{RUN_ID_RE.pattern}$",
+                description="next_cursor of the previous page (absent: the first page)",
+            ),
+        ] = None,
     ) -> Any:
-        """The documents the calibration is fitted on (accepted and approved runs, by run id)."""
-        items, digest = calibration_inputs(request.app.state.db)
-        return {
-            "inputs_sha256": digest,
-            "run_ids": [rid for rid, _, _ in items],
-            "documents": [json.loads(doc) for _, _, doc in items],
-        }
+        """The documents the calibration is fitted on (accepted and approved runs), one page
+        at a time in run id order: at most ``limit`` documents and about 32 MiB per page.
+        Follow ``next_cursor`` until it is null; if ``inputs_sha256`` changes between pages,
+        the set changed meanwhile: start again."""
+        return calibration_inputs_page(
+            request.app.state.db, cursor=cursor, limit=limit, max_bytes=INPUTS_MAX_PAGE_BYTES
+        )
 
     @app.post(
         "/v1/calibration/refresh",

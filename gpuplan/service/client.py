@@ -80,6 +80,10 @@ class TransientError(GpuplanError):
     """The server could not be reached or answered 5xx after every retry."""
 
 
+class AuthError(InputError):
+    """The server refused the token (401) or its scope (403): fatal for a whole batch."""
+
+
 @dataclass
 class UploadOutcome:
     """What happened to one local result file.
@@ -244,6 +248,22 @@ class ServiceClient:
     def whoami(self) -> dict[str, Any]:
         return self._json("GET", "/v1/whoami")
 
+    def verify_token(self, scope: str = "write") -> dict[str, Any]:
+        """The token's ``whoami`` if the server accepts it with ``scope``; else :class:`AuthError`.
+
+        A batch asks first, so that a bad token is an error even when every file would be
+        skipped as already uploaded (the state file alone cannot tell a revoked token).
+        """
+        me = self.whoami()
+        scopes = set(me.get("scopes") or ())
+        if scope not in scopes and "admin" not in scopes:
+            raise AuthError(
+                f"{self.server}: token {me.get('token_id')} lacks the '{scope}' scope "
+                f"(it has {', '.join(sorted(scopes)) or 'none'})",
+                hint=f"ask the service admin for a token with --scope read,{scope}",
+            )
+        return me
+
     def max_upload_bytes(self) -> int | None:
         if self._max_upload_bytes is None:
             try:
@@ -327,8 +347,32 @@ class ServiceClient:
         """The latest artifact with its provenance (``artifact``, ``run_ids``, ``inputs_sha256`` ...)."""
         return self._json("GET", "/v1/calibration")
 
-    def calibration_inputs(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/calibration/inputs")
+    def calibration_inputs(self, *, page_size: int = 20, max_restarts: int = 3) -> dict[str, Any]:
+        """Every document the server's calibration is fitted on, page by page (following
+        ``next_cursor``); starts over when the set changes meanwhile (``inputs_sha256``)."""
+        for _ in range(max_restarts + 1):
+            pages: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                params: dict[str, Any] = {"limit": page_size}
+                if cursor is not None:
+                    params["cursor"] = cursor
+                page = self._json("GET", "/v1/calibration/inputs", params=params)
+                if pages and page["inputs_sha256"] != pages[0]["inputs_sha256"]:
+                    break  # new runs arrived while paging: start over
+                pages.append(page)
+                cursor = page.get("next_cursor")
+                if cursor is None:
+                    return {
+                        "inputs_sha256": pages[0]["inputs_sha256"],
+                        "total": pages[0].get("total"),
+                        "run_ids": [r for p in pages for r in p["run_ids"]],
+                        "documents": [d for p in pages for d in p["documents"]],
+                    }
+        raise TransientError(
+            f"{self.server}: the calibration inputs kept changing while they were downloaded",
+            hint="run the command again in a moment",
+        )
 
     def refresh_calibration(self) -> dict[str, Any]:
         return self._json("POST", "/v1/calibration/refresh")
@@ -364,11 +408,11 @@ def _raise_for_status(response, server: str) -> None:
         return
     detail = _detail(response)
     if code == 401:
-        raise InputError(
+        raise AuthError(
             f"{server} refused the token ({detail})", hint=f"check --token / {TOKEN_ENV}"
         )
     if code == 403:
-        raise InputError(f"{server}: {detail}")
+        raise AuthError(f"{server}: {detail}")
     if code == 404:
         raise NotFoundError(f"{server}: {detail}")
     if code == 422:
@@ -444,8 +488,8 @@ def collect_files(items: Iterable[str], results_dir: Path | str = "results") -> 
             root = Path(results_dir)
             for f in iter_result_files([root]) if root.is_dir() else []:
                 try:
-                    rid = json.loads(f.read_text(encoding="utf-8")).get("run_id")
-                except (OSError, ValueError, AttributeError):
+                    rid = read_upload_file(f).get("run_id")
+                except (OSError, ValueError, RecursionError, GpuplanError):
                     continue
                 if isinstance(rid, str):
                     index.append((rid, f))
@@ -471,53 +515,82 @@ def upload_files(
     state: UploadState | None = None,
     keep_hostname: bool = False,
     on_outcome: Callable[[UploadOutcome], None] | None = None,
+    unreachable: bool = False,
 ) -> list[UploadOutcome]:
     """Upload ``files`` one after the other; each acknowledgement is saved in ``state``.
 
-    A file that does not validate locally is reported as ``rejected`` without being sent;
-    a server that stays unreachable makes the rest ``failed`` quickly (one full retry cycle,
-    then a single attempt each) so that the batch ends and can be resumed later.
+    A file that cannot be read or does not validate locally (not UTF-8 JSON, NaN, too deep,
+    schema errors) is reported as ``rejected`` without being sent, and the batch goes on
+    with the next file; only a refused token (:class:`AuthError`) stops it. A server that
+    stays unreachable makes the rest ``failed`` quickly (one full retry cycle,
+    then a single attempt each; ``unreachable=True``: a single attempt from the start) so
+    that the batch ends and can be resumed later.
     """
-    from gpuplan.results.store import parse_result
-
     outcomes: list[UploadOutcome] = []
-    unreachable = False
     for path in files:
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-            parse_result(raw, where=str(path))
-        except (OSError, ValueError, GpuplanError) as exc:
+            out, unreachable = _upload_one(client, Path(path), state, keep_hostname, unreachable)
+        except AuthError:
+            raise  # the token is refused: every other file would be refused too
+        except (OSError, ValueError, RecursionError, GpuplanError) as exc:
+            # one bad file is reported; the rest of the batch still goes
             message = exc.one_line() if isinstance(exc, GpuplanError) else f"{path}: {exc}"
-            out = UploadOutcome(str(path), None, "rejected", message=message)
-        else:
-            clean, _ = sanitize_document(raw, keep_hostname=keep_hostname)
-            sha = content_sha256(clean)
-            run_id = raw.get("run_id")
-            if state is not None and state.is_acknowledged(run_id, sha):
-                entry = state.acknowledged[run_id]
-                out = UploadOutcome(
-                    str(path),
-                    run_id,
-                    "skipped",
-                    id=entry.get("id"),
-                    server_status=entry.get("status"),
-                    content_sha256=sha,
-                )
-            else:
-                saved = client.retry.max_attempts
-                if unreachable:
-                    client.retry.max_attempts = 1
-                try:
-                    out = client.upload_document(raw, keep_hostname=keep_hostname, path=str(path))
-                finally:
-                    client.retry.max_attempts = saved
-                unreachable = out.result == "failed"
-                if out.result in ("created", "duplicate") and state is not None:
-                    state.record(out)
+            out = UploadOutcome(str(path), None, "rejected", message=message[:500])
         outcomes.append(out)
         if on_outcome is not None:
             on_outcome(out)
     return outcomes
+
+
+def read_upload_file(path: Path) -> dict[str, Any]:
+    """A local result file, read and validated as the rest of gpuplan reads one
+    (:mod:`gpuplan.results.safejson` limits, then the schema)."""
+    from gpuplan.results.safejson import loads_limited
+    from gpuplan.results.store import parse_result
+
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file", hint="give result files or folders")
+    raw = loads_limited(path.read_bytes(), where=str(path))
+    parse_result(raw, where=str(path))
+    return raw
+
+
+def _upload_one(
+    client: ServiceClient,
+    path: Path,
+    state: UploadState | None,
+    keep_hostname: bool,
+    unreachable: bool,
+) -> tuple[UploadOutcome, bool]:
+    try:
+        raw = read_upload_file(path)
+    except (OSError, ValueError, RecursionError, GpuplanError) as exc:
+        message = exc.one_line() if isinstance(exc, GpuplanError) else f"{path}: {exc}"
+        return UploadOutcome(str(path), None, "rejected", message=message[:500]), unreachable
+    clean, _ = sanitize_document(raw, keep_hostname=keep_hostname)
+    sha = content_sha256(clean)
+    run_id = raw.get("run_id")
+    if state is not None and state.is_acknowledged(run_id, sha):
+        entry = state.acknowledged[run_id]
+        out = UploadOutcome(
+            str(path),
+            run_id,
+            "skipped",
+            id=entry.get("id"),
+            server_status=entry.get("status"),
+            content_sha256=sha,
+        )
+        return out, unreachable
+    saved = client.retry.max_attempts
+    if unreachable:
+        client.retry.max_attempts = 1
+    try:
+        out = client.upload_document(raw, keep_hostname=keep_hostname, path=str(path))
+    finally:
+        client.retry.max_attempts = saved
+    if out.result in ("created", "duplicate") and state is not None:
+        state.record(out)
+    return out, out.result == "failed"
 
 
 # -------------------------------------------------------------------------------------------

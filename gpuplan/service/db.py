@@ -167,6 +167,7 @@ class Database:
     ) -> None:
         self.url = normalize_url(url)
         self.is_sqlite = make_url(self.url).get_backend_name() == "sqlite"
+        self._busy_timeout_ms = int(sqlite_busy_timeout_s * 1000)
         if self.is_sqlite:
             database = make_url(self.url).database
             if not database or database == ":memory:":
@@ -269,6 +270,46 @@ class Database:
 
         with self.read_engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    def check_writable(self, timeout_s: float = 2.0) -> None:
+        """Raise an :class:`sqlalchemy.exc.OperationalError` unless the database accepts a
+        write: an ``UPDATE`` of the schema version row in a transaction that is rolled back,
+        waiting at most ``timeout_s`` for locks (``/healthz``: reachable is not enough when
+        the file is read-only, the disk is a read-only mount or another process holds the
+        write lock)."""
+        from sqlalchemy import text
+        from sqlalchemy.exc import OperationalError
+
+        ms = max(1, int(timeout_s * 1000))
+        update = "UPDATE alembic_version SET version_num = version_num"
+        if not self.is_sqlite:
+            with self.write_engine.connect() as conn:
+                conn.execute(text(f"SET LOCAL lock_timeout = {ms}"))
+                conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+                conn.execute(text(update))
+                conn.rollback()
+            return
+        import sqlite3
+
+        # the raw connection: the engine's "begin" hook would take the lock with the long
+        # busy timeout before a PRAGMA could shorten it
+        raw = self.write_engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            try:
+                cur.execute(f"PRAGMA busy_timeout={ms}")
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    cur.execute(update)
+                finally:
+                    cur.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise OperationalError(update, None, exc) from None
+            finally:
+                cur.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+                cur.close()
+        finally:
+            raw.close()
 
     def dispose(self) -> None:
         self.write_engine.dispose()

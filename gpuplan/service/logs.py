@@ -2,7 +2,8 @@
 
 The code logs only a token's public id. As a second line of defence every handler of the
 service carries :class:`RedactTokens`, which rewrites anything shaped like a token (say,
-pasted into a URL by mistake and echoed by the access log) before it is formatted.
+pasted into a URL by mistake and echoed by the access log), raw or percent-encoded, before
+it is formatted.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpuplan.service.tokens import TOKEN_RE, redact
+from gpuplan.service.tokens import redact
 
 
 class RedactTokens(logging.Filter):
@@ -18,8 +19,9 @@ class RedactTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        if TOKEN_RE.search(msg):
-            record.msg = redact(msg)
+        clean = redact(msg)  # raw and percent-encoded tokens (tokens.redact)
+        if clean != msg:
+            record.msg = clean
             record.args = None
         return True
 

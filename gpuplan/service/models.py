@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ErrorResponse(BaseModel):
@@ -34,11 +34,56 @@ class Flag(BaseModel):
     index: int
     quantity: str
     measured: float
-    limit: float
+    limit: float = Field(description="the bound the value crossed")
     limit_field: str
     gpu_id: str
     source: str | None = None
     message: str
+    kind: str | None = Field(
+        None,
+        description="catalog_peak (above the vendor figure), catalog_floor (below 1e-3 of it) "
+        "or pool (outside the median/MAD band of the pooled runs of the device)",
+    )
+    pool_median: float | None = Field(None, description="pool: median of the pooled runs")
+    pool_runs: int | None = Field(None, description="pool: how many runs the band is built on")
+
+
+# --- length limits of an upload's identifying fields (422 naming the field) ------------------
+# They match the database columns (db.RunRow): a value that would not fit is refused, never
+# truncated. Anything else in a document is bounded by the body limits of the upload.
+
+
+class _Limits(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AcceleratorLimits(_Limits):
+    name: str = Field(max_length=200)
+    uuid: str | None = Field(None, max_length=100)
+    catalog_id: str | None = Field(None, max_length=100)
+
+
+class HostLimits(_Limits):
+    machine_id: str = Field(max_length=200)
+    hostname: str | None = Field(None, max_length=255)
+    cpu_model: str | None = Field(None, max_length=200)
+    accelerators: list[AcceleratorLimits] = Field(default_factory=list, max_length=1024)
+
+
+class ProbeLimits(_Limits):
+    measurements: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
+
+
+class UploadLimits(_Limits):
+    """Upper bounds on the strings of a result document the service stores in columns."""
+
+    run_id: str = Field(max_length=64)
+    started_at: str = Field(max_length=64)
+    ended_at: str | None = Field(None, max_length=64)
+    gpuplan_version: str = Field(max_length=64)
+    source: str | None = Field(None, max_length=2000)
+    host: HostLimits
+    probes: list[ProbeLimits] = Field(default_factory=list, max_length=1000)
 
 
 class SanitizeInfo(BaseModel):
@@ -125,8 +170,18 @@ class CalibrationStatus(BaseModel):
 
 
 class CalibrationInputs(BaseModel):
-    inputs_sha256: str
-    run_ids: list[str]
+    """One page of the documents the calibration is fitted on, in run id order."""
+
+    inputs_sha256: str = Field(
+        description="hash of the whole input set: the same on every page of one set"
+    )
+    total: int = Field(description="number of runs in the whole input set")
+    limit: int
+    cursor: str | None = Field(None, description="the cursor this page was asked for")
+    next_cursor: str | None = Field(
+        None, description="pass as ?cursor= for the next page; null on the last page"
+    )
+    run_ids: list[str] = Field(description="the run ids of this page's documents")
     documents: list[dict[str, Any]]
 
 
@@ -138,7 +193,10 @@ class WhoAmI(BaseModel):
 
 class Health(BaseModel):
     status: str
-    database: str
+    database: str = Field(
+        description="ok | unavailable (unreachable) | unwritable (reads work, writes fail)"
+    )
+    database_error: str | None = Field(None, description="first line of the database error")
     schema_revision: str | None
     version: str
     max_upload_bytes: int = Field(description="largest accepted upload body")

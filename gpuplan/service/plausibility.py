@@ -1,19 +1,26 @@
-"""Plausibility checks of an uploaded run against the catalog's vendor figures.
+"""Plausibility checks of an uploaded run: catalog bounds and the pooled runs of its device.
 
 A measurement above what the hardware can physically do is a measuring error (a timer that
-did not synchronise, a wrong byte count, a unit slip) or a forged upload. Such a run is
-*flagged*: it is stored and listed, but kept out of the calibration until a token with the
-``admin`` scope approves it (``POST /v1/results/{run_id}/approve``).
+did not synchronise, a wrong byte count, a unit slip) or a forged upload; so is one a
+thousand times below what the same device measures everywhere else. Such a run is
+*flagged* (the "pending" state): it is stored and listed, but kept out of the calibration
+until a token with the ``admin`` scope approves it (``POST /v1/results/{run_id}/approve``),
+so that one upload cannot move the shared calibration.
 
-Checked, per measurement on an accelerator the catalog knows:
+Checked, per measurement on an accelerator the catalog knows (:func:`check_document`):
 
 * matmul ``flops_per_s`` above the dense peak of its dtype (``gpu.peak_flops_per_s``). A
   ``float32`` matmul may run on TF32 tensor cores when the framework allows it, so it is
   checked against the larger of the fp32 and tf32 peaks;
 * membw ``bytes_per_s`` (bytes read + written per second) above the memory bandwidth;
-* pcie ``bytes_per_s`` above the host link bandwidth (one direction).
+* pcie ``bytes_per_s`` above the host link bandwidth (one direction);
+* any of these below :data:`CATALOG_FLOOR_FRACTION` of the same figure.
 
-Collectives are not checked against a link figure: NVLink SHARP (NVLS) reduces in the
+Against the pool (:func:`pool_flags`, :class:`RunPool`): per quantity and shape class
+(:func:`run_values`), the run's best value must lie within a median/MAD band of the logs of
+the same key over the already included (accepted or approved) runs of the same catalog
+device plus the shipped reference runs; the band needs :data:`POOL_MIN_RUNS` runs.
+Collectives are checked only against the pool: NVLink SHARP (NVLS) reduces in the
 switch, so all-reduce bus bandwidth legitimately exceeds the per-GPU link bandwidth
 (nccl-tests doc/PERFORMANCE.md defines busbw for a ring, not for in-network reduction).
 The peaks come from the catalog rows (each with its ``source``), never from this code.
@@ -22,7 +29,11 @@ The peaks come from the catalog rows (each with its ``source``), never from this
 from __future__ import annotations
 
 import functools
+import json
+import math
 import re
+import statistics
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,18 +162,29 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
     def flag(
         probe: str, i: int, quantity: str, measured: float, limit: float, field: str, gpu
     ) -> None:
+        floor = CATALOG_FLOOR_FRACTION * limit
+        if floor <= measured <= limit:
+            return
+        above = measured > limit
+        bound = limit if above else floor
         flags.append(
             {
                 "probe": probe,
                 "index": i,
                 "quantity": quantity,
                 "measured": measured,
-                "limit": limit,
-                "limit_field": field,
+                "limit": bound,
+                "limit_field": field if above else f"{CATALOG_FLOOR_FRACTION:g} * {field}",
                 "gpu_id": str(gpu.id),
                 "source": getattr(gpu, "source", None),
-                "message": f"{probe} measurement {i}: {quantity} {measured:.4g} is above the catalog "
-                f"{field} {limit:.4g} of {gpu.id}",
+                "kind": "catalog_peak" if above else "catalog_floor",
+                "message": f"{probe} measurement {i}: {quantity} {measured:.4g} is "
+                + (
+                    f"above the catalog {field} {limit:.4g} of {gpu.id}"
+                    if above
+                    else f"below {CATALOG_FLOOR_FRACTION:g} of the catalog {field} {limit:.4g} "
+                    f"of {gpu.id}"
+                ),
             }
         )
 
@@ -184,7 +206,7 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
             limit = max(peaks)
             for i, m in enumerate(probe.measurements):
                 value = float(m.get("flops_per_s") or 0.0)
-                if value > limit:
+                if math.isfinite(value):
                     flag(
                         "matmul",
                         i,
@@ -201,7 +223,7 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
                 continue
             for i, m in enumerate(probe.measurements):
                 value = float(m.get("bytes_per_s") or 0.0)
-                if value > limit:
+                if math.isfinite(value):
                     flag(
                         "membw", i, "bytes_per_s", value, limit, "memory_bandwidth_bytes_per_s", gpu
                     )
@@ -212,7 +234,7 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
                 continue
             for i, m in enumerate(probe.measurements):
                 value = float(m.get("bytes_per_s") or 0.0)
-                if value > limit:
+                if math.isfinite(value):
                     flag(
                         "pcie",
                         i,
@@ -223,3 +245,209 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
                         gpu,
                     )
     return flags, sorted(set(notes))
+
+
+# ---------------------------------------------------------------------------------------------
+# the pooled runs of the same device: robust band in log space
+
+#: Pool check parameters. A value is suspicious when its log lies more than
+#: ``max(POOL_MAD_K * 1.4826 * MAD, log(POOL_MIN_FACTOR))`` from the median of the logs of the
+#: same quantity and shape class over the pooled runs of its device (Hampel's identifier on
+#: log values: F. R. Hampel, "The influence curve and its role in robust estimation", JASA
+#: 69 (1974); 1.4826 makes the MAD a consistent estimate of a normal sigma). The factor floor
+#: keeps honest spread (power caps, clocks, drivers) in the band when the pool agrees closely.
+POOL_MAD_K = 5.0
+POOL_MIN_FACTOR = 3.0
+#: fewest pooled runs (with a value for the same key) before the band is applied
+POOL_MIN_RUNS = 3
+#: a value below this fraction of the catalog figure is a unit slip or a broken timer
+CATALOG_FLOOR_FRACTION = 1e-3
+
+PoolKey = tuple[Any, ...]
+
+
+def _size_class(value: float, per_octaves: int) -> int:
+    """Bucket of a size in steps of ``2**per_octaves`` (shape classes compare like with like)."""
+    return round(math.log2(max(float(value), 1.0)) / per_octaves)
+
+
+def run_values(doc: ResultDocument) -> dict[PoolKey, tuple[float, str, int]]:
+    """Per pool key, the run's best value with its probe name and measurement index.
+
+    Keys: matmul ``(dtype, class of m*n*k in steps of 8x)`` on ``flops_per_s``; membw
+    ``(op, size class 4x)`` and pcie ``(direction, memory, size class 4x)`` on
+    ``bytes_per_s``; collectives ``(op, ranks, nodes, scope, size class 4x)`` on
+    ``busbw_bytes_per_s``. Only probes with ``status: ok`` on the run's first accelerator
+    (the device the run is filed under) count.
+    """
+    out: dict[PoolKey, tuple[float, str, int]] = {}
+    first = doc.host.accelerators[0] if doc.host.accelerators else None
+    for probe in doc.probes:
+        if probe.status != "ok" or probe.probe not in ("matmul", "membw", "pcie", "collectives"):
+            continue
+        if (
+            probe.probe != "collectives"
+            and _accelerator_for(doc, probe.params.get("device")) is not first
+        ):
+            continue
+        dtype = str(probe.params.get("dtype", "")).replace("torch.", "").lower()
+        for i, m in enumerate(probe.measurements):
+            try:
+                if probe.probe == "matmul":
+                    s = m["shape"]
+                    key: PoolKey = ("matmul", "/".join(_DTYPES.get(dtype, (dtype,))),
+                                    _size_class(s["m"] * s["n"] * s["k"], 3))  # fmt: skip
+                    value = float(m["flops_per_s"])
+                elif probe.probe == "membw":
+                    key = ("membw", m["op"], _size_class(m["size_bytes"], 2))
+                    value = float(m["bytes_per_s"])
+                elif probe.probe == "pcie":
+                    key = ("pcie", m["direction"], m["memory"], _size_class(m["size_bytes"], 2))
+                    value = float(m["bytes_per_s"])
+                else:
+                    key = ("collectives", m["op"], m["ranks"], m.get("num_nodes", 1),
+                           m.get("scope", "intra"), _size_class(m["size_bytes"], 2))  # fmt: skip
+                    value = float(m["busbw_bytes_per_s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not (value > 0 and math.isfinite(value)):
+                continue
+            if key not in out or value > out[key][0]:
+                out[key] = (value, probe.probe, i)
+    return out
+
+
+@dataclass(frozen=True)
+class Band:
+    """The accepted range of one pool key: ``[low, high]`` around ``median`` of ``runs``."""
+
+    median: float
+    low: float
+    high: float
+    runs: int
+
+
+def band(values: list[float]) -> Band | None:
+    """Median/MAD band of positive ``values`` in log space, or None with too few values.
+
+    >>> b = band([1.0, 1.1, 0.9, 1.05, 0.95])
+    >>> round(b.median, 3), b.low < 0.4, b.high > 2.9
+    (1.0, True, True)
+    """
+    if len(values) < POOL_MIN_RUNS:
+        return None
+    logs = sorted(math.log(v) for v in values)
+    med = statistics.median(logs)
+    mad = statistics.median(abs(x - med) for x in logs)
+    half = max(POOL_MAD_K * 1.4826 * mad, math.log(POOL_MIN_FACTOR))
+    return Band(math.exp(med), math.exp(med - half), math.exp(med + half), len(values))
+
+
+def pool_flags(
+    doc: ResultDocument, device_id: str, pooled: dict[PoolKey, list[float]]
+) -> list[dict[str, Any]]:
+    """Flags for the run's values outside the band of the pooled runs of ``device_id``."""
+    flags: list[dict[str, Any]] = []
+    quantity = {"matmul": "flops_per_s", "collectives": "busbw_bytes_per_s"}
+    for key, (value, probe, i) in sorted(run_values(doc).items(), key=lambda kv: repr(kv[0])):
+        b = band(pooled.get(key, []))
+        if b is None or b.low <= value <= b.high:
+            continue
+        side, limit = ("below", b.low) if value < b.low else ("above", b.high)
+        q = quantity.get(probe, "bytes_per_s")
+        flags.append(
+            {
+                "probe": probe,
+                "index": i,
+                "quantity": q,
+                "measured": value,
+                "limit": limit,
+                "limit_field": f"pool_{'low' if side == 'below' else 'high'}",
+                "gpu_id": device_id,
+                "source": f"median of {b.runs} pooled runs of {device_id}",
+                "kind": "pool",
+                "pool_median": b.median,
+                "pool_runs": b.runs,
+                "message": f"{probe} measurement {i}: {q} {value:.4g} is {side} the band "
+                f"[{b.low:.4g}, {b.high:.4g}] of {b.runs} pooled runs of {device_id} "
+                f"(median {b.median:.4g}, {'/'.join(str(k) for k in key[1:])})",
+            }
+        )
+    return flags
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_values() -> dict[str, list[dict[PoolKey, float]]]:
+    """Pool values of the shipped reference runs, by device id (computed once)."""
+    out: dict[str, list[dict[PoolKey, float]]] = {}
+    try:
+        from gpuplan.calibration.fit import reference_documents
+
+        docs = reference_documents()
+    except Exception:  # no reference set (a broken install): the pool is the uploads alone
+        return out
+    for d in docs:
+        device = identify_device(d)
+        if device.in_catalog:
+            values = {k: v for k, (v, _, _) in run_values(d).items()}
+            if values:
+                out.setdefault(device.device_id, []).append(values)
+    return out
+
+
+class RunPool:
+    """Pool values of the runs a calibration includes, read from the database per device.
+
+    Documents are parsed once per (run id, content hash) and only their values are kept in
+    memory, so an upload costs one indexed query plus the runs stored since the last one.
+    Several server processes on one database each keep their own cache; the query decides
+    which runs count (accepted or approved: flagged runs never enter the pool).
+    """
+
+    def __init__(self, *, include_reference: bool = True) -> None:
+        self.include_reference = include_reference
+        self._cache: dict[tuple[str, str], dict[PoolKey, float]] = {}
+        self._lock = threading.Lock()
+
+    def pooled(self, db: Any, device_id: str) -> dict[PoolKey, list[float]]:
+        from sqlalchemy import select
+
+        from gpuplan.results.store import parse_result
+        from gpuplan.service.db import RunRow
+        from gpuplan.service.recalibrate import INCLUDED_STATUSES
+
+        with db.read() as s:
+            ids = s.execute(
+                select(RunRow.run_id, RunRow.content_sha256).where(
+                    RunRow.device_id == device_id, RunRow.status.in_(INCLUDED_STATUSES)
+                )
+            ).all()
+        keys = [(r[0], r[1]) for r in ids]
+        with self._lock:
+            missing = [k for k in keys if k not in self._cache]
+        for start in range(0, len(missing), 50):
+            chunk = missing[start : start + 50]
+            with db.read() as s:
+                rows = s.execute(
+                    select(RunRow.run_id, RunRow.content_sha256, RunRow.document).where(
+                        RunRow.run_id.in_([rid for rid, _ in chunk])
+                    )
+                ).all()
+            for rid, sha, text in rows:
+                try:
+                    values = {
+                        k: v for k, (v, _, _) in run_values(parse_result(json.loads(text))).items()
+                    }
+                except Exception:  # a stored document that no longer parses adds nothing
+                    values = {}
+                with self._lock:
+                    self._cache[(rid, sha)] = values
+        pooled: dict[PoolKey, list[float]] = {}
+        with self._lock:
+            runs = [self._cache.get(k, {}) for k in keys]
+        if self.include_reference:
+            runs += _reference_values().get(device_id, [])
+        for values in runs:
+            for k, v in values.items():
+                pooled.setdefault(k, []).append(v)
+        return pooled

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -62,9 +63,61 @@ def calibration_inputs(db: Database) -> tuple[list[tuple[str, str, str]], str]:
             .order_by(RunRow.run_id)
         ).all()
     items = [(r[0], r[1], r[2]) for r in rows]
-    key = {"gpuplan_version": __version__, "runs": [[rid, sha] for rid, sha, _ in items]}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    return items, digest
+    return items, _inputs_digest([(rid, sha) for rid, sha, _ in items])
+
+
+def calibration_inputs_page(
+    db: Database, *, cursor: str | None, limit: int, max_bytes: int
+) -> dict[str, Any]:
+    """One page of the included documents, in run id order, after run id ``cursor``.
+
+    At most ``limit`` documents and about ``max_bytes`` of stored JSON (always at least one
+    document, so that a page moves on). ``inputs_sha256`` is the hash of the whole set (as
+    :func:`calibration_inputs`), so that a client paging through can tell when the set
+    changed under it and start over.
+    """
+    from sqlalchemy import func
+
+    with db.read() as s:
+        keys = s.execute(
+            select(RunRow.run_id, RunRow.content_sha256)
+            .where(RunRow.status.in_(INCLUDED_STATUSES))
+            .order_by(RunRow.run_id)
+        ).all()
+        where = [RunRow.status.in_(INCLUDED_STATUSES)]
+        if cursor is not None:
+            where.append(RunRow.run_id > cursor)
+        page = s.execute(
+            select(RunRow.run_id, RunRow.size_bytes, func.length(RunRow.document))
+            .where(*where)
+            .order_by(RunRow.run_id)
+            .limit(limit + 1)
+        ).all()
+        chosen: list[str] = []
+        total_bytes = 0
+        for rid, _, length in page[:limit]:
+            if chosen and total_bytes + int(length or 0) > max_bytes:
+                break
+            chosen.append(rid)
+            total_bytes += int(length or 0)
+        docs = dict(
+            s.execute(select(RunRow.run_id, RunRow.document).where(RunRow.run_id.in_(chosen))).all()
+        )
+    more = len(chosen) < len(page)
+    return {
+        "inputs_sha256": _inputs_digest([(r[0], r[1]) for r in keys]),
+        "total": len(keys),
+        "limit": limit,
+        "cursor": cursor,
+        "next_cursor": chosen[-1] if more and chosen else None,
+        "run_ids": chosen,
+        "documents": [json.loads(docs[rid]) for rid in chosen],
+    }
+
+
+def _inputs_digest(keys: list[tuple[str, str]]) -> str:
+    key = {"gpuplan_version": __version__, "runs": [[rid, sha] for rid, sha in keys]}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def fit_documents(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -79,6 +132,27 @@ def _fit_json(documents_json: list[str]) -> str:
     """:func:`fit_documents` in a worker process: JSON text in, JSON text out."""
     artifact = fit_documents([json.loads(d) for d in documents_json])
     return json.dumps(artifact, sort_keys=True, allow_nan=False)
+
+
+def _watch_parent(parent_pid: int, interval_s: float = 0.2) -> None:
+    """Initializer of the fit worker: exit as soon as the server process is gone.
+
+    A worker blocked on its task queue never notices that the server was SIGKILLed (nothing
+    closes the queue), and would live on holding a few hundred MB. Linux's
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that started the child exits, not the
+    process (prctl(2)), and the pool starts workers from whichever thread submits first, so
+    a daemon thread polls ``getppid()`` instead: it changes when the parent dies and the
+    worker is re-parented (POSIX, on every platform the service runs on).
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        os._exit(0)
+
+    if os.getppid() != parent_pid:
+        os._exit(0)
+    threading.Thread(target=watch, name="gpuplan-parent-watch", daemon=True).start()
 
 
 def artifact_provenance(row: ArtifactRow, *, include_artifact: bool = True) -> dict[str, Any]:
@@ -205,7 +279,10 @@ class Recalibrator:
             from concurrent.futures import ProcessPoolExecutor
 
             self._executor = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_watch_parent,
+                initargs=(os.getpid(),),
             )
         try:
             return self._executor.submit(_fit_json, documents_json).result()

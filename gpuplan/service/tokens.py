@@ -183,6 +183,43 @@ def _info(row: TokenRow) -> TokenInfo:
     )
 
 
+# a run of characters that may spell a token once percent-decoded (query strings, paths,
+# double encoding: %255F is %5F is "_")
+_ENCODED_RUN = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-Fa-f]{2})+")
+
+
+def _unquote_fully(text: str, rounds: int = 4) -> str:
+    from urllib.parse import unquote
+
+    for _ in range(rounds):
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
 def redact(text: str) -> str:
-    """``text`` with every token's secret part replaced (defence in depth for log lines)."""
-    return TOKEN_RE.sub(lambda m: f"{PREFIX}{m.group(1)}_***", text)
+    """``text`` with every token's secret part replaced (defence in depth for log lines),
+    whether the token appears raw or percent-encoded (once or several times over), e.g. in
+    a query string or a path echoed by the access log.
+
+    >>> redact("GET /x?t=gpt_abcdefghij_" + "s" * 43)
+    'GET /x?t=gpt_abcdefghij_***'
+    >>> redact("GET /x?t=gpt%5Fabcdefghij%5F" + "s" * 43)
+    'GET /x?t=gpt_abcdefghij_***'
+    """
+    text = TOKEN_RE.sub(lambda m: f"{PREFIX}{m.group(1)}_***", text)
+    if "%" not in text:
+        return text
+
+    def decode_and_redact(match: re.Match[str]) -> str:
+        chunk = match.group(0)
+        if "%" not in chunk:
+            return chunk
+        decoded = _unquote_fully(chunk)
+        if not TOKEN_RE.search(decoded):
+            return chunk
+        return TOKEN_RE.sub(lambda m: f"{PREFIX}{m.group(1)}_***", decoded)
+
+    return _ENCODED_RUN.sub(decode_and_redact, text)
