@@ -390,6 +390,7 @@ def layer_gemms(
     tp: Any,
     ep: Any = 1,
     *,
+    etp: Any = None,
     include_logits: bool = True,
 ) -> list[Gemm]:
     """Forward GEMMs of one layer (and the output projection) on one TP rank.
@@ -400,7 +401,10 @@ def layer_gemms(
     micro-batch on this rank, all-gathered over TP with sequence parallelism) does not.
     Routed experts are spread over ``ep`` ranks and split by ``tp`` inside
     (expert-tensor-parallel = TP, the Megatron-core default); with balanced top-k routing
-    each local expert sees ``tokens*top_k*ep/E`` tokens.
+    each local expert sees ``tokens*top_k*ep/E`` tokens. With MoE parallel folding the
+    experts are split by ``etp < tp`` instead, and the ``tp/etp`` TP ranks that share a
+    micro-batch's tokens take disjoint shares of them (``tokens*top_k*ep/E * etp/tp`` per
+    expert): the expert FLOPs per GPU are the same, at other GEMM shapes.
 
     Parameters
     ----------
@@ -412,7 +416,8 @@ def layer_gemms(
     t = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     ep = np.asarray(ep, dtype=float)
-    one = np.ones_like(t * tp * ep)
+    etp_ = tp if etp is None else np.asarray(etp, dtype=float)
+    one = np.ones_like(t * tp * ep * etp_)
     h, a = arch.hidden, arch.heads
     g: list[Gemm] = []
     if arch.attention == "mla" and arch.mla:
@@ -444,13 +449,13 @@ def layer_gemms(
     if arch.is_moe:
         e, k_top, fe = arch.num_experts, arch.top_k, arch.expert_ffn
         local_experts = e / ep
-        tokens_per_expert = t * k_top * ep / e
+        tokens_per_expert = t * k_top * ep / e * etp_ / tp
         g.append(Gemm("router", t, e * one, h * one, one, "router", "moe"))
         g.append(
             Gemm(
                 "expert_up",
                 tokens_per_expert,
-                up * fe / tp,
+                up * fe / etp_,
                 h * one,
                 local_experts,
                 "expert",
@@ -458,7 +463,9 @@ def layer_gemms(
             )
         )
         g.append(
-            Gemm("expert_down", tokens_per_expert, h * one, fe / tp, local_experts, "expert", "moe")
+            Gemm(
+                "expert_down", tokens_per_expert, h * one, fe / etp_, local_experts, "expert", "moe"
+            )
         )
         if arch.num_shared_experts:
             fs = arch.num_shared_experts * fe

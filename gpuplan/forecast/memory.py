@@ -161,56 +161,120 @@ def pipeline_inflight_factor(pp: Any, vp: Any, num_microbatches: Any) -> Any:
     return inflight * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
 
 
-def stage_layers(arch: ModelArch, pp: Any) -> tuple[Any, Any]:
-    """Transformer layers on the busiest pipeline stage, and whether the ends are balanced.
+def pipeline_split(arch: ModelArch, pp: Any) -> tuple[Any, Any, Any]:
+    """Transformer layers on the first, each middle and the last pipeline stage.
 
-    ``L/p`` when ``p`` divides the layers. Otherwise, when ``p`` divides ``L + 2``, the
-    input embedding and the output layer count as one layer each on the first and last
-    stage (Megatron-core ``account_for_embedding_in_pipeline_split`` /
-    ``account_for_loss_in_pipeline_split``; Llama 3 405B trained its 126 layers on 16
-    stages this way, Dubey et al. 2024 section 3.3.2): ``(L+2)/p`` layers per middle stage.
-    Other ``p`` are invalid (:func:`valid_pipeline`).
+    ``L/p`` everywhere when ``p`` divides the layers. Otherwise every middle stage takes
+    ``m = ceil(L/p)`` layers and the remainder ``R = L - m*(p-2)`` goes to the first and last
+    stages (``ceil(R/2)`` and ``floor(R/2)``), which also hold the input embedding and the
+    output layer and loss: Megatron-core's uneven first/last stages
+    (``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``). When
+    ``p`` divides ``L + 2`` this is the split with the embedding and the loss counted as one
+    layer each (``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``), as Llama 3 405B trained its 126 layers on 16
+    stages (Dubey et al. 2024, section 3.3.2: one layer fewer on the first and last stage).
+    Invalid ``p`` (:func:`valid_pipeline`) give a split with a stage of no layers.
 
     >>> arch = ModelArch(layers=126, hidden=64, heads=4, ffn_hidden=256, vocab=10)
-    >>> [float(x) for x in stage_layers(arch, 16)[0:1]], bool(stage_layers(arch, 16)[1])
-    ([8.0], True)
+    >>> [float(x) for x in pipeline_split(arch, 16)]
+    [7.0, 8.0, 7.0]
+    >>> [float(x) for x in pipeline_split(arch.with_(layers=61), 16)]
+    [3.0, 4.0, 2.0]
+    >>> [float(x) for x in pipeline_split(arch.with_(layers=80), 8)]
+    [10.0, 10.0, 10.0]
     """
-    p = np.asarray(pp, dtype=float)
-    even = np.mod(arch.layers, p) == 0
-    return np.where(even, arch.layers / p, (arch.layers + 2.0) / p), ~even & (p > 1)
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    L = float(arch.layers)
+    even = np.mod(L, p) == 0
+    m = np.ceil(L / p)
+    rest = np.where(p > 2, L - m * (p - 2.0), L)
+    first = np.ceil(rest / 2.0)
+    last = np.floor(rest / 2.0)
+    first = np.where(even, L / p, np.where(p > 1, first, L))
+    middle = np.where(even, L / p, np.where(p > 2, m, first))
+    last = np.where(even, L / p, np.where(p > 1, last, L))
+    return first, middle, last
+
+
+def stage_layers(arch: ModelArch, pp: Any) -> tuple[Any, Any]:
+    """Transformer layers on the busiest pipeline stage, and how many fewer the last has.
+
+    The busiest stage sets the pipeline's pace (its bubble and every micro-batch step);
+    the last stage's deficit is the room its output layer fills (:func:`pipeline_split`).
+
+    >>> arch = ModelArch(layers=126, hidden=64, heads=4, ffn_hidden=256, vocab=10)
+    >>> [float(x) for x in stage_layers(arch, 16)]
+    [8.0, 1.0]
+    """
+    first, middle, last = pipeline_split(arch, pp)
+    busiest = np.maximum(first, middle)
+    return busiest, busiest - last
 
 
 def valid_pipeline(arch: ModelArch, pp: Any) -> Any:
-    """``p`` splits the layers evenly, or evenly with the embedding and loss counted as layers
-    (and every stage keeps at least one transformer layer)."""
+    """``p`` stages that each keep at least one transformer layer (:func:`pipeline_split`)."""
     p = np.asarray(pp, dtype=float)
-    even = np.mod(arch.layers, p) == 0
-    balanced = (p > 1) & (np.mod(arch.layers + 2, p) == 0) & ((arch.layers + 2.0) / p >= 2.0)
-    return even | balanced
+    _, _, last = pipeline_split(arch, p)
+    return (p >= 1) & (p <= arch.layers) & (last >= 1)
 
 
-def param_counts_per_rank(arch: ModelArch, tp: Any, pp: Any, ep: Any) -> dict[str, Any]:
-    """Parameters held by the most loaded rank: dense (non-expert) and expert parts.
+def expert_tensor_parallel(tp: Any, cp: Any, dp: Any, ep: Any) -> Any:
+    """Tensor-parallel size inside each expert (ETP).
 
-    Transformer layers are split over ``pp`` stages (:func:`stage_layers`; with balanced
-    ends the busiest stage is counted with the full ``(L+2)/p`` layers) and by ``tp``
-    inside; the embedding (and, untied or with ``pp > 1``, a second ``V*h`` copy on the
-    last stage) is split by ``tp``; routed experts are spread over ``ep`` ranks and split
-    by ``tp``.
+    Experts are split by the attention's TP when ``ep`` divides ``dp*cp`` (Megatron-core's
+    default, ETP = TP). A larger ``ep`` folds the TP ranks into the expert-parallel group
+    (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960: EP x ETP x EDP = TP x CP x DP
+    per stage), leaving ``ETP = TP*CP*DP/EP``.
+
+    >>> [float(expert_tensor_parallel(2, 1, 16, e)) for e in (8, 32)]
+    [2.0, 1.0]
+    """
+    tp, cp, dp, ep = (np.asarray(x, dtype=float) for x in (tp, cp, dp, ep))
+    folded = np.mod(dp * cp, ep) != 0
+    return np.where(folded, np.maximum(tp * dp * cp / ep, 1.0), tp)
+
+
+def param_counts_per_rank(
+    arch: ModelArch, tp: Any, pp: Any, ep: Any, etp: Any = None, *, stage: str = "busiest"
+) -> dict[str, Any]:
+    """Parameters held by one rank of a pipeline stage: dense (non-expert) and expert parts.
+
+    ``stage`` is ``first`` (its layers + the input embedding), ``middle``, ``last`` (its
+    layers + the output layer; a second ``V*h`` copy even when tied, as Megatron keeps one on
+    each end) or ``busiest`` (the largest of the three, part by part). With ``pp == 1`` the
+    one stage holds everything (one ``V*h`` copy if tied). Transformer layers are split by
+    ``tp``; routed experts over ``ep`` ranks and by ``etp`` inside (default ``tp``).
     """
     tp = np.asarray(tp, dtype=float)
     pp = np.asarray(pp, dtype=float)
     ep = np.asarray(ep, dtype=float)
-    lps, _ = stage_layers(arch, pp)
+    etp = tp if etp is None else np.asarray(etp, dtype=float)
+    first, middle, last = pipeline_split(arch, pp)
     expert_total = arch.num_moe_layers * arch.num_experts * arch.expert_params()
-    layer_dense = arch.layer_params(active=False) - expert_total
+    layer_dense = (arch.layer_params(active=False) - expert_total) / arch.layers
+    layer_expert = expert_total / arch.layers
     vh = float(arch.vocab * arch.hidden)
-    # pp == 1: one stage holds input embedding and output projection (one copy if tied).
     emb_single = vh * (1.0 if arch.tied_embeddings else 2.0)
-    emb = np.where(pp > 1, vh, emb_single)
-    dense = layer_dense / arch.layers * lps / tp + emb / tp
-    expert = expert_total / arch.layers * lps / (ep * tp)
-    return {"dense": dense, "expert": expert}
+
+    def counts(layers: Any, emb: Any) -> dict[str, Any]:
+        return {
+            "dense": layer_dense * layers / tp + emb / tp,
+            "expert": layer_expert * layers / (ep * etp),
+        }
+
+    per_stage = {
+        "first": counts(first, np.where(pp > 1, vh, emb_single)),
+        "middle": counts(middle, 0.0),
+        "last": counts(last, np.where(pp > 1, vh, emb_single)),
+    }
+    if stage != "busiest":
+        return per_stage[stage]
+    return {
+        k: np.maximum(
+            np.maximum(per_stage["first"][k], per_stage["middle"][k]), per_stage["last"][k]
+        )
+        for k in ("dense", "expert")
+    }
 
 
 def model_state_bytes(
@@ -224,23 +288,29 @@ def model_state_bytes(
     *,
     grad_bytes: float = GRAD_BYTES_PER_PARAM,
     zero3_unit_params: float | None = None,
+    stage: str = "busiest",
 ) -> dict[str, Any]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
     Dense weights are replicated over the ``dp*cp`` ranks of their data-parallel group,
-    expert weights over ``dp*cp/ep`` (Megatron-core's expert-data-parallel group); ZeRO
-    stage >= 1 shards the optimizer states over that group, >= 2 the gradients, 3 the
-    weights (Rajbhandari et al. 2020). With 16-bit gradient buffers (``grad_bytes=2``) the
-    optimizer also keeps an fp32 copy of its gradient shard: 16 instead of 12 bytes per
-    parameter (Megatron-core guide: "float16 param, float16 grads: 20 = 4 + 16/d").
-    Stage 3 also holds gathered units: the current and the prefetched one in 16 bits plus
-    the unsharded gradients of one (stage 2: the unsharded gradients of one unit) (``zero3_unit_params``: one transformer layer for
-    PyTorch FSDP's per-block wrapping; DeepSpeed caps it with stage3_max_live_parameters).
+    expert weights over the expert-data-parallel group ``tp*dp*cp/(ep*etp)``
+    (:func:`expert_tensor_parallel`; ``dp*cp/ep`` without folding); ZeRO stage >= 1 shards
+    the optimizer states over that group, >= 2 the gradients, 3 the weights (Rajbhandari et
+    al. 2020). With 16-bit gradient buffers (``grad_bytes=2``) the optimizer also keeps an
+    fp32 copy of its gradient shard: 16 instead of 12 bytes per parameter (Megatron-core
+    guide: "float16 param, float16 grads: 20 = 4 + 16/d"). Stage 3 also holds gathered
+    units: the current and the prefetched one in 16 bits plus the unsharded gradients of one
+    (stage 2: the unsharded gradients of one unit) (``zero3_unit_params``: one transformer
+    layer for PyTorch FSDP's per-block wrapping; DeepSpeed caps it with
+    stage3_max_live_parameters). ``stage`` as in :func:`param_counts_per_rank`.
     """
     zero = np.asarray(zero)
-    counts = param_counts_per_rank(arch, tp, pp, ep)
+    etp = expert_tensor_parallel(tp, cp, dp, ep)
+    counts = param_counts_per_rank(arch, tp, pp, ep, etp, stage=stage)
     d_dense = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
-    d_expert = np.maximum(d_dense / np.asarray(ep, dtype=float), 1.0)
+    d_expert = np.maximum(
+        d_dense * np.asarray(tp, dtype=float) / (np.asarray(ep, dtype=float) * etp), 1.0
+    )
 
     def sharded(per_param: float, stage: int) -> Any:
         on = zero >= stage
@@ -321,11 +391,7 @@ def training_memory_per_gpu(
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
     taken from the forecast constants.
     """
-    state = model_state_bytes(
-        arch, tp, pp, ep, dp, cp, zero, grad_bytes=grad_bytes, zero3_unit_params=zero3_unit_params
-    )
     pp_f = np.asarray(pp, dtype=float)
-    layers_per_stage, _ = stage_layers(arch, pp_f)
     kw: dict[str, Any] = dict(
         sequence_parallel=sequence_parallel,
         flash_attention=flash_attention,
@@ -340,28 +406,62 @@ def training_memory_per_gpu(
         )
     else:
         per_layer = activation_bytes_per_layer(arch, seq_len, micro_batch, tp, cp, recompute, **kw)
-    first_stage = per_layer * layers_per_stage * pipeline_inflight_factor(pp, vp, num_microbatches)
-    last_stage = per_layer * layers_per_stage + logits_bytes(arch, seq_len, micro_batch, tp, cp)
-    activations = np.where(
-        pp_f > 1,
-        np.maximum(first_stage, last_stage),
-        first_stage + last_stage - per_layer * layers_per_stage,
+    # 1F1B: stage i keeps min(p - i, m) micro-batches in flight (Narayanan et al. 2021,
+    # section 2.2.1); the first stage the most, the second one fewer, the last one. The peak
+    # of the GPU is the largest stage total (state + activations), so the first stage's
+    # extra micro-batch and the middle stages' extra layer are both looked at.
+    first, middle, last = pipeline_split(arch, pp_f)
+    logits = logits_bytes(arch, seq_len, micro_batch, tp, cp)
+    stages = {
+        "first": (first, pipeline_inflight_factor(pp_f, vp, num_microbatches)),
+        "middle": (
+            middle,
+            pipeline_inflight_factor(np.maximum(pp_f - 1.0, 1.0), vp, num_microbatches),
+        ),
+        "last": (last, np.ones_like(pp_f)),
+    }
+    parts: dict[str, dict[str, Any]] = {}
+    for name, (layers, inflight) in stages.items():
+        st = model_state_bytes(
+            arch,
+            tp,
+            pp,
+            ep,
+            dp,
+            cp,
+            zero,
+            grad_bytes=grad_bytes,
+            zero3_unit_params=zero3_unit_params,
+            stage=name,
+        )
+        act = per_layer * layers * inflight
+        if name == "last":
+            act = act + logits
+        st["activations"] = np.where(
+            pp_f > 1, act, per_layer * layers * np.minimum(1.0, inflight) + logits
+        )
+        parts[name] = st
+    keys = ("weights", "gradients", "optimizer", "zero3_buffers", "activations")
+    totals = {n: sum(parts[n][k] for k in keys) for n in parts}
+    # the middle stage exists only with p > 2 (with p == 2 it is the last)
+    totals["middle"] = np.where(pp_f > 2, totals["middle"], -np.inf)
+    peak = np.where(
+        totals["first"] >= np.maximum(totals["middle"], totals["last"]),
+        0,
+        np.where(totals["middle"] >= totals["last"], 1, 2),
     )
-    overhead = np.full_like(np.asarray(activations, dtype=float), float(overhead_bytes))
-    total = (
-        state["weights"]
-        + state["gradients"]
-        + state["optimizer"]
-        + state["zero3_buffers"]
-        + activations
-        + overhead
-    )
+    chosen = {
+        k: np.choose(peak, [np.broadcast_to(parts[n][k], np.shape(peak)) for n in stages])
+        for k in keys
+    }
+    overhead = np.full_like(np.asarray(chosen["activations"], dtype=float), float(overhead_bytes))
+    total = sum(chosen[k] for k in keys) + overhead
     return {
-        "weights": state["weights"],
-        "gradients": state["gradients"],
-        "optimizer": state["optimizer"],
-        "activations": activations,
-        "zero3_buffers": state["zero3_buffers"],
+        "weights": chosen["weights"],
+        "gradients": chosen["gradients"],
+        "optimizer": chosen["optimizer"],
+        "activations": chosen["activations"],
+        "zero3_buffers": chosen["zero3_buffers"],
         "overhead": overhead,
         "total": total,
     }

@@ -28,6 +28,7 @@ from gpuplan.forecast.training import (
     evaluate_layouts,
     layouts_from_dict,
     memory_only,
+    nearest_pipelines,
     summarise,
     take_layouts,
 )
@@ -65,9 +66,14 @@ def candidate_values(
     cand["tp"] = [
         t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0
     ]
+    # Even splits, splits with the embedding and loss counted as layers, and the powers of
+    # two with uneven first/last stages (DeepSeek-V3's 61 layers on 16 stages).
     cand["pp"] = sorted(
-        set(_divisors(arch.layers, num_gpus))
-        | {p for p in _divisors(arch.layers + 2, num_gpus) if p > 1 and (arch.layers + 2) // p >= 2}
+        p
+        for p in set(_divisors(arch.layers, num_gpus))
+        | set(_divisors(arch.layers + 2, num_gpus))
+        | set(_powers_of_two(min(num_gpus, arch.layers)))
+        if bool(valid_pipeline(arch, p))
     )
     cand["cp"] = [
         c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0
@@ -120,10 +126,12 @@ def enumerate_layouts(
     ok &= seq_len % cp == 0
     local = dp * mb
     ok &= (local > 0) & (global_batch % np.maximum(local, 1) == 0)
-    ok &= (zero <= 1) | (pp == 1)
+    # ZeRO-2 with pipelining only when asked for (FSDP2 + PP); Megatron's default is ZeRO-1.
+    ok &= (zero <= (2 if fixed.get("zero") is not None else 1)) | (pp == 1)
     if arch.is_moe:
         ok &= arch.num_experts % ep == 0
-        ok &= (dp * cp) % ep == 0
+        # experts over the data-parallel ranks, or folded into the TP ranks as well
+        ok &= ((dp * cp) % ep == 0) | (((tp * dp * cp) % ep == 0) & (ep > dp * cp))
     else:
         ok &= ep == 1
     L["dp"] = dp
@@ -222,6 +230,9 @@ def best_layouts(
     that would make it fit. When some are searched, only fitting layouts are ranked.
     """
     fixed = {k: v for k, v in fixed.items() if v is not None}
+    if not arch.is_moe:
+        fixed.setdefault("ep", 1)  # nothing to search: a dense model has no experts
+    user_fixed = any(k != "ep" or arch.is_moe for k in fixed)
     complete = all(
         k in fixed for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
     )
@@ -258,7 +269,12 @@ def best_layouts(
     )
     fits = mem["total"] <= hw.memory_bytes
     if not complete:
-        if not np.any(fits):
+        if not np.any(fits) and user_fixed and raise_if_none_fits:
+            # The user fixed part of the layout: forecast the completion closest to fitting,
+            # with fits_in_memory false, its overshoot and what would make it fit. Only the
+            # search over free dimensions prunes.
+            fits = mem["total"] <= np.min(mem["total"])
+        elif not np.any(fits):
             if not raise_if_none_fits:
                 return {"fits_in_memory": False, "num_gpus": num_gpus}
             j = int(np.argmin(mem["total"]))
@@ -353,9 +369,9 @@ def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq
         )
     if "pp" in fixed and not bool(valid_pipeline(arch, pp)):
         raise InputError(
-            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages (nor "
-            "layers + 2, with the embedding and loss counted as layers)",
-            hint="use a PP size that divides the number of layers",
+            f"{arch.layers} layers cannot be split over --pp {pp} pipeline stages (every stage "
+            "needs a layer)",
+            hint=f"use --pp {nearest_pipelines(arch, pp)}",
         )
     if "cp" in fixed and seq_len % cp:
         raise InputError(f"sequence length {seq_len} is not divisible by --cp {cp}")

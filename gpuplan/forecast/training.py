@@ -65,6 +65,7 @@ from gpuplan.forecast.flops import (
 from gpuplan.forecast.memory import (
     RECOMPUTE_CODES,
     RECOMPUTE_NAMES,
+    expert_tensor_parallel,
     param_counts_per_rank,
     stage_layers,
     training_memory_per_gpu,
@@ -429,7 +430,8 @@ def evaluate_layouts(
     s = float(seq_len)
     h = float(arch.hidden)
     m_micro = float(global_batch) / (dp * mb)  # micro-batches per step per pipeline
-    layers_per_stage, balanced_ends = stage_layers(arch, pp)
+    layers_per_stage, last_deficit = stage_layers(arch, pp)
+    etp = expert_tensor_parallel(tp, cp, dp, ep)
     dense_per_stage = layers_per_stage * (arch.num_dense_layers / arch.layers)
     moe_per_stage = layers_per_stage * (arch.num_moe_layers / arch.layers)
     sp = np.asarray(fw.sequence_parallel) & (tp > 1)
@@ -439,8 +441,8 @@ def evaluate_layouts(
 
     # ---- GEMM rates on the unique (tokens, tp, ep) combinations only (the search has
     # thousands of layouts but a few dozen distinct GEMM shapes).
-    (u_t, u_tp, u_ep), inv = _unique_rows(tokens, tp, ep)
-    gemms = layer_gemms(arch, u_t, u_tp, u_ep)
+    (u_t, u_tp, u_ep, u_etp), inv = _unique_rows(tokens, tp, ep, etp)
+    gemms = layer_gemms(arch, u_t, u_tp, u_ep, etp=u_etp)
     n_u = u_t.size
     shapes = []
     for g in gemms:
@@ -489,8 +491,9 @@ def evaluate_layouts(
         "moe": moe_per_stage,
         "model": np.ones_like(pp),
     }
-    # With balanced ends the last stage runs one layer fewer plus the output layer: only
-    # the part of the output layer longer than a transformer layer adds to the stage.
+    # With uneven or balanced ends the last stage runs ``last_deficit`` layers fewer plus the
+    # output layer: only the part of the output layer longer than those layers adds to the
+    # busiest stage's time (pipeline_split).
     layer_fwd = sum(
         per_layout(fwd_u[k])[0] * w
         for k, w in (
@@ -500,8 +503,10 @@ def evaluate_layouts(
         )
     )
     logits_fwd = per_layout(fwd_u["model"])[0]
-    extra = np.clip((logits_fwd - layer_fwd) / np.maximum(logits_fwd, 1e-30), 0.0, 1.0)
-    mult["model"] = np.where(balanced_ends, extra, 1.0)
+    extra = np.clip(
+        (logits_fwd - last_deficit * layer_fwd) / np.maximum(logits_fwd, 1e-30), 0.0, 1.0
+    )
+    mult["model"] = np.where(last_deficit > 0, extra, 1.0)
     gemm_fwd = sum(per_layout(fwd_u[k]) * mult[k] for k in groups)
     gemm_bwd = sum(per_layout(bwd_u[k]) * mult[k] for k in groups)
     gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"]) * mult["model"]  # no logits recompute
@@ -615,7 +620,9 @@ def evaluate_layouts(
     # ---- expert parallel: all-to-all dispatch and combine per MoE layer.
     if arch.is_moe:
         a2a_bytes = tokens / np.where(sp, tp, 1.0) * arch.top_k * h * 2.0
-        ep_rpn = comm_mod.group_ranks_per_node(ep, tp * cp, node)
+        # EP groups stride over TP x CP, or over ETP when folded into the TP ranks.
+        ep_stride = np.where(etp < tp, etp, tp * cp)
+        ep_rpn = comm_mod.group_ranks_per_node(ep, ep_stride, node)
         a2a = comm_mod.collective_time3(
             perf,
             "all_to_all",
@@ -638,8 +645,9 @@ def evaluate_layouts(
     pp_comm = np.where(pp > 1, 2.0 * p2p * (m_micro * vp + pp - 1.0), 0.0)
 
     # ---- data parallel (dense weights over dp*cp; experts over dp*cp/ep)
-    counts = param_counts_per_rank(arch, tp, pp, ep)
+    counts = param_counts_per_rank(arch, tp, pp, ep, etp)
     dense_grp = dp * cp
+    expert_grp = np.maximum(dense_grp * tp / (ep * etp), 1.0)  # expert-data-parallel group
     # ZeRO-3 units: one transformer layer (FSDP per-block wrapping) or the framework's cap.
     unit_params = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_stage, 1.0)
     if fw.zero3_unit_params is not None:
@@ -658,13 +666,13 @@ def evaluate_layouts(
     )
     grad_t, param_t = dense["grad"], dense["param"]
     if arch.is_moe:
-        exp_grp = np.maximum(dense_grp / ep, 1.0)
+        exp_grp = expert_grp
         expert = comm_mod.data_parallel_times3(
             perf,
             grad_bytes=counts["expert"] * fw.grad_reduce_bytes,
             param_bytes=counts["expert"] * fw.param_gather_bytes,
             ranks=exp_grp,
-            stride=tp * ep,
+            stride=etp * ep,
             node_size=node,
             zero=zero,
             inter_node_bandwidth_bytes_per_s=nic,
@@ -684,7 +692,7 @@ def evaluate_layouts(
     # ---- optimizer step (memory-bound Adam over the local shard)
     local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts[
         "expert"
-    ] / np.where(zero >= 1, np.maximum(dense_grp / ep, 1.0), 1.0)
+    ] / np.where(zero >= 1, expert_grp, 1.0)
     optimizer = local_params * ADAM_BYTES_PER_PARAM / membw
 
     breakdown = {
@@ -792,6 +800,14 @@ def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- checks
+def nearest_pipelines(arch: ModelArch, pp: int) -> str:
+    """The valid pipeline sizes nearest ``pp`` below and above, for messages: ``'60 or 61'``."""
+    below = [p for p in range(min(int(pp), arch.layers), 0, -1) if bool(valid_pipeline(arch, p))]
+    above = [p for p in range(max(int(pp), 1), arch.layers + 1) if bool(valid_pipeline(arch, p))]
+    near = sorted({x for x in (below[:1] + above[:1]) if x != pp})
+    return " or ".join(str(x) for x in near) or "1"
+
+
 def check_layout(
     arch: ModelArch,
     num_gpus: int,
@@ -822,9 +838,9 @@ def check_layout(
         )
     if not bool(valid_pipeline(arch, pp)):
         raise InputError(
-            f"layers ({arch.layers}) are not divisible by --pp {pp} pipeline stages (nor "
-            f"layers + 2, with the embedding and loss counted as layers)",
-            hint="use a PP size that divides the number of layers",
+            f"{arch.layers} layers cannot be split over --pp {pp} pipeline stages (every stage "
+            "needs a layer)",
+            hint=f"use --pp {nearest_pipelines(arch, pp)}",
         )
     lps = int(stage_layers(arch, pp)[0])
     if lps % vp:
@@ -845,10 +861,10 @@ def check_layout(
                 f"experts ({arch.num_experts}) are not divisible by --ep {ep}",
                 hint="use an EP size that divides the number of experts",
             )
-        if (dp * cp) % ep:
+        if (dp * cp) % ep and ((tp * dp * cp) % ep or ep < dp * cp):
             raise InputError(
-                f"--ep {ep} must divide dp x cp = {dp * cp} (experts are spread over "
-                "data-parallel ranks)",
+                f"--ep {ep} must divide dp x cp = {dp * cp}, or be a multiple of it dividing "
+                f"tp x dp x cp = {tp * dp * cp} (experts folded into the TP ranks)",
                 hint="choose --ep dividing the data-parallel size",
             )
     elif ep != 1:
@@ -861,11 +877,14 @@ def check_layout(
         )
     if int(par["zero"]) not in (0, 1, 2, 3):
         raise InputError(f"--zero must be 0, 1, 2 or 3, got {par['zero']}")
-    if int(par["zero"]) >= 2 and pp > 1:
+    if int(par["zero"]) >= 3 and pp > 1:
+        # ZeRO-2 with pipelining is what FSDP without resharding after the forward gives
+        # (Llama 3, Dubey et al. 2024 section 3.3.2; torchtitan FSDP2 + PP); ZeRO-3 would
+        # re-gather every stage's weights for every micro-batch.
         raise InputError(
-            f"ZeRO stage {par['zero']} with pipeline parallelism (--pp {pp}) is not supported "
+            f"ZeRO stage 3 with pipeline parallelism (--pp {pp}) is not supported "
             "by Megatron-LM or DeepSpeed",
-            hint="use --zero 0 or 1 with --pp > 1",
+            hint="use --zero 0, 1 or 2 with --pp > 1",
         )
     if tp > node_size:
         # Allowed, but say so through the hardware scope (collectives leave the node).
@@ -938,6 +957,7 @@ def summarise(
         "hfu": hw_flops / step / num_gpus / peak if peak else None,
         "memory_per_gpu_bytes": mem["total"],
         "fits_in_memory": bool(fits),
+        "memory_overshoot_bytes": max(0.0, mem["total"] - float(hw.memory_bytes)),
         "parallelism": par,
         "breakdown_s": breakdown,
         "intervals": {

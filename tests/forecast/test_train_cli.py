@@ -102,8 +102,8 @@ def test_fixed_layout_and_table_output(run_cli):
             "heads (64) are not divisible by --tp 3",
         ),
         (
-            ["--model", "llama3.1-70b", "--gpus", "72", "--pp", "9"],
-            "layers (80) are not divisible by --pp 9",
+            ["--model", "llama3.1-70b", "--gpus", "81", "--pp", "81"],
+            "80 layers cannot be split over --pp 81 pipeline stages",
         ),
         (["--model", "no-such-model", "--gpus", "8"], "unknown model 'no-such-model'"),
         (["--model", "llama3.1-8b", "--gpus", "0"], "--gpus must be >= 1"),
@@ -193,3 +193,30 @@ def test_nvfp4_on_gb200_forecasts(run_cli):
     out = json.loads(r.stdout)
     assert out["precision"] == "fp4"
     assert 0.0 < out["mfu"] < 1.0
+
+
+def test_fixed_layout_that_does_not_fit_exits_0_with_overshoot(run_cli):
+    r = run_cli(
+        "forecast",
+        "train",
+        "--model",
+        "llama3.1-405b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fits_in_memory"] is False and out["memory_overshoot_bytes"] > 0
+    assert "Traceback" not in r.stderr

@@ -175,7 +175,7 @@ def test_forecast_training_with_target_days_returns_num_gpus():
         (dict(num_gpus=64, parallelism=dict(tp=8, pp=3)), "do not divide|does not divide"),
         (dict(num_gpus=64, parallelism=dict(tp=8, pp=2, cp=1, dp=3)), "does not divide"),
         (dict(num_gpus=48, parallelism=dict(tp=3)), "heads \\(32\\) are not divisible by --tp 3"),
-        (dict(num_gpus=60, parallelism=dict(pp=5)), "layers \\(32\\) are not divisible by --pp 5"),
+        (dict(num_gpus=66, parallelism=dict(pp=33)), "32 layers cannot be split over --pp 33"),
         (dict(num_gpus=64, parallelism=dict(ep=2)), "--ep 2 needs a mixture-of-experts model"),
         (dict(num_gpus=64, parallelism=dict(recompute="some")), "unknown --recompute 'some'"),
         (dict(num_gpus=0), "--gpus must be >= 1"),
