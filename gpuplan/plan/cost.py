@@ -280,11 +280,15 @@ def price_model(
     servings: list[ServingLoad],
     utilisation: Figure,
     interruptions: dict[str, Reliability],
+    fleet_nodes: Figure | None = None,
 ) -> ModelCost:
     """Costs of the loads under purchasing model ``model`` at ``price`` per node-hour.
 
     ``interruptions`` maps each training name to its :class:`Reliability` under this model
-    (spot reclaims and failures for spot, failures only otherwise).
+    (spot reclaims and failures for spot, failures only otherwise). ``fleet_nodes``, when it
+    exceeds the workloads' nodes (a fleet grown for the teams' p95 wait target,
+    :func:`gpuplan.plan.shared.fleet_parts_with_teams`), adds the extra nodes to the month
+    as standing capacity paid every hour under every model; runs are not charged for them.
     """
     committed = model in COMMITTED
     out = ModelCost(model, price, goodput=interruptions)
@@ -384,6 +388,26 @@ def price_model(
             [monthly, s.output_tokens_per_month],
             interval=mtok_interval,
         )
+    workload_nodes = [t.nodes for t in trainings] + [s.nodes for s in servings]
+    if fleet_nodes is not None and price.ok:
+        extra = fleet_nodes.value - sum(n.value for n in workload_nodes)
+        if extra > 0:
+            kept = derived(
+                extra,
+                "nodes",
+                "nodes kept for the teams",
+                "fleet nodes - the workloads' nodes",
+                [fleet_nodes, *workload_nodes],
+            )
+            month_parts.append(
+                derived(
+                    extra * HOURS_PER_MONTH * price.value,
+                    "USD/month",
+                    f"{label}: nodes kept for the teams per month",
+                    "extra nodes x 730 h x price (standing capacity, paid every hour)",
+                    [kept, price],
+                )
+            )
     if month_parts:
         if all(p.ok for p in month_parts):
             out.per_month_usd = derived(
@@ -541,19 +565,50 @@ def break_even_utilisation(tco: OnPremTCO, nodes: Figure, on_demand: Figure) -> 
     ``u* = owned cost per year / (8,760 h x nodes x on-demand price per node-hour)``; above
     1 owning never pays off at that price.
     """
-    if not tco.total_per_year_usd.ok or not on_demand.ok:
+    return break_even_against(tco.total_per_year_usd, nodes, on_demand)
+
+
+def break_even_against(owned_per_year: Figure, nodes: Figure, price: Figure) -> Figure:
+    """:func:`break_even_utilisation` from the owned cost per year and any rented price per
+    owned-node-equivalent hour.
+
+    >>> own = input_fig(876000.0, "USD/year", "owned", "r")
+    >>> n = input_fig(10, "nodes", "n", "r")
+    >>> break_even_against(own, n, input_fig(20.0, "USD/node-hour", "p", "r")).value
+    0.5
+    """
+    if not owned_per_year.ok or not price.ok:
         return missing_fig(
             "fraction",
-            "break-even utilisation (own vs on-demand)",
-            tco.total_per_year_usd.missing or on_demand.missing or "missing price",
-            [tco.total_per_year_usd, on_demand],
+            "break-even utilisation (own vs rent)",
+            owned_per_year.missing or price.missing or "missing price",
+            [owned_per_year, price],
         )
     return derived(
-        tco.total_per_year_usd.value / (HOURS_PER_YEAR * nodes.value * on_demand.value),
+        owned_per_year.value / (HOURS_PER_YEAR * nodes.value * price.value),
         "fraction",
-        "break-even utilisation (own vs on-demand)",
-        "owned cost per year / (8,760 h x nodes x on-demand price per node-hour)",
-        [tco.total_per_year_usd, nodes, on_demand],
+        f"break-even utilisation (own vs {price.label})",
+        "owned cost per year / (8,760 h x nodes x rented price per node-hour)",
+        [owned_per_year, nodes, price],
+    )
+
+
+def per_owned_node_price(
+    price: Figure, rented_gpus_per_node: Figure, owned_gpus_per_node: Figure, label: str
+) -> Figure:
+    """A rented price per node-hour expressed per owned node of another size (per GPU-hour x
+    the owned node's GPUs).
+
+    >>> p = input_fig(40.0, "USD/node-hour", "p", "r")
+    >>> per_owned_node_price(p, input_fig(8, "GPUs", "a", "r"), input_fig(4, "GPUs", "b", "r"), "x").value
+    20.0
+    """
+    return derived(
+        price.value / rented_gpus_per_node.value * owned_gpus_per_node.value if price.ok else None,
+        "USD/node-hour",
+        label,
+        "rented price / GPUs per rented node x GPUs per owned node",
+        [price, rented_gpus_per_node, owned_gpus_per_node],
     )
 
 

@@ -60,6 +60,8 @@ class Option:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     within_budget: dict[str, bool] = field(default_factory=dict)
+    #: what sets the fleet's size: the teams' p95 wait target (gpuplan.plan.shared)
+    sizing: dict[str, Any] | None = None
 
     @property
     def feasible(self) -> bool:
@@ -90,6 +92,7 @@ class Option:
             "onprem_tco": self.tco.to_json() if self.tco is not None else None,
             "break_even_utilisation": self.break_even,
             "break_even_against": self.break_even_against,
+            "sizing": self.sizing,
         }
 
 
@@ -197,13 +200,11 @@ def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
     ]
     if not parts:
         return opt
-    opt.nodes = derived(
-        sum(p.value for p in parts),
-        "nodes",
-        "fleet nodes",
-        "sum of the nodes of every workload (they run side by side)",
-        parts,
-    )
+    formula = "sum of the nodes of every workload (they run side by side)"
+    from gpuplan.plan.shared import fleet_parts_with_teams
+
+    parts, formula, opt.sizing = fleet_parts_with_teams(ctx, opt, parts, formula)
+    opt.nodes = derived(sum(p.value for p in parts), "nodes", "fleet nodes", formula, parts)
     opt.gpus = derived(
         opt.nodes.value * opt.gpus_per_node.value,
         "GPUs",
@@ -1242,6 +1243,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
                 servings=servings,
                 utilisation=util,
                 interruptions=rel,
+                fleet_nodes=opt.nodes,
             )
         return
     node = opt.platform
@@ -1285,6 +1287,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
         servings=servings,
         utilisation=util,
         interruptions=rel,
+        fleet_nodes=opt.nodes,
     )
     if opt.tco.excludes:
         opt.notes.append("owned cost excludes: " + "; ".join(opt.tco.excludes))

@@ -97,13 +97,188 @@ def _summary(res: dict[str, Any], inputs: list[Figure]) -> dict[str, Any]:
     return out
 
 
+def _team_jobs(ctx: PlanContext, spec: Any) -> list[Any]:
+    """The teams' seeded job draw (one per plan: sizing and the section replay the same jobs)."""
+    from gpuplan.plan.scheduling.workload import generate_workload
+
+    key = ("shared.jobs", spec.horizon_days, spec.seed)
+    if key not in ctx.forecast_cache:
+        ctx.forecast_cache[key] = generate_workload(
+            ctx.scenario.teams, horizon_s=spec.horizon_days * 86400.0, seed=spec.seed
+        )
+    return list(ctx.forecast_cache[key])
+
+
+def _sim_options(ctx: PlanContext, spec: Any, cluster: Any) -> dict[str, Any]:
+    """The simulator's keyword options for the scenario's teams on ``cluster``."""
+    from gpuplan.plan.scheduling.engine import TeamQuota
+    from gpuplan.plan.scheduling.schema import derived_quotas
+
+    sc = ctx.scenario
+    options: dict[str, Any] = {
+        "shares": {t.name: t.share for t in sc.teams},
+        "priority_classes": dict(spec.priority_classes),
+        "fairshare_algorithm": spec.fairshare_algorithm,
+        "preemption": spec.preemption,
+        "quota_mode": spec.quota_mode,
+        "checkpoint_interval_s": spec.checkpoint_interval_s,
+        "restart_cost_s": spec.restart_cost_s,
+        "starvation_wait_s": spec.starvation_wait_s,
+        "starvation_runtime_multiple": spec.starvation_runtime_multiple,
+        "on_unschedulable": "drop",
+    }
+    if spec.quota_mode != "none":
+        nominal = derived_quotas(sc.teams, cluster.total_gpus)
+        options["quotas"] = {
+            t.name: TeamQuota(
+                nominal[t.name],
+                t.borrowing_limit_gpus,
+                t.lending_limit_gpus,
+                t.cohort,
+            )
+            for t in sc.teams
+        }
+    return options
+
+
+def _smallest_raw(
+    ctx: PlanContext, spec: Any, jobs: list[Any], cluster: Any, options: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`capacity.smallest_cluster` for ``cluster``'s node shape, computed once per plan.
+
+    The search only depends on the jobs, the policy and the node shape (it resizes the
+    cluster itself), so the fleet sizing (:func:`teams_sizing`) and the section's table
+    share one answer.
+    """
+    from gpuplan.plan.scheduling.capacity import smallest_cluster
+
+    shape = tuple((p.gpus_per_node, p.gpu) for p in cluster.pools)
+    key = ("shared.smallest", spec.horizon_days, spec.seed, spec.policy, shape)
+    if key not in ctx.forecast_cache:
+        try:
+            ctx.forecast_cache[key] = smallest_cluster(
+                jobs,
+                cluster,
+                float(spec.p95_wait_target_s),
+                spec.policy,
+                teams=ctx.scenario.teams,
+                **options,
+            )
+        except GpuplanError as exc:
+            ctx.forecast_cache[key] = exc
+    res = ctx.forecast_cache[key]
+    if isinstance(res, GpuplanError):
+        raise res
+    return dict(res)
+
+
+def teams_sizing(
+    ctx: PlanContext, opt: Any, dedicated_nodes: Figure | None
+) -> dict[str, Any] | None:
+    """The nodes the teams need on ``opt``'s nodes to meet ``scheduling.p95_wait_target_s``.
+
+    The teams share the fleet's nodes other than the serving ones (module docstring), so the
+    fleet needs ``max(training nodes, teams' nodes) + serving nodes``. ``dedicated_nodes`` is
+    the training workloads' node count (None without training). Returns None when the
+    scenario has no teams, no p95 target, or simulates them on its own
+    ``scheduling.cluster``; otherwise ``{"constraint", "target", "nodes", "binds",
+    "message"}`` where ``nodes`` is None when the target is missed at every size tried
+    (``message`` says so) and ``binds`` says whether the teams, not the training runs, set
+    the shared part of the fleet.
+    """
+    from gpuplan.plan.provenance import Text
+    from gpuplan.plan.scheduling.cluster import Cluster
+    from gpuplan.plan.scheduling.schema import SchedulingSpec
+
+    sc = ctx.scenario
+    spec = sc.scheduling or SchedulingSpec()
+    if not sc.teams or spec.cluster is not None or spec.p95_wait_target_s is None:
+        return None
+    target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
+    out: dict[str, Any] = {"constraint": "scheduling.p95_wait_target_s", "target": target}
+    gpn = int(opt.gpus_per_node.value)
+    shape = Cluster.homogeneous(1, gpn, gpu=opt.gpu.id)
+    try:
+        jobs = _team_jobs(ctx, spec)
+        if not jobs:
+            return None
+        res = _smallest_raw(ctx, spec, jobs, shape, _sim_options(ctx, spec, shape))
+    except GpuplanError as exc:
+        out.update(nodes=None, binds=False, message=Text(f"teams not sized: {exc.one_line()}"))
+        return out
+    if res["overall"] is None:
+        out.update(
+            nodes=None,
+            binds=False,
+            message=Text(
+                "the teams miss the p95 wait target {target} at every cluster size tried",
+                {"target": target},
+            ),
+        )
+        return out
+    nodes = derived(
+        res["overall"]["nodes"],
+        "nodes",
+        "nodes the teams need for the p95 wait target",
+        f"bisection over node counts of discrete-event simulations (policy {spec.policy}): "
+        "the fewest nodes whose p95 wait meets the target for every team "
+        "(gpuplan.plan.scheduling.capacity.smallest_cluster)",
+        [target, opt.gpus_per_node],
+    )
+    binds = dedicated_nodes is None or nodes.value > dedicated_nodes.value
+    out.update(
+        nodes=nodes,
+        binds=binds,
+        message=Text(
+            "the teams need {nodes} to meet the p95 wait target {target}"
+            + (" (more than the training runs' {training})" if binds and dedicated_nodes else "")
+            + ("" if binds else " (the training runs' {training} are enough)"),
+            {"nodes": nodes, "target": target, "training": dedicated_nodes}
+            if dedicated_nodes is not None
+            else {"nodes": nodes, "target": target},
+        ),
+    )
+    return out
+
+
+def fleet_parts_with_teams(
+    ctx: PlanContext, opt: Any, parts: list[Figure], formula: str
+) -> tuple[list[Figure], str, dict[str, Any] | None]:
+    """The fleet's node parts once the teams' p95 wait target is counted.
+
+    ``parts`` are the workloads' node counts (training and serving, side by side). When the
+    teams need more shared nodes than the training runs bring, the training parts are
+    replaced by the teams' nodes, so that the fleet the plan prices is the one the shared
+    section finds meeting the target. Returns ``(parts, formula, sizing)`` where ``sizing``
+    is :func:`teams_sizing`'s answer (None without a target).
+    """
+    training = [t.nodes for t in opt.training if t.nodes is not None]
+    serving = [s.nodes for s in opt.serving if s.nodes is not None]
+    dedicated = None
+    if training:
+        dedicated = derived(
+            sum(n.value for n in training),
+            "nodes",
+            "nodes of the training runs",
+            "sum of the training workloads' nodes",
+            training,
+        )
+    sizing = teams_sizing(ctx, opt, dedicated)
+    if sizing is None or not sizing["binds"] or sizing["nodes"] is None:
+        return parts, formula, sizing
+    return (
+        [sizing["nodes"], *serving],
+        "max(training nodes, nodes the teams need for the p95 wait target) + serving nodes "
+        "(the teams share every node but the serving ones; gpuplan.plan.shared)",
+        sizing,
+    )
+
+
 def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     """Simulate the scenario's teams on ``option``'s fleet (module docstring)."""
     from gpuplan.plan.scheduling.cluster import Cluster
-    from gpuplan.plan.scheduling.engine import TeamQuota
-    from gpuplan.plan.scheduling.schema import SchedulingSpec, derived_quotas
+    from gpuplan.plan.scheduling.schema import SchedulingSpec
     from gpuplan.plan.scheduling.simulate import simulate
-    from gpuplan.plan.scheduling.workload import generate_workload
 
     sc = ctx.scenario
     spec = sc.scheduling or SchedulingSpec()
@@ -139,32 +314,10 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     inputs = [*inputs, horizon, seed]
     ctx.progress("shared cluster: drawing the teams' jobs")
     try:
-        jobs = generate_workload(sc.teams, horizon_s=spec.horizon_days * 86400.0, seed=spec.seed)
+        jobs = _team_jobs(ctx, spec)
     except GpuplanError as exc:
         return {"cluster": where, "error": exc.one_line()}
-    options: dict[str, Any] = {
-        "shares": {t.name: t.share for t in sc.teams},
-        "priority_classes": dict(spec.priority_classes),
-        "fairshare_algorithm": spec.fairshare_algorithm,
-        "preemption": spec.preemption,
-        "quota_mode": spec.quota_mode,
-        "checkpoint_interval_s": spec.checkpoint_interval_s,
-        "restart_cost_s": spec.restart_cost_s,
-        "starvation_wait_s": spec.starvation_wait_s,
-        "starvation_runtime_multiple": spec.starvation_runtime_multiple,
-        "on_unschedulable": "drop",
-    }
-    if spec.quota_mode != "none":
-        nominal = derived_quotas(sc.teams, cluster.total_gpus)
-        options["quotas"] = {
-            t.name: TeamQuota(
-                nominal[t.name],
-                t.borrowing_limit_gpus,
-                t.lending_limit_gpus,
-                t.cohort,
-            )
-            for t in sc.teams
-        }
+    options = _sim_options(ctx, spec, cluster)
     policies = [spec.policy, *[p for p in COMPARE_POLICIES if p != spec.policy]]
     results = []
     for pol in policies:
@@ -369,20 +522,11 @@ def _smallest(
     cluster_inputs: list[Figure],
 ) -> dict[str, Any]:
     """The fewest nodes whose p95 wait meets ``scheduling.p95_wait_target_s``."""
-    from gpuplan.plan.scheduling.capacity import smallest_cluster
-
     target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
     out: dict[str, Any] = {"policy": spec.policy, "target_p95_wait_s": target}
     ctx.progress(f"shared cluster: smallest cluster meeting the p95 wait target ({spec.policy})")
     try:
-        res = smallest_cluster(
-            jobs,
-            cluster,
-            float(spec.p95_wait_target_s),
-            spec.policy,
-            teams=ctx.scenario.teams,
-            **options,
-        )
+        res = _smallest_raw(ctx, spec, jobs, cluster, options)
     except GpuplanError as exc:
         return {**out, "error": exc.one_line()}
     inputs = [jobs_fig, policy_fig, target, *cluster_inputs]

@@ -224,11 +224,12 @@ def test_mixed_plan_has_the_shared_cluster(plans):
     top = _option(doc, rec["option"])
     serving_nodes = top["inference"][0]["nodes"]["value"]
     assert sc["cluster_gpus"]["value"] == (top["nodes"]["value"] - serving_nodes) * 8
-    # both workloads sit side by side on the fleet
-    assert (
-        top["nodes"]["value"]
-        == top["training"][0]["nodes"]["value"] + top["inference"][0]["nodes"]["value"]
+    # both workloads sit side by side on the fleet; the teams' p95 target may grow the
+    # shared (non-serving) part beyond the training run's nodes
+    shared_needed = max(
+        top["training"][0]["nodes"]["value"], top["sizing"]["nodes"]["value"]
     )
+    assert top["nodes"]["value"] == shared_needed + top["inference"][0]["nodes"]["value"]
 
 
 def _by_policy(doc):
