@@ -91,7 +91,8 @@ def test_validate_microbench_json_and_help(run_cli, tmp_path):
     assert "Examples:" in help_.stdout
     assert "Examples:" in run_cli("calibrate", "--help").stdout
     missing = run_cli("validate", "microbench", "--data", str(tmp_path / "none.csv"))
-    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1
+    assert "none.csv" in missing.stderr and "Traceback" not in missing.stderr
 
 
 # --- issue 13: bad result files, --out checked before the fit, writes that fail ---------
