@@ -133,8 +133,9 @@ def ls(
                 "accelerators": f"{len(accs)}x {accs[0].name}"
                 if accs
                 else doc.host.cpu_model or "cpu",
-                "status": run_status(doc, holder),
-                "probe_status": status_counts(doc),
+                # `status` keeps its 0.1 meaning (per-probe counts) for scripts that read it
+                "status": status_counts(doc),
+                "run_status": run_status(doc, holder),
                 "interrupted": doc.interrupted,
                 "source": doc.source,
                 "path": str(path),
@@ -161,8 +162,8 @@ def ls(
                         r["started_at"][:19],
                         r["machine_id"][:12],
                         r["accelerators"],
-                        r["status"],
-                        "{ok}/{failed}/{skipped}".format(**r["probe_status"]),
+                        r["run_status"],
+                        "{ok}/{failed}/{skipped}".format(**r["status"]),
                         r["path"],
                     )
                     for r in rows

@@ -528,11 +528,14 @@ def test_ls_status_complete_interrupted_running(run_cli, tmp_path):
         proc = run_cli("results", "ls", "--dir", str(tmp_path), "--format", "json")
         table = run_cli("results", "ls", "--dir", str(tmp_path), env={"COLUMNS": "250"})
     assert proc.returncode == 0, proc.stderr
-    status = {r["run_id"][:8]: r["status"] for r in json.loads(proc.stdout)["results"]}
+    status = {r["run_id"][:8]: r["run_status"] for r in json.loads(proc.stdout)["results"]}
     assert status == {"aaaaaaaa": "complete", "bbbbbbbb": "interrupted", "cccccccc": "running"}
     assert "interrupted" in table.stdout and "running" in table.stdout
     after = run_cli("results", "ls", "--dir", str(tmp_path), "--format", "json")
-    assert {r["status"] for r in json.loads(after.stdout)["results"]} == {"complete", "interrupted"}
+    assert {r["run_status"] for r in json.loads(after.stdout)["results"]} == {
+        "complete",
+        "interrupted",
+    }
 
 
 def test_show_and_compare_refuse_an_impossible_run(run_cli, tmp_path):

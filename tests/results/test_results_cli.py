@@ -44,8 +44,8 @@ def test_ls_lists_every_run(run_cli, results_dir):
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["results"]
     assert [row["run_id"] for row in rows] == [a.run_id, b.run_id]  # by start time
-    assert rows[0]["probe_status"] == {"ok": 5, "failed": 0, "skipped": 1}
-    assert rows[0]["status"] == "complete" and rows[1]["status"] == "complete"
+    assert rows[0]["status"] == {"ok": 5, "failed": 0, "skipped": 1}
+    assert rows[0]["run_status"] == "complete" and rows[1]["run_status"] == "complete"
     table = run_cli("results", "ls", "--dir", str(root))
     assert a.run_id[:8] in table.stdout and b.run_id[:8] in table.stdout
 
