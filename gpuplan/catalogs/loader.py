@@ -9,6 +9,7 @@ Every problem names the file, the row (id, or index when the id itself is bad) a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -237,13 +238,14 @@ def _parsed_docs(texts: dict[str, str]) -> tuple[dict[str, Any], list[Problem]]:
         docs[name] = doc
         problems.extend(probs)
     if not problems:
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(docs, default=_json_default), encoding="utf-8")
             os.replace(tmp, cache)
         except (OSError, TypeError, ValueError):
-            pass
+            with contextlib.suppress(OSError):  # a full disk must not leave a stray .tmp
+                tmp.unlink()
     return docs, problems
 
 
