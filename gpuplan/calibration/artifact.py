@@ -49,13 +49,22 @@ def validate_artifact(data: Any, *, where: str = "artifact") -> dict[str, Any]:
             f"{where}: artifact_version {version!r} is newer than this gpuplan understands ({ARTIFACT_VERSION})",
             hint="upgrade gpuplan, or recalibrate with this version",
         )
+    for key in ("models", "devices"):
+        if not isinstance(data[key], dict):
+            raise SchemaError(f"{where}: {key!r} must be a JSON object")
     for name, model in data["models"].items():
+        if not isinstance(model, dict):
+            raise SchemaError(f"{where}: model {name!r} must be a JSON object")
         for key in ("estimator", "params", "coefficients", "feature_names", "cv"):
             if key not in model:
                 raise SchemaError(f"{where}: model {name!r} lacks {key!r}")
     for dev, quantities in data["devices"].items():
+        if not isinstance(quantities, dict):
+            raise SchemaError(f"{where}: devices.{dev} must be a JSON object")
         for q, est in quantities.items():
-            if not all(k in est for k in ("value", "low", "high", "basis")):
+            if not isinstance(est, dict) or not all(
+                k in est for k in ("value", "low", "high", "basis")
+            ):
                 raise SchemaError(f"{where}: devices.{dev}.{q} needs value, low, high and basis")
     return data
 
@@ -68,17 +77,25 @@ def load_artifact(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from gpuplan.userfiles import read_text
+
+    if not path.exists() and not path.is_symlink():
         raise InputError(
             f"no calibration artifact at {path}",
             hint="create one with 'gpuplan calibrate --out FILE'",
-        ) from None
+        )
+    text = read_text(
+        path, what="calibration artifact", hint="create one with 'gpuplan calibrate --out FILE'"
+    )
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise SchemaError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})",
+            hint="give an artifact written by 'gpuplan calibrate --out FILE'",
+        ) from None
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply to be an artifact") from None
     return validate_artifact(data, where=str(path))
 
 

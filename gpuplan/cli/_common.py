@@ -32,6 +32,82 @@ FORMAT_OPTION = typer.Option(
 )
 
 
+def _check_number(value: Any, flag: str, bound: str) -> None:
+    """Refuse NaN, infinities and values below ``bound`` (``positive`` or ``non_negative``)."""
+    if value is None:
+        return
+    from gpuplan.errors import InputError
+
+    v = float(value)
+    if math.isfinite(v) and (v > 0 if bound == "positive" else v >= 0):
+        return
+    if isinstance(value, int):
+        low = 1 if bound == "positive" else 0
+        raise InputError(f"{flag} must be >= {low} (got {value})", hint=f"e.g. {flag} {low + 1}")
+    wanted = "> 0" if bound == "positive" else ">= 0"
+    raise InputError(
+        f"{flag} must be a finite number {wanted} (got {value!r})",
+        hint="nan and inf are not accepted" if not math.isfinite(v) else None,
+    )
+
+
+def number_option(
+    default: Any, *flags: str, help: str, bound: str = "positive", **kwargs: Any
+) -> Any:
+    """A ``typer.Option`` for a number that refuses NaN, inf and out-of-range values.
+
+    ``bound`` is ``"positive"`` (> 0, the default) or ``"non_negative"`` (>= 0). A refused
+    value is a usage error: one line on stderr, exit code 2. Every float option (and every
+    count that must be >= 1) of the planning and forecasting commands is declared with it,
+    so the check exists once.
+    """
+    # the check raises InputError (one line, exit 2 in gpuplan.cli.main) while the command
+    # line is parsed, before any work
+    if bound not in ("positive", "non_negative"):
+        raise ValueError(f"bound must be 'positive' or 'non_negative', not {bound!r}")
+
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        flag = param.opts[0] if param.opts else str(param.name)
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                _check_number(v, flag, bound)
+        else:
+            _check_number(value, flag, bound)
+        return value
+
+    return typer.Option(default, *flags, help=help, callback=check, **kwargs)
+
+
+def text_file_option(default: Any, *flags: str, help: str, **kwargs: Any) -> Any:
+    """A ``typer.Option`` naming an input text file (a CSV table, ...): a missing, folder,
+    unreadable, binary or non-UTF-8 file is one line and exit 2 while the command line is
+    parsed (:func:`gpuplan.userfiles.read_text`), not a traceback inside the reader."""
+
+    def check(param: typer.CallbackParam, value: Path | None) -> Path | None:
+        if value is not None:
+            from gpuplan.userfiles import read_text
+
+            read_text(value, what=param.opts[0] if param.opts else str(param.name))
+        return value
+
+    return typer.Option(default, *flags, help=help, callback=check, **kwargs)
+
+
+def calibration_option(help: str = "Calibration artifact JSON (default: the shipped one).") -> Any:
+    """The ``--calibration FILE`` option: the artifact is loaded and validated while the
+    command line is parsed, so a missing, unreadable or invalid file is one line and exit 2
+    before any work (one check for every command that takes it)."""
+
+    def check(value: Path | None) -> Path | None:
+        if value is not None:
+            from gpuplan.calibration import load_artifact
+
+            load_artifact(value)
+        return value
+
+    return typer.Option(None, "--calibration", help=help, callback=check)
+
+
 def make_app(help_text: str, *, single: bool = False) -> typer.Typer:
     """A typer app configured the same way for every command group.
 

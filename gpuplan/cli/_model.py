@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from gpuplan.cli._common import number_option
+
 REQUIRED_ARCH_FLAGS = ("layers", "hidden", "heads", "ffn_hidden", "vocab")
 
 # The options both ``forecast train`` and ``forecast infer`` take to name the model
@@ -16,18 +18,22 @@ MODEL_OPTION = typer.Option(
     None, "--model", "-m", help="Catalog model id (gpuplan catalog ls models)."
 )
 MODEL_FILE_OPTION = typer.Option(
-    None, "--model-file", help="YAML file with the architecture fields."
+    None,
+    "--model-file",
+    help="YAML file with the architecture fields, or a Hugging Face config.json.",
 )
-LAYERS_OPTION = typer.Option(None, "--layers", help="Transformer layers.")
-HIDDEN_OPTION = typer.Option(None, "--hidden", help="Model width.")
-HEADS_OPTION = typer.Option(None, "--heads", help="Attention heads.")
-KV_HEADS_OPTION = typer.Option(None, "--kv-heads", help="Key/value heads (GQA/MQA).")
-HEAD_DIM_OPTION = typer.Option(None, "--head-dim", help="Per-head width (default hidden/heads).")
-FFN_HIDDEN_OPTION = typer.Option(None, "--ffn-hidden", help="MLP intermediate size.")
-VOCAB_OPTION = typer.Option(None, "--vocab", help="Vocabulary size.")
-EXPERTS_OPTION = typer.Option(None, "--experts", help="Routed experts (MoE).")
-TOP_K_OPTION = typer.Option(None, "--top-k", help="Experts per token (MoE).")
-MOE_FFN_HIDDEN_OPTION = typer.Option(None, "--moe-ffn-hidden", help="Expert intermediate size.")
+LAYERS_OPTION = number_option(None, "--layers", help="Transformer layers.")
+HIDDEN_OPTION = number_option(None, "--hidden", help="Model width.")
+HEADS_OPTION = number_option(None, "--heads", help="Attention heads.")
+KV_HEADS_OPTION = number_option(None, "--kv-heads", help="Key/value heads (GQA/MQA).")
+HEAD_DIM_OPTION = number_option(None, "--head-dim", help="Per-head width (default hidden/heads).")
+FFN_HIDDEN_OPTION = number_option(None, "--ffn-hidden", help="MLP intermediate size.")
+VOCAB_OPTION = number_option(None, "--vocab", help="Vocabulary size.")
+EXPERTS_OPTION = number_option(
+    None, "--experts", help="Routed experts (MoE).", bound="non_negative"
+)
+TOP_K_OPTION = number_option(None, "--top-k", help="Experts per token (MoE).", bound="non_negative")
+MOE_FFN_HIDDEN_OPTION = number_option(None, "--moe-ffn-hidden", help="Expert intermediate size.")
 GATED_MLP_OPTION = typer.Option(
     True, "--gated-mlp/--gelu-mlp", help="SwiGLU (3 matrices) or GELU (2) MLP."
 )
@@ -71,21 +77,7 @@ def model_argument(
     if model is not None:
         return model
     if model_file is not None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(model_file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InputError(f"cannot read --model-file {model_file}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise InputError(f"--model-file {model_file} is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InputError(
-                f"--model-file {model_file} must hold a mapping of architecture fields"
-            )
-        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
-        data.setdefault("name", model_file.stem)
-        return data
+        return load_model_file(model_file)
     missing = [f for f in REQUIRED_ARCH_FLAGS if arch.get(f) is None]
     if missing:
         raise InputError("explicit architecture is missing " + ", ".join(_flag(m) for m in missing))
@@ -101,3 +93,197 @@ def model_argument(
     if out.get("num_experts"):
         out.setdefault("top_k", 0)
     return out
+
+
+# ------------------------------------------------------------------ model files
+#: Hugging Face ``config.json`` keys -> gpuplan model fields (DESIGN.md 3.3 names).
+_HF_FIELDS = {
+    "num_hidden_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "kv_heads",
+    "head_dim": "head_dim",
+    "intermediate_size": "ffn_hidden",
+    "vocab_size": "vocab",
+    "tie_word_embeddings": "tied_embeddings",
+    "num_local_experts": "num_experts",  # Mixtral
+    "num_experts": "num_experts",  # Qwen MoE, OLMoE
+    "n_routed_experts": "num_experts",  # DeepSeek V2/V3
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "moe_ffn_hidden",
+    "n_shared_experts": "num_shared_experts",  # DeepSeek
+    "first_k_dense_replace": "first_dense_layers",  # DeepSeek
+    "decoder_sparse_step": "moe_layer_freq",  # Qwen MoE
+    "interleave_moe_layer_step": "moe_layer_freq",  # Llama 4
+    "moe_layer_freq": "moe_layer_freq",
+}
+_HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+_HF_MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+#: model types whose MLP has two matrices (GELU), not three (SwiGLU/GeGLU)
+_HF_UNGATED = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt"}
+#: keys of architectures gpuplan's forecasts do not model (state-space and hybrid layers,
+#: encoder-decoders, cross-attention): refused by name rather than forecast wrongly
+_HF_UNMODELLED = (
+    "ssm_cfg",
+    "mamba_d_state",
+    "mamba_expand",
+    "state_size",
+    "attn_layer_period",
+    "hybrid_override_pattern",
+    "linear_num_key_heads",
+    "cross_attention_layers",
+    "encoder_layers",
+    "num_encoder_layers",
+    "d_conv",
+)
+
+
+def _is_hf_config(data: dict[str, Any]) -> bool:
+    return any(k in data for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+
+
+def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` as the model record the forecasts take."""
+    from gpuplan.errors import InputError
+
+    if "text_config" in data and "num_hidden_layers" not in data:
+        if not isinstance(data["text_config"], dict):
+            raise InputError(f"{where}: text_config must be a mapping")
+        data = {**data["text_config"], "model_type": data.get("model_type")}
+    unmodelled = [k for k in _HF_UNMODELLED if data.get(k) not in (None, 0, [], False)]
+    if data.get("is_encoder_decoder"):
+        unmodelled.append("is_encoder_decoder")
+    layer_types = data.get("layer_types")
+    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
+        kinds = sorted({str(t) for t in layer_types} - {"full_attention"})
+        unmodelled.append(f"layer_types ({', '.join(kinds)})")
+    if unmodelled:
+        raise InputError(
+            f"{where}: gpuplan cannot model this architecture: {', '.join(unmodelled)}",
+            hint="it forecasts decoder-only transformers (dense, MoE, GQA, MLA); describe the "
+            "model with --layers/--hidden/... if an approximation will do",
+        )
+    missing = [k for k in _HF_REQUIRED if data.get(k) is None]
+    if "intermediate_size" not in data and "moe_intermediate_size" not in data:
+        missing.append("intermediate_size")
+    if missing:
+        raise InputError(
+            f"{where}: Hugging Face config lacks {', '.join(missing)}",
+            hint="give the model's full config.json (or --layers/--hidden/... flags)",
+        )
+    out: dict[str, Any] = {}
+    for key, field_name in _HF_FIELDS.items():
+        if data.get(key) is not None and field_name not in out:
+            out[field_name] = data[key]
+    out.setdefault("tied_embeddings", False)
+    out.setdefault("ffn_hidden", out.get("moe_ffn_hidden"))
+    shared_width = data.get("shared_expert_intermediate_size")
+    if shared_width:  # Qwen MoE: one shared expert of its own width, in expert-width units
+        moe_width = out.get("moe_ffn_hidden") or out["ffn_hidden"]
+        if not isinstance(shared_width, int) or shared_width % moe_width:
+            raise InputError(
+                f"{where}: shared_expert_intermediate_size {shared_width!r} is not a multiple "
+                f"of the expert width {moe_width}",
+                hint="gpuplan models shared experts as whole experts",
+            )
+        out["num_shared_experts"] = shared_width // moe_width
+    if all(data.get(k) is not None for k in _HF_MLA[1:]):
+        out["attention"] = "mla"
+        out["mla"] = {k: data.get(k) or 0 for k in _HF_MLA}
+    else:
+        kv = out.get("kv_heads") or out["heads"]
+        out["attention"] = "mha" if kv == out["heads"] else ("mqa" if kv == 1 else "gqa")
+    model_type = str(data.get("model_type") or "")
+    out["gated_mlp"] = model_type not in _HF_UNGATED
+    if out.get("num_experts", 0) and out["num_experts"] <= 1:
+        out.pop("num_experts")
+        out.pop("top_k", None)
+    name = data.get("_name_or_path") or model_type or "hf-config"
+    out["name"] = str(name)
+    out["extra"] = {
+        "source": f"Hugging Face config {where}",
+        "max_context": data.get("max_position_embeddings"),
+    }
+    return out
+
+
+def _model_fields() -> dict[str, str]:
+    """Field name -> annotation (as text) of the forecasts' model record."""
+    import dataclasses
+
+    from gpuplan.forecast.flops import ModelArch
+
+    return {f.name: str(f.type) for f in dataclasses.fields(ModelArch)}
+
+
+def _check_model_record(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Field names and value types of a model record, each error naming the field."""
+    import difflib
+
+    from gpuplan.errors import InputError
+
+    fields = _model_fields()
+    for key, value in data.items():
+        if not isinstance(key, str) or key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            raise InputError(
+                f"{where}: unknown field {key!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else ""),
+                hint="fields: " + ", ".join(f for f in fields if f != "extra"),
+            )
+        kind = fields[key].replace(" | None", "")
+        if value is None and "None" in fields[key]:
+            continue
+        if kind == "int":
+            bad = isinstance(value, bool) or not isinstance(value, int) or value < 0
+            wanted = "a whole number >= 0"
+        elif kind == "bool":
+            bad, wanted = not isinstance(value, bool), "true or false"
+        elif kind == "str":
+            bad, wanted = not isinstance(value, str), "a string"
+        elif kind.startswith("dict"):
+            bad, wanted = not isinstance(value, dict), "a mapping"
+            if not bad and key == "mla":
+                bad = any(
+                    isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value.values()
+                )
+                wanted = "a mapping of whole numbers"
+        else:  # pragma: no cover - a new field type: let the forecast validate it
+            bad, wanted = False, ""
+        if bad:
+            raise InputError(f"{where}: {key} must be {wanted}, got {value!r}")
+    return data
+
+
+def load_model_file(path: Path) -> dict[str, Any]:
+    """A ``--model-file``: gpuplan's YAML architecture fields or a Hugging Face
+    ``config.json``, as the model record both forecasts take (field names of
+    :class:`gpuplan.forecast.flops.ModelArch`). Every problem is one ``InputError`` naming
+    the file and the field."""
+    import yaml
+
+    from gpuplan.errors import InputError
+    from gpuplan.userfiles import read_text
+
+    where = f"--model-file {path}"
+    text = read_text(path, what="--model-file", hint="give a YAML file or a config.json")
+    try:
+        data = yaml.safe_load(text)  # JSON is YAML: a config.json parses too
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{where}{line} is not valid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{where} is nested too deeply to be a model description") from None
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{where} must hold a mapping of architecture fields",
+            hint="e.g. layers: 32, hidden: 4096, heads: 32, ffn_hidden: 11008, vocab: 32000",
+        )
+    if _is_hf_config(data):
+        data = _hf_to_model(data, where)
+    else:
+        data = {("num_experts" if k == "experts" else k): v for k, v in data.items()}
+        data.setdefault("name", path.stem)
+    return _check_model_record(data, where)

@@ -11,11 +11,13 @@ from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
+    calibration_option,
     emit,
     fmt_bytes,
     fmt_duration,
     fmt_si,
     info,
+    number_option,
     simple_table,
     warn,
 )
@@ -182,32 +184,32 @@ def register(app: typer.Typer) -> None:
             "-g",
             help="Catalog GPU; with --qps a comma list to compare (h100,h200,a100).",
         ),
-        tp: int | None = typer.Option(
+        tp: int | None = number_option(
             None,
             "--tp",
             help="Tensor parallel size (default: smallest that fits; searched with --qps).",
         ),
-        pp: int = typer.Option(1, "--pp", help="Pipeline stages per replica."),
-        ep: int = typer.Option(1, "--ep", help="Expert parallel size, inside the TP group (MoE)."),
+        pp: int = number_option(1, "--pp", help="Pipeline stages per replica."),
+        ep: int = number_option(1, "--ep", help="Expert parallel size, inside the TP group (MoE)."),
         precision: str = typer.Option(
             "bf16", "--precision", "-p", help="bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows)."
         ),
         kv_precision: str | None = typer.Option(
             None, "--kv-precision", help="KV-cache dtype override: bf16|fp16|fp8|int8."
         ),
-        input_tokens: int = typer.Option(
+        input_tokens: int = number_option(
             2048, "--input-tokens", help="Prompt length (mean when a p99 is given)."
         ),
-        input_tokens_p99: float | None = typer.Option(
+        input_tokens_p99: float | None = number_option(
             None, "--input-tokens-p99", help="p99 prompt length: lognormal lengths."
         ),
-        output_tokens: int = typer.Option(
+        output_tokens: int = number_option(
             256, "--output-tokens", help="Answer length (mean when a p99 is given)."
         ),
-        output_tokens_p99: float | None = typer.Option(
+        output_tokens_p99: float | None = number_option(
             None, "--output-tokens-p99", help="p99 answer length: lognormal lengths."
         ),
-        batch: int | None = typer.Option(
+        batch: int | None = number_option(
             None, "--batch", "-b", help="Concurrent requests (with --qps: the batch cap)."
         ),
         max_throughput: bool = typer.Option(
@@ -216,13 +218,13 @@ def register(app: typer.Typer) -> None:
         batching: str = typer.Option(
             "continuous", "--batching", help="continuous (in-flight, chunked prefill) or static."
         ),
-        qps: float | None = typer.Option(
+        qps: float | None = number_option(
             None, "--qps", help="Load in requests per second: size the fleet."
         ),
-        ttft_slo_s: float | None = typer.Option(
+        ttft_slo_s: float | None = number_option(
             None, "--ttft-slo-s", help="Time-to-first-token target, seconds."
         ),
-        tpot_slo_s: float | None = typer.Option(
+        tpot_slo_s: float | None = number_option(
             None, "--tpot-slo-s", help="Time-per-output-token target, seconds."
         ),
         slo_percentile: str = typer.Option(
@@ -233,13 +235,13 @@ def register(app: typer.Typer) -> None:
             "--engine",
             help="Decode kernels: modern (tensor-core attention) or trtllm-0.9.",
         ),
-        seed: int = typer.Option(0, "--seed", help="Seed of the simulated request stream."),
-        requests: int = typer.Option(
+        seed: int = number_option(
+            0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
+        ),
+        requests: int = number_option(
             2000, "--requests", help="Requests simulated per replica count tried."
         ),
-        calibration: Path | None = typer.Option(
-            None, "--calibration", help="Calibration artifact (default: the shipped one)."
-        ),
+        calibration: Path | None = calibration_option(),
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         from gpuplan.forecast.inference import forecast_inference
@@ -259,13 +261,11 @@ def register(app: typer.Typer) -> None:
         from gpuplan.cli._model import model_argument
 
         m = model_argument(model, model_file, arch, gated_mlp=gated_mlp)
-        if calibration is not None and not calibration.exists():
-            from gpuplan.errors import InputError
+        from gpuplan.forecast.serving import LengthDist
 
-            raise InputError(
-                f"no such calibration file: {calibration}",
-                hint="run 'gpuplan calibrate --out FILE' first",
-            )
+        # the lengths' own check, before any progress line (the scenario's uses it too)
+        LengthDist(input_tokens, input_tokens_p99)
+        LengthDist(output_tokens, output_tokens_p99)
         ticks = {"n": 0}
 
         def tick() -> None:

@@ -11,10 +11,12 @@ from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
+    calibration_option,
     emit,
     fmt_bytes,
     fmt_duration,
     fmt_si,
+    number_option,
     simple_table,
     warn,
 )
@@ -135,6 +137,35 @@ def _table(result: dict[str, Any]):
     return draw
 
 
+def _check_platform(gpu: str, *, node: str | None, instance: str | None) -> None:
+    """``--node``/``--instance`` must carry the GPU asked for: their NICs set the scale-out
+    bandwidth, and another accelerator's platform would silently change the forecast."""
+    if node is None and instance is None:
+        return
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.errors import InputError
+
+    cat = get_catalog()
+    gpu_row = cat.gpu(gpu)
+    for flag, name, find, rows in (
+        ("--node", node, cat.node, cat.nodes),
+        ("--instance", instance, cat.instance, cat.instances),
+    ):
+        if name is None:
+            continue
+        row = find(name)
+        if row.accelerator_id != gpu_row.id:
+            carriers = sorted(r.id for r in rows if r.accelerator_id == gpu_row.id)
+            raise InputError(
+                f"{flag} {row.id} carries {row.accelerator_id}, not the --gpu {gpu_row.id} asked for",
+                hint=(
+                    f"{flag} ids with {gpu_row.id}: {', '.join(carriers)}"
+                    if carriers
+                    else f"no catalog {flag[2:]} carries {gpu_row.id}; omit {flag}"
+                ),
+            )
+
+
 def register(app: typer.Typer) -> None:
     """Add ``train`` to the ``forecast`` group."""
 
@@ -152,19 +183,24 @@ def register(app: typer.Typer) -> None:
         experts: int | None = model_opts.EXPERTS_OPTION,
         top_k: int | None = model_opts.TOP_K_OPTION,
         moe_ffn_hidden: int | None = model_opts.MOE_FFN_HIDDEN_OPTION,
-        shared_experts: int | None = typer.Option(
-            None, "--shared-experts", help="Shared experts per MoE layer."
+        shared_experts: int | None = number_option(
+            None, "--shared-experts", help="Shared experts per MoE layer.", bound="non_negative"
         ),
-        first_dense_layers: int | None = typer.Option(
-            None, "--first-dense-layers", help="Leading dense layers of an MoE."
+        first_dense_layers: int | None = number_option(
+            None,
+            "--first-dense-layers",
+            help="Leading dense layers of an MoE.",
+            bound="non_negative",
         ),
         gated_mlp: bool = model_opts.GATED_MLP_OPTION,
         tied_embeddings: bool = typer.Option(
             False, "--tied-embeddings", help="Input and output embeddings shared."
         ),
-        seq_len: int = typer.Option(8192, "--seq-len", help="Tokens per sequence."),
-        global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per step."),
-        global_batch_tokens: float | None = typer.Option(
+        seq_len: int = number_option(8192, "--seq-len", help="Tokens per sequence."),
+        global_batch: int | None = number_option(
+            None, "--global-batch", help="Sequences per step."
+        ),
+        global_batch_tokens: float | None = number_option(
             None,
             "--global-batch-tokens",
             help="Tokens per step (default 16Mi = 2^24, Llama 3 405B).",
@@ -172,37 +208,37 @@ def register(app: typer.Typer) -> None:
         gpu: str = typer.Option(
             ..., "--gpu", "-g", help="Catalog GPU name or alias (h100, a100-80gb, mi300x...)."
         ),
-        gpus: int | None = typer.Option(
+        gpus: int | None = number_option(
             None, "--gpus", "-n", help="Number of GPUs (omit with --target-days)."
         ),
-        tp: int | None = typer.Option(None, "--tp", help="Tensor parallel size."),
-        pp: int | None = typer.Option(None, "--pp", help="Pipeline stages."),
-        cp: int | None = typer.Option(None, "--cp", help="Context parallel size."),
-        ep: int | None = typer.Option(None, "--ep", help="Expert parallel size."),
-        vp: int | None = typer.Option(
+        tp: int | None = number_option(None, "--tp", help="Tensor parallel size."),
+        pp: int | None = number_option(None, "--pp", help="Pipeline stages."),
+        cp: int | None = number_option(None, "--cp", help="Context parallel size."),
+        ep: int | None = number_option(None, "--ep", help="Expert parallel size."),
+        vp: int | None = number_option(
             None, "--vp", help="Interleaved (virtual) stages per pipeline rank."
         ),
-        micro_batch: int | None = typer.Option(
+        micro_batch: int | None = number_option(
             None, "--micro-batch", help="Sequences per micro-batch."
         ),
         recompute: str | None = typer.Option(
             None, "--recompute", help="Activation recompute: none|selective|full."
         ),
-        zero: int | None = typer.Option(
-            None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer)."
+        zero: int | None = number_option(
+            None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer).", bound="non_negative"
         ),
         fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
         precision: str = typer.Option("bf16", "--precision", help="bf16|fp16|fp8|fp4."),
-        tokens: float | None = typer.Option(
+        tokens: float | None = number_option(
             None, "--tokens", help="Total training tokens (e.g. 15.6e12)."
         ),
-        target_days: float | None = typer.Option(
+        target_days: float | None = number_option(
             None, "--target-days", help="Deadline: find the smallest cluster."
         ),
-        top: int = typer.Option(1, "--top", help="Also return the next best layouts (runners_up)."),
-        calibration: Path | None = typer.Option(
-            None, "--calibration", help="Calibration artifact JSON."
+        top: int = number_option(
+            1, "--top", help="Also return the next best layouts (runners_up)."
         ),
+        calibration: Path | None = calibration_option(),
         node: str | None = typer.Option(
             None, "--node", help="Catalog node type (sets the scale-out bandwidth)."
         ),
@@ -212,7 +248,6 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         from gpuplan.cli._common import progress
-        from gpuplan.errors import InputError
         from gpuplan.forecast.training import forecast_training
 
         arch = dict(
@@ -234,6 +269,7 @@ def register(app: typer.Typer) -> None:
         model_arg = model_argument(
             model, model_file, arch, gated_mlp=gated_mlp, tied_embeddings=tied_embeddings
         )
+        _check_platform(gpu, node=node, instance=instance)
         par = {
             k: v
             for k, v in dict(
@@ -252,11 +288,6 @@ def register(app: typer.Typer) -> None:
         if calibration is not None:
             from gpuplan.calibration import load_artifact
 
-            if not calibration.exists():
-                raise InputError(
-                    f"--calibration {calibration} does not exist",
-                    hint="run 'gpuplan calibrate --out FILE' first",
-                )
             artifact = load_artifact(calibration)
         with progress(enabled=target_days is not None and fmt == Format.table) as bar:
             task = bar.add_task("cluster sizes", total=None)

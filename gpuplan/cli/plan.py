@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, make_app, simple_table
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    calibration_option,
+    emit,
+    info,
+    make_app,
+    simple_table,
+)
 
 app = make_app(
     "Turn a scenario file into a capacity plan and a report (HTML, Markdown, JSON).",
@@ -36,10 +44,8 @@ def plan(
     out: Path = typer.Option(
         None, "--out", "-o", help="Report directory [default: out/<scenario name>]."
     ),
-    calibration: Path = typer.Option(
-        None,
-        "--calibration",
-        help="Calibration artifact from 'gpuplan calibrate' [default: the shipped one].",
+    calibration: Path = calibration_option(
+        "Calibration artifact from 'gpuplan calibrate' [default: the shipped one]."
     ),
     results: list[Path] = typer.Option(
         None, "--results", help="Where the trial node's probe results are [default: results/]."
@@ -54,20 +60,17 @@ def plan(
     ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    from gpuplan.errors import NotFoundError
     from gpuplan.paths import out_dir as out_dir_default
     from gpuplan.paths import results_dir
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import load_scenario
     from gpuplan.report import write_report
+    from gpuplan.userfiles import check_output_dir
 
     loaded = load_scenario(scenario)
-    if calibration is not None and not calibration.exists():
-        raise NotFoundError(
-            f"calibration artifact {calibration} does not exist",
-            hint="run 'gpuplan calibrate --out FILE' first, or omit --calibration",
-        )
     out_dir = out if out is not None else out_dir_default() / scenario.stem
+    # before the long work: a folder that cannot be written fails now, not after the plan
+    check_output_dir(out_dir, what="--out", min_free_bytes=REPORT_FREE_BYTES)
     status = None
     if not no_progress:
         from gpuplan.cli._common import stderr_console
@@ -118,6 +121,27 @@ def plan(
 
     emit(doc, fmt, table)
     info(f"report: {paths['html']} (also {paths['md'].name} and {paths['json'].name})")
+    if not doc["summary"]["feasible"]:
+        _refuse_infeasible(doc)
+
+
+def _refuse_infeasible(doc: dict) -> None:
+    """No option meets the scenario: each reason on its own stderr line, exit code 1 (the
+    plan and report are still written, and the JSON printed: they say what binds)."""
+    from gpuplan.plan.provenance import text_plain
+
+    reasons = [f"{u['option']}: {text_plain(u['reason'])}" for u in doc["unranked"]]
+    if not reasons:
+        reasons = [text_plain(doc["summary"]["headline"])]
+    for reason in reasons:
+        info("gpuplan: not feasible: " + " ".join(reason.split()))
+    raise typer.Exit(1)
+
+
+#: Free space ``plan --out`` asks for before planning. Measured: the reports of the shipped
+#: examples take 0.5-1.6 MB in all (plan.json + report.md + report.html with its inline
+#: charts; llama-pretrain the largest); 16 MiB leaves 10x room for larger scenarios.
+REPORT_FREE_BYTES = 16 * 2**20
 
 
 def _files() -> dict[str, str]:

@@ -8,7 +8,15 @@ from typing import Any
 
 import typer
 
-from gpuplan.cli._common import FORMAT_OPTION, Format, emit, fmt_duration, make_app, progress
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    emit,
+    fmt_duration,
+    make_app,
+    number_option,
+    progress,
+)
 
 HELP = """Simulate a shared GPU cluster: queueing delay, completion time, utilisation, starvation.
 
@@ -74,13 +82,15 @@ def _int_list(text: str, what: str) -> list[int]:
 def _load_scenario(path: Path) -> Any:
     import yaml
 
-    from gpuplan.errors import NotFoundError, SchemaError
+    from gpuplan.errors import SchemaError
     from gpuplan.plan.scheduling.schema import parse_scenario
+    from gpuplan.userfiles import read_text
 
-    if not path.is_file():
-        raise NotFoundError(f"scenario file {path} does not exist", hint="check the path")
+    text = read_text(path, what="scenario file", hint="check the path")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
+    except RecursionError:
+        raise SchemaError(f"{path}: nested too deeply to be a scenario") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -99,8 +109,8 @@ def schedule(
     scenario: Path | None = typer.Option(
         None, "--scenario", help="Scenario YAML with a teams: list (and scheduling: block)."
     ),
-    gpus: int | None = typer.Option(None, "--gpus", help="Cluster size in GPUs."),
-    gpus_per_node: int | None = typer.Option(
+    gpus: int | None = number_option(None, "--gpus", help="Cluster size in GPUs."),
+    gpus_per_node: int | None = number_option(
         None, "--gpus-per-node", help="GPUs per node [default: 8, or the scenario's]."
     ),
     policy: Policy | None = typer.Option(
@@ -120,17 +130,17 @@ def schedule(
     quota: QuotaMode | None = typer.Option(
         None, "--quota", help="Per-team quotas: Kueue nominal+borrowing, or hard ResourceQuota."
     ),
-    checkpoint_interval_s: float | None = typer.Option(
+    checkpoint_interval_s: float | None = number_option(
         None, "--checkpoint-interval-s", help="Preempted jobs keep work saved this often."
     ),
-    restart_cost_s: float | None = typer.Option(
-        None, "--restart-cost-s", help="Restore time after a preemption (s)."
+    restart_cost_s: float | None = number_option(
+        None, "--restart-cost-s", help="Restore time after a preemption (s).", bound="non_negative"
     ),
-    limit: int | None = typer.Option(None, "--limit", help="Use only the first N trace jobs."),
+    limit: int | None = number_option(None, "--limit", help="Use only the first N trace jobs."),
     sizes: str | None = typer.Option(
         None, "--sizes", help="Wait-vs-size curve at these GPU counts ('auto' for defaults)."
     ),
-    p95_target_s: float | None = typer.Option(
+    p95_target_s: float | None = number_option(
         None, "--p95-target-s", help="Find the smallest cluster meeting this p95 wait."
     ),
     compare: str | None = typer.Option(
@@ -144,14 +154,16 @@ def schedule(
     drop_unschedulable: bool = typer.Option(
         False, "--drop-unschedulable", help="Leave out jobs that can never fit (counted)."
     ),
-    starvation_wait_s: float | None = typer.Option(
+    starvation_wait_s: float | None = number_option(
         None, "--starvation-wait-s", help="A wait longer than this is starvation [1 day]."
     ),
-    starvation_multiple: float | None = typer.Option(
+    starvation_multiple: float | None = number_option(
         None, "--starvation-multiple", help="... or longer than this x the run time [10]."
     ),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of the scenario's job draw."),
-    horizon_days: float | None = typer.Option(
+    seed: int | None = number_option(
+        None, "--seed", help="Seed of the scenario's job draw.", bound="non_negative"
+    ),
+    horizon_days: float | None = number_option(
         None, "--horizon-days", help="Length of the scenario's job draw (days)."
     ),
     include_jobs: bool = typer.Option(
@@ -177,12 +189,6 @@ def schedule(
         )
     if emit_config and out is None:
         raise InputError("--emit-config needs --out DIR", hint="e.g. --out cfg/")
-    if limit is not None and limit < 1:
-        raise InputError("--limit must be >= 1", hint="e.g. --limit 10000")
-    if gpus is not None and gpus < 1:
-        raise InputError("--gpus must be >= 1", hint="e.g. --gpus 64")
-    if gpus_per_node is not None and gpus_per_node < 1:
-        raise InputError("--gpus-per-node must be >= 1", hint="e.g. --gpus-per-node 8")
 
     attribution = None
     options: dict[str, Any] = {}
@@ -195,8 +201,6 @@ def schedule(
         if seed is not None:
             updates["seed"] = seed
         if horizon_days is not None:
-            if horizon_days <= 0:
-                raise InputError("--horizon-days must be > 0", hint="e.g. --horizon-days 7")
             updates["horizon_days"] = horizon_days
         if updates:
             sc = sc.model_copy(update={"scheduling": spec.model_copy(update=updates)})

@@ -7,7 +7,15 @@ from typing import Any
 
 import typer
 
-from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, simple_table
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    calibration_option,
+    emit,
+    info,
+    simple_table,
+    text_file_option,
+)
 
 HELP = """Forecast every published serving run shipped with gpuplan (TensorRT-LLM v0.9.0
 performance tables: static-batch output tokens/s per GPU and batch-1 first-token latency
@@ -98,15 +106,15 @@ def register(app: typer.Typer) -> None:
 
     @app.command("inference", help=HELP)
     def inference(
-        data: Path | None = typer.Option(
+        data: Path | None = text_file_option(
             None, "--data", help="Published-runs CSV (default: the shipped table)."
         ),
         scheme: str = typer.Option(
             "leave-one-model-out", "--scheme", help="leave-one-model-out or leave-one-gpu-out."
         ),
         rows: bool = typer.Option(False, "--rows", help="Also list every row (table format)."),
-        calibration: Path | None = typer.Option(
-            None, "--calibration", help="Calibration artifact (default: the shipped one)."
+        calibration: Path | None = calibration_option(
+            "Calibration artifact (default: the shipped one)."
         ),
         fmt: Format = FORMAT_OPTION,
     ) -> None:

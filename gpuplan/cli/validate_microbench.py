@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuplan.cli._common import FORMAT_OPTION, Format, emit
+from gpuplan.cli._common import FORMAT_OPTION, Format, emit, text_file_option
 
 HELP = """Predict each published device from the others and compare with its published value.
 
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("microbench", help=HELP)
     def microbench(
-        data: Path = typer.Option(
+        data: Path = text_file_option(
             None, "--data", help="published table (CSV, columns of the shipped microbench.csv)"
         ),
         fmt: Format = FORMAT_OPTION,
@@ -44,8 +44,6 @@ def register(app: typer.Typer) -> None:
         catalog = get_catalog()
         docs = None
         if data is not None:
-            if not data.exists():
-                raise InputError(f"no such file: {data}", hint="give the path of a CSV table")
             try:
                 rows = read_microbench(data)
             except (KeyError, UnicodeDecodeError) as exc:

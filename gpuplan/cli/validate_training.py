@@ -7,7 +7,15 @@ from typing import Any
 
 import typer
 
-from gpuplan.cli._common import FORMAT_OPTION, Format, emit, info, simple_table
+from gpuplan.cli._common import (
+    FORMAT_OPTION,
+    Format,
+    calibration_option,
+    emit,
+    info,
+    simple_table,
+    text_file_option,
+)
 
 HELP = """Forecast every published training run shipped with gpuplan that has a complete
 configuration (Megatron-LM papers, NVIDIA NeMo, MosaicML llm-foundry) and compare like
@@ -121,7 +129,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("training", help=HELP)
     def training(
-        data: Path | None = typer.Option(
+        data: Path | None = text_file_option(
             None, "--data", help="Published-runs CSV (default: the shipped table)."
         ),
         scheme: str = typer.Option(
@@ -130,9 +138,7 @@ def register(app: typer.Typer) -> None:
             help="leave-one-source-out (held-out error) or shipped (in-sample).",
         ),
         rows: bool = typer.Option(False, "--rows", help="Also list every row (table format)."),
-        calibration: Path | None = typer.Option(
-            None, "--calibration", help="Calibration artifact JSON."
-        ),
+        calibration: Path | None = calibration_option("Calibration artifact JSON."),
         fit_constants: Path | None = typer.Option(
             None,
             "--fit-constants",
@@ -140,20 +146,17 @@ def register(app: typer.Typer) -> None:
         ),
         fmt: Format = FORMAT_OPTION,
     ) -> None:
-        from gpuplan.errors import InputError
         from gpuplan.forecast import validation_training as vt
 
         artifact = None
         if calibration is not None:
             from gpuplan.calibration import load_artifact
 
-            if not calibration.exists():
-                raise InputError(f"--calibration {calibration} does not exist")
             artifact = load_artifact(calibration)
-        if data is not None and not data.exists():
-            raise InputError(
-                f"--data {data} does not exist", hint="give a CSV in the training_runs.csv format"
-            )
+        if fit_constants is not None:
+            from gpuplan.userfiles import check_output_file
+
+            check_output_file(fit_constants, what="--fit-constants")  # before the fit
         if fit_constants is not None:
             constants = vt.fit_shipped_constants(data=data, artifact=artifact)
             vt.write_constants(fit_constants, constants)

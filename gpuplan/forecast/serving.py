@@ -196,6 +196,21 @@ class SimResult:
         return out
 
 
+def check_num_requests(num_requests: Any) -> int:
+    """``num_requests`` as an int if it is a whole number >= 1, else an :class:`InputError`.
+
+    >>> check_num_requests(2000)
+    2000
+    """
+    ok = isinstance(num_requests, (int, np.integer)) and not isinstance(num_requests, bool)
+    if not ok or num_requests < 1:
+        raise InputError(
+            f"--requests must be a whole number >= 1, got {num_requests!r}",
+            hint="e.g. --requests 2000 (requests simulated per replica count tried)",
+        )
+    return int(num_requests)
+
+
 def simulate(
     replica: ReplicaModel,
     qps: float,
@@ -222,8 +237,8 @@ def simulate(
     """
     if qps <= 0:
         raise InputError(f"--qps must be positive, got {qps}")
+    n_req = check_num_requests(num_requests)
     rng = np.random.default_rng(seed)
-    n_req = int(num_requests)
     arrivals = np.cumsum(rng.exponential(1.0 / qps, n_req))
     lin = inputs.sample(rng, n_req)
     lout = outputs.sample(rng, n_req)
@@ -739,6 +754,7 @@ def size_fleet(
     discrete-event simulation, which decides the replica count. Returns the winner and all
     candidates (with their analytic or simulated replica counts, or why they cannot serve).
     """
+    check_num_requests(num_requests)  # before the analytic search, not after it
     analytic_rates(candidates, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile)
     for c in candidates:
         if c.reason:

@@ -329,6 +329,24 @@ def _check_quote_keys(ctx: PlanContext) -> None:
                 )
 
 
+def _check_clouds(ctx: PlanContext) -> None:
+    """``candidates.clouds`` must name clouds the catalog has (a typo would drop them all)."""
+    from gpuplan.errors import NotFoundError
+
+    clouds = ctx.scenario.candidates.clouds
+    if not clouds:
+        return
+    known = sorted({inst.cloud.lower() for inst in ctx.catalog.instances})
+    for i, name in enumerate(clouds):
+        if name.lower() not in known:
+            line = ctx.loaded.line("candidates", "clouds", i)
+            at = f" line {line}" if line else ""
+            raise NotFoundError(
+                f"{ctx.loaded.display_path}{at}: candidates.clouds: unknown cloud {name!r}",
+                hint=f"the catalog's clouds are {', '.join(known)} (gpuplan catalog ls instances)",
+            )
+
+
 def build_plan(
     loaded: LoadedScenario,
     *,
@@ -351,7 +369,7 @@ def build_plan(
     ctx = PlanContext(loaded, catalog, artifact, art_path, on_progress=on_progress)
     sc = ctx.scenario
     ctx.progress("reading the trial node's probe results")
-    ctx.trial = find_trial_run(results_paths, trial_run)
+    ctx.trial = find_trial_run(results_paths, trial_run)  # NotFoundError for an unknown --trial
     if ctx.trial is not None:
         ctx.ledger.measurements[ctx.trial.run_id] = {
             "path": ctx.trial.path,
@@ -366,6 +384,7 @@ def build_plan(
     for w in [*sc.workloads.training, *sc.workloads.inference]:
         catalog.model(w.model)
     _check_quote_keys(ctx)
+    _check_clouds(ctx)
     options, cand_notes = candidate_options(ctx)
     # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
     # own arithmetic does not touch them

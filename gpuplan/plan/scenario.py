@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpuplan.errors import InputError, NotFoundError, SchemaError
+from gpuplan.errors import SchemaError
 from gpuplan.plan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
 SCENARIO_VERSION = 1
@@ -33,7 +34,9 @@ Precision = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # allow_inf_nan=False: ``.inf``/``.nan`` in YAML are floats; no field of a scenario means
+    # anything at infinity (a deadline of .inf days would size a fleet of zero GPUs)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class Checkpointing(_Strict):
@@ -108,6 +111,24 @@ class LengthDistribution(_Strict):
     p90: float | None = Field(None, gt=0)
     p99: float | None = Field(None, gt=0)
     max: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LengthDistribution:
+        # the forecast's own check (``forecast infer --input-tokens-p99`` uses the same one):
+        # a p99 above the mean and within what a lognormal can have
+        from gpuplan.errors import GpuplanError
+        from gpuplan.forecast.serving import LengthDist
+
+        given = [(k, getattr(self, k)) for k in ("p50", "p90", "p99", "max")]
+        given = [(k, v) for k, v in given if v is not None]
+        for (k1, v1), (k2, v2) in itertools.pairwise(given):
+            if v2 < v1:
+                raise ValueError(f"{k2} ({v2:g}) must not be below {k1} ({v1:g})")
+        try:
+            LengthDist(self.mean, self.p99)
+        except GpuplanError as exc:
+            raise ValueError(exc.one_line()) from None
+        return self
 
     def at(self, percentile: str) -> float | None:
         return getattr(self, percentile, None)
@@ -515,6 +536,10 @@ def parse_scenario(text: str, *, path: Path | None = None) -> LoadedScenario:
             f"{where}{line}: not valid YAML: {problem}",
             hint="check indentation and quoting on that line",
         ) from None
+    except RecursionError:
+        raise SchemaError(
+            f"{where}: nested too deeply to be a scenario", hint="see examples/ for the layout"
+        ) from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
@@ -538,16 +563,10 @@ def parse_scenario(text: str, *, path: Path | None = None) -> LoadedScenario:
 
 def load_scenario(path: str | Path) -> LoadedScenario:
     """Read and validate a scenario file (see :func:`parse_scenario`)."""
+    from gpuplan.userfiles import read_text
+
     p = Path(path)
-    if not p.exists():
-        raise NotFoundError(
-            f"scenario file {p} does not exist",
-            hint="give a path such as examples/llama-pretrain.yaml",
-        )
-    if p.is_dir():
-        raise InputError(f"{p} is a directory, not a scenario file", hint="give a .yaml file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{p} is not UTF-8 text", hint="save the scenario as UTF-8 YAML") from None
+    text = read_text(
+        p, what="scenario file", hint="give a path such as examples/llama-pretrain.yaml"
+    )
     return parse_scenario(text, path=p)

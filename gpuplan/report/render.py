@@ -638,47 +638,24 @@ def _md_tree(obj: Any, f: Any, depth: int = 0) -> list[str]:
 
 
 def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """Write ``plan.json``, ``report.html`` and ``report.md`` into ``out_dir``.
+    """Write ``plan.json``, ``report.html`` and ``report.md`` into ``out_dir`` as one set.
 
-    The JSON is written first (atomically), so a failure while drawing charts or rendering
-    never loses the plan itself. Existing report files in ``out_dir`` are replaced.
+    Everything is rendered in memory first, then written into a temporary folder beside
+    ``out_dir`` that is renamed into place (:func:`gpuplan.userfiles.write_file_set`): a
+    failure (disk full, permission) raises a domain error and leaves an earlier report in
+    ``out_dir`` intact, never a mix of new and old files. Other files in ``out_dir`` are
+    kept.
     """
     from gpuplan.cli._common import to_json_text
-    from gpuplan.errors import InputError
+    from gpuplan.userfiles import write_file_set
 
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file", hint="give a directory for the report")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"cannot create {out}: {exc.strerror}", hint="choose another --out"
-        ) from None
-    paths = {k: out / v for k, v in REPORT_FILES.items()}
-    _write_atomic(paths["json"], to_json_text(doc) + "\n")
-    _write_atomic(paths["md"], render_markdown(doc))
-    _write_atomic(paths["html"], render_html(doc))
-    return paths
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    texts = {
+        "json": to_json_text(doc) + "\n",
+        "md": render_markdown(doc),
+        "html": render_html(doc),
+    }
+    written = write_file_set(out_dir, {REPORT_FILES[k]: v for k, v in texts.items()})
+    return {k: written[name] for k, name in REPORT_FILES.items()}
 
 
 def template_text() -> str:

@@ -58,7 +58,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # allow_inf_nan=False: ``.inf``/``.nan`` in YAML are floats; no field of a scenario means
+    # anything at infinity (a deadline of .inf days would size a fleet of zero GPUs)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- durations

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import EnvironmentProblem, InputError, NotFoundError
+from gpuplan.errors import EnvironmentProblem, InputError
 from gpuplan.plan.scheduling.schema import TeamSpec, TrainingJobSpec
 
 #: Citation that must accompany anything published from the Philly trace (CC BY 4.0).
@@ -272,19 +272,25 @@ def load_trace(
     NotFoundError, InputError
         Missing file; missing column; a bad value (one line: ``file:row: column 'x': ...``).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(
-            f"trace file {p} does not exist",
-            hint="give a CSV path, or --trace philly for the shipped Philly trace",
-        )
+    from gpuplan.userfiles import check_input_file
+
+    p = check_input_file(
+        path,
+        what="trace file",
+        hint="give a CSV path, or --trace philly for the shipped Philly trace",
+    )
     try:
         with _open_text(p) as fh:
             return parse_trace_rows(
                 csv.reader(fh), where=str(p), limit=limit, default_priority=default_priority
             )
-    except (UnicodeDecodeError, gzip.BadGzipFile, csv.Error) as exc:
+    except (UnicodeDecodeError, gzip.BadGzipFile, csv.Error, EOFError) as exc:
         raise InputError(f"{p}: not a readable CSV ({exc})", hint="give a UTF-8 CSV file") from None
+    except OSError as exc:
+        raise InputError(
+            f"cannot read trace file {p}: {exc.strerror or exc}",
+            hint="check its permissions (chmod u+r)",
+        ) from None
 
 
 def philly_path() -> Path:
