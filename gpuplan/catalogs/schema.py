@@ -576,6 +576,18 @@ class ModelArch(Row):
     first_dense_layers: int = 0
     moe_layer_interval: int = 1
     router_bias: bool = False
+    sliding_window: int | None = Field(
+        None, gt=0, description="tokens a local (sliding-window) attention layer attends to"
+    )
+    full_attention_interval: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "with sliding_window: every N-th layer (1-based) attends to the full context and the"
+            " others to the window (Gemma 3: 6, five local to one global; GPT-OSS: 2); None ="
+            " every layer local"
+        ),
+    )
     published_params: float = Field(gt=0, description="parameter count as its source states it")
     published_active_params: float | None = None
     published_params_source: str = Field(min_length=8)
@@ -619,6 +631,8 @@ class ModelArch(Row):
             raise ValueError("top_k / num_shared_experts need num_experts > 0")
         if self.first_dense_layers >= self.layers:
             raise ValueError("first_dense_layers must be below layers")
+        if self.full_attention_interval is not None and self.sliding_window is None:
+            raise ValueError("full_attention_interval needs sliding_window")
         return self
 
     # ---- parameter counts -------------------------------------------------------------

@@ -88,6 +88,11 @@ class ModelArch:
     """Dropout layers present (GPT-era training); adds masks to the activation memory."""
     causal: bool = True
     """Causal (decoder) attention: flash-attention kernels skip the masked half."""
+    sliding_window: int | None = None
+    """Tokens a local (sliding-window) attention layer attends to; None = full attention."""
+    full_attention_interval: int | None = None
+    """With ``sliding_window``: every N-th layer attends to the full context (Gemma 3: 6,
+    GPT-OSS: 2); None = every layer local."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form provenance (catalog source, notes)."""
 
@@ -130,6 +135,10 @@ class ModelArch:
                 raise InputError(f"model {self.name!r}: moe_ffn_hidden must be positive")
         if not 0 <= self.first_dense_layers <= self.layers:
             raise InputError(f"model {self.name!r}: first_dense_layers out of range")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise InputError(f"model {self.name!r}: sliding_window must be positive")
+        if self.full_attention_interval is not None and self.full_attention_interval <= 0:
+            raise InputError(f"model {self.name!r}: full_attention_interval must be positive")
 
     # ----------------------------------------------------------------- derived sizes
     @property
@@ -175,6 +184,39 @@ class ModelArch:
     @property
     def num_dense_layers(self) -> int:
         return self.layers - self.num_moe_layers
+
+    @property
+    def num_local_attention_layers(self) -> int:
+        """Layers with sliding-window attention (the others attend to the full context)."""
+        if self.sliding_window is None:
+            return 0
+        if self.full_attention_interval is None:
+            return self.layers
+        return self.layers - self.layers // self.full_attention_interval
+
+    def attention_keys_per_query(self, seq_len: Any, *, executed: bool = False) -> Any:
+        """Keys each query attends to, averaged over the layers, in PaLM's non-causal units.
+
+        A full-attention layer counts ``s`` (PaLM appendix B). A sliding-window layer counts
+        the window ``min(s, w)`` for the model FLOPs: a query attends to ``w`` keys, so the
+        attention cost is ``O(s*w)`` (Beltagy et al. 2020, "Longformer", section 3.1; Jiang
+        et al. 2023, "Mistral 7B", section 2). With ``executed`` the count is the work a
+        causal kernel runs, in the same units as the full layers' ``s`` (which do half of
+        it, the masked half skipped): ``2w - w^2/s`` for ``w < s`` (every query of a causal
+        window sees ``min(i, w)`` keys), so that one fitted attention factor serves both.
+
+        >>> a = ModelArch(layers=6, hidden=64, heads=4, ffn_hidden=256, vocab=10,
+        ...               sliding_window=1024, full_attention_interval=6)
+        >>> float(a.attention_keys_per_query(8192)), float(a.attention_keys_per_query(8192, executed=True))
+        (2218.6666666666665, 2965.3333333333335)
+        """
+        s = np.asarray(seq_len, dtype=float)
+        n_local = self.num_local_attention_layers
+        if not n_local:
+            return s
+        w = np.minimum(float(self.sliding_window or 0), s)
+        local = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
+        return ((self.layers - n_local) * s + n_local * local) / self.layers
 
     # ---------------------------------------------------------------- parameter counts
     def attention_params(self) -> int:
@@ -289,20 +331,27 @@ def arch_from_catalog(row: Any) -> ModelArch:
         moe_layer_freq=int(get("moe_layer_interval", get("moe_layer_freq", 1)) or 1),
         attention=attention if attention in ATTENTION_KINDS else "mha",
         mla=mla if attention == "mla" else None,
+        sliding_window=int(get("sliding_window")) if get("sliding_window") else None,
+        full_attention_interval=(
+            int(get("full_attention_interval")) if get("full_attention_interval") else None
+        ),
         extra={"source": get("source"), "retrieved": str(get("retrieved", ""))},
     )
 
 
 # ------------------------------------------------------------------------ FLOP counts
-def attention_core_flops_per_token_layer(arch: ModelArch, seq_len: Any) -> Any:
+def attention_core_flops_per_token_layer(
+    arch: ModelArch, seq_len: Any, *, executed: bool = False
+) -> Any:
     """Forward FLOPs of ``QK^T`` and ``AV`` for one token in one layer, non-causal.
 
     ``2*s*a*(d_qk + d_v)``; for standard heads (``a*d = h``) this is ``4*s*h``, the forward
-    third of PaLM's ``12*L*h*s`` attention term (Chowdhery et al. 2022, appendix B).
+    third of PaLM's ``12*L*h*s`` attention term (Chowdhery et al. 2022, appendix B). With
+    sliding-window layers ``s`` is the layer average of
+    :meth:`ModelArch.attention_keys_per_query` (``executed``: the kernel's work).
     """
-    return (
-        2.0 * np.asarray(seq_len, dtype=float) * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
-    )
+    keys = arch.attention_keys_per_query(seq_len, executed=executed)
+    return 2.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
 
 
 def model_flops_per_token(arch: ModelArch, seq_len: Any) -> Any:

@@ -514,7 +514,12 @@ def evaluate_layouts(
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
 
     # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank.
-    attn_fwd_flops = tokens * attention_core_flops_per_token_layer(arch, s) / tp * layers_per_stage
+    attn_fwd_flops = (
+        tokens
+        * attention_core_flops_per_token_layer(arch, s, executed=True)
+        / tp
+        * layers_per_stage
+    )
     attn_dtype = _dtype_for_attention(precision)
     score_bytes = 0.0
     if fw.flash_attention:
