@@ -308,6 +308,16 @@ def _write_new(path: Path, text: str) -> Path:
     raise FileExistsError(path)
 
 
+def _print_document(doc: Any) -> None:
+    import json
+
+    try:
+        sys.stdout.write(json.dumps(doc.model_dump(mode="json"), indent=2) + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass
+
+
 def _run(
     quick: bool,
     only: str | None,
@@ -321,7 +331,7 @@ def _run(
     no_progress: bool,
     fmt: Format,
 ) -> None:
-    from gpuplan.probes.suite import SuiteOptions, parse_only, run_suite
+    from gpuplan.probes.suite import ResultNotSaved, SuiteOptions, parse_only, run_suite
 
     options = SuiteOptions(
         only=parse_only(only),
@@ -335,8 +345,13 @@ def _run(
         probe_timeout_s=timeout,
         argv=["gpuplan", *sys.argv[1:]],
     )
-    with progress(enabled=not no_progress) as bar:
-        outcome = run_suite(options, progress=_BarAdapter(bar) if not no_progress else None)
+    try:
+        with progress(enabled=not no_progress) as bar:
+            outcome = run_suite(options, progress=_BarAdapter(bar) if not no_progress else None)
+    except ResultNotSaved as exc:
+        if exc.rescue is None:  # nowhere on disk: the run goes to stdout, never lost
+            _print_document(exc.document)
+        raise
     if outcome.rank != 0:
         return  # under torchrun only rank 0 reports
     doc = outcome.document

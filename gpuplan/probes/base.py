@@ -55,7 +55,7 @@ class ProbeRecorder:
     probe_version: int
     params: dict[str, Any] = field(default_factory=dict)
     measurements: list[dict[str, Any]] = field(default_factory=list)
-    status: str | None = None  # None while running
+    status: str | None = None  # None while running; ok|failed|skipped|interrupted
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     power_w: dict[str, Any] | None = None
@@ -88,16 +88,24 @@ class ProbeRecorder:
     def skip(self, reason: str) -> None:
         self._close("skipped", reason)
 
+    def interrupt(self, reason: str) -> None:
+        """Close as ``interrupted`` (SIGINT/SIGTERM): every measurement kept is complete."""
+        self._close("interrupted", reason)
+
     @property
     def open(self) -> bool:
         return self.status is None
 
     def as_dict(self) -> dict[str, Any]:
+        """The ``ProbeResult`` dict; a recorder still open reads as ``interrupted`` (a
+        checkpoint of a run that is killed now says so, with its points)."""
         return {
             "probe": self.probe,
             "probe_version": self.probe_version,
-            "status": self.status or "failed",
-            "error": self.error if self.status else "the probe ended without a status",
+            "status": self.status or "interrupted",
+            "error": self.error
+            if self.status
+            else f"the run stopped while this probe ran ({len(self.measurements)} points kept)",
             "params": self.params,
             "measurements": self.measurements,
             "power_w": self.power_w,
@@ -176,6 +184,8 @@ class ProbeContext:
     storage_path: str | None = None
     storage_size_bytes: int | None = None
     out_dir: str = "results"
+    run_id: str = ""  # names the run's scratch files (gpuplan.probes.scratch)
+    machine_id: str = ""
     gloo_ranks: int = 2
     probe_timeout_s: float | None = None
     power: Any = None  # gpuplan.probes.power.PowerSampler or None

@@ -25,7 +25,10 @@ Where it runs:
 
 Spawned processes use ``torch.multiprocessing`` with the ``spawn`` start method, a free
 local TCP port for the rendezvous and a deadline; rank 0 streams each measured point back
-through a queue, so the points measured before a failure or a timeout are kept.
+through a queue, so the points measured before a failure, a timeout or Ctrl-C are kept
+(on Ctrl-C the queue is drained before the ranks are stopped). Each rank leads its own
+process group and dies with the parent (:mod:`gpuplan.probes.procs`), so a terminal's
+Ctrl-C reaches only ``gpuplan probe`` and a killed run leaves no rank behind.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.probes.base import ProbeContext, ProbeRecorder, import_torch
+from gpuplan.probes.procs import become_probe_child, forget_child, kill_group, register_child
 from gpuplan.probes.timing import TimingConfig, WallTimer, measure
 
 PROBE_VERSION = 1
@@ -239,8 +243,10 @@ def _spawned_worker(
     plan: Plan,
     gpu: bool,
     out_queue: Any,
+    parent_pid: int,
 ) -> None:
     """Entry point of one spawned local rank (module level: pickled by reference)."""
+    become_probe_child(parent_pid)
     torch = import_torch()
     import torch.distributed as dist
 
@@ -309,11 +315,13 @@ def run_local(
     init_method = f"tcp://127.0.0.1:{free_port()}"
     procs = tmp.start_processes(
         _spawned_worker,
-        args=(world, init_method, plan, gpu, out_queue),
+        args=(world, init_method, plan, gpu, out_queue, os.getpid()),
         nprocs=world,
         join=False,
         start_method="spawn",
     )
+    for p in procs.processes:
+        register_child(p.pid)
     del torch
     deadline = time.monotonic() + deadline_s
     done = False
@@ -339,6 +347,9 @@ def run_local(
             elif kind == "error":
                 rank, message, _tb = payload
                 error = f"rank {rank}: {message}"
+    except KeyboardInterrupt:
+        _drain_points(out_queue, on_point)  # rank 0 may have sent points not read yet
+        raise
     finally:
         _stop(procs.processes, grace_s=5.0 if (done and error is None) else 0.5)
         out_queue.close()
@@ -346,7 +357,22 @@ def run_local(
         raise RuntimeError(error)
 
 
+def _drain_points(
+    out_queue: Any, on_point: Callable[[dict[str, Any]], None], budget_s: float = 1.0
+) -> None:
+    """Hand ``on_point`` the points already queued (stops at the first empty wait)."""
+    end = time.monotonic() + budget_s
+    while time.monotonic() < end:
+        try:
+            kind, payload = out_queue.get(timeout=0.1)
+        except (queue_mod.Empty, OSError, EOFError, ValueError):
+            return
+        if kind == "point":
+            on_point(payload)
+
+
 def _stop(processes: list[Any], grace_s: float) -> None:
+    """Stop the ranks (join, then SIGTERM, then SIGKILL) and kill their process groups."""
     end = time.monotonic() + grace_s
     for p in processes:
         p.join(timeout=max(0.0, end - time.monotonic()))
@@ -358,6 +384,9 @@ def _stop(processes: list[Any], grace_s: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=5)
+    for p in processes:
+        kill_group(p.pid)  # anything a rank forked goes with it
+        forget_child(p.pid)
 
 
 # --------------------------------------------------------------------------- under torchrun
@@ -369,6 +398,7 @@ class DistEnv:
     world_size: int
     local_rank: int
     local_world_size: int
+    job: str | None = None  # the rendezvous (master address, port, run id): one per job
 
     @property
     def num_nodes(self) -> int:
@@ -387,7 +417,14 @@ def torchrun_env(environ: dict[str, str] | None = None) -> DistEnv | None:
         return None
     local_world = int(env.get("LOCAL_WORLD_SIZE", world))
     local_rank = int(env.get("LOCAL_RANK", rank % max(1, local_world)))
-    return DistEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world)
+    job = ":".join(env.get(k, "") for k in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"))
+    return DistEnv(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        job=f"torchrun:{job}:{world}",
+    )
 
 
 def run_torchrun(

@@ -6,8 +6,10 @@ Workloads (documented with their sizes in docs/probes.md):
 * sequential reads (dataset streaming) and random reads (shuffled samples, small files)
   over block sizes and queue depths.
 
-Each point is one ``fio --output-format=json`` process on one test file in a fresh
-temporary directory under the storage path, removed afterwards. Direct I/O (``O_DIRECT``,
+Each point is one ``fio --output-format=json`` process (jobs as threads, so that the
+one process dies with the run: :mod:`gpuplan.probes.procs`) on one test file in a fresh
+scratch directory under the storage path (:mod:`gpuplan.probes.scratch`), removed
+afterwards, or by the next run if this one is killed. Direct I/O (``O_DIRECT``,
 bypassing the page cache) is used where the filesystem allows it; where it does not
 (tmpfs, some network filesystems) the points say ``direct: false`` and the probe's
 ``params.direct_reason`` says why, because such reads may come from memory.
@@ -28,7 +30,6 @@ import mmap
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ from typing import Any
 
 from gpuplan.errors import EnvironmentProblem, InputError
 from gpuplan.probes.base import PointFailed, ProbeContext
+from gpuplan.probes.procs import run_child
+from gpuplan.probes.scratch import make_scratch_dir
 
 PROBE_VERSION = 1
 BW_LOG_MSEC = 250
@@ -220,7 +223,7 @@ def direct_io_supported(directory: Path) -> tuple[bool, str | None]:
 
 def fio_engines(fio: str) -> set[str]:
     try:
-        out = subprocess.run([fio, "--enghelp"], capture_output=True, text=True, timeout=10).stdout
+        out = run_child([fio, "--enghelp"], timeout_s=10).stdout
     except (OSError, subprocess.SubprocessError):
         return set()
     return {line.strip() for line in out.splitlines()[1:] if line.strip()}
@@ -260,6 +263,7 @@ def fio_command(
         f"--runtime={round(runtime_s * 1000)}ms",
         "--time_based",
         "--group_reporting",
+        "--thread",  # jobs as threads of one process, which dies with its parent
         "--randrepeat=0",
         "--norandommap",
         "--output-format=json",
@@ -280,7 +284,7 @@ def run_fio_point(
     for old in log_dir.glob("bw*.log"):
         old.unlink()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        done = run_child(cmd, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         raise PointFailed(f"fio timed out after {timeout_s:.0f} s") from None
     fio_errors = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -391,7 +395,7 @@ def run(ctx: ProbeContext) -> None:
         rec.warn(f"not enough free space for the default size: using {size >> 20} MiB")
     sweep = points(quick=ctx.quick)
     runtime_s, ramp_s = (1.0, 0.0) if ctx.quick else (10.0, 2.0)
-    workdir = Path(tempfile.mkdtemp(prefix=".gpuplan-storage-", dir=base))
+    workdir = make_scratch_dir(base, machine_id=ctx.machine_id, run_id=ctx.run_id)
     try:
         direct, reason = direct_io_supported(workdir)
         engine = pick_ioengine(fio_engines(fio))

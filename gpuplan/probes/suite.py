@@ -4,11 +4,18 @@ Guarantees (DESIGN.md sections 3.1 and 6):
 
 * a probe that raises (fio missing, NCCL error, out of memory, a bug) or runs past its
   time budget is recorded ``failed`` with the reason, and the next probe runs;
-* Ctrl-C (or SIGTERM, e.g. a Slurm time limit) stops the suite, and what was measured so
-  far is written with ``interrupted: true``;
-* after every probe a checkpoint ``.<name>.partial.json`` is written next to the final
-  file, so that even a killed process leaves its measurements behind; the final file is
-  written atomically and never overwrites another one, and the checkpoint is then removed;
+* Ctrl-C (or SIGTERM, e.g. a Slurm time limit, or SIGHUP) stops the suite, and what was
+  measured so far is written with ``interrupted: true``; the probe it stopped is
+  ``interrupted`` and keeps the points it had measured;
+* after every probe, and every few points inside one, a checkpoint
+  ``<stem>.partial.json`` (a normal result document, ``interrupted: true``) is written
+  next to the final file ``<stem>.json``, so that even a SIGKILLed run leaves its finished
+  probes behind where ``results ls`` and ``calibrate`` see them; the final file is written
+  atomically and never overwrites another one, and the checkpoint is then removed;
+* if neither ``--out`` nor a rescue place can be written, the document is handed back for
+  printing (:class:`ResultNotSaved`): a run is never lost;
+* one run per machine at a time (the probe lock); children die with the run and scratch
+  files are removed, by the next run if this one was killed;
 * under torchrun only rank 0 writes; the other ranks take part in the collectives only.
 """
 
@@ -22,8 +29,9 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +46,10 @@ from gpuplan.probes.base import (
     import_torch,
     resolve_device,
 )
+from gpuplan.probes.procs import kill_children
+from gpuplan.probes.scratch import remove_stale
 from gpuplan.probes.timing import TimingConfig
+from gpuplan.results import runlock
 from gpuplan.results.privacy import filter_env
 from gpuplan.results.schema import ResultDocument
 from gpuplan.results.store import result_path, save_result, write_json_atomic
@@ -128,25 +139,66 @@ class SuiteOutcome:
     rank: int = 0
 
 
+class ResultNotSaved(EnvironmentProblem):
+    """The result could not be written under ``--out``.
+
+    ``rescue`` is where it was written instead, or None when no rescue place could be
+    written either: then the caller must print ``document`` (the CLI puts it on stdout).
+    """
+
+    def __init__(
+        self, message: str, *, hint: str, document: ResultDocument, rescue: Path | None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.document = document
+        self.rescue = rescue
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the suite runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _Signals:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like SIGINT does, and say which came.
 
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    A Slurm time limit sends SIGTERM, a closed ssh session SIGHUP: both stop the suite
+    the way Ctrl-C does. Installed only in the main thread (signal handlers live there);
+    SIGINT is left alone when it is ignored (a background job) or handled by the caller.
+    With :attr:`deferring` set, a signal only marks the run interrupted.
+    """
 
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    CAUGHT = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self.deferring = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in ("SIGINT", *self.CAUGHT):
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            if name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler:
+                continue
+            self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+        if not self.deferring:
+            raise KeyboardInterrupt
+
+    def reason(self) -> str:
+        name = self.received or "SIGINT"
+        return f"interrupted by {name}{' (Ctrl-C)' if name == 'SIGINT' else ''}"
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
 
 
 def _spec_lookup(accelerators: list[dict[str, Any]]) -> Callable[[int, str], float | None]:
@@ -176,6 +228,11 @@ def run_suite(
 ) -> SuiteOutcome:
     """Run the suite and write the result document (rank 0).
 
+    The run holds the machine's probe lock (:mod:`gpuplan.results.runlock`) from start to
+    end: under torchrun only local rank 0 of each node takes it, since the ranks of one
+    node share the machine on purpose (and two "nodes" of one job on one machine share
+    it). Children (fio, spawned ranks) are killed on every way out.
+
     Parameters
     ----------
     options:
@@ -184,17 +241,66 @@ def run_suite(
         Receives one task per probe (the CLI draws bars on stderr).
     on_probe:
         Called with each probe's name before it runs.
+
+    Raises
+    ------
+    EnvironmentProblem
+        Another probe run holds the lock (the message names it).
+    ResultNotSaved
+        The result could not be written under ``options.out_dir``.
     """
     from gpuplan.probes.collectives import torchrun_env
+
+    run_id = str(uuid.uuid4())
+    denv = torchrun_env()
+    argv = list(options.argv) or ["gpuplan", *sys.argv[1:]]
+    holds_lock = False
+    with contextlib.ExitStack() as stack:
+        if denv is None or denv.local_rank == 0:
+            holder = stack.enter_context(
+                runlock.acquire(
+                    run_id,
+                    argv=argv,
+                    out_dir=options.out_dir,
+                    job=None if denv is None else denv.job,
+                )
+            )
+            holds_lock = holder.pid == os.getpid()  # else: shared with a node of our job
+        stack.callback(kill_children)
+        return _run_locked(
+            options,
+            run_id=run_id,
+            argv=argv,
+            denv=denv,
+            holds_lock=holds_lock,
+            progress=progress,
+            on_probe=on_probe,
+        )
+
+
+def _run_locked(
+    options: SuiteOptions,
+    *,
+    run_id: str,
+    argv: list[str],
+    denv: Any,
+    holds_lock: bool,
+    progress: Progress | None,
+    on_probe: Callable[[str], None] | None,
+) -> SuiteOutcome:
     from gpuplan.probes.inventory import host_facts
 
     started_at = _now()
-    run_id = str(uuid.uuid4())
     torch = import_torch()
     device = resolve_device(options.device)
-    denv = torchrun_env()
     rank = denv.rank if denv is not None else 0
     host = host_facts(record_hostname=options.record_hostname, torch=torch)
+    if holds_lock:
+        remove_stale(
+            [options.out_dir, options.storage_path],
+            machine_id=host["machine_id"],
+            results_root=options.out_dir if options.write else None,
+        )
     power = None
     if device.is_gpu:
         from gpuplan.probes.power import default_sampler
@@ -208,6 +314,8 @@ def run_suite(
         storage_path=options.storage_path,
         storage_size_bytes=options.storage_size_bytes,
         out_dir=options.out_dir,
+        run_id=run_id,
+        machine_id=host["machine_id"],
         gloo_ranks=options.gloo_ranks,
         probe_timeout_s=options.probe_timeout_s,
         power=power,
@@ -226,7 +334,7 @@ def run_suite(
         "started_at": started_at,
         "gpuplan_version": __version__,
         "host": host,
-        "argv": list(options.argv) or ["gpuplan", *sys.argv[1:]],
+        "argv": argv,
         "env": filter_env(os.environ),
     }
     if denv is not None:
@@ -237,48 +345,111 @@ def run_suite(
         }
     interrupted = False
     writes = options.write and rank == 0
-    partial: Path | None = None
-    with _sigterm_as_interrupt():
+    checkpoint = _Checkpoint(options.out_dir, document_base, ctx) if writes else None
+    if checkpoint is not None:
+        ctx.on_point = checkpoint.point_done
+    with _Signals() as signals:
         for name in order:
-            if on_probe is not None:
-                on_probe(name)
             first = len(ctx.recorders)
-            ctx.start_deadline()
             try:
-                module = importlib.import_module(_MODULES[name])
-                module.run(ctx)
+                if on_probe is not None:
+                    on_probe(name)
+                ctx.start_deadline()
+                try:
+                    module = importlib.import_module(_MODULES[name])
+                    module.run(ctx)
+                except KeyboardInterrupt:
+                    raise
+                except ProbeTimeout as exc:
+                    _close_open(ctx, first, name, str(exc))
+                except Exception as exc:
+                    _close_open(ctx, first, name, f"{type(exc).__name__}: {exc}")
+                finally:
+                    kill_children()  # a probe's helpers never outlive it
+                if checkpoint is not None:
+                    checkpoint.write()
             except KeyboardInterrupt:
                 interrupted = True
-                _close_open(ctx, first, name, "interrupted (Ctrl-C or SIGTERM)")
-            except ProbeTimeout as exc:
-                _close_open(ctx, first, name, str(exc))
-            except Exception as exc:
-                _close_open(ctx, first, name, f"{type(exc).__name__}: {exc}")
-            if writes:
-                partial = _checkpoint(options.out_dir, document_base, ctx, partial)
-            if interrupted:
+                _interrupt_open(ctx, first, name, signals.reason())
                 break
-    data = {
-        **document_base,
-        "ended_at": _now(),
-        "probes": [r.as_dict() for r in ctx.recorders],
-        "interrupted": interrupted,
-    }
-    doc = ResultDocument.model_validate(data)
-    path = None
-    if writes:
-        try:
-            path = save_result(doc, options.out_dir)
-        except OSError as exc:  # disk full, directory removed...: keep the run elsewhere
-            rescue = save_result(doc, Path(tempfile.gettempdir()) / "gpuplan-results")
-            raise EnvironmentProblem(
-                f"could not write the result under {options.out_dir} ({exc.strerror or exc})",
-                hint=f"the run was saved to {rescue} instead",
-            ) from None
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                partial.unlink()
+        # from here on a signal only marks the run interrupted: the document gets written
+        signals.deferring = True
+        doc = ResultDocument.model_validate(
+            {
+                **document_base,
+                "ended_at": _now(),
+                "probes": [r.as_dict() for r in ctx.recorders],
+                "interrupted": interrupted,
+            }
+        )
+        path = None
+        if writes:
+            path = save_or_rescue(doc, options.out_dir)
+            if checkpoint is not None:
+                checkpoint.remove()
+        interrupted = interrupted or signals.received is not None
     return SuiteOutcome(document=doc, path=path, interrupted=interrupted, rank=rank)
+
+
+def rescue_places(run_id: str) -> list[Path]:
+    """Where a result goes when ``--out`` cannot be written, in order: a results tree
+    under the temporary folder, then one file named after the run directly in it (and in
+    ``/tmp`` when the temporary folder is elsewhere)."""
+    tmp = Path(tempfile.gettempdir())
+    places = [tmp / "gpuplan-results", tmp / f"gpuplan-run-{run_id}.json"]
+    if tmp != Path("/tmp"):
+        places.append(Path("/tmp") / f"gpuplan-run-{run_id}.json")
+    return places
+
+
+def save_or_rescue(
+    doc: ResultDocument, out_dir: str | Path, rescue: Sequence[Path] | None = None
+) -> Path:
+    """Save ``doc`` under ``out_dir``; if that fails, in the first rescue place that works.
+
+    Parameters
+    ----------
+    doc:
+        The result document.
+    out_dir:
+        The result folder (``--out``).
+    rescue:
+        Rescue places (default :func:`rescue_places`): a folder (``save_result`` layout)
+        or a ``.json`` file name.
+
+    Returns
+    -------
+    Path
+        The file written under ``out_dir``.
+
+    Raises
+    ------
+    ResultNotSaved
+        ``out_dir`` could not be written; ``.rescue`` is where the document went, or None
+        when nowhere could be written (the caller must then print ``.document``).
+    """
+    try:
+        return save_result(doc, out_dir)
+    except OSError as exc:  # disk full, directory removed, read-only...
+        why = exc.strerror or str(exc)
+    message = f"could not write the result under {out_dir} ({why})"
+    for place in rescue_places(doc.run_id) if rescue is None else rescue:
+        try:
+            if place.suffix == ".json":
+                saved = write_json_atomic(place, doc.model_dump(mode="json"))
+            else:
+                saved = save_result(doc, place)
+        except OSError:
+            continue
+        raise ResultNotSaved(
+            message, hint=f"the run was saved to {saved} instead", document=doc, rescue=saved
+        )
+    raise ResultNotSaved(
+        message + ", nor in a rescue folder",
+        hint="the whole result document is printed on stdout",
+        document=doc,
+        rescue=None,
+    )
 
 
 def _close_open(ctx: ProbeContext, first: int, name: str, reason: str) -> None:
@@ -292,21 +463,63 @@ def _close_open(ctx: ProbeContext, first: int, name: str, reason: str) -> None:
             rec.fail(reason)
 
 
-def _checkpoint(
-    out_dir: str, base: dict[str, Any], ctx: ProbeContext, previous: Path | None
-) -> Path | None:
-    """Write what was measured so far to a hidden partial file (replaced each time)."""
-    data = {
-        **base,
-        "ended_at": _now(),
-        "probes": [r.as_dict() for r in ctx.recorders],
-        "interrupted": True,
-    }
-    try:
-        doc = ResultDocument.model_validate(data)
-        final = result_path(Path(out_dir), doc)
-        path = previous or final.with_name(f".{final.stem}.partial.json")
-        write_json_atomic(path, doc.model_dump(mode="json"), overwrite=True)
-        return path
-    except Exception:  # a checkpoint must never stop the run
-        return previous
+def _interrupt_open(ctx: ProbeContext, first: int, name: str, reason: str) -> None:
+    """Close the interrupted probe's recorders as ``interrupted``, keeping their points."""
+    opened = ctx.recorders[first:]
+    if not opened:
+        ctx.record(name, 1).interrupt(f"{reason} before its first point")
+        return
+    for rec in opened:
+        if rec.open:
+            rec.interrupt(f"{reason}; the {len(rec.measurements)} points measured are kept")
+
+
+class _Checkpoint:
+    """The run so far, in a visible ``<stem>.partial.json`` beside the final file.
+
+    Written (atomically, replacing the previous one) after every probe and, inside a
+    probe, every :attr:`EVERY_POINTS` points or :attr:`EVERY_S` seconds, whichever comes
+    first; a probe still running reads ``interrupted`` in it. A run that is killed leaves
+    it behind as a normal result document with ``interrupted: true``; a run that ends
+    removes it once the final file is written.
+    """
+
+    EVERY_POINTS = 5
+    EVERY_S = 10.0
+
+    def __init__(self, out_dir: str, base: dict[str, Any], ctx: ProbeContext) -> None:
+        self.out_dir, self.base, self.ctx = out_dir, base, ctx
+        self.path: Path | None = None
+        self._points = 0
+        self._last = time.monotonic()
+
+    def point_done(self) -> None:
+        self._points += 1
+        if self._points >= self.EVERY_POINTS or time.monotonic() - self._last >= self.EVERY_S:
+            self.write()
+
+    def write(self) -> None:
+        self._points, self._last = 0, time.monotonic()
+        data = {
+            **self.base,
+            "ended_at": _now(),
+            "probes": [r.as_dict() for r in self.ctx.recorders],
+            "interrupted": True,
+        }
+        try:
+            doc = ResultDocument.model_validate(data)
+            if self.path is None:
+                self.path = partial_path(result_path(Path(self.out_dir), doc))
+            write_json_atomic(self.path, doc.model_dump(mode="json"), overwrite=True)
+        except Exception:  # a checkpoint must never stop the run (disk full: keep going)
+            return
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+def partial_path(final: Path) -> Path:
+    """The checkpoint of the run whose final file is ``final``: ``<stem>.partial.json``."""
+    return final.with_name(f"{final.stem}.partial.json")

@@ -14,7 +14,7 @@ dead run's description in it, but it is only a *holder* while someone has it loc
 The file holds one JSON object describing the holder::
 
     {"pid": 1234, "run_id": "<uuid4>", "started_at": "...Z",
-     "argv": ["gpuplan", "probe", "..."], "out_dir": "results"}
+     "argv": ["gpuplan", "probe", "..."], "out_dir": "results", "job": null}
 
 The file itself is never removed: unlinking a lock file races with a process that opened
 it a moment earlier and would then hold a lock on a file nobody else can see.
@@ -63,6 +63,9 @@ class LockHolder:
     """The holder's command line."""
     out_dir: str | None
     """The result folder the holder writes to, if it said."""
+    job: str | None = None
+    """The distributed job the holder belongs to (torchrun's rendezvous), if any: processes
+    of one job share the machine on purpose and share the lock (see :func:`acquire`)."""
 
     def describe(self) -> str:
         """``run <id>, pid <pid>, started <t>``: how a refusal names the holder."""
@@ -87,6 +90,7 @@ def _parse(text: str) -> LockHolder | None:
             started_at=str(raw["started_at"]),
             argv=tuple(str(a) for a in raw.get("argv") or ()),
             out_dir=None if raw.get("out_dir") is None else str(raw["out_dir"]),
+            job=None if raw.get("job") is None else str(raw["job"]),
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -152,9 +156,14 @@ def acquire(
     *,
     argv: Sequence[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
+    job: str | None = None,
     path: Path | None = None,
 ) -> Iterator[LockHolder]:
     """Hold the probe lock for the duration of the ``with`` block.
+
+    A process of a distributed job (``job`` set) that finds the lock held by the *same*
+    job goes ahead without it, under the holder's lock: on one machine that is two
+    "nodes" of one torchrun job, which share the machine by design.
 
     Parameters
     ----------
@@ -164,13 +173,16 @@ def acquire(
         The run's command line (default ``sys.argv``).
     out_dir:
         The folder the run writes results to.
+    job:
+        The distributed job's identity (e.g. torchrun's rendezvous address and run id).
     path:
         The lock file; default :func:`lock_path`.
 
     Yields
     ------
     LockHolder
-        This run's description, as written into the lock file.
+        The holder: this run's description as written into the lock file, or the same
+        job's holder that this process shares the lock with.
 
     Raises
     ------
@@ -189,6 +201,9 @@ def acquire(
     try:
         if not _try_lock(fd, fcntl.LOCK_EX):
             holder = _read_description(fd)
+            if job is not None and holder.job == job:
+                yield holder
+                return
             raise EnvironmentProblem(
                 f"another probe run ({holder.describe()}) holds the probe lock",
                 hint=f"wait for it to finish or stop it: kill {holder.pid}",
@@ -199,6 +214,7 @@ def acquire(
             started_at=_now(),
             argv=tuple(sys.argv if argv is None else argv),
             out_dir=None if out_dir is None else os.fspath(out_dir),
+            job=job,
         )
         text = json.dumps(
             {
@@ -207,6 +223,7 @@ def acquire(
                 "started_at": me.started_at,
                 "argv": list(me.argv),
                 "out_dir": me.out_dir,
+                "job": me.job,
             }
         )
         os.ftruncate(fd, 0)

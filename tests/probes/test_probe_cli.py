@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +13,7 @@ import pytest
 from gpuplan.probes.suite import SuiteOptions, parse_only, run_suite
 from gpuplan.results.schema import SCHEMA_FILE
 from gpuplan.results.store import load_result
+from tests.probes._runs import partial_doc, probe_status, start_probe, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +40,7 @@ def test_quick_probe_end_to_end_json(run_cli, tmp_path, fio_path):
     assert dtypes == {"float32", "bfloat16"}
     files = list(out.rglob("*.json"))
     assert len(files) == 1 and load_result(files[0]).run_id == doc["run_id"]
-    assert not list(out.rglob(".*.partial.json"))  # the checkpoint is gone
+    assert not list(out.rglob("*.partial.json"))  # the checkpoint is gone
     assert doc["interrupted"] is False and doc["host"]["hostname"] is None
     assert "wrote" in r.stderr
 
@@ -91,47 +89,42 @@ def test_a_time_budget_fails_the_probe_and_keeps_its_points(tmp_path):
 
 def test_ctrl_c_still_writes_what_was_measured(tmp_path):
     out = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuplan",
-            "probe",
-            "--quick",
-            "--only",
-            "membw,storage",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--format",
-            "json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
+    run = start_probe(
+        tmp_path,
+        "--quick",
+        "--only",
+        "membw,storage",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--format",
+        "json",
     )
     try:
-        deadline = time.monotonic() + 240
-        # the checkpoint appears once the first probe (membw) has finished
-        while not list(out.rglob(".*.partial.json")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "membw did not finish in time"
-            time.sleep(0.1)
-        time.sleep(1.0)  # storage is running now
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
+        # membw finished (in the checkpoint) and fio started on its scratch file
+        wait_until(
+            "membw in the checkpoint and storage running",
+            lambda: (
+                probe_status(partial_doc(out), "membw")[0] == "ok"
+                and list(out.glob(".gpuplan-scratch-*"))
+            ),
+            run,
+            timeout_s=240,
+        )
+        time.sleep(0.5)
+        run.proc.send_signal(signal.SIGINT)
+        run.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        run.kill_all()
+    proc, stdout, stderr = run.proc, run.stdout, run.stderr
     assert proc.returncode == 130, stderr
     doc = json.loads(stdout)
     assert doc["interrupted"] is True
     membw, storage = doc["probes"]
     assert membw["status"] == "ok" and membw["measurements"]
-    assert storage["status"] == "failed" and "interrupted" in storage["error"]
-    (path,) = list(out.rglob("*.json"))
+    assert storage["status"] == "interrupted"
+    assert storage["error"].startswith("interrupted by SIGINT (Ctrl-C)")
+    (path,) = list(out.rglob("*.json"))  # the final file only: the checkpoint is gone
+    assert not path.name.endswith(".partial.json")
     assert load_result(path).interrupted is True
-    assert not list(out.rglob(".gpuplan-storage-*"))  # the fio work directory is removed
+    assert not list(out.rglob(".gpuplan-scratch-*"))  # the fio work directory is removed

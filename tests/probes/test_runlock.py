@@ -102,3 +102,19 @@ def test_description_wait_is_bounded():
         assert time.monotonic() - t0 < 3
     finally:
         os.close(fd)
+
+
+def test_processes_of_one_job_share_the_lock_and_others_are_refused():
+    job = "torchrun:127.0.0.1:29500:none:2"
+    with runlock.acquire("node-0", job=job) as me:
+        assert runlock.current_holder() == me and me.job == job
+        with runlock.acquire("node-1", job=job) as shared:
+            assert shared == me  # the second "node" of the job runs under the first's lock
+        assert runlock.current_holder() == me  # ... and leaving it releases nothing
+        for other in ("torchrun:127.0.0.1:29501:none:2", None):
+            with (
+                pytest.raises(EnvironmentProblem, match="run node-0"),
+                runlock.acquire("intruder", job=other),
+            ):
+                pass  # pragma: no cover
+    assert runlock.current_holder() is None
