@@ -149,6 +149,8 @@ def check_output_dir(path: str | Path, *, what: str = "--out", min_free_bytes: i
         Less than ``min_free_bytes`` free.
     """
     out = Path(path)
+    if out.is_symlink():
+        out = out.resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"{what} {out} is a file", hint="give a folder for the outputs")
     parent = out.absolute().parent
@@ -228,6 +230,8 @@ def write_file_set(
         The folder cannot be written (permission, disk full); ``out_dir`` is unchanged.
     """
     out = Path(out_dir)
+    if out.is_symlink():  # replace the folder the link points at, not the link itself
+        out = out.resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"{what} {out} is a file", hint="give a folder for the outputs")
     parent = out.absolute().parent

@@ -189,6 +189,11 @@ def schedule(
         )
     if emit_config and out is None:
         raise InputError("--emit-config needs --out DIR", hint="e.g. --out cfg/")
+    if emit_config:
+        from gpuplan.userfiles import check_output_dir
+
+        assert out is not None
+        check_output_dir(out, what="--out")  # before the simulation, not after it
 
     attribution = None
     options: dict[str, Any] = {}

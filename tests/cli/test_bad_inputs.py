@@ -337,3 +337,23 @@ def test_validate_data_file(run_cli, tmp_path, command, kind):
 def test_validate_fit_constants_into_a_directory(run_cli, tmp_path):
     line = one_line_error(run_cli("validate", "training", "--fit-constants", str(tmp_path)))
     assert "--fit-constants" in line and "is a directory" in line
+
+
+def test_schedule_emit_config_out_checked_before_the_simulation(run_cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = run_cli(
+        "schedule",
+        "--trace",
+        "philly",
+        "--gpus",
+        "64",
+        "--emit-config",
+        "slurm",
+        "--out",
+        str(blocker / "cfg"),
+        "--no-progress",
+    )
+    line = one_line_error(proc)
+    assert "--out" in line and "is a file, not a folder" in line
+    assert proc.stdout == ""

@@ -152,3 +152,17 @@ def test_write_into_a_path_under_a_file_is_a_domain_error(tmp_path, small_plan_d
     with pytest.raises(GpuplanError, match="cannot write --out"):
         write_report(small_plan_doc, blocker / "report")
     assert blocker.read_text() == "x"
+
+
+def test_out_through_a_symlink_replaces_the_target_and_keeps_the_link(tmp_path, small_plan_doc):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "plan.json").write_text("old\n")
+    (real / "mine.txt").write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    write_report(small_plan_doc, link)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert json.loads((real / "plan.json").read_text())["scenario"] == small_plan_doc["scenario"]
+    assert (real / "mine.txt").read_text() == "mine\n"
+    assert set(p.name for p in real.iterdir()) == {*REPORT, "mine.txt"}
