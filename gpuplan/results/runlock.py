@@ -226,8 +226,11 @@ def acquire(
                 "job": me.job,
             }
         )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, text.encode("utf-8"), 0)
+        # the description only informs: on a full disk the run still holds the lock
+        # (a refused run then names an "unknown" holder)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode("utf-8"), 0)
         try:
             yield me
         finally:
