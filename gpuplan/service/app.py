@@ -328,7 +328,8 @@ def plausibility_flags(
     flags, notes = check_document(doc)
     device = identify_device(doc)
     if device.in_catalog:
-        flags += pool_flags(doc, device.device_id, pool.pooled(db, device.device_id))
+        pooled, trusted = pool.pooled(db, device.device_id)
+        flags += pool_flags(doc, device.device_id, pooled, trusted)
     return flags, notes
 
 

@@ -19,7 +19,9 @@ Checked, per measurement on an accelerator the catalog knows (:func:`check_docum
 Against the pool (:func:`pool_flags`, :class:`RunPool`): per quantity and shape class
 (:func:`run_values`), the run's best value must lie within a median/MAD band of the logs of
 the same key over the already included (accepted or approved) runs of the same catalog
-device plus the shipped reference runs; the band needs :data:`POOL_MIN_RUNS` runs.
+device plus the shipped reference runs; the band needs :data:`POOL_MIN_RUNS` uploaded
+runs, or one reference run (a published measurement, trusted: this is what stops the
+very first poisoned upload of a device from replacing the reference in the calibration).
 Collectives are checked only against the pool: NVLink SHARP (NVLS) reduces in the
 switch, so all-reduce bus bandwidth legitimately exceeds the per-GPU link bandwidth
 (nccl-tests doc/PERFORMANCE.md defines busbw for a ring, not for in-network reduction).
@@ -258,10 +260,15 @@ def check_document(doc: ResultDocument) -> tuple[list[dict[str, Any]], list[str]
 #: keeps honest spread (power caps, clocks, drivers) in the band when the pool agrees closely.
 POOL_MAD_K = 5.0
 POOL_MIN_FACTOR = 3.0
-#: fewest pooled runs (with a value for the same key) before the band is applied
+#: fewest pooled uploads (with a value for the same key) before the band is applied; a key
+#: that a shipped reference run (a published measurement) covers has a band from one run on
 POOL_MIN_RUNS = 3
 #: a value below this fraction of the catalog figure is a unit slip or a broken timer
 CATALOG_FLOOR_FRACTION = 1e-3
+
+#: collectives smaller than this are latency-bound (bus bandwidth far from the link's and
+#: set by NCCL's protocol and algorithm choice, which differ between versions): not pooled
+POOL_MIN_COLLECTIVE_BYTES = 64 * 2**20
 
 PoolKey = tuple[Any, ...]
 
@@ -277,7 +284,7 @@ def run_values(doc: ResultDocument) -> dict[PoolKey, tuple[float, str, int]]:
     Keys: matmul ``(dtype, class of m*n*k in steps of 8x)`` on ``flops_per_s``; membw
     ``(op, size class 4x)`` and pcie ``(direction, memory, size class 4x)`` on
     ``bytes_per_s``; collectives ``(op, ranks, nodes, scope, size class 4x)`` on
-    ``busbw_bytes_per_s``. Only probes with ``status: ok`` on the run's first accelerator
+    ``busbw_bytes_per_s``, from :data:`POOL_MIN_COLLECTIVE_BYTES` up. Only probes with ``status: ok`` on the run's first accelerator
     (the device the run is filed under) count.
     """
     out: dict[PoolKey, tuple[float, str, int]] = {}
@@ -305,6 +312,8 @@ def run_values(doc: ResultDocument) -> dict[PoolKey, tuple[float, str, int]]:
                     key = ("pcie", m["direction"], m["memory"], _size_class(m["size_bytes"], 2))
                     value = float(m["bytes_per_s"])
                 else:
+                    if int(m["size_bytes"]) < POOL_MIN_COLLECTIVE_BYTES:
+                        continue  # latency-bound: NCCL's protocol choice varies it widely
                     key = ("collectives", m["op"], m["ranks"], m.get("num_nodes", 1),
                            m.get("scope", "intra"), _size_class(m["size_bytes"], 2))  # fmt: skip
                     value = float(m["busbw_bytes_per_s"])
@@ -327,14 +336,14 @@ class Band:
     runs: int
 
 
-def band(values: list[float]) -> Band | None:
+def band(values: list[float], min_runs: int = POOL_MIN_RUNS) -> Band | None:
     """Median/MAD band of positive ``values`` in log space, or None with too few values.
 
     >>> b = band([1.0, 1.1, 0.9, 1.05, 0.95])
     >>> round(b.median, 3), b.low < 0.4, b.high > 2.9
     (1.0, True, True)
     """
-    if len(values) < POOL_MIN_RUNS:
+    if not values or len(values) < min_runs:
         return None
     logs = sorted(math.log(v) for v in values)
     med = statistics.median(logs)
@@ -344,13 +353,20 @@ def band(values: list[float]) -> Band | None:
 
 
 def pool_flags(
-    doc: ResultDocument, device_id: str, pooled: dict[PoolKey, list[float]]
+    doc: ResultDocument,
+    device_id: str,
+    pooled: dict[PoolKey, list[float]],
+    trusted: frozenset[PoolKey] | set[PoolKey] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """Flags for the run's values outside the band of the pooled runs of ``device_id``."""
+    """Flags for the run's values outside the band of the pooled runs of ``device_id``.
+
+    ``trusted``: keys whose pool holds a reference run; they need one run, the others
+    :data:`POOL_MIN_RUNS` (so that the first uploads of a new device cannot set the band).
+    """
     flags: list[dict[str, Any]] = []
     quantity = {"matmul": "flops_per_s", "collectives": "busbw_bytes_per_s"}
     for key, (value, probe, i) in sorted(run_values(doc).items(), key=lambda kv: repr(kv[0])):
-        b = band(pooled.get(key, []))
+        b = band(pooled.get(key, []), 1 if key in trusted else POOL_MIN_RUNS)
         if b is None or b.low <= value <= b.high:
             continue
         side, limit = ("below", b.low) if value < b.low else ("above", b.high)
@@ -409,7 +425,10 @@ class RunPool:
         self._cache: dict[tuple[str, str], dict[PoolKey, float]] = {}
         self._lock = threading.Lock()
 
-    def pooled(self, db: Any, device_id: str) -> dict[PoolKey, list[float]]:
+    def pooled(
+        self, db: Any, device_id: str
+    ) -> tuple[dict[PoolKey, list[float]], frozenset[PoolKey]]:
+        """``(values by key, keys a reference run covers)`` for ``device_id``."""
         from sqlalchemy import select
 
         from gpuplan.results.store import parse_result
@@ -445,9 +464,8 @@ class RunPool:
         pooled: dict[PoolKey, list[float]] = {}
         with self._lock:
             runs = [self._cache.get(k, {}) for k in keys]
-        if self.include_reference:
-            runs += _reference_values().get(device_id, [])
-        for values in runs:
+        reference = _reference_values().get(device_id, []) if self.include_reference else []
+        for values in runs + reference:
             for k, v in values.items():
                 pooled.setdefault(k, []).append(v)
-        return pooled
+        return pooled, frozenset(k for values in reference for k in values)

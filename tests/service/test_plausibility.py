@@ -95,3 +95,125 @@ def test_flagged_run_is_out_of_the_calibration_until_an_admin_approves(api, h100
     after = api.get("/v1/calibration/inputs").json()
     assert after["run_ids"] == sorted([good["run_id"], bad["run_id"]])
     assert after["inputs_sha256"] != inputs["inputs_sha256"]
+
+
+# --- the pooled runs of the same device ---------------------------------------------------------
+
+
+def _reference_h100() -> dict:
+    """The shipped reference H100 SXM run (built from the package's table at test time)."""
+    from gpuplan.calibration.fit import reference_documents
+
+    (doc,) = [
+        d
+        for d in reference_documents()
+        if "nvidia-h100-sxm" in d.host.machine_id and any(p.probe == "matmul" for p in d.probes)
+    ]
+    return doc.model_dump(mode="json")
+
+
+def _as_upload(ref: dict, i: int, *, matmul_scale: float = 1.0) -> dict:
+    """The reference run as team ``i``'s own upload: another machine, a new run id."""
+    import copy
+    import uuid
+
+    doc = copy.deepcopy(ref)
+    doc["run_id"] = str(uuid.UUID(int=7_000 + i, version=4))
+    doc["host"]["machine_id"] = f"team-node-{i}"
+    doc["source"] = None
+    for probe in doc["probes"]:
+        if probe["probe"] == "matmul":
+            for m in probe["measurements"]:
+                m["flops_per_s"] *= matmul_scale
+    return doc
+
+
+def test_pool_band_flags_what_the_catalog_cannot():
+    from gpuplan.service.plausibility import POOL_MIN_RUNS, band, pool_flags, run_values
+
+    ref = parse_result(_as_upload(_reference_h100(), 0))
+    pooled: dict = {}
+    for scale in (1.0, 0.97, 1.02, 0.95, 1.01):
+        for key, (value, _, _) in run_values(ref).items():
+            pooled.setdefault(key, []).append(value * scale)
+    # 20x slower: far above the catalog floor (1e-3 of the peak), far outside the pool
+    slow = parse_result(_as_upload(_reference_h100(), 1, matmul_scale=0.05))
+    assert check_document(slow)[0] == []
+    flags = pool_flags(slow, "h100-sxm5-80gb", pooled)
+    assert {f["probe"] for f in flags} == {"matmul"} and len(flags) == 2  # bf16 and fp8
+    assert all(f["kind"] == "pool" and f["pool_runs"] == 5 for f in flags)
+    assert all(f["limit_field"] == "pool_low" and f["measured"] < f["limit"] for f in flags)
+    # within a factor of the pool: accepted (power caps and clocks differ between nodes)
+    assert (
+        pool_flags(
+            parse_result(_as_upload(_reference_h100(), 2, matmul_scale=0.6)),
+            "h100-sxm5-80gb",
+            pooled,
+        )
+        == []
+    )
+    # too few runs: no band
+    assert band([1.0] * (POOL_MIN_RUNS - 1)) is None
+
+
+def test_poisoned_upload_is_pending_and_the_pooled_calibration_does_not_move(sqlite_url, make_api):
+    """Issue 13: the reference H100 run with every matmul value x 0.001, from a write token."""
+    ref = _reference_h100()
+    key = "matmul_bf16_flops_per_s"
+    with make_api(sqlite_url, max_upload_bytes=2**20) as api:
+        for i in range(4):
+            r = api.upload(_as_upload(ref, i))
+            assert r.status_code == 201 and r.json()["status"] == "accepted", r.text
+
+        def pooled_h100() -> float:
+            r = api.client.post("/v1/calibration/refresh", headers=api.headers("rw"))
+            assert r.status_code == 200, r.text
+            art = api.get("/v1/calibration/artifact").json()
+            return art["devices"]["h100-sxm5-80gb"][key]["value"]
+
+        before = pooled_h100()
+        poisoned = _as_upload(ref, 99, matmul_scale=0.001)
+        r = api.upload(poisoned, which="nlp")
+        assert r.status_code == 201, r.text
+        body = r.json()
+        assert body["status"] == "flagged"  # pending: out of the calibration until approved
+        pool = [f for f in body["flags"] if f["kind"] == "pool"]
+        assert {f["probe"] for f in pool} == {"matmul"} and pool[0]["pool_runs"] >= 4
+        inputs = api.get("/v1/calibration/inputs").json()
+        assert poisoned["run_id"] not in inputs["run_ids"] and inputs["total"] == 4
+        after = pooled_h100()
+        assert after == pytest.approx(before, rel=0.01)
+        # an admin can still let it in
+        r = api.client.post(
+            f"/v1/results/{poisoned['run_id']}/approve", headers=api.headers("admin")
+        )
+        assert r.status_code == 200 and r.json()["status"] == "approved"
+        assert api.get("/v1/calibration/inputs").json()["total"] == 5
+
+
+def test_first_upload_of_a_device_cannot_replace_the_reference(sqlite_url, make_api):
+    """One team's run at 1/100 of the reference, the only upload for the device: above the
+    catalog floor, so only the pool (the shipped reference run) catches it. Unchecked, the
+    local run would replace the published one and the pooled value would fall 100x."""
+    ref = _reference_h100()
+    key = "matmul_bf16_flops_per_s"
+    with make_api(sqlite_url, max_upload_bytes=2**20) as api:
+
+        def pooled_h100() -> float:
+            r = api.client.post("/v1/calibration/refresh", headers=api.headers("rw"))
+            assert r.status_code == 200, r.text
+            return api.get("/v1/calibration/artifact").json()["devices"]["h100-sxm5-80gb"][key][
+                "value"
+            ]
+
+        before = pooled_h100()
+        slow = _as_upload(ref, 1, matmul_scale=0.01)
+        assert check_document(parse_result(slow))[0] == []  # the catalog alone accepts it
+        r = api.upload(slow)
+        assert r.status_code == 201 and r.json()["status"] == "flagged", r.text
+        assert {f["kind"] for f in r.json()["flags"]} == {"pool"}
+        assert pooled_h100() == pytest.approx(before, rel=0.01)
+        # the check is what holds the value: once an admin lets the run in, it moves
+        approve = f"/v1/results/{slow['run_id']}/approve"
+        assert api.client.post(approve, headers=api.headers("admin")).status_code == 200
+        assert pooled_h100() < 0.1 * before
