@@ -27,6 +27,7 @@ anything they were computed from, so a doubtful catalog value stays visible down
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -541,3 +542,66 @@ class Ledger:
 
 def _str_or_none(x: Any) -> str | None:
     return None if x is None else str(x)
+
+
+def figure_from_json(obj: Mapping[str, Any]) -> Figure:
+    """The :class:`Figure` back from its JSON form (the report derives a few figures of its
+    summary from the plan document's figures)."""
+    p = obj["provenance"]
+    prov = Provenance(
+        p["kind"],
+        p.get("ref", ""),
+        source=p.get("source"),
+        retrieved=p.get("retrieved"),
+        unverified=bool(p.get("unverified")),
+        formula=p.get("formula"),
+        inputs=tuple(p.get("inputs") or ()),
+    )
+    iv = obj.get("interval")
+    interval = (iv[0], iv[1]) if iv and None not in iv else None
+    return Figure(obj["value"], obj["unit"], obj["label"], prov, interval, obj.get("missing"))
+
+
+def _path_roots() -> list[tuple[str, str]]:
+    """(absolute prefix, what replaces it), longest first: the package's own files, the
+    working directory, the home directory."""
+    import os
+    from pathlib import Path
+
+    package_parent = str(Path(__file__).resolve().parents[2])
+    roots = [(package_parent + os.sep + "gpuplan" + os.sep, "gpuplan" + os.sep)]
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    if cwd and cwd != os.sep:
+        roots.append((cwd + os.sep, ""))
+    home = os.path.expanduser("~")
+    if home and home != os.sep:
+        roots.append((home + os.sep, "~" + os.sep))
+    return sorted(set(roots), key=lambda r: len(r[0]), reverse=True)
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/~-])(/(?:[\w.+@-]+/)+)([\w.+@-]+)")
+
+
+def portable_text(text: str) -> str:
+    """``text`` with every absolute local path made relative: to the package
+    (``gpuplan/calibration/...``), to the working directory, to the home directory
+    (``~/...``); any other absolute path that exists on this machine keeps only its file
+    name (``.../name``). A report travels to people who do not share this disk.
+
+    >>> portable_text("see /nonexistent-dir/x.json and https://example.com/a/b")
+    'see /nonexistent-dir/x.json and https://example.com/a/b'
+    """
+    import os
+
+    if os.sep not in text:
+        return text
+    for prefix, repl in _path_roots():
+        text = text.replace(prefix, repl)
+
+    def other(m: re.Match[str]) -> str:
+        return f".../{m.group(2)}" if os.path.exists(m.group(0)) else m.group(0)
+
+    return _ABS_PATH.sub(other, text)

@@ -47,6 +47,29 @@ METRIC_LABEL = {
 }
 
 
+#: The metric of an owned fleet: the cluster is bought whole, so one job's cost on it is its
+#: share of the cluster's cost (run hours x owned cost per node-hour / utilisation), not a
+#: price anyone can pay for that job alone.
+OWNED_METRIC_LABEL = {
+    "run": "the training runs' share of the owned cluster's cost (the cluster is bought whole)",
+    "month": "owned fleet cost per month (its yearly cost of ownership spread over the months)",
+    "mtok": "cost per million output tokens on the owned fleet (its share of the cluster's cost)",
+}
+
+
+def metric_label(metric: str, model: str) -> str:
+    """The ranking metric's label for a purchasing model (owned hardware says it is a share).
+
+    >>> metric_label("run", "spot")
+    'cost of the training runs (USD)'
+    >>> metric_label("run", "onprem").startswith("the training runs' share")
+    True
+    """
+    if model == "onprem":
+        return OWNED_METRIC_LABEL[metric]
+    return METRIC_LABEL[metric]
+
+
 def model_metric(mc: costmod.ModelCost, metric: str, opt: Any) -> Figure | None:
     """The ranking figure of one purchasing model, or None when it has none."""
     if metric == "run":

@@ -25,7 +25,46 @@ def _plt():
     return plt
 
 
+def usd_tick(v: float, _pos: Any = None) -> str:
+    """A money axis tick in $, $k or $M (never "1e7").
+
+    >>> [usd_tick(x) for x in (0, 950, 1500, 250_000, 2_500_000, 13_930_000, 1.2e9)]
+    ['$0', '$950', '$1.5k', '$250k', '$2.5M', '$13.9M', '$1.2B']
+    """
+    a = abs(v)
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if a >= scale:
+            return f"${v / scale:.3g}{suffix}"
+    return f"${v:.3g}" if a else "$0"
+
+
+def plain_tick(v: float, _pos: Any = None) -> str:
+    """A log axis tick as a plain number (never "2^7" or "10^2").
+
+    >>> [plain_tick(x) for x in (0.1, 1, 64, 128, 1024, 25_000)]
+    ['0.1', '1', '64', '128', '1,024', '25,000']
+    """
+    if v >= 1 and float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{v:g}"
+
+
+def _usd_axis(axis: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(usd_tick))
+
+
+def _plain_log_axis(axis: Any, *, minor: bool = False) -> None:
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(plain_tick))
+    axis.set_minor_formatter(FuncFormatter(plain_tick) if minor else NullFormatter())
+
+
 def _png(fig: Any) -> str:
+    """The figure as base64 PNG (each chart function returns the matplotlib figure itself
+    with ``figure=True``, for tests that read its axes)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
@@ -47,7 +86,7 @@ def _metric_of(cost: dict[str, Any], metric: str) -> Any:
     return next(iter(per.values()), None)
 
 
-def cost_by_option(doc: dict[str, Any]) -> str | None:
+def cost_by_option(doc: dict[str, Any], *, figure: bool = False) -> Any:
     """Grouped bars: the ranking metric of every option under every purchasing model."""
     metric = doc["summary"]["rank_by"]
     rows = []
@@ -95,13 +134,14 @@ def cost_by_option(doc: dict[str, Any]) -> str | None:
     ax.set_yticklabels([r[0] + ("" if r[1] else " (infeasible)") for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(doc["summary"]["rank_by_label"])
+    _usd_axis(ax.xaxis)  # every ranking metric is money
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     ax.set_title("Cost by option and purchasing model (bars: forecast interval)")
-    return _png(fig)
+    return fig if figure else _png(fig)
 
 
-def time_to_train(doc: dict[str, Any]) -> str | None:
+def time_to_train(doc: dict[str, Any], *, figure: bool = False) -> Any:
     """Time to train (days) against cluster size, per workload and GPU, with intervals."""
     curves = [c for c in doc.get("time_to_train_curves") or [] if c.get("points")]
     if not curves:
@@ -132,20 +172,22 @@ def time_to_train(doc: dict[str, Any]) -> str | None:
     if not drawn:
         _plt().close(fig)
         return None
-    for d in sorted(deadlines):
-        ax.axhline(d, linestyle="--", color="grey", linewidth=1)
-        ax.annotate("deadline", (ax.get_xlim()[0], d), fontsize=8, color="grey", va="bottom")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    for d in sorted(deadlines):
+        # in the legend, so that the label stays whatever the axis limits become
+        ax.axhline(d, linestyle="--", color="grey", linewidth=1, label=f"deadline: {d:g} days")
+    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.yaxis, minor=True)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("time to train (days)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     ax.set_title("Time to train vs cluster size (band: forecast interval)")
-    return _png(fig)
+    return fig if figure else _png(fig)
 
 
-def roofline(doc: dict[str, Any]) -> str | None:
+def roofline(doc: dict[str, Any], *, figure: bool = False) -> Any:
     """Measured trial-node roofline (best matmul, best memory bandwidth, GEMM points) against
     the catalog spec of the same accelerator (Williams et al. 2009)."""
     trial = doc.get("trial_node")
@@ -163,6 +205,7 @@ def roofline(doc: dict[str, Any]) -> str | None:
     if peak is None:
         return None
     import numpy as np
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
@@ -195,12 +238,15 @@ def roofline(doc: dict[str, Any]) -> str | None:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_axis(ax.xaxis)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / 1e12:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("FLOP/s")
+    ax.set_ylabel("TFLOP/s")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     ax.set_title("Trial node: measured roofline vs catalog spec")
-    return _png(fig)
+    return fig if figure else _png(fig)
 
 
 def _wait_lines(ax: Any, points: list[dict[str, Any]], name: str) -> bool:
@@ -226,6 +272,7 @@ def _wait_axes(ax: Any, title: str) -> None:
     # waits span from zero to days: symlog keeps the zeros and the tail on one axis
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_ylim(bottom=0)
+    _plain_log_axis(ax.yaxis)
     ax.set_xlabel("cluster GPUs")
     ax.set_ylabel("queueing wait (hours, symlog)")
     ax.grid(alpha=0.3, which="both")
@@ -233,7 +280,7 @@ def _wait_axes(ax: Any, title: str) -> None:
     ax.set_title(title)
 
 
-def shared_wait_vs_size(doc: dict[str, Any]) -> str | None:
+def shared_wait_vs_size(doc: dict[str, Any], *, figure: bool = False) -> Any:
     """The teams' queueing wait (mean and p95) against cluster size, per simulated policy,
     with the planned size and the p95 target (docs/scheduling.md section 5)."""
     sc = doc.get("shared_cluster") or {}
@@ -251,31 +298,33 @@ def shared_wait_vs_size(doc: dict[str, Any]) -> str | None:
         return None
     planned = _val(sc.get("cluster_gpus"))
     if planned is not None:
-        ax.axvline(planned, linestyle=":", color="grey", linewidth=1)
-        ax.annotate("planned", (planned, 0), fontsize=8, color="grey", rotation=90, va="bottom")
+        ax.axvline(
+            planned, linestyle=":", color="grey", linewidth=1, label=f"planned: {planned:g} GPUs"
+        )
     small = sc.get("smallest_cluster") or {}
     target = _val(small.get("target_p95_wait_s"))
     if target is not None:
-        ax.axhline(target / 3600.0, linestyle="-.", color="firebrick", linewidth=1)
-        ax.annotate(
-            "p95 target", (ax.get_xlim()[0], target / 3600.0), fontsize=8, color="firebrick"
+        ax.axhline(
+            target / 3600.0,
+            linestyle="-.",
+            color="firebrick",
+            linewidth=1,
+            label=f"p95 target: {target / 3600.0:g} h",
         )
     smallest = _val((small.get("overall") or {}).get("gpus"))
     if smallest is not None:
-        ax.axvline(smallest, linestyle=":", color="firebrick", linewidth=1)
-        ax.annotate(
-            "smallest meeting the target",
-            (smallest, 0),
-            fontsize=8,
+        ax.axvline(
+            smallest,
+            linestyle=":",
             color="firebrick",
-            rotation=90,
-            va="bottom",
+            linewidth=1,
+            label=f"smallest meeting the target: {smallest:g} GPUs",
         )
     _wait_axes(ax, "Shared cluster: wait vs cluster size (the teams' jobs)")
-    return _png(fig)
+    return fig if figure else _png(fig)
 
 
-def reference_wait_vs_size(doc: dict[str, Any]) -> str | None:
+def reference_wait_vs_size(doc: dict[str, Any], *, figure: bool = False) -> Any:
     """The reference trace's queueing wait (mean and p95) against cluster size."""
     ref = (doc.get("shared_cluster") or {}).get("reference_curve") or {}
     if not ref.get("points"):
@@ -286,7 +335,7 @@ def reference_wait_vs_size(doc: dict[str, Any]) -> str | None:
         plt.close(fig)
         return None
     _wait_axes(ax, "Reference: Microsoft Philly trace, wait vs cluster size (CC BY 4.0)")
-    return _png(fig)
+    return fig if figure else _png(fig)
 
 
 def all_charts(doc: dict[str, Any]) -> dict[str, str | None]:

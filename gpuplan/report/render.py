@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuplan.plan.provenance import format_number, is_figure_json, is_text_json
+from gpuplan.plan.provenance import format_number, is_figure_json, is_text_json, portable_text
 
 REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "plan.json"}
 
@@ -32,7 +32,7 @@ def _walk_figures(obj: Any) -> Iterator[dict[str, Any]]:
     if isinstance(obj, dict):
         for v in obj.values():
             yield from _walk_figures(v)
-    elif isinstance(obj, list):
+    elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield from _walk_figures(v)
 
@@ -42,12 +42,14 @@ def _key(f: dict[str, Any]) -> str:
 
 
 class FigureIndex:
-    """Numbers every distinct figure of a plan document, in document order."""
+    """Numbers every distinct figure of a plan document, in document order: the summary's
+    (:func:`summary_view`, kept as ``view``) first, as the report shows them."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
         self._num: dict[str, int] = {}
         self.entries: list[dict[str, Any]] = []
-        for f in _walk_figures(doc):
+        self.view = summary_view(doc)
+        for f in _walk_figures([self.view, doc]):
             k = _key(f)
             if k not in self._num:
                 self._num[k] = len(self.entries) + 1
@@ -93,6 +95,283 @@ def prov_text(f: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+# ------------------------------------------------------------------ summary
+
+
+def _option(doc: dict[str, Any], oid: str) -> dict[str, Any] | None:
+    return next((o for o in doc["options"] if o["id"] == oid), None)
+
+
+def _input(doc: dict[str, Any], dotted: str) -> dict[str, Any] | None:
+    """The plan's input figure for scenario field ``dotted`` (given or default)."""
+    for f in doc.get("inputs") or []:
+        ref = f["provenance"].get("ref", "")
+        if ref.endswith(" " + dotted):
+            return f
+    return None
+
+
+def _text(template: str, figs: dict[str, Any] | None = None) -> dict[str, Any]:
+    from gpuplan.plan.provenance import Text, figure_from_json
+
+    return Text(template, {k: figure_from_json(v) for k, v in (figs or {}).items()}).to_json()
+
+
+def _ok(f: Any) -> bool:
+    return is_figure_json(f) and isinstance(f.get("value"), (int, float))
+
+
+def _deadline(doc: dict[str, Any], workload: str, gpu: str) -> dict[str, Any] | None:
+    for c in doc.get("time_to_train_curves") or []:
+        if c["workload"] == workload and c["gpu"] == gpu and _ok(c.get("deadline_days")):
+            return c
+    return None
+
+
+def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Owning vs renting: every owned option's break-even utilisation against every priced
+    purchasing model of every cloud option with the same GPU
+    (:func:`gpuplan.plan.cost.break_even_against`)."""
+    from gpuplan.plan import cost as costmod
+    from gpuplan.plan.provenance import figure_from_json
+
+    rows = []
+    for own in doc["options"]:
+        tco = own.get("onprem_tco")
+        if own["kind"] != "onprem" or not tco or not _ok(tco.get("total_per_year_usd")):
+            continue
+        total = figure_from_json(tco["total_per_year_usd"])
+        nodes = figure_from_json(own["nodes"])
+        own_gpn = figure_from_json(own["gpus_per_node"])
+        for cloud in doc["options"]:
+            if cloud["kind"] != "cloud" or cloud["gpu"] != own["gpu"]:
+                continue
+            for model in ("on_demand", "spot", "reserved_1y", "reserved_3y"):
+                c = (cloud.get("costs") or {}).get(model)
+                if not c or not _ok(c.get("price_usd_per_node_hour")):
+                    continue
+                price = costmod.per_owned_node_price(
+                    figure_from_json(c["price_usd_per_node_hour"]),
+                    figure_from_json(cloud["gpus_per_node"]),
+                    own_gpn,
+                    f"{cloud['id']} {costmod.MODEL_LABEL[model]} per {own['platform']}-sized node",
+                )
+                rows.append(
+                    {
+                        "owned": own["id"],
+                        "cloud": cloud["id"],
+                        "purchasing_model": model,
+                        "committed": model in costmod.COMMITTED,
+                        "price_usd_per_node_hour": price.to_json(),
+                        "break_even_utilisation": costmod.break_even_against(
+                            total, nodes, price
+                        ).to_json(),
+                    }
+                )
+    rows.sort(key=lambda r: (r["owned"], r["break_even_utilisation"]["value"] or 0.0))
+    return rows
+
+
+def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """What the summary says, for both renderers (and the test that checks it against the
+    sections below): the recommendation, what sets its size, what rules options out, the
+    money (capex and yearly cost of ownership, or the rented fleet's cost), the utilisation
+    assumed and the break-even against every cloud option, what is excluded, and the risk
+    band (the forecast interval against the deadline, and the ranking's robustness).
+    """
+    from gpuplan.plan.cost import MODEL_LABEL
+    from gpuplan.plan.ranking import metric_label
+
+    sm = doc["summary"]
+    view: dict[str, Any] = {
+        "headline": sm["headline"],
+        "recommended": None,
+        "facts": [],
+        "sized_by": [],
+        "ruled_out": sm.get("binding_constraints") or [],
+        "money": [],
+        "break_even": [],
+        "excluded": [],
+        "risk": [],
+    }
+    rec = sm.get("recommended")
+    o = _option(doc, rec["option"]) if rec else None
+    if rec is None or o is None:
+        return view
+    model = rec["purchasing_model"]
+    owned = model == "onprem"
+    mlabel = metric_label(sm["rank_by"], model)
+    view["recommended"] = {"option": o["id"], "purchasing_model": model, "metric_label": mlabel}
+    tco = o.get("onprem_tco") or {}
+    if owned and _ok(tco.get("capex_usd")) and _ok(tco.get("total_per_year_usd")):
+        view["headline"] = _text(
+            f"Recommended: {o['label']}, bought: {{gpus}} on {{nodes}}; capex {{capex}}, "
+            f"owned cost {{per_year}}; {mlabel}: {{metric}}",
+            {
+                "gpus": o["gpus"],
+                "nodes": o["nodes"],
+                "capex": tco["capex_usd"],
+                "per_year": tco["total_per_year_usd"],
+                "metric": rec["metric"],
+            },
+        )
+    else:
+        view["headline"] = _text(
+            f"Recommended: {o['label']}, {MODEL_LABEL.get(model, model)}: {{gpus}} on "
+            f"{{nodes}}; {mlabel}: {{metric}}",
+            {"gpus": o["gpus"], "nodes": o["nodes"], "metric": rec["metric"]},
+        )
+    pw = o.get("power") or {}
+    view["facts"] = [
+        ("option", o["label"]),
+        ("purchasing model", MODEL_LABEL.get(model, model)),
+        ("GPUs", o["gpus"]),
+        ("nodes", o["nodes"]),
+        ("racks", pw.get("racks")),
+        ("facility power", pw.get("facility_power_w")),
+        (mlabel, rec["metric"]),
+    ]
+    # what sets the size
+    for t in o.get("training") or []:
+        c = _deadline(doc, t["name"], o["gpu"])
+        if _ok(t.get("gpus")) and _ok(t.get("time_to_train_s")) and c is not None:
+            view["sized_by"].append(
+                _text(
+                    f"{t['name']}: {{gpus}} to train within the deadline {{deadline}} "
+                    "(forecast time to train {ttt})",
+                    {
+                        "gpus": t["gpus"],
+                        "deadline": c["deadline_days"],
+                        "ttt": t["time_to_train_s"],
+                    },
+                )
+            )
+    for sv in o.get("inference") or []:
+        if _ok(sv.get("gpus")):
+            view["sized_by"].append(
+                _text(
+                    f"{sv['name']}: {{gpus}} for its load and latency targets", {"gpus": sv["gpus"]}
+                )
+            )
+    sizing = o.get("sizing")
+    if sizing and sizing.get("message"):
+        view["sized_by"].append(sizing["message"])
+    view["binding"] = "scheduling.p95_wait_target_s" if sizing and sizing.get("binds") else None
+    # money
+    util = _input(doc, "costs.utilisation")
+    cost = (o.get("costs") or {}).get(model) or {}
+    if owned and tco:
+        dep = _input(doc, "costs.depreciation_years")
+        pue = _input(doc, "costs.pue")
+        kwh = _input(doc, "costs.electricity_usd_per_kwh")
+        view["money"] = [
+            (
+                "capex (nodes"
+                + ("" if _ok((o.get("fabric") or {}).get("capex_usd")) else " only")
+                + ")",
+                tco.get("capex_usd"),
+            ),
+            ("depreciation per year", tco.get("capex_per_year_usd")),
+            ("depreciation period", dep),
+            ("power per year (facility power with PUE)", tco.get("energy_per_year_usd")),
+            ("PUE", pue),
+            ("electricity price", kwh),
+            ("support, space and operations per year", tco.get("operations_per_year_usd")),
+            ("owned cost per year (TCO)", tco.get("total_per_year_usd")),
+            ("utilisation assumed", util),
+            (mlabel, rec["metric"]),
+        ]
+        view["excluded"].extend(tco.get("excludes") or [])
+    else:
+        view["money"] = [
+            ("price per node-hour", cost.get("price_usd_per_node_hour")),
+            ("fleet cost per month", cost.get("per_month_usd")),
+            ("all training runs", cost.get("all_runs_usd")),
+            (
+                "utilisation assumed"
+                + (
+                    " (paid every hour)"
+                    if model in ("reserved_1y", "reserved_3y")
+                    else " (not paid when idle)"
+                ),
+                util,
+            ),
+        ]
+    view["money"] = [(k, v) for k, v in view["money"] if v is not None]
+    view["break_even"] = break_even_rows(doc)
+    st = o.get("storage") or {}
+    if "capacity_bytes" in st and not st.get("chosen"):
+        view["excluded"].append("storage: no tier in the catalog fits (see the option's storage)")
+    if not owned and st.get("chosen"):
+        view["excluded"].append(
+            f"storage ({st['chosen']}): priced in the option's storage, not in the fleet cost"
+        )
+    if not owned:
+        view["excluded"].append("network and storage beyond the instances' price")
+    # risk band
+    for t in o.get("training") or []:
+        ttt = t.get("time_to_train_s")
+        c = _deadline(doc, t["name"], o["gpu"])
+        if not _ok(ttt) or c is None or not ttt.get("interval"):
+            continue
+        slow_s = ttt["interval"][1]
+        deadline_s = c["deadline_days"]["value"] * 86400.0
+        if slow_s <= deadline_s:
+            view["risk"].append(
+                _text(
+                    f"{t['name']}: time to train {{ttt}}; even the slow end of the forecast is "
+                    "within the deadline {deadline}",
+                    {"ttt": ttt, "deadline": c["deadline_days"]},
+                )
+            )
+            continue
+        safe = next(
+            (
+                p
+                for p in c["points"]
+                if "error" not in p
+                and _ok(p.get("time_to_train_s"))
+                and (p["time_to_train_s"].get("interval") or [p["time_to_train_s"]["value"]] * 2)[1]
+                <= deadline_s
+            ),
+            None,
+        )
+        if safe is not None:
+            view["risk"].append(
+                _text(
+                    f"{t['name']}: time to train {{ttt}}; the slow end misses the deadline "
+                    "{deadline}: sized to the slow end, it needs {gpus} (time-to-train curve)",
+                    {"ttt": ttt, "deadline": c["deadline_days"], "gpus": safe["gpus"]},
+                )
+            )
+        else:
+            view["risk"].append(
+                _text(
+                    f"{t['name']}: time to train {{ttt}}; the slow end misses the deadline "
+                    "{deadline} at every size of the time-to-train curve",
+                    {"ttt": ttt, "deadline": c["deadline_days"]},
+                )
+            )
+    if _ok(rec["metric"]) and rec["metric"].get("interval"):
+        view["risk"].append(
+            _text(
+                f"{mlabel}: {{metric}} (the forecast interval of throughput)",
+                {"metric": rec["metric"]},
+            )
+        )
+    sens = doc.get("sensitivity") or {}
+    if sens.get("per_option"):
+        moved = [c["case"] for c in sens.get("cases") or [] if c.get("order_changed")]
+        view["risk"].append(
+            "the ranking is robust to the MFU, price and utilisation moves of the sensitivity section"
+            if sens.get("robust")
+            else "the ranking changes when "
+            + (", ".join(moved) if moved else "one option's MFU or prices move")
+            + " (see the sensitivity section)"
+        )
+    return view
+
+
 # ------------------------------------------------------------------ HTML
 
 
@@ -112,7 +391,13 @@ def _env(index: FigureIndex):
             cls.append("unverified")
         if f.get("value") is None:
             cls.append("missing")
-        body = escape(fmt(f))
+        full = fmt(f)
+        value_text = fmt({**f, "interval": None})
+        body: Any = escape(full)
+        if full != value_text and full.startswith(value_text):
+            body = Markup(
+                f'{escape(value_text)} <span class="iv">{escape(full[len(value_text) + 1 :])}</span>'
+            )
         mark = (
             Markup('<sup class="unv" title="unverified catalog value">&#8224;</sup>')
             if p.get("unverified")
@@ -190,10 +475,20 @@ def render_html(doc: dict[str, Any], charts: dict[str, str | None] | None = None
         )
     }
     index = FigureIndex(doc)
+    view = index.view
     env = _env(index)
     template = env.get_template("report.html.j2")
-    html = template.render(doc=doc, charts=charts, index=index, model_label=_model_label)
-    return html
+    from gpuplan.plan.ranking import metric_label
+
+    html = template.render(
+        doc=doc,
+        charts=charts,
+        index=index,
+        model_label=_model_label,
+        metric_label=metric_label,
+        sv=view,
+    )
+    return portable_text(html)
 
 
 def _model_label(model: str) -> str:
@@ -206,13 +501,14 @@ def _model_label(model: str) -> str:
 
 
 def _md_escape(s: Any) -> str:
-    return re.sub(r"([|*_`\\])", r"\\\1", str(s)).replace("\n", " ")
+    return re.sub(r"([|*_`\\])", r"\\\1", portable_text(str(s))).replace("\n", " ")
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The same content as the HTML as Markdown: figures as ``value [n]``, appendix of
     provenance at the end."""
     index = FigureIndex(doc)
+    view = index.view
 
     def f(x: Any) -> str:
         if x is None:
@@ -237,6 +533,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 out.append(f(x["figures"][name]))
         return "".join(out)
 
+    from gpuplan.plan.ranking import metric_label
+
     L: list[str] = []
     sc = doc["scenario"]
     sm = doc["summary"]
@@ -248,9 +546,39 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "Each number is followed by its entry in the *Figures* appendix; † marks catalog values still unverified.\n"
     )
     L.append("## Summary\n")
-    L.append(t(sm["headline"]) + "\n")
+    L.append(t(view["headline"]) + "\n")
+    if view["recommended"]:
+        L.append("| recommendation | |\n|---|---|")
+        L.extend(
+            f"| {_md_escape(k)} | {f(v) if is_figure_json(v) else t(v)} |"
+            for k, v in view["facts"]
+            if v is not None
+        )
+        L.append("\n| cost | |\n|---|---|")
+        L.extend(f"| {_md_escape(k)} | {f(v)} |" for k, v in view["money"])
+        L.append("\n### What sets the size\n")
+        if view.get("binding"):
+            L.append(f"Binding constraint: `{view['binding']}`.\n")
+        L.extend(f"- {t(x)}" for x in view["sized_by"])
+        L.append("\n### Risk band\n")
+        L.extend(f"- {t(x)}" for x in view["risk"])
+        L.append("\n### Excluded\n")
+        L.extend(
+            f"- {_md_escape(x)}"
+            for x in view["excluded"] or ["nothing the scenario's costs leave out"]
+        )
+        if view["break_even"]:
+            L.append("\n### Owning vs renting: break-even utilisation\n")
+            L.append(
+                "| owned | cloud option | purchasing model | rented price per owned-node-hour | break-even utilisation |\n|---|---|---|---|---|"
+            )
+            for r in view["break_even"]:
+                L.append(
+                    f"| {_md_escape(r['owned'])} | {_md_escape(r['cloud'])} | {_model_label(r['purchasing_model'])} | {f(r['price_usd_per_node_hour'])} | {f(r['break_even_utilisation'])} |"
+                )
+        L.append("")
     if sm["binding_constraints"]:
-        L.append("### Binding constraints\n")
+        L.append("### Constraints that rule options out\n")
         L.append("| constraint | options | example |\n|---|---|---|")
         for b in sm["binding_constraints"]:
             L.append(
@@ -267,7 +595,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
         L.append("| rank | option | purchasing model | metric |\n|---|---|---|---|")
         for r in doc["ranking"]:
             L.append(
-                f"| {r['rank']} | {_md_escape(r['option'])} | {_model_label(r['purchasing_model'])} | {f(r['metric'])} |"
+                f"| {r['rank']} | {_md_escape(r['option'])} | {_model_label(r['purchasing_model'])} | {f(r['metric'])}"
+                + (
+                    f" ({_md_escape(metric_label(sm['rank_by'], 'onprem'))})"
+                    if r["purchasing_model"] == "onprem"
+                    else ""
+                )
+                + " |"
             )
     else:
         L.append("No option could be ranked.")
@@ -527,7 +861,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         L.append(
             f"| {i} | {_md_escape(fig['label'])} | {_md_escape(fmt(fig))}{'†' if fig['provenance'].get('unverified') else ''} | {_md_escape(prov_text(fig))} |"
         )
-    return "\n".join(L) + "\n"
+    return portable_text("\n".join(L) + "\n")
 
 
 _SHARED_TABLES = ("wait_vs_size", "smallest_cluster", "reference_curve")
