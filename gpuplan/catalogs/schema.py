@@ -224,6 +224,14 @@ class Accelerator(Row):
     scale_up_interconnect: str
     scale_up_bandwidth_bytes_per_s: float | None = Field(description="per GPU, per direction")
     scale_up_domain_size: int | None = Field(description="accelerators in one scale-up domain")
+    cluster_unit: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "accelerators in the smallest unit a cluster is built from (NVL72 compute tray, TPU"
+            " host); None = the scale-up domain"
+        ),
+    )
     scale_up_in_switch_reduction: bool = Field(
         default=False, description="in-network reduction on the scale-up fabric (NVLink SHARP)"
     )

@@ -4,20 +4,19 @@ Every valid ``(tp, pp, cp, ep, dp, vp, micro_batch, recompute, zero)`` for a GPU
 enumerated as numpy arrays, layouts that cannot run (divisibility, batch, unsupported
 combinations) are dropped, layouts that do not fit in memory are pruned with the cheap
 memory model, and the rest are timed in one vectorised call of
-:func:`gpuplan.forecast.training.evaluate_layouts`. With a token budget and a deadline the
-smallest cluster that meets it is found by a geometric scan and a bisection over whole
-scale-up domains.
+:func:`gpuplan.forecast.training.evaluate_layouts`. With a token budget and a deadline every
+cluster size the search can use, in whole cluster units, is evaluated from the FLOP lower
+bound upward and the first that meets the date is returned (:func:`smallest_cluster`).
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.flops import ModelArch, model_flops_per_token
 from gpuplan.forecast.memory import RECOMPUTE_NAMES, fmt_gib, stage_layers, valid_pipeline
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
@@ -29,6 +28,8 @@ from gpuplan.forecast.training import (
     layouts_from_dict,
     memory_only,
     nearest_pipelines,
+    peak_flops,
+    precision_recipe,
     summarise,
     take_layouts,
 )
@@ -387,18 +388,58 @@ def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq
         raise InputError("--recompute must be none, selective or full")
 
 
-def _cluster_grid(node_size: int) -> list[int]:
-    """Candidate cluster sizes: whole scale-up domains times 1, 2, 3, 4, 6, 8, 12, ..."""
-    out: list[int] = []
-    for k in itertools.count():
-        for f in (1, 3):
-            n = node_size * f * (1 << k) // (2 if f == 3 else 1)
-            if f == 3 and k == 0:
-                continue
-            if n > MAX_CLUSTER_GPUS:
-                return sorted(set(out))
-            out.append(n)
-    return out  # pragma: no cover
+def cluster_sizes(
+    arch: ModelArch,
+    hw: Hardware,
+    fixed: dict[str, Any],
+    *,
+    seq_len: int,
+    global_batch: int,
+    smallest: int = 1,
+    largest: int = MAX_CLUSTER_GPUS,
+) -> list[int]:
+    """Every cluster size in ``[smallest, largest]`` the layout search can use, ascending.
+
+    A size is ``tp * pp * cp * dp`` over the search's candidate values (:func:`candidate_values`;
+    ``dp`` a divisor of the global batch) that is a whole number of the chip's cluster units
+    (``hw.cluster_unit``: an HGX node, an NVL72 compute tray, a TPU host). Sizes with no
+    layout at all are never listed, so a scan of this list is a scan of every size.
+    """
+    unit = max(int(hw.cluster_unit or hw.node_size or 1), 1)
+    cand = candidate_values(
+        arch,
+        largest,
+        fixed,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        node_size=hw.node_size,
+    )
+    dps = [int(fixed["dp"])] if fixed.get("dp") is not None else _divisors(global_batch)
+    sizes = {
+        t * p * c * d
+        for t in cand["tp"]
+        for p in cand["pp"]
+        for c in cand["cp"]
+        for d in dps
+        if smallest <= t * p * c * d <= largest and (t * p * c * d) % unit == 0
+    }
+    return sorted(sizes)
+
+
+def flops_lower_bound_gpus(
+    arch: ModelArch, hw: Hardware, *, tokens: float, target_s: float, seq_len: int, precision: str
+) -> int:
+    """GPUs below which no layout can meet the date: the model FLOPs at the dense peak.
+
+    Every layout executes at least the model FLOPs (PaLM appendix B; recomputation only adds)
+    and no GEMM runs above the dense peak of its dtype, so ``tokens * F / (n * peak) <=
+    target`` needs ``n >= tokens * F / (peak * target)``.
+    """
+    peak = peak_flops(hw, precision_recipe(precision).peak_dtype) or 0.0
+    if peak <= 0 or target_s <= 0:
+        return 1
+    flops = float(model_flops_per_token(arch, seq_len)) * tokens
+    return max(1, int(np.floor(flops / (peak * target_s))))
 
 
 def smallest_cluster(
@@ -416,13 +457,14 @@ def smallest_cluster(
     top: int = 1,
     progress: Any = None,
 ) -> dict[str, Any]:
-    """Smallest number of GPUs (whole scale-up domains) that trains ``tokens`` in ``target_days``.
+    """Smallest number of GPUs that trains ``tokens`` in ``target_days``.
 
-    A geometric scan over 1, 2, 3, 4, 6, 8, ... domains finds the first size that meets the
-    date; a bisection over whole domains between it and the previous size then narrows it.
-    Layout validity depends on divisibility, so time-to-train is not strictly monotone in
-    the cluster size: the answer is the smallest size found by this procedure, and the
-    result says how many sizes were evaluated.
+    Time to train is not monotone in the cluster size (divisibility decides which layouts
+    exist), so nothing is bisected: every size the search can use (:func:`cluster_sizes`,
+    whole cluster units) from the FLOP lower bound (:func:`flops_lower_bound_gpus`) upward
+    is evaluated in turn, and the first that meets the date is the answer. Every size
+    evaluated is in ``gpus_vs_days`` (``[num_gpus, days]``, ``days`` None when no layout
+    fits), the GPUs-versus-days curve.
     """
     target_s = target_days * SECONDS_PER_DAY
     kw: dict[str, Any] = dict(
@@ -432,11 +474,15 @@ def smallest_cluster(
         framework=framework,
         constants=constants,
     )
-    evaluated: dict[int, dict[str, Any] | None] = {}
-
-    def attempt(n: int) -> dict[str, Any] | None:
-        if n in evaluated:
-            return evaluated[n]
+    lower = flops_lower_bound_gpus(
+        arch, hw, tokens=tokens, target_s=target_s, seq_len=seq_len, precision=precision
+    )
+    sizes = cluster_sizes(
+        arch, hw, fixed, seq_len=seq_len, global_batch=global_batch, smallest=lower
+    )
+    curve: list[list[Any]] = []
+    found: dict[str, Any] | None = None
+    for n in sizes:
         try:
             res = best_layouts(arch, hw, n, fixed, top=top, raise_if_none_fits=False, **kw)
         except InputError:
@@ -445,42 +491,51 @@ def smallest_cluster(
             res = None
         if res is not None:
             res["time_to_train_s"] = tokens / res["tokens_per_s"]
-        evaluated[n] = res
+        curve.append([n, None if res is None else res["time_to_train_s"] / SECONDS_PER_DAY])
         if progress is not None:
             progress(n, res)
-        return res
-
-    def meets(res: dict[str, Any] | None) -> bool:
-        return res is not None and res["time_to_train_s"] <= target_s
-
-    node = max(int(hw.node_size), 1)
-    prev_fail = 0
-    found = None
-    for n in _cluster_grid(node):
-        res = attempt(n)
-        if meets(res):
-            found = n
+        if res is not None and res["time_to_train_s"] <= target_s:
+            found = res
             break
-        prev_fail = n
     if found is None:
-        raise InputError(
-            f"no cluster of up to {MAX_CLUSTER_GPUS} {hw.gpu_id} GPUs trains {tokens:.3g} tokens "
-            f"of {arch.name} in {target_days:g} days with a global batch of {global_batch} sequences",
-            hint="raise --target-days or --global-batch-tokens (a small batch caps data parallelism)",
+        fastest = min((c for c in curve if c[1] is not None), key=lambda c: c[1], default=None)
+        best = (
+            f"; the fastest size found, {fastest[0]} GPUs, takes {fastest[1]:.3g} days"
+            if fastest
+            else ""
         )
-    lo_k, hi_k = prev_fail // node, found // node
-    while hi_k - lo_k > 1:
-        mid = (lo_k + hi_k) // 2
-        if meets(attempt(mid * node)):
-            hi_k = mid
-        else:
-            lo_k = mid
-    n_best = hi_k * node
-    out = dict(evaluated[n_best])  # type: ignore[arg-type]
+        raise InputError(
+            f"no cluster of {hw.gpu_id} GPUs trains {tokens:.3g} tokens of {arch.name} in "
+            f"{target_days:g} days with a global batch of {global_batch} sequences{best}",
+            hint=f"data parallelism must divide the global batch ({_factor_text(global_batch)}): "
+            "raise --target-days, or choose a --global-batch with more divisors (a power of two)",
+        )
+    n_best = int(found["num_gpus"])
+    out = dict(found)
     out["num_gpus"] = n_best
     out["gpu_hours"] = out["time_to_train_s"] * n_best / 3600.0
     lo, hi = out["intervals"]["tokens_per_s"]
     out["intervals"]["time_to_train_s"] = [tokens / hi, tokens / lo]
     out["intervals"]["gpu_hours"] = [tokens / hi * n_best / 3600.0, tokens / lo * n_best / 3600.0]
-    out["cluster_sizes_evaluated"] = sorted(evaluated)
+    out["cluster_sizes_evaluated"] = [c[0] for c in curve]
+    out["gpus_vs_days"] = curve
+    out["cluster_unit"] = int(hw.cluster_unit or hw.node_size or 1)
+    out["gpus_lower_bound"] = lower
     return out
+
+
+def _factor_text(n: int) -> str:
+    """``1953 = 3^2 x 7 x 31`` for messages about divisibility."""
+    factors: list[str] = []
+    rest, p = int(n), 2
+    while p * p <= rest:
+        k = 0
+        while rest % p == 0:
+            rest //= p
+            k += 1
+        if k:
+            factors.append(f"{p}^{k}" if k > 1 else str(p))
+        p += 1
+    if rest > 1:
+        factors.append(str(rest))
+    return f"{n} = {' x '.join(factors) or '1'}"

@@ -300,6 +300,9 @@ class Hardware:
     """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
     generation: str | None = None
     """Architecture generation (``ampere``, ``hopper``...): selects the attention kernel."""
+    cluster_unit: int | None = None
+    """Accelerators in the smallest unit a cluster is built from (an HGX node, an NVL72
+    compute tray, a TPU host); None = ``node_size``. Sizing scans whole units."""
     peaks_flops_per_s: dict[str, float] = field(default_factory=dict)
     """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
     does not model); empty means the calibration's spec peaks only."""
@@ -1126,6 +1129,7 @@ def resolve_hardware(
     return Hardware(
         generation=_get(row, "generation"),
         peaks_flops_per_s=peaks,
+        cluster_unit=int(_get(row, "cluster_unit")) if _get(row, "cluster_unit") else None,
         gpu_id=row.id,
         perf=perf,
         memory_bytes=float(row.memory_bytes or 0.0),

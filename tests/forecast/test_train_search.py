@@ -136,23 +136,69 @@ def test_fixed_layout_that_does_not_fit_says_what_would():
         assert float(mem["total"][0]) <= hw.memory_bytes, s
 
 
-def test_smallest_cluster_meets_the_date_and_one_domain_less_does_not():
+def test_smallest_cluster_is_the_smallest_of_every_size():
+    """Scan every multiple of the cluster unit below the answer with the full search: none
+    meets the date (sizes with no layout at all raise or do not fit)."""
     hw = fake_hardware()
-    tokens = 1e11
+    tokens, target_s = 1e11, 2 * 86400
     out = smallest_cluster(ARCH, hw, {}, tokens=tokens, target_days=2.0, top=1, **KW)
     n = out["num_gpus"]
     assert n % 8 == 0
-    assert out["time_to_train_s"] <= 2 * 86400
+    assert out["time_to_train_s"] <= target_s
     assert out["gpu_hours"] == pytest.approx(out["time_to_train_s"] * n / 3600)
-    try:
-        smaller = best_layouts(ARCH, hw, n - 8, {}, raise_if_none_fits=False, **KW)
-    except InputError:  # no valid layout at all on n - 8 GPUs (e.g. 256 not divisible)
-        smaller = {}
-    if smaller.get("fits_in_memory"):
-        assert tokens / smaller["tokens_per_s"] > 2 * 86400
-    # and a looser deadline never needs more GPUs
+    assert out["gpus_vs_days"][-1] == [n, pytest.approx(out["time_to_train_s"] / 86400)]
+    for m in range(8, n, 8):
+        try:
+            smaller = best_layouts(ARCH, hw, m, {}, raise_if_none_fits=False, **KW)
+        except InputError:  # no valid layout at all on m GPUs
+            continue
+        if smaller.get("fits_in_memory"):
+            assert tokens / smaller["tokens_per_s"] > target_s, m
+    # a looser deadline never needs more GPUs
     loose = smallest_cluster(ARCH, hw, {}, tokens=tokens, target_days=8.0, top=1, **KW)
     assert loose["num_gpus"] <= n
+
+
+def test_sizing_starts_at_the_flop_lower_bound():
+    from gpuplan.forecast.flops import model_flops_per_token
+    from gpuplan.forecast.search import flops_lower_bound_gpus
+
+    hw = fake_hardware()
+    tokens, target_s = 1e11, 2 * 86400
+    low = flops_lower_bound_gpus(
+        ARCH, hw, tokens=tokens, target_s=target_s, seq_len=4096, precision="bf16"
+    )
+    need = tokens * float(model_flops_per_token(ARCH, 4096)) / (1000e12 * target_s)
+    assert low == int(need)  # fake peak 1000 TFLOP/s
+    out = smallest_cluster(ARCH, hw, {}, tokens=tokens, target_days=2.0, top=1, **KW)
+    assert min(out["cluster_sizes_evaluated"]) >= low
+
+
+@pytest.mark.parametrize(("gpu", "unit"), [("gb200", 4), ("tpu-v5p", 4)])
+def test_rack_and_slice_chips_are_sized(gpu, unit):
+    out = forecast_training(
+        "llama3.1-70b", gpu, None, seq_len=8192, global_batch=2048, tokens=2e12, target_days=30
+    )
+    assert out["num_gpus"] % unit == 0 and out["cluster_unit"] == unit
+    assert out["time_to_train_s"] <= 30 * 86400
+    fixed = forecast_training(
+        "llama3.1-70b", gpu, out["num_gpus"], seq_len=8192, global_batch=2048, tokens=2e12
+    )
+    assert fixed["time_to_train_s"] == pytest.approx(out["time_to_train_s"], rel=1e-9)
+
+
+def test_unreachable_date_names_the_divisibility():
+    with pytest.raises(InputError, match="no cluster") as err:
+        forecast_training(
+            ARCH,
+            None,
+            seq_len=4096,
+            global_batch=1953,
+            tokens=1e15,
+            target_days=0.01,
+            hardware=fake_hardware(),
+        )
+    assert "1953 = 3^2 x 7 x 31" in str(err.value.hint)
 
 
 def test_forecast_training_with_target_days_returns_num_gpus():
