@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from gpuplan.forecast.inference_arch import (
 )
 from gpuplan.forecast.inference_fit import FittedOverheads, load_overheads, widen
 from gpuplan.forecast.inference_step import (
+    DEFAULT_ENGINE,
     FAST,
     SLOW,
     VALUE,
@@ -66,6 +68,7 @@ from gpuplan.forecast.serving import (
     Candidate,
     LengthDist,
     ReplicaModel,
+    check_num_requests,
     simulate,
     size_fleet,
 )
@@ -503,6 +506,306 @@ def _single_layout(
 
 
 # ---------------------------------------------------------------------------------------------
+# Fleet sizing: the one function ``forecast infer --qps`` and ``plan`` both call
+# ---------------------------------------------------------------------------------------------
+#: percentile at which the TTFT/TPOT targets hold unless the caller says otherwise
+DEFAULT_SLO_PERCENTILE = "p99"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingDemand:
+    """A load to serve and the targets it must meet: the input of :func:`size_serving_fleet`.
+
+    Attributes
+    ----------
+    model:
+        Catalog id, catalog row, architecture dict or ``Arch``.
+    gpus:
+        Catalog GPU names compared (at least one).
+    qps:
+        Requests per second (Poisson arrivals), > 0.
+    inputs, outputs:
+        Prompt and answer length distributions (tokens): fixed, lognormal by mean and a
+        percentile, or a trace of request lengths (:class:`LengthDist`). The fleet is sized
+        for requests drawn from them, never for every request at the tail lengths.
+    ttft_slo_s, tpot_slo_s:
+        Latency targets in seconds (at least one should be given), at ``slo_percentile``.
+    slo_percentile:
+        p50, p90, p95 or p99 of the per-request TTFT / TPOT (default
+        :data:`DEFAULT_SLO_PERCENTILE`, p99).
+    precision, kv_precision:
+        Weight/GEMM precision and an optional KV-cache dtype override.
+    tp, pp, ep:
+        Replica layout; ``tp=None`` compares every TP of the scale-up domain.
+    batch:
+        A fixed running-request cap; None searches the caps.
+    engine:
+        Serving-engine profile (:func:`gpuplan.forecast.inference_step.engine_profile`).
+    chunk_tokens, memory_utilization:
+        Per-iteration token budget and usable fraction of GPU memory.
+    seed, num_requests:
+        The simulation's seed and requests per replica count tried.
+    allow_cross_node_tp:
+        A ``tp`` beyond the scale-up domain is refused unless this is true.
+    """
+
+    model: Any
+    gpus: tuple[str, ...]
+    qps: float
+    inputs: LengthDist
+    outputs: LengthDist
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    slo_percentile: str = DEFAULT_SLO_PERCENTILE
+    precision: str = "bf16"
+    kv_precision: str | None = None
+    tp: int | None = None
+    pp: int = 1
+    ep: int = 1
+    batch: int | None = None
+    engine: str = DEFAULT_ENGINE
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    seed: int = 0
+    num_requests: int = 2000
+    allow_cross_node_tp: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", tuple(_gpu_list(self.gpus)))
+        _positive("qps", self.qps)
+        _positive("ttft-slo-s", self.ttft_slo_s)
+        _positive("tpot-slo-s", self.tpot_slo_s)
+        if self.slo_percentile not in PERCENTILES:
+            raise InputError(
+                f"unknown SLO percentile {self.slo_percentile!r}",
+                hint=f"use one of {', '.join(PERCENTILES)}",
+            )
+        for name in ("pp", "ep", "chunk_tokens"):
+            _positive_int(name.replace("_", "-"), getattr(self, name))
+        if self.tp is not None:
+            _positive_int("tp", self.tp)
+        if self.batch is not None:
+            _positive_int("batch", self.batch)
+        if not 0 < self.memory_utilization <= 1:
+            raise InputError(f"memory utilization must be in (0, 1], got {self.memory_utilization}")
+        engine_profile(self.engine)
+        check_num_requests(self.num_requests)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetSizing:
+    """The fleet :func:`size_serving_fleet` chose, typed; :meth:`as_dict` is the full JSON.
+
+    Attributes
+    ----------
+    gpu, tp, pp, ep, gpus_per_replica, replicas, num_gpus:
+        The cheapest layout that meets the SLOs and how many replicas of it.
+    ttft_s, tpot_s:
+        Simulated TTFT and TPOT at the SLO percentile (seconds).
+    throughput_output_tokens_per_s:
+        Output tokens/s of one replica at its share of the load.
+    usd_per_hour, usd_per_million_output_tokens:
+        Fleet price (cheapest on-demand price per GPU-hour x GPUs) and that price per
+        million output tokens served at the sized load; None without a catalog price.
+    cost_derivation:
+        The arithmetic of ``usd_per_million_output_tokens`` with its numbers.
+    sized_from:
+        The request-length distributions and SLO percentile sized for, in words.
+    result:
+        Everything else (``forecast infer --format json``), including every candidate with
+        its own cost per million tokens.
+    """
+
+    gpu: str
+    tp: int
+    pp: int
+    ep: int
+    gpus_per_replica: int
+    replicas: int
+    num_gpus: int
+    ttft_s: float
+    tpot_s: float
+    throughput_output_tokens_per_s: float
+    usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+    cost_derivation: str | None
+    sized_from: str
+    result: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.result
+
+
+def output_tokens_per_hour(qps: float, mean_output_tokens: float) -> float:
+    """Output tokens served per hour at ``qps`` requests/s of ``mean_output_tokens`` each.
+
+    >>> output_tokens_per_hour(20, 256)
+    18432000.0
+    """
+    return float(qps) * float(mean_output_tokens) * 3600.0
+
+
+def cost_per_million_output_tokens(
+    usd_per_gpu_hour: float | None, num_gpus: int | None, qps: float, mean_output_tokens: float
+) -> tuple[float | None, str | None]:
+    """Price per million output tokens at the sized load, and its derivation in words.
+
+    ``usd_per_gpu_hour x num_gpus / (qps x mean output tokens x 3600 s) x 1e6``: the fleet
+    is paid every hour it serves; the tokens are those the load asks for (not the fleet's
+    capacity), so spare capacity is paid for.
+
+    >>> round(cost_per_million_output_tokens(2.0, 16, 20, 256)[0], 3)
+    1.736
+    """
+    if usd_per_gpu_hour is None or num_gpus is None:
+        return None, None
+    tph = output_tokens_per_hour(qps, mean_output_tokens)
+    value = usd_per_gpu_hour * num_gpus / tph * 1e6
+    text = (
+        f"{usd_per_gpu_hour:.4g} USD per GPU-hour x {num_gpus} GPUs / ({qps:g} requests/s x "
+        f"{mean_output_tokens:g} mean output tokens x 3600 s = {tph:.4g} tokens/h) x 1e6 "
+        f"= {value:.4g} USD per million output tokens"
+    )
+    return value, text
+
+
+def _base_info(
+    arch: Arch,
+    model_info: dict[str, Any],
+    precision: str,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    batching: str,
+    engine: str,
+    fitted: FittedOverheads,
+) -> dict[str, Any]:
+    return {
+        "model": model_info,
+        "precision": precision,
+        "input_tokens": inputs.describe(),
+        "output_tokens": outputs.describe(),
+        "batching": batching,
+        "engine": engine,
+        "engine_profile": engine_profile(engine).describe(),
+        "framework_constants": {
+            **fitted.params.as_dict(),
+            "fitted_on": fitted.record.get("fitted_on"),
+            "held_out": fitted.record.get("held_out", {}).get("leave-one-model-out"),
+        },
+    }
+
+
+def size_serving_fleet(
+    demand: ServingDemand,
+    *,
+    artifact: Any = None,
+    catalog: Any = None,
+    perf_for: Any = None,
+    overheads: FittedOverheads | None = None,
+    progress: Any = None,
+) -> FleetSizing:
+    """Size the cheapest fleet that serves ``demand`` within its SLOs.
+
+    The one sizing function of the project: ``gpuplan forecast infer --qps`` and
+    ``gpuplan plan`` both call it, so the same workload gets the same GPU count. Candidates
+    (GPU x TP x batch cap) are ranked by an analytic steady state and the cheapest checked by
+    a discrete-event simulation of requests drawn from the length distributions
+    (:func:`gpuplan.forecast.serving.size_fleet`).
+
+    Parameters
+    ----------
+    demand:
+        Load, lengths, SLOs and layout limits.
+    artifact:
+        Calibration artifact (path or dict); None for the shipped default.
+    catalog, perf_for, overheads, progress:
+        Injected catalog, device-model lookup, fitted constants and progress callback.
+
+    Returns
+    -------
+    FleetSizing
+        The chosen fleet; raises :class:`InputError` when nothing can serve the load.
+    """
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    arch, model_info = resolve_model(demand.model, catalog)
+    max_ctx = arch.max_context
+    inputs, outputs = demand.inputs, demand.outputs
+    if max_ctx and inputs.max_tokens is None:
+        inputs = dc_replace(inputs, max_tokens=max_ctx)
+    if max_ctx and outputs.max_tokens is None:
+        outputs = dc_replace(outputs, max_tokens=max_ctx)
+    fitted = overheads or load_overheads()
+    gpus = [catalog.gpu(g) for g in demand.gpus]
+    cross_node = None
+    if demand.tp is not None:
+        cross_node = check_tp_domain(demand.tp, gpus, catalog, allow=demand.allow_cross_node_tp)
+    get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
+    base = _base_info(
+        arch,
+        model_info,
+        demand.precision,
+        inputs,
+        outputs,
+        "continuous",
+        demand.engine,
+        fitted,
+    )
+    sized = _size_for_load(
+        arch=arch,
+        gpus=gpus,
+        base=base,
+        precision=demand.precision,
+        kv_precision=demand.kv_precision,
+        tp=demand.tp,
+        pp=demand.pp,
+        ep=demand.ep,
+        inputs=inputs,
+        outputs=outputs,
+        qps=float(demand.qps),
+        ttft_slo_s=demand.ttft_slo_s,
+        tpot_slo_s=demand.tpot_slo_s,
+        percentile=demand.slo_percentile,
+        batch=demand.batch,
+        fitted=fitted,
+        get_perf=get_perf,
+        catalog=catalog,
+        chunk_tokens=demand.chunk_tokens,
+        utilization=demand.memory_utilization,
+        engine=demand.engine,
+        seed=demand.seed,
+        num_requests=demand.num_requests,
+        progress=progress,
+    )
+    if cross_node and sized.get("gpu") in cross_node:
+        sized["cross_node_tp"] = cross_node[sized["gpu"]]
+    sized_from = (
+        f"requests drawn from input {inputs.text()} / output {outputs.text()} tokens, "
+        f"{demand.qps:g} requests/s, SLOs at {demand.slo_percentile}"
+    )
+    sized["sized_from"] = sized_from
+    return FleetSizing(
+        gpu=sized["gpu"],
+        tp=int(sized["tp"]),
+        pp=int(sized["pp"]),
+        ep=int(sized["ep"]),
+        gpus_per_replica=int(sized["gpus_per_replica"]),
+        replicas=int(sized["replicas"]),
+        num_gpus=int(sized["num_gpus"]),
+        ttft_s=float(sized["ttft_s"]),
+        tpot_s=float(sized["tpot_s"]),
+        throughput_output_tokens_per_s=float(sized["throughput_output_tokens_per_s"]),
+        usd_per_hour=sized["usd_per_hour"],
+        usd_per_million_output_tokens=sized["usd_per_million_output_tokens"],
+        cost_derivation=sized["cost_derivation"],
+        sized_from=sized_from,
+        result=sized,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Public entry point
 # ---------------------------------------------------------------------------------------------
 def forecast_inference(
@@ -526,7 +829,7 @@ def forecast_inference(
     input_tokens_p99: float | None = None,
     output_tokens_p99: float | None = None,
     batching: str = "continuous",
-    engine: str = "modern",
+    engine: str = DEFAULT_ENGINE,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     seed: int = 0,
@@ -628,88 +931,78 @@ def forecast_inference(
         )
     fitted = overheads or load_overheads()
     gpus = [catalog.gpu(g) for g in _gpu_list(gpu)]
+    if qps is not None:
+        demand = ServingDemand(
+            model=arch,
+            gpus=tuple(g.id for g in gpus),
+            qps=qps,
+            inputs=inputs,
+            outputs=outputs,
+            ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=tpot_slo_s,
+            slo_percentile=slo_percentile,
+            precision=precision,
+            kv_precision=kv_precision,
+            tp=tp,
+            pp=pp,
+            ep=ep,
+            batch=batch,
+            engine=engine,
+            chunk_tokens=chunk_tokens,
+            memory_utilization=memory_utilization,
+            seed=seed,
+            num_requests=num_requests,
+            allow_cross_node_tp=allow_cross_node_tp,
+        )
+        sized = size_serving_fleet(
+            demand,
+            artifact=artifact,
+            catalog=catalog,
+            perf_for=perf_for,
+            overheads=fitted,
+            progress=progress,
+        ).as_dict()
+        sized["model"] = model_info
+        return sized
     cross_node = None
     if tp is not None:
         cross_node = check_tp_domain(tp, gpus, catalog, allow=allow_cross_node_tp)
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
-
-    base = {
-        "model": model_info,
-        "precision": precision,
-        "input_tokens": inputs.describe(),
-        "output_tokens": outputs.describe(),
-        "batching": batching,
-        "engine": engine,
-        "framework_constants": {
-            **fitted.params.as_dict(),
-            "fitted_on": fitted.record.get("fitted_on"),
-            "held_out": fitted.record.get("held_out", {}).get("leave-one-model-out"),
-        },
-    }
-    if qps is None:
-        if len(gpus) > 1:
-            raise InputError(
-                "several GPUs are compared only when sizing for a load",
-                hint="add --qps and SLO targets, or give one --gpu",
-            )
-        g = gpus[0]
-        prec = resolve_precision(precision, g, kv_precision)
-        perf = get_perf(g.id)
-        common = dict(
-            arch=arch,
-            gpu=g,
-            perf=perf,
-            prec=prec,
-            fitted=fitted,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            batch=batch,
-            max_throughput=max_throughput,
-            batching=batching,
-            chunk_tokens=chunk_tokens,
-            utilization=memory_utilization,
-            engine=engine,
+    base = _base_info(arch, model_info, precision, inputs, outputs, batching, engine, fitted)
+    if len(gpus) > 1:
+        raise InputError(
+            "several GPUs are compared only when sizing for a load",
+            hint="add --qps and SLO targets, or give one --gpu",
         )
-        if tp is None:
-            tp = _default_tp(pp=pp, ep=ep, **common)
-        layout = Layout(tp, pp, ep)
-        check_layout(arch, layout)
-        out = _single_layout(layout=layout, **common)
-        out.pop("_rates")
-        out.pop("_memory")
-        basis = _basis(perf)
-        if cross_node:
-            out["cross_node_tp"] = cross_node[g.id]
-        return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
-    sized = _size_for_load(
+    g = gpus[0]
+    prec = resolve_precision(precision, g, kv_precision)
+    perf = get_perf(g.id)
+    common = dict(
         arch=arch,
-        gpus=gpus,
-        base=base,
-        precision=precision,
-        kv_precision=kv_precision,
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        inputs=inputs,
-        outputs=outputs,
-        qps=qps,
-        ttft_slo_s=ttft_slo_s,
-        tpot_slo_s=tpot_slo_s,
-        percentile=slo_percentile,
-        batch=batch,
+        gpu=g,
+        perf=perf,
+        prec=prec,
         fitted=fitted,
-        get_perf=get_perf,
-        catalog=catalog,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        batch=batch,
+        max_throughput=max_throughput,
+        batching=batching,
         chunk_tokens=chunk_tokens,
         utilization=memory_utilization,
         engine=engine,
-        seed=seed,
-        num_requests=num_requests,
-        progress=progress,
     )
-    if cross_node and sized.get("gpu") in cross_node:
-        sized["cross_node_tp"] = cross_node[sized["gpu"]]
-    return sized
+    if tp is None:
+        tp = _default_tp(pp=pp, ep=ep, **common)
+    layout = Layout(tp, pp, ep)
+    check_layout(arch, layout)
+    out = _single_layout(layout=layout, **common)
+    out.pop("_rates")
+    out.pop("_memory")
+    basis = _basis(perf)
+    if cross_node:
+        out["cross_node_tp"] = cross_node[g.id]
+    return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
 
 
 def check_tp_domain(
@@ -1060,6 +1353,15 @@ def _size_for_load(
         ):
             table[k] = c
     cand_rows = [c.as_dict() for c in table.values()]
+    for d in cand_rows:
+        per_mtok, how = cost_per_million_output_tokens(
+            d["usd_per_hour"] / d["num_gpus"] if d.get("usd_per_hour") else None,
+            d.get("num_gpus"),
+            qps,
+            outputs.mean,
+        )
+        d["usd_per_million_output_tokens"] = per_mtok
+        d["cost_derivation"] = how
     cand_rows += [{k: v for k, v in d.items() if k != "memory_breakdown_bytes"} for d in dropped]
     priced = [d for d in cand_rows if d.get("num_gpus") is not None]
     by_price = bool(priced) and all(d.get("usd_per_hour") for d in priced)
@@ -1129,6 +1431,9 @@ def _size_for_load(
         continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
         fitted.params,
     )
+    per_mtok, per_mtok_how = cost_per_million_output_tokens(
+        best.usd_per_gpu_hour, best.replicas * gpr, qps, outputs.mean
+    )
     out = {
         **base,
         "gpu": best.gpu,
@@ -1184,6 +1489,8 @@ def _size_for_load(
         if best.usd_per_gpu_hour is None
         else best.usd_per_gpu_hour * best.replicas * gpr,
         "price_source": best.extra.get("price_source"),
+        "usd_per_million_output_tokens": per_mtok,
+        "cost_derivation": per_mtok_how,
         "memory_breakdown_bytes": mb,
         "load": {
             "qps": qps,

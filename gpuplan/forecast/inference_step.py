@@ -63,6 +63,13 @@ class EngineProfile:
     description: str
     custom_allreduce: bool = True
 
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "custom_allreduce": self.custom_allreduce,
+        }
+
     def vector_decode_attention(self, sh: Sharded) -> bool:
         if self.xqa_shapes is None or sh.arch.mla is not None:
             return False
@@ -90,6 +97,10 @@ ENGINES: dict[str, EngineProfile] = {
         custom_allreduce=False,
     ),
 }
+
+
+#: the engine assumed when none is named
+DEFAULT_ENGINE = "modern"
 
 
 def engine_profile(name: str) -> EngineProfile:

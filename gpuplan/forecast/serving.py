@@ -36,50 +36,113 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 # ---------------------------------------------------------------------------------------------
 # Length distributions
 # ---------------------------------------------------------------------------------------------
+def _z(q: float) -> float:
+    return NormalDist().inv_cdf(q)
+
+
 @dataclass(frozen=True)
 class LengthDist:
-    """Prompt or answer length in tokens: fixed (``p99`` None) or lognormal by mean and p99.
+    """Prompt or answer length in tokens: fixed, lognormal by its mean and one percentile,
+    or an empirical trace of request lengths.
 
-    The lognormal's ``sigma`` solves ``log(p99 / mean) = z99 * sigma - sigma**2 / 2`` (mean
-    ``exp(mu + sigma**2/2)``, p99 ``exp(mu + z99 * sigma)``); samples are rounded and clipped
-    to ``[1, max_tokens]``.
+    * ``LengthDist(mean)``: every request has the mean length;
+    * ``LengthDist(mean, p99)`` (or ``p90=`` / ``p50=``): lognormal with that mean and that
+      percentile. The lognormal's ``sigma`` solves ``log(p / mean) = z * sigma - sigma**2 / 2``
+      (mean ``exp(mu + sigma**2/2)``, percentile ``exp(mu + z * sigma)``, ``z`` the normal
+      quantile of the percentile); with several given, the highest percentile fixes it
+      (the tail decides the SLO) and :meth:`describe` names the one used;
+    * ``LengthDist.from_trace(lengths)``: the requests' own lengths, resampled with
+      replacement (mean and quantiles of the trace).
+
+    Samples are rounded and clipped to ``[1, max_tokens]``.
 
     >>> d = LengthDist(1000, 4000)
     >>> round(d.quantile(0.99))
     4000
     >>> LengthDist(256).quantile(0.99)
     256.0
+    >>> round(LengthDist(1000, p50=800).quantile(0.5))
+    800
+    >>> LengthDist.from_trace([100, 200, 300, 400]).mean
+    250.0
     """
 
     mean: float
     p99: float | None = None
     max_tokens: int | None = None
+    p90: float | None = None
+    p50: float | None = None
+    trace: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.mean >= 1:
             raise InputError(f"a mean length must be at least 1 token, got {self.mean}")
-        if self.p99 is not None:
-            if self.p99 <= self.mean:
+        if self.trace is not None:
+            if len(self.trace) == 0 or min(self.trace) < 1:
                 raise InputError(
-                    f"p99 length {self.p99:g} must be above the mean {self.mean:g}",
-                    hint="omit the p99 for fixed lengths",
+                    "a trace of request lengths needs at least one length, each >= 1 token",
+                    hint="give the prompt (answer) token count of each request",
                 )
-            if math.log(self.p99 / self.mean) >= _Z99**2 / 2:
+            return
+        for name, q in (("p99", 0.99), ("p90", 0.9)):
+            p = getattr(self, name)
+            if p is None:
+                continue
+            if p <= self.mean:
                 raise InputError(
-                    f"p99 length {self.p99:g} is more than {math.exp(_Z99**2 / 2):.1f}x the mean "
-                    f"{self.mean:g}: no lognormal has that mean and p99",
-                    hint="give a smaller p99 or a larger mean",
+                    f"{name} length {p:g} must be above the mean {self.mean:g}",
+                    hint=f"omit the {name} for fixed lengths",
                 )
+            if math.log(p / self.mean) >= _z(q) ** 2 / 2:
+                raise InputError(
+                    f"{name} length {p:g} is more than {math.exp(_z(q) ** 2 / 2):.1f}x the mean "
+                    f"{self.mean:g}: no lognormal has that mean and {name}",
+                    hint=f"give a smaller {name} or a larger mean",
+                )
+        if self.p50 is not None and self.p50 > self.mean:
+            raise InputError(
+                f"p50 length {self.p50:g} is above the mean {self.mean:g}: a lognormal's median "
+                "is below its mean",
+                hint="give the mean and p99 instead, or a trace of request lengths",
+            )
+
+    @classmethod
+    def from_trace(cls, lengths: Any, max_tokens: int | None = None) -> LengthDist:
+        """The empirical distribution of ``lengths`` (tokens of each request)."""
+        arr = np.asarray(list(lengths), dtype=float)
+        if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 1):
+            raise InputError(
+                "a trace of request lengths needs at least one length, each >= 1 token",
+                hint="give the prompt (answer) token count of each request",
+            )
+        trace = tuple(int(x) for x in np.rint(arr))
+        return cls(float(np.mean(trace)), max_tokens=max_tokens, trace=trace)
+
+    @property
+    def _fixed_by(self) -> tuple[str, float, float] | None:
+        """(name, value, quantile) of the percentile that fixes the lognormal, if any."""
+        for name, q in (("p99", 0.99), ("p90", 0.9), ("p50", 0.5)):
+            p = getattr(self, name)
+            if p is not None and not (name == "p50" and p == self.mean):
+                return name, float(p), q
+        return None
 
     @property
     def kind(self) -> str:
-        return "fixed" if self.p99 is None else "lognormal"
+        if self.trace is not None:
+            return "trace"
+        return "fixed" if self._fixed_by is None else "lognormal"
 
     @property
     def sigma(self) -> float:
-        if self.p99 is None:
+        by = self._fixed_by
+        if by is None or self.trace is not None:
             return 0.0
-        return _Z99 - math.sqrt(_Z99**2 - 2 * math.log(self.p99 / self.mean))
+        _, p, q = by
+        if q == 0.5:
+            return math.sqrt(2 * math.log(self.mean / p))
+        z = _z(q)
+        return z - math.sqrt(z**2 - 2 * math.log(p / self.mean))
 
     @property
     def mu(self) -> float:
@@ -87,13 +150,18 @@ class LengthDist:
 
     def quantile(self, q: float) -> float:
         """Length at quantile ``q`` (before rounding and clipping)."""
-        if self.p99 is None:
+        if self.trace is not None:
+            v = float(np.quantile(np.asarray(self.trace, dtype=float), q))
+        elif self.kind == "fixed":
             return float(self.mean)
-        v = math.exp(self.mu + self.sigma * NormalDist().inv_cdf(q))
+        else:
+            v = math.exp(self.mu + self.sigma * _z(q))
         return min(v, self.max_tokens) if self.max_tokens else v
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.p99 is None:
+        if self.trace is not None:
+            x = rng.choice(np.asarray(self.trace, dtype=np.int64), n, replace=True)
+        elif self.kind == "fixed":
             x = np.full(n, round(self.mean))
         else:
             x = np.rint(rng.lognormal(self.mu, self.sigma, n))
@@ -102,9 +170,29 @@ class LengthDist:
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "mean": self.mean}
-        if self.p99 is not None:
-            d.update(p99=self.p99, sigma=round(self.sigma, 4))
+        if self.trace is not None:
+            d.update(
+                requests=len(self.trace),
+                p50=round(self.quantile(0.5), 1),
+                p99=round(self.quantile(0.99), 1),
+            )
+        elif self.kind == "lognormal":
+            by = self._fixed_by
+            assert by is not None
+            d.update({by[0]: by[1]}, sigma=round(self.sigma, 4), fixed_by=["mean", by[0]])
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                d.setdefault(name, round(self.quantile(q), 1))
         return d
+
+    def text(self) -> str:
+        """One line for reports: ``lognormal mean 1024, p99 4096``."""
+        d = self.describe()
+        if d["kind"] == "fixed":
+            return f"fixed {self.mean:g}"
+        if d["kind"] == "trace":
+            return f"trace of {d['requests']} requests (mean {self.mean:.0f}, p99 {d['p99']:g})"
+        by = d["fixed_by"][1]
+        return f"lognormal mean {self.mean:g}, {by} {d[by]:g}"
 
 
 # ---------------------------------------------------------------------------------------------

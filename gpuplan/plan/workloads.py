@@ -1,12 +1,14 @@
 """Forecast the scenario's workloads on each candidate GPU (through gpuplan.forecast only).
 
 Training runs are sized for their deadline with ``forecast_training(target_days=...)`` and
-then re-forecast at the GPU count rounded up to whole nodes; serving workloads are sized
-with ``forecast_inference(qps=..., ttft_slo_s=..., tpot_slo_s=...)`` at the mean request
-lengths and, where the scenario gives them, at the SLO percentile's lengths (the larger
-fleet is kept: long requests at the tail must also meet the SLO). A forecast that cannot
-be made (the model does not fit, the deadline cannot be met) is recorded as the reason the
-option is infeasible, never raised.
+then re-forecast at the GPU count rounded up to whole nodes. Serving workloads are sized by
+:func:`gpuplan.forecast.inference.size_serving_fleet`, the function ``gpuplan forecast
+infer --qps`` calls: requests drawn from the scenario's length distributions (mean and its
+highest percentile given, or fixed at the mean), the TTFT/TPOT targets held at the
+scenario's ``slo_percentile`` (p99 by default), so that the plan and ``forecast infer``
+give the same GPU count for the same workload; the plan then rounds it up to whole nodes.
+A forecast that cannot be made (the model does not fit, the deadline cannot be met) is
+recorded as the reason the option is infeasible, never raised.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.forecast.inference import (
+    FleetSizing,
+    ServingDemand,
+    size_serving_fleet,
+)
+from gpuplan.forecast.inference_step import DEFAULT_ENGINE
+from gpuplan.forecast.serving import LengthDist
 from gpuplan.plan.context import PlanContext
 from gpuplan.plan.provenance import Figure, Text, derived
 
@@ -33,15 +42,6 @@ def _first(result: Any) -> dict[str, Any] | None:
 def _args_text(kwargs: dict[str, Any]) -> str:
     shown = {k: v for k, v in kwargs.items() if v is not None and k != "artifact"}
     return ", ".join(f"{k}={v}" for k, v in shown.items())
-
-
-def _accepts(fn: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def forecast_training_cached(
@@ -87,11 +87,9 @@ def forecast_training_cached(
         top=1,
         artifact=ctx.artifact,
     )
-    if platform is not None and _accepts(forecast_training, platform[0]):
+    if platform is not None:
         kwargs[platform[0]] = platform[1]
-    if inter_node_bandwidth_bytes_per_s is not None and _accepts(
-        forecast_training, "inter_node_bandwidth_bytes_per_s"
-    ):
+    if inter_node_bandwidth_bytes_per_s is not None:
         kwargs["inter_node_bandwidth_bytes_per_s"] = inter_node_bandwidth_bytes_per_s
     ctx.progress(
         f"forecast train {w.name} on {gpu_id} ({_args_text({'num_gpus': num_gpus, 'target_days': target_days})})"
@@ -113,45 +111,65 @@ def forecast_training_cached(
     return result, err
 
 
-def forecast_inference_cached(
-    ctx: PlanContext, s: Any, gpu_id: str, *, input_tokens: float, output_tokens: float
-) -> tuple[dict[str, Any] | None, str | None]:
-    """One inference sizing forecast (cached); returns (result, error line)."""
-    key = ("infer", s.name, gpu_id, input_tokens, output_tokens)
-    if key in ctx.forecast_cache:
-        return ctx.forecast_cache[key]
-    from gpuplan.forecast.inference import forecast_inference
+def length_dist(d: Any) -> LengthDist:
+    """The forecast's :class:`LengthDist` of a scenario ``LengthDistribution``.
 
-    kwargs: dict[str, Any] = dict(
+    The mean and the highest percentile given (p99, else p90, else p50) fix a lognormal;
+    with only a mean every request has it; ``max`` clips the samples.
+    """
+    return LengthDist(
+        float(d.mean),
+        p99=d.p99,
+        p90=d.p90,
+        p50=d.p50,
+        max_tokens=None if d.max is None else int(d.max),
+    )
+
+
+def serving_demand(s: Any, gpu_id: str) -> ServingDemand:
+    """The sizing input of scenario serving workload ``s`` on ``gpu_id``."""
+    return ServingDemand(
         model=s.model,
-        gpu=gpu_id,
-        tp=s.tp,
-        pp=s.pp,
-        precision=s.precision,
-        input_tokens=round(input_tokens),
-        output_tokens=round(output_tokens),
-        qps=s.qps,
+        gpus=(gpu_id,),
+        qps=float(s.qps),
+        inputs=length_dist(s.input_tokens),
+        outputs=length_dist(s.output_tokens),
         ttft_slo_s=s.ttft_slo_s,
         tpot_slo_s=s.tpot_slo_s,
         slo_percentile=s.slo_percentile,
-        artifact=ctx.artifact,
+        precision=s.precision,
+        tp=s.tp,
+        pp=s.pp,
+        # a scenario without an engine field is served by the forecast's default engine
+        engine=getattr(s, "engine", None) or DEFAULT_ENGINE,
     )
+
+
+def size_serving_cached(
+    ctx: PlanContext, s: Any, gpu_id: str
+) -> tuple[FleetSizing | None, str | None]:
+    """One serving fleet sizing (cached per workload and GPU); returns (sizing, error line)."""
+    key = ("infer", s.name, gpu_id)
+    if key in ctx.forecast_cache:
+        return ctx.forecast_cache[key]
+    demand = serving_demand(s, gpu_id)
     ctx.progress(f"forecast infer {s.name} on {gpu_id}")
     try:
-        result, err = _first(forecast_inference(**kwargs)), None
+        sizing, err = size_serving_fleet(demand, artifact=ctx.artifact), None
     except GpuplanError as exc:
-        result, err = None, exc.one_line()
-    ctx.ledger.forecasts.append(
-        {
-            "kind": "infer",
-            "workload": s.name,
-            "gpu": gpu_id,
-            "call": f"forecast_inference({_args_text(kwargs)})",
-            "error": err,
-        }
+        sizing, err = None, exc.one_line()
+    call = (
+        f"size_serving_fleet(model={s.model}, gpu={gpu_id}, qps={s.qps:g}, "
+        f"inputs={demand.inputs.text()}, outputs={demand.outputs.text()}, "
+        f"ttft_slo_s={s.ttft_slo_s}, tpot_slo_s={s.tpot_slo_s}, "
+        f"slo_percentile={s.slo_percentile}, precision={s.precision}, tp={s.tp}, pp={s.pp}, "
+        f"engine={demand.engine})"
     )
-    ctx.forecast_cache[key] = (result, err)
-    return result, err
+    ctx.ledger.forecasts.append(
+        {"kind": "infer", "workload": s.name, "gpu": gpu_id, "call": call, "error": err}
+    )
+    ctx.forecast_cache[key] = (sizing, err)
+    return sizing, err
 
 
 @dataclass
@@ -208,11 +226,17 @@ class ServingOnOption:
     sized_at: str | None = None
     cost_interval_factors: tuple[float, float] | None = None
     error: str | None = None
+    gpus_for_load: Figure | None = None
+    sizing: FleetSizing | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "gpus": self.gpus,
+            "gpus_for_load": self.gpus_for_load,
+            "layout": None
+            if self.sizing is None
+            else f"tp={self.sizing.tp} pp={self.sizing.pp} ep={self.sizing.ep}",
             "nodes": self.nodes,
             "replicas": self.replicas,
             "throughput_output_tokens_per_s_per_replica": self.throughput_per_replica,
@@ -376,40 +400,18 @@ def size_serving(
     out = ServingOnOption(s.name, index)
     base = ("workloads", "inference", index)
     gpn = int(gpus_per_node.value)
-    cases = [("mean", s.input_tokens.mean, s.output_tokens.mean)]
-    pin = s.input_tokens.at(s.slo_percentile)
-    pout = s.output_tokens.at(s.slo_percentile)
-    if pin is not None or pout is not None:
-        cases.append(
-            (
-                s.slo_percentile,
-                pin if pin is not None else s.input_tokens.mean,
-                pout if pout is not None else s.output_tokens.mean,
-            )
-        )
-    best: tuple[str, dict[str, Any], float, float] | None = None
-    errors = []
-    for tag, lin, lout in cases:
-        result, err = forecast_inference_cached(
-            ctx, s, gpu_id, input_tokens=lin, output_tokens=lout
-        )
-        if result is None:
-            errors.append(err)
-            continue
-        if best is None or (result.get("num_gpus") or 0) > (best[1].get("num_gpus") or 0):
-            best = (tag, result, lin, lout)
-    if best is None:
-        out.error = errors[0] if errors else "no forecast"
+    sizing, err = size_serving_cached(ctx, s, gpu_id)
+    if sizing is None:
+        out.error = err or "no forecast"
         return out
-    tag, result, lin, lout = best
-    ref = f"forecast infer {s.name} on {gpu_id} ({tag} lengths {lin:g}/{lout:g})"
-    out.sized_at = f"{tag} request lengths ({lin:g} in / {lout:g} out tokens)"
+    out.sizing = sizing
+    result = sizing.as_dict()
+    ref = f"forecast infer {s.name} on {gpu_id}"
+    out.sized_at = sizing.sized_from
     need = ctx.fc(result, "num_gpus", "GPUs", f"{s.name}: GPUs for the load and SLOs", ref)
+    out.gpus_for_load = need
     out.replicas = ctx.fc(result, "replicas", "replicas", f"{s.name}: replicas", ref)
-    if not need.ok:
-        out.error = need.missing
-        return out
-    n = math.ceil(need.value / gpn) * gpn
+    n = math.ceil(sizing.num_gpus / gpn) * gpn
     out.gpus = derived(
         n,
         "GPUs",

@@ -1,0 +1,148 @@
+"""One fleet answer: ``gpuplan plan`` and ``gpuplan forecast infer`` size a serving workload
+with the same function (``size_serving_fleet``), so they give the same GPU count.
+
+Everything runs the real CLI in subprocesses on the shipped catalog and calibration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan.forecast.inference import ServingDemand, size_serving_fleet
+from gpuplan.forecast.serving import LengthDist
+from gpuplan.plan import workloads
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(
+    p
+    for p in (REPO / "examples").glob("*.yaml")
+    if (yaml.safe_load(p.read_text()).get("workloads") or {}).get("inference")
+)
+
+
+def _infer_args(w: dict, gpu: str) -> list[str]:
+    args = ["forecast", "infer", "--model", w["model"], "--gpu", gpu, "--qps", str(w["qps"])]
+    for side in ("input", "output"):
+        d = w[f"{side}_tokens"]
+        d = d if isinstance(d, dict) else {"mean": d}
+        args += [f"--{side}-tokens", str(round(d["mean"]))]
+        if d.get("p99") is not None:
+            args += [f"--{side}-tokens-p99", str(d["p99"])]
+    for key, opt in (("ttft_slo_s", "--ttft-slo-s"), ("tpot_slo_s", "--tpot-slo-s")):
+        if w.get(key) is not None:
+            args += [opt, str(w[key])]
+    args += ["--slo-percentile", w.get("slo_percentile", "p99")]
+    args += ["--precision", w.get("precision", "bf16"), "--format", "json"]
+    if w.get("tp"):
+        args += ["--tp", str(w["tp"])]
+    return args
+
+
+def test_examples_with_serving_exist() -> None:
+    assert len(EXAMPLES) >= 1
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_plan_and_forecast_infer_give_the_same_gpu_count(run_cli, tmp_path, example) -> None:
+    scenario = yaml.safe_load(example.read_text())
+    plan = run_cli("plan", str(example), "--out", str(tmp_path / "plan"), "--format", "json")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    doc = json.loads(plan.stdout)
+    services = {w["name"]: w for w in scenario["workloads"]["inference"]}
+    seen: dict[tuple[str, str], int] = {}
+    compared = 0
+    for opt in doc["options"]:
+        gpn = opt["gpus_per_node"]["value"]
+        for s in opt["inference"]:
+            if s.get("error"):
+                continue
+            gpu = opt["gpu"]
+            key = (s["name"], gpu)
+            if key not in seen:
+                r = run_cli(*_infer_args(services[s["name"]], gpu))
+                assert r.returncode == 0, r.stderr
+                seen[key] = json.loads(r.stdout)["num_gpus"]
+            assert s["gpus_for_load"]["value"] == seen[key], (opt["id"], s["name"])
+            # the plan buys whole nodes: the same count rounded up, nothing more
+            assert s["gpus"]["value"] == math.ceil(seen[key] / gpn) * gpn
+            compared += 1
+    assert compared >= 2
+
+
+def test_llm_serving_example_is_sized_from_the_distribution_not_at_p99(run_cli) -> None:
+    """Sizing every request at the p99 lengths (4096 in / 1024 out) needs far more GPUs than
+    requests drawn from the distribution: the plan must not size the former."""
+    scenario = yaml.safe_load((REPO / "examples/llm-serving.yaml").read_text())
+    w = scenario["workloads"]["inference"][0]
+    dist = size_serving_fleet(
+        ServingDemand(
+            model=w["model"],
+            gpus=("h100",),
+            qps=w["qps"],
+            inputs=LengthDist(w["input_tokens"]["mean"], w["input_tokens"]["p99"]),
+            outputs=LengthDist(w["output_tokens"]["mean"], w["output_tokens"]["p99"]),
+            ttft_slo_s=w["ttft_slo_s"],
+            tpot_slo_s=w["tpot_slo_s"],
+        )
+    )
+    at_p99 = size_serving_fleet(
+        ServingDemand(
+            model=w["model"],
+            gpus=("h100",),
+            qps=w["qps"],
+            inputs=LengthDist(w["input_tokens"]["p99"]),
+            outputs=LengthDist(w["output_tokens"]["p99"]),
+            ttft_slo_s=w["ttft_slo_s"],
+            tpot_slo_s=w["tpot_slo_s"],
+        )
+    )
+    assert dist.num_gpus < at_p99.num_gpus
+    assert dist.num_gpus == dist.replicas * dist.gpus_per_replica
+    assert "lognormal mean 1024, p99 4096" in dist.sized_from
+
+
+def test_cost_per_million_tokens_is_price_times_gpus_over_tokens_per_hour() -> None:
+    r = size_serving_fleet(
+        ServingDemand(
+            model="llama3.1-8b",
+            gpus=("h100",),
+            qps=5,
+            inputs=LengthDist(512),
+            outputs=LengthDist(128),
+            ttft_slo_s=1.0,
+            tpot_slo_s=0.05,
+        )
+    )
+    assert r.usd_per_hour is not None
+    tokens_per_hour = 5 * 128 * 3600
+    assert r.usd_per_million_output_tokens == pytest.approx(r.usd_per_hour / tokens_per_hour * 1e6)
+    assert r.cost_derivation is not None and "USD per GPU-hour" in r.cost_derivation
+    for c in r.result["candidates"]:
+        if c.get("num_gpus") is None:
+            assert "reason" in c
+            continue
+        assert c["usd_per_million_output_tokens"] == pytest.approx(
+            c["usd_per_hour"] / tokens_per_hour * 1e6
+        )
+        assert f"x {c['num_gpus']} GPUs" in c["cost_derivation"]
+
+
+def test_scenario_lengths_map_to_the_forecast_distribution() -> None:
+    from gpuplan.plan.scenario import LengthDistribution
+
+    d = workloads.length_dist(LengthDistribution(mean=1000, p50=700, p99=5000))
+    assert d.kind == "lognormal" and d.describe()["fixed_by"] == ["mean", "p99"]
+    assert d.quantile(0.99) == pytest.approx(5000)
+    d50 = workloads.length_dist(LengthDistribution(mean=1000, p50=700))
+    assert d50.quantile(0.5) == pytest.approx(700)
+    assert workloads.length_dist(LengthDistribution(mean=300)).kind == "fixed"
+
+
+def test_no_signature_inspection_left_in_plan_workloads() -> None:
+    text = (REPO / "gpuplan/plan/workloads.py").read_text()
+    assert "inspect" not in text and "forecast_inference(**" not in text
