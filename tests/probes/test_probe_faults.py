@@ -32,6 +32,14 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+def _run_status(run_cli, out, run_id: str) -> str:
+    r = run_cli("results", "ls", str(out), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (row,) = [row for row in json.loads(r.stdout)["results"] if row["run_id"] == run_id]
+    assert row["path"].endswith(".partial.json")
+    return str(row["run_status"])
+
+
 def test_sigkill_leaves_a_visible_partial_no_process_and_no_scratch_after_the_next_run(
     tmp_path, run_cli
 ):
@@ -49,10 +57,12 @@ def test_sigkill_leaves_a_visible_partial_no_process_and_no_scratch_after_the_ne
             ),
             run,
         )
+        run.proc.send_signal(signal.SIGSTOP)  # held here (fio goes on) while we look
         holder = runlock.current_holder()
         assert holder is not None and holder.pid == run.proc.pid
         scratch = list(out.glob(".gpuplan-scratch-*"))
         assert len(scratch) == 1 and f"-{run.proc.pid}-" in scratch[0].name
+        assert _run_status(run_cli, out, holder.run_id) == "running"
         run.proc.send_signal(signal.SIGKILL)
         run.wait(timeout=10)
         assert gone_within(run.marker, 2.0) == []  # fio and every rank died with it
@@ -69,6 +79,10 @@ def test_sigkill_leaves_a_visible_partial_no_process_and_no_scratch_after_the_ne
     for p in doc.probe("storage"):  # still running when killed: says so, keeps its points
         assert p.status == "interrupted" and "the run stopped while this probe ran" in p.error
     assert scratch[0].exists()  # nobody could remove it ...
+    assert _run_status(run_cli, out, doc.run_id) == "interrupted"
+    cal = run_cli("calibrate", str(out), "--out", str(tmp_path / "cal.json"))
+    assert cal.returncode == 0, cal.stderr
+    assert doc.run_id in json.loads((tmp_path / "cal.json").read_text())["inputs"]
 
     r = run_cli("probe", "--quick", "--only", "pcie", "--out", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
