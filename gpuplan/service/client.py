@@ -544,14 +544,14 @@ def upload_files(
 
 def read_upload_file(path: Path) -> dict[str, Any]:
     """A local result file, read and validated as the rest of gpuplan reads one
-    (:mod:`gpuplan.results.safejson` limits, then the schema)."""
+    (the shared loader's file checks and :mod:`gpuplan.results.safejson` limits, then the
+    schema and the physical checks); returns the raw document, which is what is sent."""
+    from gpuplan.results.loader import check_physical, read_result_bytes
     from gpuplan.results.safejson import loads_limited
     from gpuplan.results.store import parse_result
 
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file", hint="give result files or folders")
-    raw = loads_limited(path.read_bytes(), where=str(path))
-    parse_result(raw, where=str(path))
+    raw = loads_limited(read_result_bytes(path), where=str(path))
+    check_physical(parse_result(raw, where=str(path)), where=str(path))
     return raw
 
 
