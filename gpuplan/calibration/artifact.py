@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,36 @@ _REQUIRED = (
 )
 
 
+#: ``basis`` of a per-device figure (DESIGN.md 3.2)
+BASES = ("measured", "transferred", "spec")
+_TOP_TYPES = (
+    ("artifact_version", int, "an integer"),
+    ("created_at", str, "a string"),
+    ("gpuplan_version", str, "a string"),
+    ("sklearn_version", str, "a string"),
+    ("training_data_sha256", str, "a string"),
+    ("inputs", list, "a list"),
+    ("models", dict, "a JSON object"),
+    ("devices", dict, "a JSON object"),
+    ("device_specs", dict, "a JSON object"),
+)
+_MODEL_TYPES = (
+    ("estimator", str, "a string"),
+    ("params", dict, "a JSON object"),
+    ("coefficients", dict, "a JSON object"),
+    ("feature_names", list, "a list"),
+    ("cv", dict, "a JSON object"),
+)
+
+
 def default_artifact_path() -> Path:
     """Path of the artifact shipped with the package (calibrated on the reference set)."""
     return Path(__file__).resolve().parent / "data" / "default_artifact.json"
 
 
 def validate_artifact(data: Any, *, where: str = "artifact") -> dict[str, Any]:
-    """Check the top-level shape of an artifact; returns it unchanged."""
+    """Check the shape, field types and per-device figures (finite, > 0, low <= value <=
+    high, a known basis) of an artifact; returns it unchanged. Each refusal names the field."""
     if not isinstance(data, dict):
         raise SchemaError(f"{where}: expected a JSON object, got {type(data).__name__}")
     missing = [k for k in _REQUIRED if k not in data]
@@ -49,15 +73,19 @@ def validate_artifact(data: Any, *, where: str = "artifact") -> dict[str, Any]:
             f"{where}: artifact_version {version!r} is newer than this gpuplan understands ({ARTIFACT_VERSION})",
             hint="upgrade gpuplan, or recalibrate with this version",
         )
-    for key in ("models", "devices"):
-        if not isinstance(data[key], dict):
-            raise SchemaError(f"{where}: {key!r} must be a JSON object")
+    for key, kind, label in _TOP_TYPES:
+        if key in data and not isinstance(data[key], kind):
+            raise SchemaError(f"{where}: {key!r} must be {label}, got {type(data[key]).__name__}")
+    if not all(isinstance(run_id, str) for run_id in data["inputs"]):
+        raise SchemaError(f"{where}: 'inputs' must be a list of run ids (strings)")
     for name, model in data["models"].items():
         if not isinstance(model, dict):
             raise SchemaError(f"{where}: model {name!r} must be a JSON object")
-        for key in ("estimator", "params", "coefficients", "feature_names", "cv"):
+        for key, kind, label in _MODEL_TYPES:
             if key not in model:
                 raise SchemaError(f"{where}: model {name!r} lacks {key!r}")
+            if not isinstance(model[key], kind):
+                raise SchemaError(f"{where}: models.{name}.{key} must be {label}")
     for dev, quantities in data["devices"].items():
         if not isinstance(quantities, dict):
             raise SchemaError(f"{where}: devices.{dev} must be a JSON object")
@@ -66,6 +94,27 @@ def validate_artifact(data: Any, *, where: str = "artifact") -> dict[str, Any]:
                 k in est for k in ("value", "low", "high", "basis")
             ):
                 raise SchemaError(f"{where}: devices.{dev}.{q} needs value, low, high and basis")
+            for k in ("value", "low", "high"):
+                v = est[k]
+                if v is None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise SchemaError(f"{where}: devices.{dev}.{q}.{k} must be a number")
+                if not (math.isfinite(v) and v > 0):
+                    raise SchemaError(
+                        f"{where}: devices.{dev}.{q}.{k} must be a finite number > 0 (got {v!r})"
+                    )
+            lo, v, hi = est["low"], est["value"], est["high"]
+            if None not in (lo, v, hi) and not lo <= v <= hi:
+                raise SchemaError(
+                    f"{where}: devices.{dev}.{q}: low <= value <= high does not hold "
+                    f"({lo!r}, {v!r}, {hi!r})"
+                )
+            if est["basis"] not in BASES:
+                raise SchemaError(
+                    f"{where}: devices.{dev}.{q}.basis must be one of {', '.join(BASES)}"
+                    f" (got {est['basis']!r})"
+                )
     return data
 
 

@@ -357,3 +357,58 @@ def test_schedule_emit_config_out_checked_before_the_simulation(run_cli, tmp_pat
     line = one_line_error(proc)
     assert "--out" in line and "is a file, not a folder" in line
     assert proc.stdout == ""
+
+
+def _shipped_artifact() -> dict:
+    from gpuplan.calibration.artifact import default_artifact_path
+
+    return json.loads(default_artifact_path().read_text())
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expect"),
+    [
+        (("inputs",), 5, "'inputs' must be a list"),
+        (
+            ("devices", "h100-sxm5-80gb", "matmul_bf16_flops_per_s", "value"),
+            "x",
+            "must be a number",
+        ),
+        (
+            ("devices", "h100-sxm5-80gb", "matmul_bf16_flops_per_s", "value"),
+            -1.0,
+            "finite number > 0",
+        ),
+        (("devices", "h100-sxm5-80gb", "matmul_bf16_flops_per_s", "low"), 1e300, "low <= value"),
+        (
+            ("devices", "h100-sxm5-80gb", "matmul_bf16_flops_per_s", "basis"),
+            "guess",
+            "basis must be",
+        ),
+        (("device_specs",), [], "'device_specs' must be a JSON object"),
+    ],
+)
+def test_artifact_fields_are_checked_on_load(tmp_path, path, value, expect):
+    """A hand-edited artifact is refused naming the field, before a forecast reads it."""
+    from gpuplan.calibration import load_artifact
+    from gpuplan.errors import SchemaError
+
+    doc = _shipped_artifact()
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    f = write_json(tmp_path / "edited.json", doc)
+    with pytest.raises(SchemaError, match=expect) as exc:
+        load_artifact(f)
+    assert str(f) in exc.value.one_line()
+    assert ".".join(path[1:]) in exc.value.one_line() or path[0] in exc.value.one_line()
+
+
+def test_artifact_with_nan_refused_by_the_cli(run_cli, tmp_path):
+    doc = _shipped_artifact()
+    doc["devices"]["h100-sxm5-80gb"]["matmul_bf16_flops_per_s"]["value"] = float("nan")
+    f = tmp_path / "nan.json"
+    f.write_text(json.dumps(doc))  # json writes NaN, and json.loads reads it back
+    line = one_line_error(run_cli(*INFER, "--calibration", str(f)))
+    assert "matmul_bf16_flops_per_s.value" in line and "finite" in line

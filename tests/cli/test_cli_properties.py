@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from gpuplan.cli.main import main
-from tests.cli._helpers import EXAMPLES, SMALL_SCENARIO
+from tests.cli._helpers import EXAMPLES, HF_LLAMA, HF_MIXTRAL, REPO, SMALL_SCENARIO
 
 _COUNTER = itertools.count()
 
@@ -127,6 +127,40 @@ def scenario_docs(draw, bases: list[dict]) -> Any:
 
 FILE_KINDS = ["binary", "empty", "utf16", "truncated", "directory", "missing"]
 
+ARTIFACT = json.loads(
+    (REPO / "gpuplan" / "calibration" / "data" / "default_artifact.json").read_text()
+)
+_DEVICE_LEAVES = [
+    ("devices", dev, q, k)
+    for dev, quantities in sorted(ARTIFACT["devices"].items())[:4]
+    for q in sorted(quantities)[:3]
+    for k in ("value", "low", "high", "basis")
+]
+ARTIFACT_PATHS = [(k,) for k in sorted(ARTIFACT)] + _DEVICE_LEAVES
+
+
+@st.composite
+def artifact_docs(draw) -> Any:
+    """The shipped artifact with a top-level field or a device figure replaced."""
+    return _replace(ARTIFACT, draw(st.sampled_from(ARTIFACT_PATHS)), draw(REPLACEMENTS))
+
+
+@st.composite
+def calibration_arg(draw, folder: Path) -> str:
+    kind = draw(st.sampled_from([*FILE_KINDS, "artifact", "artifact"]))
+    if kind != "artifact":
+        return _file(folder, kind)
+    path = folder / f"gen-{next(_COUNTER)}.json"
+    path.write_text(json.dumps(draw(artifact_docs())))
+    return str(path)
+
+
+@st.composite
+def hf_configs(draw) -> Any:
+    """A Hugging Face config.json (Llama 3.1 8B or Mixtral 8x7B) with a field replaced."""
+    base = draw(st.sampled_from([HF_LLAMA, HF_MIXTRAL]))
+    return _replace(base, (draw(st.sampled_from(sorted(base))),), draw(REPLACEMENTS))
+
 
 @st.composite
 def file_arg(draw, folder: Path, docs=None) -> str:
@@ -193,7 +227,9 @@ def folder(tmp_path):
 @settings(max_examples=80 * SCALE, **COMMON)
 @given(data=st.data())
 def test_forecast_train_never_crashes(folder, data):
-    model_files = file_arg(folder, st.sampled_from([{"layers": 2}, {"hidden": "x"}, [1, 2]]))
+    model_files = file_arg(
+        folder, st.one_of(st.sampled_from([{"layers": 2}, {"hidden": "x"}, [1, 2]]), hf_configs())
+    )
     spec = {
         "--gpus": NUMBERS,
         "--tokens": NUMBERS,
@@ -209,7 +245,7 @@ def test_forecast_train_never_crashes(folder, data):
         "--recompute": STRINGS,
         "--node": STRINGS,
         "--instance": STRINGS,
-        "--calibration": file_arg(folder),
+        "--calibration": calibration_arg(folder),
         "--model-file": model_files,
         "--layers": NUMBERS,
         "--top": NUMBERS,
@@ -244,8 +280,10 @@ def test_forecast_infer_never_crashes(folder, data):
         "--gpu": STRINGS,
         "--slo-percentile": STRINGS,
         "--seed": NUMBERS,
-        "--calibration": file_arg(folder),
-        "--model-file": file_arg(folder, st.sampled_from([{"layers": 2}, {"kv_heads": -1}])),
+        "--calibration": calibration_arg(folder),
+        "--model-file": file_arg(
+            folder, st.one_of(st.sampled_from([{"layers": 2}, {"kv_heads": -1}]), hf_configs())
+        ),
         "--max-throughput": None,
     }
     args = ["forecast", "infer", "--model", "llama3.1-8b", *_options(data.draw, spec, 3)]
@@ -260,7 +298,7 @@ def test_forecast_infer_never_crashes(folder, data):
 def test_plan_never_crashes(folder, data):
     scenario = data.draw(file_arg(folder, scenario_docs(SCENARIOS)))
     spec = {
-        "--calibration": file_arg(folder),
+        "--calibration": calibration_arg(folder),
         "--trial": STRINGS,
         "--out": st.sampled_from([str(folder / "out"), scenario, str(folder / "missing/x")]),
         "--results": st.sampled_from([str(folder), scenario]),
