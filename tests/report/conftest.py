@@ -124,3 +124,29 @@ def report_dir(tmp_path_factory) -> Path:
     out = root / "out"
     write_report(plan.to_json(), out)
     return out
+
+
+EXAMPLES = HERE.parents[1] / "examples"
+#: The shipped examples the print and summary tests read (issue 17 measured these two).
+EXAMPLE_NAMES = ("llama-pretrain", "mixed-teams")
+
+
+@pytest.fixture(scope="session")
+def example_reports(tmp_path_factory) -> dict[str, Path]:
+    """Each shipped example planned as a user would (``gpuplan plan FILE``, no trial run),
+    its report written under a tmp dir; the Philly curve shortened as for ``report_dir``."""
+    from gpuplan.plan.planner import build_plan
+    from gpuplan.plan.scenario import load_scenario
+    from gpuplan.plan.scheduling import capacity
+    from gpuplan.report import write_report
+
+    out = {}
+    for name in EXAMPLE_NAMES:
+        root = tmp_path_factory.mktemp(name)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(capacity, "PHILLY_CURVE_SIZES_GPUS", SMALL_PHILLY_SIZES_GPUS)
+            mp.setattr(capacity, "philly_wait_curve", small_philly_curve)
+            plan = build_plan(load_scenario(EXAMPLES / f"{name}.yaml"), results_paths=[root])
+        write_report(plan.to_json(), root / "out")
+        out[name] = root / "out"
+    return out
