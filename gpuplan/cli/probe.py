@@ -28,8 +28,11 @@ HELP = """Measure this node: matmul, memory bandwidth, host-device copies, colle
 Each probe is timed with warmups kept apart, loops calibrated so that one sample lasts
 long enough, and repeated samples (median and spread); results are checked for
 correctness. A probe that fails is recorded as failed with its reason and the suite goes
-on; Ctrl-C still writes what was measured. The result file goes to --out (never
-overwriting); --format json prints the same document on stdout.
+on; Ctrl-C (or SIGTERM) still writes what was measured, the interrupted probe's points
+included. The result file goes to --out (never overwriting); --format json prints the
+same document on stdout. While it runs, <file>.partial.json beside it holds what is
+finished (a killed run leaves it; 'gpuplan results ls' lists it). One probe run per
+machine at a time: a second one is refused and told which run holds the machine.
 
 \b
 Examples:
