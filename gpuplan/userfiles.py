@@ -138,7 +138,7 @@ def check_output_dir(path: str | Path, *, what: str = "--out", min_free_bytes: i
 
     A folder can be created beside ``path`` (where :func:`write_file_set` stages its files),
     ``path`` is not an existing file, and the file system has at least ``min_free_bytes``
-    free. Creates missing parent folders; leaves nothing else behind.
+    free. Creates nothing (missing parents are checked at their nearest existing folder).
 
     Raises
     ------
@@ -154,24 +154,23 @@ def check_output_dir(path: str | Path, *, what: str = "--out", min_free_bytes: i
     if out.exists() and not out.is_dir():
         raise InputError(f"{what} {out} is a file", hint="give a folder for the outputs")
     parent = out.absolute().parent
-    blocker = _nearest_existing(parent)
-    if not blocker.is_dir():
+    existing = _nearest_existing(parent)
+    if not existing.is_dir():
         raise InputError(
-            f"{what} {out}: {blocker} is a file, not a folder", hint=f"choose another {what}"
+            f"{what} {out}: {existing} is a file, not a folder", hint=f"choose another {what}"
         )
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.check-")
+    try:  # where the first new folder would be made (nothing is left behind)
+        probe = tempfile.mkdtemp(dir=existing, prefix=f".{out.name}.check-")
         os.rmdir(probe)
     except OSError as exc:
         raise InputError(
-            f"cannot write {what} {out}: {exc.strerror or exc} ({parent})",
+            f"cannot write {what} {out}: {exc.strerror or exc} ({existing})",
             hint="choose a folder you can write, or fix its permissions",
         ) from None
-    free = shutil.disk_usage(parent).free
+    free = shutil.disk_usage(existing).free
     if free < min_free_bytes:
         raise EnvironmentProblem(
-            f"only {free / 2**20:.1f} MiB free at {parent}; {what} needs about "
+            f"only {free / 2**20:.1f} MiB free at {existing}; {what} needs about "
             f"{min_free_bytes / 2**20:.0f} MiB",
             hint="free some space or choose another folder",
         )
@@ -179,18 +178,17 @@ def check_output_dir(path: str | Path, *, what: str = "--out", min_free_bytes: i
 
 
 def check_output_file(path: str | Path, *, what: str) -> Path:
-    """Check before any long work that the file ``path`` can be written (its folder exists
-    or can be created, and takes a new file; ``path`` is not a folder)."""
+    """Check before any long work that the file ``path`` can be written (its folder, or the
+    nearest existing folder above it, takes a new file; ``path`` is not a folder)."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} {p} is a directory", hint="give the path of a file to write")
     parent = p.absolute().parent
-    blocker = _nearest_existing(parent)
-    if not blocker.is_dir():
-        raise InputError(f"{what} {p}: {blocker} is a file, not a folder")
+    existing = _nearest_existing(parent)
+    if not existing.is_dir():
+        raise InputError(f"{what} {p}: {existing} is a file, not a folder")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.check-")
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=f".{p.name}.check-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:

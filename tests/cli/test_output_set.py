@@ -166,3 +166,14 @@ def test_out_through_a_symlink_replaces_the_target_and_keeps_the_link(tmp_path, 
     assert json.loads((real / "plan.json").read_text())["scenario"] == small_plan_doc["scenario"]
     assert (real / "mine.txt").read_text() == "mine\n"
     assert set(p.name for p in real.iterdir()) == {*REPORT, "mine.txt"}
+
+
+def test_the_check_before_planning_creates_nothing(run_cli, tmp_path):
+    """A plan refused after the --out check (unknown GPU) leaves no folder behind."""
+    scen = tmp_path / "s.yaml"
+    scen.write_text(SMALL_SCENARIO.replace("gpus: [h100]", "gpus: [no-such-gpu]"))
+    out = tmp_path / "a" / "b" / "report"
+    proc = run_cli("plan", str(scen), "--out", str(out), "--no-progress")
+    line = one_line_error(proc)
+    assert "no-such-gpu" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
