@@ -361,8 +361,8 @@ def _run(
     if outcome.path is not None:
         info(f"gpuplan: wrote {outcome.path}")
     for p in doc.probes:
-        if p.status == "failed":
-            warn(f"{p.probe} {p.params.get('dtype') or ''}: failed: {p.error}")
+        if p.status in ("failed", "interrupted"):
+            warn(f"{p.probe} {p.params.get('dtype') or ''}: {p.status}: {p.error}")
     emit(
         doc.model_dump(mode="json"),
         fmt,

@@ -13,7 +13,10 @@ alive, so such a directory belongs to a dead run. Directories of other machines 
 filesystem) are left alone, since this machine's lock says nothing about them.
 
 The same sweep removes the temporary files of an atomic result write (``.<name>.json.
-<random>.tmp``) that a killed run left in its own ``<results>/<machine_id>/`` folder.
+<random>.tmp``) that a killed run left in its own ``<results>/<machine_id>/`` folder, and
+the ``.gpuplan-storage-<random>`` folders of gpuplan 0.1 (which named no owner) once
+they have not changed for :data:`LEGACY_STALE_S`: a live run rewrites its fio logs in
+that folder every few seconds.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from gpuplan.results.store import safe_name
 
-__all__ = ["SCRATCH_PREFIX", "make_scratch_dir", "remove_stale"]
+__all__ = ["LEGACY_PREFIX", "SCRATCH_PREFIX", "make_scratch_dir", "remove_stale"]
 
 SCRATCH_PREFIX = ".gpuplan-scratch-"
+LEGACY_PREFIX = ".gpuplan-storage-"
+LEGACY_STALE_S = 3600.0
 _NAME = re.compile(r"^\.gpuplan-scratch-(?P<machine>.+)-(?P<pid>\d+)-(?P<run>[^-]+)-[^-]+$")
 
 
@@ -54,7 +60,7 @@ def remove_stale(
     scratch directory may be in (``--out``, ``--storage-path``); ``results_root`` is the
     result folder, whose ``<machine_id>/`` sub-folder is cleared of write temporaries.
     """
-    me = os.getpid()
+    me, now = os.getpid(), time.time()
     machine = safe_name(machine_id)
     removed: list[Path] = []
     seen: set[Path] = set()
@@ -67,9 +73,13 @@ def remove_stale(
         seen.add(base)
         with contextlib.suppress(OSError):
             for entry in base.iterdir():
-                owner = _owner(entry.name)
-                if owner is None or owner[0] != machine or owner[1] == me:
-                    continue
+                if entry.name.startswith(LEGACY_PREFIX):
+                    if now - entry.lstat().st_mtime < LEGACY_STALE_S:
+                        continue
+                else:
+                    owner = _owner(entry.name)
+                    if owner is None or owner[0] != machine or owner[1] == me:
+                        continue
                 shutil.rmtree(entry, ignore_errors=True)
                 if not entry.exists():
                     removed.append(entry)

@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from gpuplan.probes import procs
-from gpuplan.probes.scratch import SCRATCH_PREFIX, make_scratch_dir, remove_stale
+from gpuplan.probes.scratch import (
+    LEGACY_PREFIX,
+    LEGACY_STALE_S,
+    SCRATCH_PREFIX,
+    make_scratch_dir,
+    remove_stale,
+)
 from gpuplan.probes.suite import ResultNotSaved, partial_path, save_or_rescue
 from gpuplan.results.store import load_result, result_path
 from tests.probes._runs import MARKER, REPO, gone_within, marked_processes
@@ -118,14 +124,20 @@ def test_stale_scratch_of_this_machine_goes_the_rest_stays(tmp_path):
     for d in (*dead, other_machine, unrelated):
         d.mkdir()
         (d / "gpuplan-fio.dat").write_bytes(b"\0" * 4096)
+    legacy_old, legacy_live = out / f"{LEGACY_PREFIX}abc123", out / f"{LEGACY_PREFIX}def456"
+    for d in (legacy_old, legacy_live):
+        d.mkdir()
+    hours_ago = time.time() - 2 * LEGACY_STALE_S
+    os.utime(legacy_old, (hours_ago, hours_ago))
     tmp_write = results_dir / ".20261201T000000Z_abcd1234.partial.json.k3j2.tmp"
     tmp_write.write_text("{")
     kept_result = results_dir / "20261201T000000Z_abcd1234.partial.json"
     kept_result.write_text("{}")
 
     removed = remove_stale([out, storage, None, out], machine_id="m1", results_root=out)
-    assert sorted(removed) == sorted([*dead, tmp_write])
+    assert sorted(removed) == sorted([*dead, legacy_old, tmp_write])
     assert mine.is_dir() and other_machine.is_dir() and unrelated.is_dir()
+    assert legacy_live.is_dir()  # gpuplan 0.1's folder, changed within the hour: may be live
     assert kept_result.exists()
 
 
