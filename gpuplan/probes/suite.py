@@ -163,7 +163,8 @@ class _Signals:
 
     A Slurm time limit sends SIGTERM, a closed ssh session SIGHUP: both stop the suite
     the way Ctrl-C does. Installed only in the main thread (signal handlers live there);
-    SIGINT is left alone when it is ignored (a background job) or handled by the caller.
+    a signal that is ignored (``nohup``, a background job) stays ignored, and SIGINT is
+    left alone when the caller handles it.
     With :attr:`deferring` set, a signal only marks the run interrupted.
     """
 
@@ -181,8 +182,11 @@ class _Signals:
             sig = getattr(signal, name, None)
             if sig is None:
                 continue
-            if name == "SIGINT" and signal.getsignal(sig) is not signal.default_int_handler:
-                continue
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN or (
+                name == "SIGINT" and current is not signal.default_int_handler
+            ):
+                continue  # nohup, a background job, or a caller's own handler: respected
             self._old[sig] = signal.signal(sig, self._handler)
         return self
 

@@ -53,8 +53,14 @@ class ProbeRun:
             self.proc.wait(timeout=10)
 
 
-def start_probe(tmp_path: Path, *args: str) -> ProbeRun:
-    """Start ``gpuplan probe ARGS`` in its own session, output to files under tmp_path."""
+def start_probe(tmp_path: Path, *args: str, ignore: tuple[int, ...] = ()) -> ProbeRun:
+    """Start ``gpuplan probe ARGS`` in its own session, output to files under tmp_path;
+    the signals in ``ignore`` start ignored (as under ``nohup``)."""
+
+    def preexec() -> None:
+        for sig in ignore:
+            signal.signal(sig, signal.SIG_IGN)
+
     marker = uuid.uuid4().hex
     name = f"probe-{marker[:8]}"
     stdout_path, stderr_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
@@ -68,6 +74,7 @@ def start_probe(tmp_path: Path, *args: str) -> ProbeRun:
             cwd=REPO,
             env=env,
             start_new_session=True,
+            preexec_fn=preexec if ignore else None,
         )
     return ProbeRun(proc, marker, stdout_path, stderr_path)
 

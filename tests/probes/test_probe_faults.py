@@ -92,7 +92,9 @@ def test_sigkill_leaves_a_visible_partial_no_process_and_no_scratch_after_the_ne
     assert len(list(out.glob("*/*.json"))) == 2
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_a_signal_keeps_the_points_of_the_probe_it_interrupts(tmp_path, sig):
     out = tmp_path / "results"
     run = start_probe(
@@ -125,6 +127,33 @@ def test_a_signal_keeps_the_points_of_the_probe_it_interrupts(tmp_path, sig):
     (final,) = out.glob("*/*.json")  # the checkpoint gave way to the final file
     assert not final.name.endswith(".partial.json")
     assert load_result(final).probes[0].measurements == coll["measurements"]
+
+
+def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
+    out = tmp_path / "results"
+    run = start_probe(
+        tmp_path,
+        "--quick",
+        "--only",
+        "collectives",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+        ignore=(signal.SIGHUP,),
+    )
+    try:
+        wait_until(
+            "a checkpoint inside the collectives",
+            lambda: probe_status(partial_doc(out), "collectives")[0] == "interrupted",
+            run,
+        )
+        run.proc.send_signal(signal.SIGHUP)
+        assert run.wait(timeout=120) == 0, run.stderr
+    finally:
+        run.kill_all()
+    doc = json.loads(run.stdout)
+    assert doc["interrupted"] is False and doc["probes"][0]["status"] == "ok"
 
 
 def test_a_second_probe_is_refused_naming_the_run_that_holds_the_lock(tmp_path, run_cli):
