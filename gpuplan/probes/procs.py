@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -52,28 +53,37 @@ _lock = threading.Lock()
 _children: set[int] = set()  # process-group ids (= pids of the group leaders)
 
 
+@functools.cache
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up once in the parent: a child between fork and exec must
+    not ``dlopen`` (another thread of the parent may have held the loader's lock)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only).
 
     Returns whether it could be set (False on other systems, where the watchdog of
     :func:`become_probe_child` and :func:`kill_children` remain).
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    prctl = _prctl()
+    return prctl is not None and int(prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
 
 
 def preexec_child(parent_pid: int) -> Callable[[], None]:
     """A ``preexec_fn`` for :class:`subprocess.Popen`: own process group, dies with us.
 
     It runs in the child between fork and exec, so it does only simple system calls (no
-    imports, no locks). A parent id other than ``parent_pid`` once the signal is set means
+    imports, no locks, no ``dlopen``: ``prctl`` is looked up here, before the fork). A parent id other than ``parent_pid`` once the signal is set means
     the parent died before: the child exits at once.
     """
+
+    _prctl()  # resolved here, in the parent
 
     def preexec() -> None:
         os.setpgid(0, 0)
