@@ -26,8 +26,14 @@ instance and on-premises node; build the fabric, storage and power; price every
 purchasing model; rank the options; and write a report whose every number has its source.
 
 The report goes to DIR as report.html (self-contained: open it in a browser),
-report.md and plan.json. A constraint that cannot be met (site power, racks, budget,
-deadline) does not stop the plan: it says which constraint binds.
+report.md and plan.json, written as one set (a temporary folder beside DIR renamed into
+place: a failure never leaves new files mixed with old ones; other files in DIR are kept).
+DIR is checked for write access and free space before planning. A constraint that cannot
+be met (site power, racks, budget, deadline) does not stop the plan: it says which
+constraint binds.
+
+Exit code 0 when some option is feasible; 1 when none is (the report is still written,
+and each reason is one line on stderr); 2 for a bad scenario, option or file.
 
 \b
 Examples:
