@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gpuplan.probes.procs import run_child
+
 _MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 _SALT = b"gpuplan-machine-id-v1:"
 
@@ -73,9 +75,7 @@ def cpu_llc_bytes(sys_cpu: Path | str = "/sys/devices/system/cpu") -> int | None
         return best[1]
     if shutil.which("lscpu"):
         with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-            out = subprocess.run(
-                ["lscpu", "-B", "-C=LEVEL,ONE-SIZE"], capture_output=True, text=True, timeout=5
-            ).stdout
+            out = run_child(["lscpu", "-B", "-C=LEVEL,ONE-SIZE"], timeout_s=5).stdout
             rows = [line.split() for line in out.splitlines()[1:] if line.split()]
             sizes = [(int(r[0]), int(r[1])) for r in rows if len(r) == 2 and r[0].isdigit()]
             if sizes:
@@ -131,7 +131,7 @@ def _run(cmd: list[str], timeout: float = 10) -> str | None:
     if shutil.which(cmd[0]) is None:
         return None
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = run_child(cmd, timeout_s=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
