@@ -67,15 +67,10 @@ def candidate_values(
     cand["tp"] = [
         t for t in _powers_of_two(min(max(node_size, 1), num_gpus)) if arch.heads % t == 0
     ]
-    # Even splits, splits with the embedding and loss counted as layers, and the powers of
-    # two with uneven first/last stages (DeepSeek-V3's 61 layers on 16 stages).
-    cand["pp"] = sorted(
-        p
-        for p in set(_divisors(arch.layers, num_gpus))
-        | set(_divisors(arch.layers + 2, num_gpus))
-        | set(_powers_of_two(min(num_gpus, arch.layers)))
-        if bool(valid_pipeline(arch, p))
-    )
+    # Every stage count that divides the GPU count and can hold the layers: even splits,
+    # the embedding and loss counted as layers, or uneven first/last stages (DeepSeek-V3's
+    # 61 layers on 16 stages, 80 layers on 11).
+    cand["pp"] = [p for p in _divisors(num_gpus, arch.layers) if bool(valid_pipeline(arch, p))]
     cand["cp"] = [
         c for c in _powers_of_two(min(MAX_SEARCH_CP, num_gpus)) if c == 1 or seq_len % (2 * c) == 0
     ]
@@ -137,6 +132,49 @@ def enumerate_layouts(
         ok &= ep == 1
     L["dp"] = dp
     return {k: L[k][ok] for k in LAYOUT_KEYS}
+
+
+def nearest_valid_batch(
+    arch: ModelArch,
+    num_gpus: int,
+    fixed: dict[str, Any],
+    *,
+    seq_len: int,
+    global_batch: int,
+    hw: Hardware,
+) -> int | None:
+    """The global batch nearest ``global_batch`` (sequences) that some layout on ``num_gpus``
+    divides (data parallelism x micro-batch), or None when no layout exists at any batch.
+
+    Ties go to the smaller batch. Only the batch moves: the layout rules stay as they are.
+    """
+    cand = candidate_values(
+        arch, num_gpus, fixed, seq_len=seq_len, global_batch=global_batch, node_size=hw.node_size
+    )
+    dps = {
+        num_gpus // (t * p * c)
+        for t in cand["tp"]
+        for p in cand["pp"]
+        for c in cand["cp"]
+        if num_gpus % (t * p * c) == 0
+    }
+    if fixed.get("dp") is not None:
+        dps &= {int(fixed["dp"])}
+    step = max(int(fixed.get("micro_batch") or 1), 1)
+    options: set[int] = set()
+    for d in dps:
+        unit = d * step
+        below = (global_batch // unit) * unit
+        options.update(b for b in (below, below + unit) if b >= unit)
+    for b in sorted(options, key=lambda b: (abs(b - global_batch), b)):
+        if b == global_batch:
+            continue
+        found = enumerate_layouts(
+            arch, num_gpus, fixed, seq_len=seq_len, global_batch=b, node_size=hw.node_size
+        )
+        if found["tp"].size:
+            return int(b)
+    return None
 
 
 def _no_layout_error(
@@ -223,12 +261,15 @@ def best_layouts(
     constants: dict[str, Any],
     top: int = 1,
     raise_if_none_fits: bool = True,
+    round_batch: bool = True,
 ) -> dict[str, Any]:
     """Best layout for ``num_gpus`` (DESIGN 3.3 fields) with ``runners_up`` (``top - 1``).
 
     When every layout dimension is given the layout is checked (one-line error naming the
     problem) and forecast even if it does not fit; ``to_fit`` then lists single changes
-    that would make it fit. When some are searched, only fitting layouts are ranked.
+    that would make it fit. When some are searched, only fitting layouts are ranked. When
+    no layout divides the global batch (``round_batch``), the nearest global batch that one
+    divides is used instead and ``global_batch_rounded_from`` says so.
     """
     fixed = {k: v for k, v in fixed.items() if v is not None}
     if not arch.is_moe:
@@ -257,7 +298,32 @@ def best_layouts(
             node_size=hw.node_size,
         )
         if layouts["tp"].size == 0:
-            raise _no_layout_error(arch, num_gpus, fixed, global_batch)
+            near = (
+                nearest_valid_batch(
+                    arch, num_gpus, fixed, seq_len=seq_len, global_batch=global_batch, hw=hw
+                )
+                if round_batch
+                else None
+            )
+            if near is None:
+                raise _no_layout_error(arch, num_gpus, fixed, global_batch)
+            out = best_layouts(
+                arch,
+                hw,
+                num_gpus,
+                fixed,
+                seq_len=seq_len,
+                global_batch=near,
+                precision=precision,
+                framework=framework,
+                constants=constants,
+                top=top,
+                raise_if_none_fits=raise_if_none_fits,
+                round_batch=False,
+            )
+            out["global_batch_rounded_from"] = int(global_batch)
+            out["global_batch_used"] = int(near)
+            return out
     mem = memory_only(
         arch,
         hw,
@@ -414,6 +480,8 @@ def cluster_sizes(
         global_batch=global_batch,
         node_size=hw.node_size,
     )
+    if fixed.get("pp") is None:
+        cand["pp"] = [p for p in range(1, arch.layers + 1) if bool(valid_pipeline(arch, p))]
     dps = [int(fixed["dp"])] if fixed.get("dp") is not None else _divisors(global_batch)
     sizes = {
         t * p * c * d
@@ -484,7 +552,9 @@ def smallest_cluster(
     found: dict[str, Any] | None = None
     for n in sizes:
         try:
-            res = best_layouts(arch, hw, n, fixed, top=top, raise_if_none_fits=False, **kw)
+            res = best_layouts(
+                arch, hw, n, fixed, top=top, raise_if_none_fits=False, round_batch=False, **kw
+            )
         except InputError:
             res = None
         if res is not None and not res.get("fits_in_memory", False):

@@ -1309,8 +1309,14 @@ def forecast_training(
     out["gpu"] = hw.gpu_id
     out["precision"] = precision
     out["seq_len"] = int(seq_len)
-    out["global_batch"] = gbs
-    out["global_batch_tokens"] = gbs * int(seq_len)
+    used = int(out.pop("global_batch_used", gbs))
+    if used != gbs:
+        out.setdefault("notes", []).append(
+            f"global batch rounded from {gbs} to {used} sequences: no layout on "
+            f"{out['num_gpus']} GPUs divides {gbs} (data parallelism x micro-batch must)"
+        )
+    out["global_batch"] = used
+    out["global_batch_tokens"] = used * int(seq_len)
     out["tokens"] = float(tokens) if tokens is not None else None
     out["target_days"] = float(target_days) if target_days is not None else None
     out["provenance"] = {

@@ -149,8 +149,10 @@ def test_smallest_cluster_is_the_smallest_of_every_size():
     assert out["gpus_vs_days"][-1] == [n, pytest.approx(out["time_to_train_s"] / 86400)]
     for m in range(8, n, 8):
         try:
-            smaller = best_layouts(ARCH, hw, m, {}, raise_if_none_fits=False, **KW)
-        except InputError:  # no valid layout at all on m GPUs
+            smaller = best_layouts(
+                ARCH, hw, m, {}, raise_if_none_fits=False, round_batch=False, **KW
+            )
+        except InputError:  # no valid layout at all on m GPUs with this batch
             continue
         if smaller.get("fits_in_memory"):
             assert tokens / smaller["tokens_per_s"] > target_s, m
@@ -331,3 +333,29 @@ def test_fsdp_means_zero3_without_pipeline():
             parallelism=dict(pp=2),
             hardware=fake_hardware(),
         )
+
+
+def test_batch_no_layout_divides_is_rounded_and_said():
+    # 1953 sequences (= 3^2 x 7 x 31) on 184 GPUs (= 8 x 23): no data-parallel size divides
+    out = forecast_training(
+        ARCH, num_gpus=184, seq_len=4096, global_batch=1953, hardware=fake_hardware()
+    )
+    dp, mb = out["parallelism"]["dp"], out["parallelism"]["micro_batch"]
+    assert out["global_batch"] != 1953 and out["global_batch"] % (dp * mb) == 0
+    assert abs(out["global_batch"] - 1953) <= dp * mb
+    assert out["global_batch_rounded_from"] == 1953
+    assert "rounded from 1953" in out["notes"][0]
+    assert out["tokens_per_s"] == pytest.approx(out["global_batch"] * 4096 / out["step_time_s"])
+
+
+def test_odd_pipeline_sizes_are_searched():
+    # 88 GPUs = 8 x 11: 32 layers on 11 stages (3 | 3 x 9 | 2) is a valid uneven split
+    out = forecast_training(
+        ARCH,
+        num_gpus=88,
+        seq_len=4096,
+        global_batch=64,
+        parallelism=dict(tp=8, pp=11),
+        hardware=fake_hardware(),
+    )
+    assert out["parallelism"]["pp"] == 11 and out["parallelism"]["dp"] == 1
