@@ -444,8 +444,8 @@ def _single_layout(
     mb = mp.breakdown(kv_tokens)
     fits = mb["total"] <= mp.usable_bytes and b_req <= b
     gpus = layout.gpus
-    q_thr = fitted.interval_quantiles("throughput_per_gpu")
-    q_ttft = fitted.interval_quantiles("ttft")
+    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
+    q_ttft = fitted.interval_quantiles("ttft", engine)
     ttft = float(ttft3[VALUE])
     tpot = float(tpot3[VALUE])
     thr = float(thr3[VALUE])
@@ -1191,6 +1191,9 @@ def build_candidates(
                 )
                 continue
             max_b = max(mp.max_batch(req_mean), 1)
+            sched_cap = engine_profile(engine).max_running_requests
+            if sched_cap is not None:
+                max_b = min(max_b, sched_cap)
             try:
                 perf = perf or get_perf(g.id)
                 rates = DeviceRates(perf, g, sh, engine=engine)
@@ -1422,8 +1425,8 @@ def _size_for_load(
     r_slow, r_fast = reps(SLOW), reps(FAST)
     r_lo = min(r_fast or best.replicas, best.replicas)
     r_hi = max(r_slow or best.replicas, best.replicas)
-    q_thr = fitted.interval_quantiles("throughput_per_gpu")
-    q_ttft = fitted.interval_quantiles("ttft")
+    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
+    q_ttft = fitted.interval_quantiles("ttft", engine)
     ttft_v = sim_val.percentile("ttft", pct)
     tpot_v = sim_val.percentile("tpot", pct)
     rates: Any = best.extra["rates"]

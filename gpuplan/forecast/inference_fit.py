@@ -276,8 +276,17 @@ class FittedOverheads:
     quantiles: dict[str, tuple[float, float]]
     record: dict[str, Any]
 
-    def interval_quantiles(self, metric: str) -> tuple[float, float]:
-        return self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
+    def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
+        """Log-space model-error quantiles for ``metric``; wider for an engine profile whose
+        constants are transferred from another engine (``TRANSFER_INTERVAL_WIDEN``)."""
+        lo, hi = self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
+        if engine is not None:
+            from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
+
+            prof = engine_profile(engine)
+            if not prof.calibrated and prof.family != "modern":
+                lo, hi = lo * TRANSFER_INTERVAL_WIDEN, hi * TRANSFER_INTERVAL_WIDEN
+        return lo, hi
 
 
 @lru_cache(maxsize=4)

@@ -46,28 +46,68 @@ _BASIS_ORDER = {"measured": 0, "transferred": 1, "spec": 2}
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """What a serving engine's kernels do that changes the physics (not a fitted number).
+    """A serving engine at a version: what its kernels and scheduler do that changes the
+    physics, and how far its constants are calibrated.
 
-    ``xqa_shapes``: ``(head_dim, query heads per KV head)`` pairs for which the engine has a
-    tensor-core decode-attention kernel; ``None`` means every shape. Other shapes run the
-    masked multi-head attention kernel, whose dot products run on the CUDA cores (FP32),
-    one query head per thread block.
-
-    ``custom_allreduce``: the engine runs its own one-shot/two-shot all-reduce for small
-    TP messages inside the scale-up domain (TensorRT-LLM's AllReduce plugin, added in
-    v0.5.0 and default since; vLLM's ``custom_all_reduce``, PR 2192; SGLang), besides NCCL.
+    Attributes
+    ----------
+    name:
+        ``family@version`` (``vllm@0.5.4``); the id the forecast and the validation use.
+    xqa_shapes:
+        ``(head_dim, query heads per KV head)`` pairs for which the engine has a tensor-core
+        decode-attention kernel; ``None`` means every shape. Other shapes run the masked
+        multi-head attention kernel, whose dot products run on the CUDA cores (FP32), one
+        query head per thread block.
+    description:
+        One line for the result.
+    custom_allreduce:
+        The engine runs its own one-shot/two-shot all-reduce for small TP messages inside
+        the scale-up domain (TensorRT-LLM's AllReduce plugin; vLLM's ``custom_all_reduce``,
+        PR 2192; SGLang), besides NCCL.
+    family, version:
+        ``trtllm``, ``vllm`` or ``sglang`` (``modern``: any current engine), and its release.
+    max_running_requests:
+        The scheduler's cap on running requests by default (vLLM ``max_num_seqs``); the
+        sizing never plans a larger batch. None: memory decides.
+    fitted_on:
+        The engine whose published rows fitted the framework constants this profile uses.
+        Equal to ``name`` only when the profile has at least :data:`MIN_ROWS_CALIBRATED`
+        published rows of its own; otherwise the constants are *transferred* and the
+        forecast's intervals are widened (:data:`TRANSFER_INTERVAL_WIDEN`).
+    sources:
+        Where the kernel and scheduler facts come from.
     """
 
     name: str
     xqa_shapes: tuple[tuple[int, int], ...] | None
     description: str
     custom_allreduce: bool = True
+    family: str = "modern"
+    version: str | None = None
+    max_running_requests: int | None = None
+    fitted_on: str = "trtllm@0.9"
+    sources: tuple[str, ...] = ()
+
+    @property
+    def calibrated(self) -> bool:
+        """True when this engine's own published rows fitted its constants."""
+        return self.fitted_on == self.name
+
+    @property
+    def basis(self) -> str:
+        return "calibrated" if self.calibrated else f"transferred from {self.fitted_on}"
 
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "family": self.family,
+            "version": self.version,
             "description": self.description,
             "custom_allreduce": self.custom_allreduce,
+            "max_running_requests": self.max_running_requests,
+            "constants": self.basis,
+            "calibrated": self.calibrated,
+            "sources": list(self.sources),
         }
 
     def vector_decode_attention(self, sh: Sharded) -> bool:
@@ -77,38 +117,116 @@ class EngineProfile:
         return (sh.arch.head_dim, group) not in self.xqa_shapes
 
 
-#: Engines whose decode kernels are known. ``modern``: tensor-core decode attention for any
-#: MHA/GQA/MQA/MLA shape (FlashInfer, FlashAttention-3, FlashMLA, TensorRT-LLM's JIT XQA).
-#: ``trtllm-0.9``: TensorRT-LLM v0.9.0, the engine of the shipped published runs. Its
-#: precompiled XQA kernels covered head_dim 128 with 8 query heads per KV head (kernel files
+#: A profile claims calibrated constants only with at least this many published rows of
+#: its own engine (held out by model when scored); below it the constants are transferred.
+MIN_ROWS_CALIBRATED = 10
+#: Factor on the log-space model-error quantiles of the interval when a profile's constants
+#: are transferred from another engine (it has fewer than MIN_ROWS_CALIBRATED rows).
+TRANSFER_INTERVAL_WIDEN = 2.0
+
+_VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_seqs 256)"
+
+#: Engine profiles (``family@version``). The shipped framework constants are fitted on the
+#: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``); every other profile transfers them and says
+#: so. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
+#: per KV head (kernel files
 #: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``
 #: in NVIDIA/TensorRT-LLM; the 0.10.0 release notes, PR #1734, name Llama-2-70B as the XQA
 #: model); every other shape used the masked MHA kernel. Its custom all-reduce plugin was
 #: opt-in (``PluginConfig.use_custom_all_reduce = False`` by default in the 0.x releases,
 #: ``tensorrt_llm/plugin/plugin.py``; the published table does not say it was enabled), so
-#: TP all-reduces ran on NCCL.
+#: TP all-reduces ran on NCCL. ``modern``: tensor-core decode attention for any
+#: MHA/GQA/MQA/MLA shape (FlashInfer, FlashAttention-3, FlashMLA, TensorRT-LLM's JIT XQA).
 ENGINES: dict[str, EngineProfile] = {
-    "modern": EngineProfile("modern", None, "tensor-core decode attention for every shape"),
-    "trtllm-0.9": EngineProfile(
-        "trtllm-0.9",
+    "modern": EngineProfile(
+        "modern",
+        None,
+        "any current engine: tensor-core decode attention for every shape, custom all-reduce",
+    ),
+    "trtllm@0.9": EngineProfile(
+        "trtllm@0.9",
         ((128, 8),),
         "TensorRT-LLM v0.9.0: XQA for head_dim 128 with 8 query heads per KV head, masked MHA "
         "otherwise; NCCL all-reduce",
         custom_allreduce=False,
+        family="trtllm",
+        version="0.9.0",
+        fitted_on="trtllm@0.9",
+        sources=("NVIDIA/TensorRT-LLM v0.9.0 docs/source/performance.md (the fitted rows)",),
+    ),
+    "trtllm@1.0": EngineProfile(
+        "trtllm@1.0",
+        None,
+        "TensorRT-LLM 1.0: JIT XQA decode attention for every GQA shape, AllReduce plugin "
+        "(one-shot/two-shot) by default",
+        family="trtllm",
+        version="1.0",
+        sources=("NVIDIA/TensorRT-LLM release notes 0.10-1.0 (XQA JIT, AllReduce plugin)",),
+    ),
+    "vllm@0.5.4": EngineProfile(
+        "vllm@0.5.4",
+        None,
+        "vLLM 0.5.4: FlashAttention decode (tensor cores), custom all-reduce, CUDA graphs up "
+        "to batch 256, max_num_seqs 256",
+        family="vllm",
+        version="0.5.4",
+        max_running_requests=256,
+        sources=(_VLLM_DOCS, "vllm-project/vllm PR 2192 (custom all-reduce)"),
+    ),
+    "vllm@0.6.0": EngineProfile(
+        "vllm@0.6.0",
+        None,
+        "vLLM 0.6.0: as 0.5.4 plus multi-step scheduling (--num-scheduler-steps) and the "
+        "asynchronous output processor",
+        family="vllm",
+        version="0.6.0",
+        max_running_requests=256,
+        sources=(_VLLM_DOCS, "https://blog.vllm.ai/2024/09/05/perf-update.html"),
+    ),
+    "sglang@0.3.0": EngineProfile(
+        "sglang@0.3.0",
+        None,
+        "SGLang 0.3.0: FlashInfer decode attention (tensor cores), custom all-reduce, "
+        "chunked prefill, RadixAttention off for unique prompts",
+        family="sglang",
+        version="0.3.0",
+        sources=("sgl-project/sglang benchmark/benchmark_vllm_060/README.md (launch flags)",),
     ),
 }
-
+#: Names that resolve to a profile: the family alone is its newest profile here.
+ENGINE_ALIASES = {
+    "trtllm-0.9": "trtllm@0.9",
+    "trtllm": "trtllm@1.0",
+    "vllm": "vllm@0.6.0",
+    "sglang": "sglang@0.3.0",
+}
 
 #: the engine assumed when none is named
 DEFAULT_ENGINE = "modern"
 
 
 def engine_profile(name: str) -> EngineProfile:
+    """The profile of ``name`` (``vllm``, ``vllm@0.5.4``, ``trtllm@0.9``, ``modern``...).
+
+    >>> engine_profile("vllm@0.5.4").max_running_requests
+    256
+    >>> engine_profile("trtllm-0.9").name
+    'trtllm@0.9'
+    """
     from gpuplan.errors import InputError
 
-    if name not in ENGINES:
-        raise InputError(f"unknown engine {name!r}", hint=f"use one of {', '.join(ENGINES)}")
-    return ENGINES[name]
+    key = str(name).strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key not in ENGINES:
+        family = key.split("@", 1)[0]
+        known = [n for n in ENGINES if n.split("@", 1)[0] == family]
+        hint = (
+            f"versions of {family} with a profile: {', '.join(known)}"
+            if known
+            else f"use one of {', '.join([*ENGINE_ALIASES, *ENGINES])}"
+        )
+        raise InputError(f"unknown engine {name!r}", hint=hint)
+    return ENGINES[key]
 
 
 def _worst(*bases: str) -> str:

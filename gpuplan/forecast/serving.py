@@ -330,6 +330,41 @@ def simulate(
     arrivals = np.cumsum(rng.exponential(1.0 / qps, n_req))
     lin = inputs.sample(rng, n_req)
     lout = outputs.sample(rng, n_req)
+    return simulate_requests(
+        replica,
+        arrivals,
+        lin,
+        lout,
+        qps=qps,
+        warmup_fraction=warmup_fraction,
+        scenario=scenario,
+        max_queue=max_queue,
+        skip=skip,
+    )
+
+
+def simulate_requests(
+    replica: ReplicaModel,
+    arrivals: np.ndarray,
+    lin: np.ndarray,
+    lout: np.ndarray,
+    *,
+    qps: float | None = None,
+    warmup_fraction: float = 0.0,
+    scenario: int = VALUE,
+    max_queue: int | None = None,
+    skip: bool = True,
+) -> SimResult:
+    """The simulation of :func:`simulate` for given requests: arrival times (s, sorted) and
+    prompt / answer lengths (tokens, answers >= 1). All arrivals at 0 is the burst of a
+    serving benchmark at ``--request-rate inf`` (vLLM ``benchmark_serving``)."""
+    arrivals = np.asarray(arrivals, dtype=float)
+    lin = np.asarray(lin, dtype=np.int64)
+    lout = np.maximum(np.asarray(lout, dtype=np.int64), 1)
+    n_req = int(arrivals.size)
+    if qps is None:
+        span = float(arrivals[-1] - arrivals[0]) if n_req > 1 else 0.0
+        qps = (n_req - 1) / span if span > 0 else math.inf
     need = lin + lout
     if need.max() > replica.kv_capacity_tokens:
         # never admissible: the whole request does not fit in the KV cache

@@ -38,6 +38,7 @@ from gpuplan.forecast.inference_fit import (
     Cases,
     _subset,
     fit_params,
+    load_overheads,
     predict_cases,
     residual_quantiles,
     widen,
@@ -355,6 +356,176 @@ def validate_inference(
     return result
 
 
+# ---------------------------------------------------------------------------------------------
+# Engine profiles: published serving-benchmark rows of other engines
+# ---------------------------------------------------------------------------------------------
+ENGINE_CSV_PATH = DATA_DIR / "inference_engine_runs.csv"
+
+
+def load_engine_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the engines' published serving benchmarks (``inference_engine_runs.csv``)."""
+    p = Path(path) if path else ENGINE_CSV_PATH
+    if not p.exists():
+        raise InputError(f"no such file: {p}", hint="use the header of " + ENGINE_CSV_PATH.name)
+    with p.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _trace(text: str | None, name: str) -> np.ndarray:
+    try:
+        return np.array([int(x) for x in (text or "").split()], dtype=np.int64)
+    except ValueError:
+        raise InputError(f"{name} must be space-separated token counts") from None
+
+
+def forecast_engine_row(
+    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
+) -> tuple[float, float, float]:
+    """Forecast one serving-benchmark row: ``(value, low, high)`` output tokens/s (replica).
+
+    A burst (``request_rate`` inf, vLLM ``benchmark_serving``): every request of the row's
+    own trace arrives at 0 and the discrete-event simulation of continuous batching runs
+    them with the profile's scheduler cap (``max_num_seqs``); output throughput is the
+    total output tokens over the time the last one finishes, the benchmark's definition.
+    Requests that returned no token are not simulated (they cost the server ~nothing).
+    """
+    from gpuplan.forecast.inference import build_candidates, device_perf_for
+    from gpuplan.forecast.inference_arch import arch_from
+    from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
+    from gpuplan.forecast.serving import LengthDist, simulate_requests
+
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    fitted = fitted or load_overheads()
+    if (row.get("request_rate") or "").strip().lower() != "inf":
+        raise InputError(f"{row.get('run_id')}: only bursts (request_rate inf) are modelled")
+    lin = _trace(row.get("trace_input_lens"), "trace_input_lens")
+    lout = _trace(row.get("trace_output_lens"), "trace_output_lens")
+    if lin.size == 0 or lin.size != lout.size:
+        raise InputError(f"{row.get('run_id')}: input and output traces differ in length")
+    keep = lout > 0
+    lin, lout = lin[keep], lout[keep]
+    engine = engine_profile(row["engine"]).name
+    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 256)
+    arch = arch_from(catalog.model(row["model"]))
+    gpu = catalog.gpu(row["gpu_type"])
+    cands, dropped = build_candidates(
+        arch=arch,
+        gpus=[gpu],
+        precision=(row.get("precision") or "bf16").lower(),
+        kv_precision=None,
+        tp=int(_num(row.get("tp")) or 1),
+        pp=1,
+        ep=1,
+        inputs=LengthDist.from_trace(lin),
+        outputs=LengthDist.from_trace(lout),
+        batch=cap,
+        fitted=fitted,
+        get_perf=perf_for or (lambda gid: device_perf_for(gid)),
+        catalog=catalog,
+        chunk_tokens=8192,
+        utilization=0.9,
+        engine=engine,
+    )
+    if not cands:
+        raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
+    rep = cands[0].replica
+    out = []
+    for scn in (VALUE, SLOW, FAST):
+        sim = simulate_requests(
+            rep, np.zeros(lin.size), lin, lout, max_queue=lin.size + 1, scenario=scn
+        )
+        out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
+    q = fitted.interval_quantiles("throughput_per_gpu", engine)
+    lo, hi = widen(np.array([out[0]]), np.array([out[1]]), np.array([out[2]]), *q)
+    return out[0], float(lo[0]), float(hi[0])
+
+
+def validate_engines(
+    data: str | Path | None = None, *, catalog: Any = None, perf_for: Any = None
+) -> dict[str, Any]:
+    """Held-out error of each engine profile on its published serving rows.
+
+    No constant is fitted on these rows (every profile except ``trtllm@0.9`` transfers the
+    constants fitted on the TensorRT-LLM v0.9 tables), so every row is held out: by model
+    and by engine at once. A profile with fewer than ``MIN_ROWS_CALIBRATED`` rows is
+    reported ``calibrated: false`` and forecasts with widened intervals.
+    """
+    from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED, engine_profile
+
+    rows = load_engine_rows(data)
+    per_row: list[dict[str, Any]] = []
+    by_engine: dict[str, list[int]] = {}
+    published: list[float] = []
+    pred: list[tuple[float, float, float]] = []
+    skipped: list[dict[str, Any]] = []
+    for row in rows:
+        rid = row.get("run_id", "?")
+        try:
+            v, lo, hi = forecast_engine_row(row, catalog=catalog, perf_for=perf_for)
+            pub = float(row["out_tokens_per_s_total"])
+            engine = engine_profile(row["engine"]).name
+        except (GpuplanError, KeyError, ValueError) as exc:
+            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
+            skipped.append({"run_id": rid, "reason": reason})
+            continue
+        by_engine.setdefault(engine, []).append(len(published))
+        published.append(pub)
+        pred.append((v, lo, hi))
+        per_row.append(
+            {
+                "run_id": rid,
+                "engine": engine,
+                "model": row.get("model"),
+                "gpu": row.get("gpu_type"),
+                "tp": row.get("tp"),
+                "published": pub,
+                "forecast": v,
+                "interval": [lo, hi],
+                "error_pct": (v - pub) / pub * 100,
+            }
+        )
+    pub_a = np.array(published, dtype=float)
+    pred_a = np.array(pred, dtype=float).reshape(-1, 3)
+    profiles: dict[str, Any] = {}
+    for engine, idx in sorted(by_engine.items()):
+        n_total = len(idx) + sum(
+            1
+            for r in rows
+            if r.get("engine") == engine and r.get("run_id") in {s["run_id"] for s in skipped}
+        )
+        sc = score(pub_a[idx], pred_a[idx], n_total)
+        prof = engine_profile(engine)
+        sc.update(
+            models=sorted({per_row[i]["model"] for i in idx}),
+            calibrated=bool(prof.calibrated and len(idx) >= MIN_ROWS_CALIBRATED),
+            constants=prof.basis,
+            note=(
+                f"{len(idx)} rows < {MIN_ROWS_CALIBRATED}: not claimed calibrated; constants "
+                f"{prof.basis}, interval widened"
+                if len(idx) < MIN_ROWS_CALIBRATED
+                else "calibrated"
+            ),
+        )
+        profiles[engine] = sc
+    return {
+        "data": str(Path(data) if data else ENGINE_CSV_PATH.name),
+        "scheme": "every row held out (no constant fitted on engine rows); by model and engine",
+        "convention": (
+            "burst rows: output tokens/s of the whole replica for the row's own request "
+            "trace sent at once (vLLM benchmark_serving --request-rate inf)"
+        ),
+        "profiles": profiles,
+        "overall": score(pub_a, pred_a, len(rows))
+        if published
+        else {"rows": len(rows), "forecast": 0},
+        "rows": per_row,
+        "skipped": skipped,
+    }
+
+
 def refit(
     data: str | Path | None = None,
     *,
@@ -399,6 +570,7 @@ def refit(
             "from": "leave-one-model-out held-out residuals, log(forecast / published)",
         },
         "held_out": held,
+        "engines": validate_engines(perf_for=perf_for).get("profiles", {}),
         "regenerate": "python -m gpuplan.forecast.validation_inference --write",
     }
     if write:
