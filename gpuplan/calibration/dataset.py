@@ -114,14 +114,16 @@ def _published_extra(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def extract(docs: Iterable[ResultDocument], catalog: Any = None) -> Dataset:
-    """Records of every usable measurement (status ok, correct not False) in ``docs``."""
+    """Records of every usable measurement in ``docs``: points of probes that finished
+    (``ok``) or were stopped part-way by a signal (``interrupted``: each point it kept was
+    measured to the end), and whose correctness check did not fail."""
     ds = Dataset()
     for doc in docs:
         ds.run_ids.append(doc.run_id)
         machine = doc.host.machine_id
         published = doc.source is not None
         for probe in doc.probes:
-            if probe.status != "ok" or probe.probe == "inventory":
+            if probe.status not in ("ok", "interrupted") or probe.probe == "inventory":
                 continue
             device, info = device_of(doc, probe.params, catalog)
             ds.devices.setdefault(device, info)

@@ -206,3 +206,16 @@ def test_bad_documents_are_refused_with_the_field(catalog):
     bad["probes"][0]["measurements"][0]["shape"]["m"] = -1
     with pytest.raises(SchemaError, match="shape"):
         calibrate_documents([bad], catalog=catalog)
+
+
+def test_points_of_an_interrupted_probe_are_used(catalog):
+    from gpuplan.calibration.dataset import extract
+    from gpuplan.results.store import parse_result
+
+    points = [(8192, 8192, 8192, 700e12), (4096, 4096, 4096, 650e12)]
+    stopped = {**_matmul_probe("bfloat16", points), "status": "interrupted"}
+    failed = {**_matmul_probe("bfloat16", points), "status": "failed", "error": "boom"}
+    for probe, expected in ((stopped, 2), (failed, 0)):
+        doc = parse_result(make_doc(accelerators=H100, probes=[probe]))
+        records = [r for r in extract([doc], catalog).records if r.quantity.startswith("matmul")]
+        assert len(records) == expected
