@@ -168,8 +168,107 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _pcie_gen_from_speed(speed: Any) -> int | None:
+    """PCIe generation from a link speed in MT/s (amdsmi reports 16000 for Gen4)."""
+    if not isinstance(speed, (int, float)) or speed <= 0:
+        return None
+    for gen, mts in ((6, 64000), (5, 32000), (4, 16000), (3, 8000), (2, 5000), (1, 2500)):
+        if speed >= mts * 0.9:
+            return gen
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    """amdsmi answers "N/A" (or a max-uint sentinel) for fields a board does not report."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value <= 0 or value >= 0xFFFF_FFFF:
+        return None
+    return int(value)
+
+
+def normalize_uuid(value: Any) -> str | None:
+    """A device UUID comparable across NVML, amdsmi and torch, or None.
+
+    NVML writes ``GPU-<hex with dashes>`` (``MIG-<...>`` for a MIG instance), torch's
+    ``get_device_properties().uuid`` the bare hex with dashes: the prefix is dropped, case
+    and dashes ignored.
+
+    >>> normalize_uuid("GPU-8A1B2C3D-0000-1111-2222-333344445555")
+    '8a1b2c3d000011112222333344445555'
+    >>> normalize_uuid("8a1b2c3d-0000-1111-2222-333344445555")
+    '8a1b2c3d000011112222333344445555'
+    """
+    text = _text(value)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = text.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        text = text.removeprefix(prefix)
+    text = text.replace("-", "")
+    return text or None
+
+
+def normalize_bus_id(value: Any) -> str | None:
+    """A PCI address as ``dddd:bb:dd.f`` in lower case (NVML pads the domain to 8 digits).
+
+    >>> normalize_bus_id("00000000:1B:00.0")
+    '0000:1b:00.0'
+    >>> normalize_bus_id("0000:c1:00.0")
+    '0000:c1:00.0'
+    """
+    text = _text(value)
+    if not isinstance(text, str):
+        return None
+    m = re.fullmatch(
+        r"\s*(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\s*", text
+    )
+    if not m:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+
+
+def _nvml_mig(nvml: Any, h: Any) -> dict[str, Any] | None:
+    """MIG mode and instances of one GPU (None where the board has no MIG)."""
+    mode = _q(nvml.nvmlDeviceGetMigMode, h)
+    if mode is None:
+        return None
+    current = mode[0] if isinstance(mode, (list, tuple)) else mode
+    enabled = bool(current == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+    devices: list[dict[str, Any]] = []
+    if enabled:
+        for j in range(_q(nvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0):
+            mh = _q(nvml.nvmlDeviceGetMigDeviceHandleByIndex, h, j)
+            if mh is None:
+                continue  # an empty slot
+            mem = _q(nvml.nvmlDeviceGetMemoryInfo, mh)
+            devices.append(
+                {
+                    "uuid": _text(_q(nvml.nvmlDeviceGetUUID, mh)),
+                    "name": _text(_q(nvml.nvmlDeviceGetName, mh)),
+                    "memory_bytes": int(mem.total) if mem is not None else None,
+                }
+            )
+    pending = mode[1] if isinstance(mode, (list, tuple)) and len(mode) > 1 else None
+    return {
+        "enabled": enabled,
+        "pending": None
+        if pending is None
+        else bool(pending == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)),
+        "devices": devices,
+    }
+
+
 def nvml_accelerators(nvml: Any) -> list[dict[str, Any]]:
-    """One dict per NVIDIA GPU with the ``Accelerator`` fields of the result schema."""
+    """One dict per NVIDIA GPU with the ``Accelerator`` fields of the result schema.
+
+    ``pcie_gen``/``pcie_width`` are the link's maximum (an idle GPU downtrains its link to
+    save power, so the current generation read at rest is often 1); the current ones are
+    kept in ``pcie_gen_current``/``pcie_width_current``. ``mgmt_index`` is NVML's index, which
+    is *not* the CUDA index under ``CUDA_VISIBLE_DEVICES``, Slurm or MIG: see
+    :func:`match_devices`.
+    """
     out: list[dict[str, Any]] = []
     for i in range(nvml.nvmlDeviceGetCount()):
         h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -184,24 +283,38 @@ def nvml_accelerators(nvml: Any) -> list[dict[str, Any]]:
                 break
             links += int(state == nvml.NVML_FEATURE_ENABLED)
         ecc = _q(nvml.nvmlDeviceGetEccMode, h)
+        pci = _q(nvml.nvmlDeviceGetPciInfo, h)
+        bus_id = getattr(pci, "busId", None) if pci is not None else None
+        # the GPU's own maximum where the driver has it (the slot may cap the link lower)
+        gen_max = _q(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
+        gpu_gen_max = _q(getattr(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", _absent), h)
         out.append(
             {
                 "name": _text(_q(nvml.nvmlDeviceGetName, h)) or f"NVIDIA GPU {i}",
                 "vendor": "nvidia",
                 "uuid": _text(_q(nvml.nvmlDeviceGetUUID, h)),
+                "pci_bus_id": normalize_bus_id(bus_id),
+                "mgmt_index": i,
                 "memory_bytes": int(mem.total) if mem is not None else None,
                 "sm_clock_max_mhz": _q(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM),
                 "mem_clock_max_mhz": _q(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_MEM),
                 "power_limit_w": limit_mw / 1e3 if limit_mw else None,
-                "pcie_gen": _q(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                "pcie_gen": gen_max,
                 "pcie_width": _q(nvml.nvmlDeviceGetMaxPcieLinkWidth, h),
+                "pcie_gen_gpu_max": gpu_gen_max,
                 "pcie_gen_current": _q(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
                 "pcie_width_current": _q(nvml.nvmlDeviceGetCurrPcieLinkWidth, h),
                 "nvlink_links": links,
                 "ecc": None if ecc is None else bool(ecc[0] == nvml.NVML_FEATURE_ENABLED),
+                "mig": _nvml_mig(nvml, h),
+                "energy_counter": _q(nvml.nvmlDeviceGetTotalEnergyConsumption, h) is not None,
             }
         )
     return out
+
+
+def _absent(*args: Any) -> Any:
+    raise NotImplementedError
 
 
 def _amdsmi() -> Any | None:
@@ -217,26 +330,74 @@ def _amdsmi() -> Any | None:
 
 
 def amdsmi_accelerators(smi: Any) -> list[dict[str, Any]]:
-    """One dict per AMD GPU from amdsmi (ROCm), same fields as :func:`nvml_accelerators`."""
+    """One dict per AMD GPU from amdsmi (ROCm), same fields as :func:`nvml_accelerators`.
+
+    ``amdsmi_get_pcie_info`` returns ``pcie_static`` (``max_pcie_width``, ``max_pcie_speed``
+    in MT/s, ``pcie_interface_version``, and ``max_pcie_interface_version`` from ROCm 6.3)
+    and ``pcie_metric`` (``pcie_width``, ``pcie_speed``: the current link). The maximum
+    generation is ``max_pcie_interface_version``, else derived from ``max_pcie_speed``.
+    """
     out: list[dict[str, Any]] = []
     for i, h in enumerate(smi.amdsmi_get_processor_handles()):
         asic = _q(smi.amdsmi_get_gpu_asic_info, h) or {}
         vram = _q(smi.amdsmi_get_gpu_vram_info, h) or {}
         cap = _q(smi.amdsmi_get_power_cap_info, h) or {}
-        pcie = (_q(smi.amdsmi_get_pcie_info, h) or {}).get("pcie_static", {})
+        pcie_info = _q(smi.amdsmi_get_pcie_info, h) or {}
+        static = pcie_info.get("pcie_static") or {} if isinstance(pcie_info, dict) else {}
+        metric = pcie_info.get("pcie_metric") or {} if isinstance(pcie_info, dict) else {}
         vram_mb = vram.get("vram_size")
         power_cap_uw = cap.get("power_cap")
+        gen_max = _int_or_none(static.get("max_pcie_interface_version")) or _pcie_gen_from_speed(
+            _int_or_none(static.get("max_pcie_speed"))
+        )
+        gen_now = _pcie_gen_from_speed(_int_or_none(metric.get("pcie_speed")))
+        energy = _q(getattr(smi, "amdsmi_get_energy_count", _absent), h)
         out.append(
             {
                 "name": asic.get("market_name") or f"AMD GPU {i}",
                 "vendor": "amd",
                 "uuid": _text(_q(smi.amdsmi_get_gpu_device_uuid, h)),
+                "pci_bus_id": normalize_bus_id(_q(smi.amdsmi_get_gpu_device_bdf, h)),
+                "mgmt_index": i,
+                "gfx_arch": asic.get("target_graphics_version"),
                 "memory_bytes": int(vram_mb) * (1 << 20) if isinstance(vram_mb, int) else None,
                 "power_limit_w": power_cap_uw / 1e6
                 if isinstance(power_cap_uw, (int, float))
                 else None,
-                "pcie_gen": pcie.get("max_pcie_speed_gen") if isinstance(pcie, dict) else None,
-                "pcie_width": pcie.get("max_pcie_width") if isinstance(pcie, dict) else None,
+                "pcie_gen": gen_max,
+                "pcie_width": _int_or_none(static.get("max_pcie_width")),
+                "pcie_gen_current": gen_now,
+                "pcie_width_current": _int_or_none(metric.get("pcie_width")),
+                "energy_counter": isinstance(energy, dict),
+            }
+        )
+    return out
+
+
+def torch_devices(torch: Any) -> list[dict[str, Any]]:
+    """Identity of each GPU torch sees, in torch's (CUDA/HIP) index order.
+
+    ``uuid`` is ``get_device_properties(i).uuid`` (a MIG instance has its own); the PCI
+    address comes from ``pci_domain_id/pci_bus_id/pci_device_id`` where this torch has them.
+    """
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        uuid_ = getattr(props, "uuid", None)
+        bus = getattr(props, "pci_bus_id", None)
+        bus_id = None
+        if isinstance(bus, int):
+            dom = getattr(props, "pci_domain_id", 0) or 0
+            dev = getattr(props, "pci_device_id", 0) or 0
+            bus_id = f"{int(dom):04x}:{bus:02x}:{int(dev):02x}.0"
+        out.append(
+            {
+                "index": i,
+                "name": props.name,
+                "uuid": str(uuid_) if uuid_ is not None else None,
+                "pci_bus_id": bus_id,
+                "memory_bytes": int(props.total_memory),
+                "gfx_arch": getattr(props, "gcnArchName", None),
             }
         )
     return out
@@ -244,19 +405,108 @@ def amdsmi_accelerators(smi: Any) -> list[dict[str, Any]]:
 
 def torch_accelerators(torch: Any) -> list[dict[str, Any]]:
     """What torch reports about each visible GPU (the fallback without NVML/amdsmi)."""
+    vendor = "amd" if getattr(torch.version, "hip", None) else "nvidia"
     out = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        uuid_ = getattr(props, "uuid", None)
+    for dev in torch_devices(torch):
         out.append(
             {
-                "name": props.name,
-                "vendor": "amd" if getattr(torch.version, "hip", None) else "nvidia",
-                "uuid": str(uuid_) if uuid_ is not None else None,
-                "memory_bytes": int(props.total_memory),
+                "name": dev["name"],
+                "vendor": vendor,
+                "uuid": dev["uuid"],
+                "pci_bus_id": dev["pci_bus_id"],
+                "memory_bytes": dev["memory_bytes"],
+                "torch_index": dev["index"],
+                "matched_by": "torch",
             }
         )
     return out
+
+
+def _visible_ordinals(environ: dict[str, str] | os._Environ[str], count: int) -> list[int] | None:
+    """Management indices named by ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` when they
+    are plain integers (UUIDs there are matched by UUID anyway), else None."""
+    for key in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        text = environ.get(key)
+        if text is None or not text.strip():
+            continue
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if all(t.isdigit() for t in items):
+            return [int(t) for t in items][:count]
+        return None
+    return None
+
+
+def match_devices(
+    visible: list[dict[str, Any]],
+    managed: list[dict[str, Any]],
+    environ: dict[str, str] | os._Environ[str] | None = None,
+) -> list[tuple[int | None, str | None]]:
+    """For each torch device, (index into ``managed``, how it was matched).
+
+    By UUID first (GPU or MIG instance), then by PCI bus id; only where neither is known,
+    by the integer list of ``CUDA_VISIBLE_DEVICES`` (or HIP's), and last by position, which
+    is marked ``"index (unverified)"``: NVML and amdsmi number every GPU of the node in PCI
+    order while torch numbers the visible ones (``CUDA_VISIBLE_DEVICES``, a Slurm
+    allocation, MIG instances), so position alone is wrong in those cases.
+    """
+    env = os.environ if environ is None else environ
+    by_uuid: dict[str, int] = {}
+    by_bus: dict[str, int] = {}
+    for j, acc in enumerate(managed):
+        u = normalize_uuid(acc.get("uuid"))
+        if u:
+            by_uuid[u] = j
+        for mig in (acc.get("mig") or {}).get("devices") or []:
+            mu = normalize_uuid(mig.get("uuid"))
+            if mu:
+                by_uuid[mu] = j
+        b = normalize_bus_id(acc.get("pci_bus_id"))
+        if b:
+            by_bus[b] = j
+    ordinals = _visible_ordinals(env, len(visible))
+    out: list[tuple[int | None, str | None]] = []
+    for pos, dev in enumerate(visible):
+        u = normalize_uuid(dev.get("uuid"))
+        b = normalize_bus_id(dev.get("pci_bus_id"))
+        if u and u in by_uuid:
+            out.append((by_uuid[u], "uuid"))
+        elif b and b in by_bus:
+            out.append((by_bus[b], "pci_bus_id"))
+        elif ordinals is not None and pos < len(ordinals) and ordinals[pos] < len(managed):
+            out.append((ordinals[pos], "visible_devices"))
+        elif pos < len(managed):
+            out.append((pos, "index (unverified)"))
+        else:
+            out.append((None, None))
+    return out
+
+
+def annotate_visible(
+    managed: list[dict[str, Any]],
+    visible: list[dict[str, Any]],
+    environ: dict[str, str] | os._Environ[str] | None = None,
+) -> list[dict[str, Any]]:
+    """``managed`` reordered so that the GPUs torch sees come first, in torch's order, each
+    with ``torch_index`` and ``matched_by``; GPUs of the node that torch does not see
+    follow with ``torch_index: None``. A visible MIG instance sets ``mig_instance_uuid``."""
+    matches = match_devices(visible, managed, environ)
+    rows = [dict(acc, torch_index=None, matched_by=None) for acc in managed]
+    ordered: list[dict[str, Any]] = []
+    used: set[int] = set()
+    for dev, (j, how) in zip(visible, matches, strict=True):
+        if j is None or j in used:
+            continue
+        used.add(j)
+        row = rows[j]
+        row["torch_index"], row["matched_by"] = dev["index"], how
+        u = normalize_uuid(dev.get("uuid"))
+        if u and u != normalize_uuid(row.get("uuid")):
+            row["mig_instance_uuid"] = dev.get("uuid")
+        if dev.get("gfx_arch") and not row.get("gfx_arch"):
+            row["gfx_arch"] = dev["gfx_arch"]
+        ordered.append(row)
+    ordered += [r for j, r in enumerate(rows) if j not in used]
+    return ordered
 
 
 def catalog_gpu(name: str) -> Any | None:
@@ -294,7 +544,14 @@ def accelerators(torch: Any | None) -> tuple[list[dict[str, Any]], dict[str, Any
         if smi is not None:
             with contextlib.suppress(Exception):
                 accs = amdsmi_accelerators(smi)
-    if not accs and torch is not None and torch.cuda.is_available():
+    visible: list[dict[str, Any]] = []
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_available():
+                visible = torch_devices(torch)
+    if accs and visible:
+        accs = annotate_visible(accs, visible)
+    elif not accs and visible:
         accs = torch_accelerators(torch)
     for acc in accs:
         row = catalog_gpu(acc["name"])

@@ -205,14 +205,34 @@ class _Signals:
         self._old.clear()
 
 
+def accelerator_for(accelerators: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
+    """The inventory row of torch device ``index`` (matched by UUID/PCI id, not position)."""
+    for acc in accelerators:
+        if acc.get("torch_index") == index:
+            return acc
+    if any(acc.get("torch_index") is not None for acc in accelerators):
+        return None
+    return accelerators[index] if index < len(accelerators) else None
+
+
+def _index_map(accelerators: list[dict[str, Any]]) -> dict[int, int]:
+    """torch index -> NVML/amdsmi index of every matched GPU."""
+    return {
+        int(a["torch_index"]): int(a["mgmt_index"])
+        for a in accelerators
+        if a.get("torch_index") is not None and a.get("mgmt_index") is not None
+    }
+
+
 def _spec_lookup(accelerators: list[dict[str, Any]]) -> Callable[[int, str], float | None]:
     """Catalog dense peak by (accelerator index, precision); None when it does not resolve."""
     from gpuplan.probes.inventory import catalog_gpu
 
     def lookup(index: int, precision: str) -> float | None:
-        if index >= len(accelerators):
+        acc = accelerator_for(accelerators, index)
+        if acc is None:
             return None
-        row = catalog_gpu(accelerators[index]["name"])
+        row = catalog_gpu(acc["name"])
         if row is None:
             return None
         try:
@@ -309,7 +329,7 @@ def _run_locked(
     if device.is_gpu:
         from gpuplan.probes.power import default_sampler
 
-        power = default_sampler()
+        power = default_sampler(index_map=_index_map(host["accelerators"]))
     ctx = ProbeContext(
         device=device,
         quick=options.quick,
