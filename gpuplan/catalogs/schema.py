@@ -542,6 +542,17 @@ class MLAConfig(BaseModel):
     v_head_dim: int
 
 
+class MambaConfig(BaseModel):
+    """Mamba-2 mixer sizes of a hybrid model (Dao & Gu 2024; Megatron-core MambaMixer)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    state: int = Field(gt=0, description="SSM state size N")
+    groups: int = Field(1, gt=0, description="B/C groups (n_groups)")
+    conv_kernel: int = Field(4, gt=0)
+
+
 class ModelArch(Row):
     """A transformer language model's architecture, from its config file or paper.
 
@@ -587,6 +598,18 @@ class ModelArch(Row):
     sliding_window: int | None = Field(
         None, gt=0, description="tokens a local (sliding-window) attention layer attends to"
     )
+    mamba_layers: int = Field(
+        0,
+        ge=0,
+        description=(
+            "hybrid models: blocks with a Mamba-2 mixer; with it every one of the layers is a"
+            " single block (Megatron hybrid_override_pattern: Mamba, attention or MLP)"
+        ),
+    )
+    attention_layers: int | None = Field(
+        None, ge=0, description="hybrid models: self-attention blocks (the rest are MLP blocks)"
+    )
+    mamba: MambaConfig | None = None
     full_attention_interval: int | None = Field(
         None,
         gt=0,
@@ -641,7 +664,30 @@ class ModelArch(Row):
             raise ValueError("first_dense_layers must be below layers")
         if self.full_attention_interval is not None and self.sliding_window is None:
             raise ValueError("full_attention_interval needs sliding_window")
+        if self.mamba_layers and self.mamba is None:
+            raise ValueError("mamba_layers needs the mamba block (heads, head_dim, state, ...)")
+        if self.mamba_layers + (self.attention_layers or 0) > self.layers:
+            raise ValueError("mamba_layers + attention_layers must be at most layers")
         return self
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.mamba_layers > 0 or self.attention_layers is not None
+
+    def _mamba_params(self) -> int:
+        """One Mamba-2 mixer: in_proj (z, x, B, C, dt), depthwise conv with bias over x, B,
+        C, per-head A, D and dt bias, gated RMSNorm, out_proj (Megatron-core MambaMixer)."""
+        m = self.mamba
+        assert m is not None
+        d_in = m.heads * m.head_dim
+        conv = d_in + 2 * m.groups * m.state
+        return (
+            self.hidden * (2 * d_in + 2 * m.groups * m.state + m.heads)
+            + conv * (m.conv_kernel + 1)
+            + 3 * m.heads
+            + d_in
+            + d_in * self.hidden
+        )
 
     # ---- parameter counts -------------------------------------------------------------
     def _attention_params(self) -> int:
@@ -684,6 +730,18 @@ class ModelArch(Row):
 
     def _params(self, active: bool) -> int:
         h = self.hidden
+        if self.is_hybrid:
+            n_attn = self.attention_layers or 0
+            n_mlp = self.layers - self.mamba_layers - n_attn
+            total = (
+                (self.mamba_layers * self._mamba_params() if self.mamba_layers else 0)
+                + n_attn * self._attention_params()
+                + n_mlp * self._mlp_params(self.ffn_hidden)
+                + self.layers * self._norm_params()  # one pre-norm per block
+                + self.vocab * h * (1 if self.tied_embeddings else 2)
+                + self._norm_params()
+            )
+            return total
         moe = set(self.moe_layer_indices())
         per_layer_common = self._attention_params() + self.norms_per_layer * self._norm_params()
         dense_layer = per_layer_common + self._mlp_params(self.ffn_hidden)

@@ -93,6 +93,16 @@ class ModelArch:
     full_attention_interval: int | None = None
     """With ``sliding_window``: every N-th layer attends to the full context (Gemma 3: 6,
     GPT-OSS: 2); None = every layer local."""
+    mamba_layers: int = 0
+    """Hybrid models (Nemotron-H): blocks whose mixer is a Mamba-2 layer. With it (or with
+    ``attention_layers``) every one of the ``layers`` is a single block, as in Megatron's
+    hybrid_override_pattern: ``mamba_layers`` Mamba-2, ``attention_layers`` self-attention
+    and the rest MLP blocks, each with its own pre-norm and residual."""
+    attention_layers: int | None = None
+    """Hybrid models: self-attention blocks; None = a standard transformer (every layer has
+    attention and MLP)."""
+    mamba: dict[str, int] | None = None
+    """Mamba-2 mixer sizes: heads, head_dim, state, groups, conv_kernel (Dao & Gu 2024)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form provenance (catalog source, notes)."""
 
@@ -139,6 +149,20 @@ class ModelArch:
             raise InputError(f"model {self.name!r}: sliding_window must be positive")
         if self.full_attention_interval is not None and self.full_attention_interval <= 0:
             raise InputError(f"model {self.name!r}: full_attention_interval must be positive")
+        if self.is_hybrid:
+            n_attn = self.attention_layers or 0
+            if self.mamba_layers < 0 or n_attn < 0 or self.mamba_layers + n_attn > self.layers:
+                raise InputError(
+                    f"model {self.name!r}: mamba_layers + attention_layers must be at most "
+                    f"layers={self.layers}"
+                )
+            if self.mamba_layers and not self.mamba:
+                raise InputError(f"model {self.name!r}: mamba_layers needs the mamba sizes")
+            if self.num_experts > 1:
+                raise InputError(
+                    f"model {self.name!r}: hybrid Mamba models with experts are not modelled",
+                    hint="drop --experts, or describe the model without Mamba blocks",
+                )
 
     # ----------------------------------------------------------------- derived sizes
     @property
@@ -184,6 +208,71 @@ class ModelArch:
     @property
     def num_dense_layers(self) -> int:
         return self.layers - self.num_moe_layers
+
+    # ------------------------------------------------------------- hybrid (Mamba) blocks
+    @property
+    def is_hybrid(self) -> bool:
+        return self.mamba_layers > 0 or self.attention_layers is not None
+
+    @property
+    def attention_fraction(self) -> float:
+        """Share of the layers with self-attention (1 for a standard transformer)."""
+        return (self.attention_layers or 0) / self.layers if self.is_hybrid else 1.0
+
+    @property
+    def mlp_fraction(self) -> float:
+        """Share of the layers with an MLP (1 for a standard transformer)."""
+        if not self.is_hybrid:
+            return 1.0
+        return (self.layers - self.mamba_layers - (self.attention_layers or 0)) / self.layers
+
+    @property
+    def mamba_fraction(self) -> float:
+        return self.mamba_layers / self.layers if self.is_hybrid else 0.0
+
+    @property
+    def blocks_per_layer(self) -> float:
+        """Pre-norm + residual blocks per layer: 2 (attention, MLP), 1 in a hybrid model."""
+        return 1.0 if self.is_hybrid else 2.0
+
+    def mamba_dims(self) -> tuple[int, int, int, int, int]:
+        """(heads, head_dim, state, groups, conv_kernel) of the Mamba-2 mixer."""
+        m = self.mamba or {}
+        return (
+            int(m.get("heads", 0)),
+            int(m.get("head_dim", 64)),
+            int(m.get("state", 128)),
+            int(m.get("groups", 1)),
+            int(m.get("conv_kernel", 4)),
+        )
+
+    def mamba_params(self) -> int:
+        """Weights of one Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", section 7;
+        Megatron-core MambaMixer): in_proj ``h x (2*d_in + 2*G*N + H)`` (z, x, B, C, dt),
+        depthwise conv over ``x, B, C``, per-head ``A``, ``D``, ``dt`` bias, the gated norm
+        and out_proj ``d_in x h``, with ``d_in = H * P``."""
+        heads, p, n, g, k = self.mamba_dims()
+        d_in = heads * p
+        conv_ch = d_in + 2 * g * n
+        return (
+            self.hidden * (2 * d_in + 2 * g * n + heads)
+            + conv_ch * (k + 1)
+            + 3 * heads
+            + d_in
+            + d_in * self.hidden
+        )
+
+    def ssd_flops_per_token(self) -> float:
+        """Forward FLOPs of the Mamba-2 SSD scan per token (beyond its projections).
+
+        The chunked algorithm (Dao & Gu 2024, section 6) computes, per head, an intra-chunk
+        ``C B^T`` and its product with ``x`` (``2*Q*(N + P)`` per token for chunk length
+        ``Q``, counted non-causally as attention is) and the chunk states in and out
+        (``4*N*P``). ``Q`` = 128, the Megatron-core / mamba_ssm default chunk size.
+        """
+        heads, p, n, _, _ = self.mamba_dims()
+        chunk = 128.0
+        return float(heads) * (2.0 * chunk * (n + p) + 4.0 * n * p)
 
     @property
     def num_local_attention_layers(self) -> int:
@@ -254,6 +343,15 @@ class ModelArch:
 
     def layer_params(self, *, active: bool = False) -> int:
         """Weights of all transformer blocks (norms included)."""
+        if self.is_hybrid:
+            n_attn = self.attention_layers or 0
+            n_mlp = self.layers - self.mamba_layers - n_attn
+            return (
+                self.mamba_layers * self.mamba_params()
+                + n_attn * self.attention_params()
+                + n_mlp * self.dense_mlp_params()
+                + self.layers * self.hidden
+            )
         norms = 2 * self.hidden
         dense = self.attention_params() + self.dense_mlp_params() + norms
         total = self.num_dense_layers * dense
@@ -289,6 +387,14 @@ class ModelArch:
         d = dataclasses.asdict(self)
         d.pop("extra", None)
         return d
+
+
+def _as_dict(value: Any) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    return {k: int(v) for k, v in dict(value).items() if v is not None}
 
 
 def arch_from_catalog(row: Any) -> ModelArch:
@@ -332,6 +438,11 @@ def arch_from_catalog(row: Any) -> ModelArch:
         attention=attention if attention in ATTENTION_KINDS else "mha",
         mla=mla if attention == "mla" else None,
         sliding_window=int(get("sliding_window")) if get("sliding_window") else None,
+        mamba_layers=int(get("mamba_layers", 0) or 0),
+        attention_layers=(
+            int(get("attention_layers")) if get("attention_layers") is not None else None
+        ),
+        mamba=_as_dict(get("mamba")),
         full_attention_interval=(
             int(get("full_attention_interval")) if get("full_attention_interval") else None
         ),
@@ -351,7 +462,11 @@ def attention_core_flops_per_token_layer(
     :meth:`ModelArch.attention_keys_per_query` (``executed``: the kernel's work).
     """
     keys = arch.attention_keys_per_query(seq_len, executed=executed)
-    return 2.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
+    attn = 2.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
+    if not arch.is_hybrid:
+        return attn
+    # Hybrid: the layer average of the attention blocks' core and the Mamba blocks' scan.
+    return attn * arch.attention_fraction + arch.ssd_flops_per_token() * arch.mamba_fraction
 
 
 def model_flops_per_token(arch: ModelArch, seq_len: Any) -> Any:
@@ -488,10 +603,34 @@ def layer_gemms(
     else:
         d = arch.d_head
         qkv = (a + 2 * arch.n_kv_heads) * d
-        g.append(Gemm("qkv", t, qkv / tp, h * one, one, "attn_proj", "layer"))
-        g.append(Gemm("attn_out", t, h * one, a * d / tp, one, "attn_proj", "layer"))
+        w_attn = arch.attention_fraction * one  # per layer: a hybrid model's attention share
+        g.append(Gemm("qkv", t, qkv / tp, h * one, w_attn, "attn_proj", "layer"))
+        g.append(Gemm("attn_out", t, h * one, a * d / tp, w_attn, "attn_proj", "layer"))
     up = 2 if arch.gated_mlp else 1
-    if arch.num_dense_layers:
+    if arch.is_hybrid:
+        # Hybrid blocks (Megatron-core MambaMixer / MLP): the MLP and Mamba projections at
+        # their share of the layers; in_proj split by output columns, out_proj by rows.
+        f = arch.ffn_hidden
+        w_mlp = arch.mlp_fraction * one
+        g.append(Gemm("mlp_up", t, up * f / tp, h * one, w_mlp, "mlp", "layer"))
+        g.append(Gemm("mlp_down", t, h * one, f / tp, w_mlp, "mlp", "layer"))
+        if arch.mamba_layers:
+            heads, p, n, grp, _ = arch.mamba_dims()
+            d_in = heads * p
+            w_m = arch.mamba_fraction * one
+            g.append(
+                Gemm(
+                    "mamba_in",
+                    t,
+                    (2 * d_in + 2 * grp * n + heads) / tp,
+                    h * one,
+                    w_m,
+                    "mamba",
+                    "layer",
+                )
+            )
+            g.append(Gemm("mamba_out", t, h * one, d_in / tp, w_m, "mamba", "layer"))
+    elif arch.num_dense_layers:
         f = arch.ffn_hidden
         g.append(Gemm("mlp_up", t, up * f / tp, h * one, one, "mlp", "dense"))
         g.append(Gemm("mlp_down", t, h * one, f / tp, one, "mlp", "dense"))

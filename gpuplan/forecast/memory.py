@@ -136,11 +136,32 @@ def activation_bytes_per_layer(
     # Korthikanti's accounting puts the output-projection input (2h) among the split
     # terms (it is the per-head context, split by TP).
     split = split_attn + split_mlp
+    if arch.is_hybrid:
+        # One block per layer (norm input, block input, dropout mask) and the layer average
+        # of the block kinds. A Mamba-2 block keeps its in_proj output (z, x, B, C, dt), the
+        # conv output, the scan output, the gated norm's input and output and the out_proj
+        # input (the tensors of the Mamba-2 block, Dao & Gu 2024 figure 6).
+        heads, p, n, grp, _ = arch.mamba_dims()
+        d_in = float(heads * p)
+        split_mamba = (
+            2.0 * (2.0 * d_in + 2.0 * grp * n + heads)
+            + 2.0 * (d_in + 2.0 * grp * n)
+            + 2.0 * d_in
+            + 4.0 * d_in
+            + lb * d_in
+        )
+        replicated = 2.0 * h + lb * h + drop * h
+        split = (
+            arch.attention_fraction * split_attn
+            + arch.mlp_fraction * split_mlp
+            + arch.mamba_fraction * split_mamba
+        )
     per_token = np.where(sp, (replicated + split) / t, replicated + split / t)
     if flash_attention:
         scores = 4.0 * arch.heads * np.ones_like(s) / t  # fp32 log-sum-exp per row and head
     else:
         scores = (2.0 + 3.0 * drop) * arch.heads * s / t
+    scores = scores * arch.attention_fraction
     none = sb * (per_token + scores)
     selective = sb * per_token
     full = sb * 2.0 * h / np.where(sp, t, 1.0)
@@ -360,7 +381,9 @@ def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16B
     if arch.attention == "mla" and arch.mla:
         width = int(arch.mla["kv_lora_rank"]) + int(arch.mla["qk_rope_head_dim"])
         return float(arch.layers * width * bytes_per_value)
-    return float(2 * arch.layers * arch.n_kv_heads * arch.d_head * bytes_per_value)
+    # hybrid models cache K/V in their attention blocks only (Mamba blocks keep a state)
+    layers = arch.attention_layers if arch.is_hybrid else arch.layers
+    return float(2 * (layers or 0) * arch.n_kv_heads * arch.d_head * bytes_per_value)
 
 
 def training_memory_per_gpu(

@@ -559,10 +559,20 @@ def evaluate_layouts(
     dk = arch.n_kv_heads * arch.qk_head_dim if arch.attention != "mla" else dq
     seq_split = np.where(sp, tp, 1.0)
     per_token_layer = (
-        20.0 * h / seq_split  # two norms (read+write) and two residual adds (2 reads + write)
-        + 4.0 * (dq + dk) / tp  # rotary on q and k
+        # per block: a norm (read+write) and a residual add (2 reads + write); 2 blocks
+        10.0 * arch.blocks_per_layer * h / seq_split
+        + 4.0 * (dq + dk) / tp * arch.attention_fraction  # rotary on q and k
     )
-    act_dense = (6.0 * f if arch.gated_mlp else 4.0 * f) / tp
+    act_dense = (6.0 * f if arch.gated_mlp else 4.0 * f) / tp * arch.mlp_fraction
+    if arch.mamba_layers:
+        # Mamba-2 elementwise passes: conv + SiLU over x, B, C (read + write), gate and
+        # gated RMSNorm over the scan output (3 reads, 2 writes), 2 bytes each.
+        heads, p_dim, n_st, grp, _ = arch.mamba_dims()
+        d_in = float(heads * p_dim)
+        per_token_layer = (
+            per_token_layer
+            + arch.mamba_fraction * (4.0 * (d_in + 2.0 * grp * n_st) + 10.0 * d_in) / tp
+        )
     if arch.is_moe:
         fe = float(arch.expert_ffn)
         act_moe = (
@@ -610,7 +620,8 @@ def evaluate_layouts(
     tp_layer = comm_mod.tp_layer_comm_time3(
         perf, act_bytes, tp, node, sequence_parallel=sp, inter_node_bandwidth_bytes_per_s=nic
     )
-    tp_mb = tp_layer * layers_per_stage * (2.0 + full)
+    # tp_layer is a standard layer's two blocks; a hybrid layer is one block
+    tp_mb = tp_layer * layers_per_stage * (2.0 + full) * (arch.blocks_per_layer / 2.0)
     if fw.tp_overlap:
         tp_mb = np.maximum(tp_mb - gemm_time, 0.0)
 
@@ -619,7 +630,7 @@ def evaluate_layouts(
         kv_width = arch.heads * (arch.qk_head_dim + arch.v_head_dim)
     else:
         kv_width = arch.n_kv_heads * (arch.qk_head_dim + arch.v_head_dim)
-    kv_bytes = tokens * kv_width * 2.0 / tp
+    kv_bytes = tokens * kv_width * 2.0 / tp * arch.attention_fraction
     same_node_cp = tp * cp <= node
     cp_p2p = comm_mod.p2p_time3(perf, kv_bytes, same_node_cp, inter_node_bandwidth_bytes_per_s=nic)
     cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
