@@ -190,6 +190,8 @@ class ProbeContext:
     probe_timeout_s: float | None = None
     power: Any = None  # gpuplan.probes.power.PowerSampler or None
     spec_lookup: Callable[[int, str], float | None] | None = None
+    accelerators: list[dict[str, Any]] = field(default_factory=list)
+    """The inventory rows (``host.accelerators``), matched to torch indices."""
     recorders: list[ProbeRecorder] = field(default_factory=list)
     on_point: Callable[[], None] | None = None
     _deadline: float | None = None
@@ -199,6 +201,14 @@ class ProbeContext:
         rec = ProbeRecorder(probe=probe, probe_version=probe_version, params=dict(params))
         self.recorders.append(rec)
         return rec
+
+    def catalog_row(self, index: int) -> Any | None:
+        """The catalog accelerator row of torch device ``index``, or None."""
+        from gpuplan.probes.inventory import catalog_gpu
+        from gpuplan.probes.suite import accelerator_for
+
+        acc = accelerator_for(self.accelerators, index)
+        return catalog_gpu(acc["name"]) if acc else None
 
     def start_deadline(self) -> None:
         self._deadline = (

@@ -3,17 +3,28 @@
 The kernels and the byte counts are STREAM's (McCalpin, "Memory Bandwidth and Machine
 Balance in Current High Performance Computers", IEEE TCCA Newsletter 1995):
 
-* copy  ``a[:] = b``          moves ``2 * size`` bytes (read b, write a);
+* copy  ``a[:] = b``          moves ``2 * size`` bytes (read b, write a), measured twice:
+  ``method: "memcpy"`` is ``a.copy_(b)``, which torch hands to the driver as a device
+  memcpy (``cudaMemcpyAsync``/``hipMemcpyAsync``: same dtype, contiguous, one device), and
+  ``method: "kernel"`` is ``torch.add(b, 0, out=a)``, an elementwise kernel that reads and
+  writes the same bytes, like BabelStream's Copy kernel;
 * triad ``a[:] = b + s * c``  moves ``3 * size`` bytes (read b and c, write a).
 
 Write-allocate traffic is not counted, as in STREAM. Sizes grow by x4 from below the
-last-level cache (L2 on GPUs, LLC on CPUs, read from the device) to at least 8x (quick) or
-16x (default) of it, so that the cache knee is visible and the largest points measure
-main memory (HBM on GPUs).
+last-level cache to at least 8x (quick) or 16x (default) of it, and on GPUs to at least
+1 GiB (quick) / 2 GiB per array, so that the cache knee is visible and the largest points
+measure main memory (HBM). The last-level cache is the largest of what torch reports
+(``L2_cache_size``: 4 MB on MI300X, whose 256 MB Infinity Cache sits behind it) and the
+catalog's ``last_level_cache_bytes``; a point whose array is at least
+:data:`PAST_CACHE_FACTOR` times it is marked ``past_cache: true``, and only those measure
+HBM (BabelStream sizes its arrays the same way: "at least 4x the size of the largest
+cache"). Each point keeps the median (``bytes_per_s``, the contract figure) and the best
+sample (``best_bytes_per_s``, the statistic BabelStream and STREAM report).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +34,20 @@ from gpuplan.probes.timing import TimingConfig, measure
 
 PROBE_VERSION = 1
 _FALLBACK_LLC_BYTES = 32 << 20  # used only when the cache size cannot be read (recorded)
+#: an array at least this many times the last-level cache measures main memory
+PAST_CACHE_FACTOR = 4
+#: smallest "largest array" on GPUs (a sizing choice, not a device figure): past any
+#: cache up to 256 MB by 4x even when neither torch nor the catalog knows the cache
+GPU_MIN_TOP_BYTES = {True: 1 << 30, False: 2 << 30}  # keyed by quick
 
 _BYTES_PER_CALL = {"copy": 2, "triad": 3}
 
 
-def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
+def sizes(
+    llc_bytes: int, *, quick: bool, limit_bytes: int | None, min_top_bytes: int = 0
+) -> list[int]:
     """Array sizes (bytes, powers of two, x4 steps; x8 quick) from about ``llc/16`` up to the first
-    power of two at or past ``8*llc`` (quick) / ``16*llc`` (default).
+    power of two at or past ``max(8*llc, min_top_bytes)`` (quick) / ``16*llc`` (default).
 
     ``limit_bytes`` caps one array so that the three triad arrays fit in free memory.
 
@@ -37,8 +55,10 @@ def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
     [2, 16, 128, 256]
     >>> [s >> 20 for s in sizes(32 << 20, quick=False, limit_bytes=None)]
     [2, 8, 32, 128, 512]
+    >>> [s >> 20 for s in sizes(256 << 20, quick=True, limit_bytes=None)]  # MI300X
+    [16, 128, 1024, 2048]
     """
-    top = 8 * llc_bytes if quick else 16 * llc_bytes
+    top = max(8 * llc_bytes if quick else 16 * llc_bytes, min_top_bytes)
     step = 8 if quick else 4
     size = 1 << max(12, (llc_bytes // 16).bit_length() - 1)  # power of two <= llc/16
     out = []
@@ -52,13 +72,30 @@ def sizes(llc_bytes: int, *, quick: bool, limit_bytes: int | None) -> list[int]:
     return out
 
 
-def device_llc_bytes(torch: Any, gpu: bool) -> tuple[int, str]:
-    """(last-level cache bytes, where it came from)."""
+def catalog_llc_bytes(row: Any) -> int | None:
+    """``last_level_cache_bytes`` of a catalog accelerator row (None where the row has none).
+
+    Read with a fallback: rows written before the field existed simply lack it.
+    """
+    value = getattr(row, "last_level_cache_bytes", None) if row is not None else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def device_llc_bytes(
+    torch: Any, gpu: bool, *, index: int = 0, catalog_bytes: int | None = None
+) -> tuple[int, str]:
+    """(last-level cache bytes, where it came from): the largest of torch's L2 size and
+    the catalog's last-level cache (MI300X: torch says 4 MB L2, the Infinity Cache is 256 MB)."""
     if gpu:
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(index)
         l2 = getattr(props, "L2_cache_size", None) or getattr(props, "l2_cache_size", None)
+        found = []
         if l2:
-            return int(l2), "torch.cuda.get_device_properties().L2_cache_size"
+            found.append((int(l2), "torch.cuda.get_device_properties().L2_cache_size"))
+        if catalog_bytes:
+            found.append((int(catalog_bytes), "catalog last_level_cache_bytes"))
+        if found:
+            return max(found)
         return _FALLBACK_LLC_BYTES, "unknown (assumed 32 MiB)"
     llc = cpu_llc_bytes()
     if llc:
@@ -71,14 +108,21 @@ def run(ctx: ProbeContext) -> None:
     torch = import_torch()
     gpu = ctx.device.is_gpu
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
-    llc, llc_source = device_llc_bytes(torch, gpu)
+    llc, llc_source = device_llc_bytes(
+        torch, gpu, catalog_bytes=catalog_llc_bytes(ctx.catalog_row(0)) if gpu else None
+    )
     if gpu:
         free, _ = torch.cuda.mem_get_info(0)
         limit = free // 4
     else:
         avail = available_memory_bytes()
         limit = avail // 6 if avail else None
-    points = sizes(llc, quick=ctx.quick, limit_bytes=limit)
+    points = sizes(
+        llc,
+        quick=ctx.quick,
+        limit_bytes=limit,
+        min_top_bytes=GPU_MIN_TOP_BYTES[ctx.quick] if gpu else 0,
+    )
     rec = ctx.record(
         "membw",
         PROBE_VERSION,
@@ -86,11 +130,13 @@ def run(ctx: ProbeContext) -> None:
         dtype="float32",
         llc_bytes=llc,
         llc_source=llc_source,
+        past_cache_factor=PAST_CACHE_FACTOR,
         threads=None if gpu else torch.get_num_threads(),
         host_allocation=None if gpu else "numpy (MADV_HUGEPAGE)",
         transparent_hugepage=None if gpu else transparent_hugepage_mode(),
     )
-    task = ctx.progress.task("membw", total=2 * len(points))
+    ops = [("copy", "memcpy"), ("copy", "kernel"), ("triad", "kernel")]
+    task = ctx.progress.task("membw", total=len(ops) * len(points))
     timer = timer_for(ctx.device, 0)
     with ctx.power_sampling(rec, [0] if gpu else []):
         for size in points:
@@ -99,13 +145,14 @@ def run(ctx: ProbeContext) -> None:
                 a, b, c = arrays(torch, n, device)
             except _oom(torch) as exc:
                 rec.warn(f"{size} bytes: out of memory: {exc}")
-                task.advance(2)
+                task.advance(len(ops))
                 continue
-            for op in ("copy", "triad"):
+            for op, method in ops:
                 ctx.check_deadline()
-                point = measure_point(torch, op, a, b, c, timer, ctx.timing)
+                point = measure_point(torch, op, a, b, c, timer, ctx.timing, method=method)
+                point["past_cache"] = size >= PAST_CACHE_FACTOR * llc
                 if not point.pop("correct"):
-                    rec.warn(f"{op} {size} bytes: result incorrect")
+                    rec.warn(f"{op} ({method}) {size} bytes: result incorrect")
                 rec.add(point)
                 task.advance()
                 ctx.point_done()
@@ -161,17 +208,30 @@ def transparent_hugepage_mode(
 
 
 def measure_point(
-    torch: Any, op: str, a: Any, b: Any, c: Any, timer: Any, timing: TimingConfig
+    torch: Any,
+    op: str,
+    a: Any,
+    b: Any,
+    c: Any,
+    timer: Any,
+    timing: TimingConfig,
+    *,
+    method: str = "memcpy",
 ) -> dict[str, Any]:
     """Time ``op`` (copy or triad) on float32 arrays ``a`` (out), ``b``, ``c`` (in: 1.0, 2.0).
 
-    Returns a ``MembwMeasurement`` dict plus ``correct`` (the output checked once).
+    ``method`` of a copy: ``memcpy`` (``a.copy_(b)``, a driver memcpy on GPUs) or ``kernel``
+    (``torch.add(b, 0, out=a)``, an elementwise kernel). Returns a ``MembwMeasurement`` dict
+    plus ``correct`` (the output checked once).
     """
     kernels = {
-        "copy": lambda: a.copy_(b),
-        "triad": lambda: torch.add(b, c, alpha=SCALAR, out=a),
+        ("copy", "memcpy"): functools.partial(a.copy_, b),
+        ("copy", "kernel"): functools.partial(torch.add, b, 0, out=a),
+        ("triad", "kernel"): functools.partial(torch.add, b, c, alpha=SCALAR, out=a),
     }
-    fn = kernels[op]
+    if op == "triad":
+        method = "kernel"
+    fn = kernels[(op, method)]
     a.zero_()
     fn()
     expected = 1.0 if op == "copy" else 1.0 + SCALAR * 2.0
@@ -181,10 +241,12 @@ def measure_point(
     moved = _BYTES_PER_CALL[op] * size
     return {
         "op": op,
+        "method": method,
         "size_bytes": size,
         "bytes_moved": moved,
         **timed.as_dict(),
         "bytes_per_s": moved / timed.median_s,
+        "best_bytes_per_s": moved / timed.min_s,
         "correct": correct,
     }
 

@@ -344,6 +344,7 @@ def _run_locked(
         probe_timeout_s=options.probe_timeout_s,
         power=power,
         spec_lookup=_spec_lookup(host["accelerators"]),
+        accelerators=host["accelerators"],
     )
     order = list(options.only)
     if denv is not None:

@@ -83,7 +83,7 @@ def test_membw_sizes_go_well_past_the_llc():
 
 def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
     # a small 'LLC' keeps the sweep short; the byte accounting is what is checked
-    monkeypatch.setattr(membw, "device_llc_bytes", lambda torch, gpu: (1 << 20, "test"))
+    monkeypatch.setattr(membw, "device_llc_bytes", lambda torch, gpu, **kw: (1 << 20, "test"))
     ctx = ProbeContext(device=CPU, quick=True, timing=FAST)
     membw.run(ctx)
     (rec,) = ctx.recorders
@@ -97,6 +97,56 @@ def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
         assert m.bytes_per_s == pytest.approx(m.bytes_moved / m.median_s)
     assert {m["op"] for m in result.measurements} == {"copy", "triad"}
     assert max(m["size_bytes"] for m in result.measurements) >= 8 << 20
+    # both copies (driver memcpy and an elementwise kernel) at every size, best and median kept
+    methods = {(m["op"], m["method"]) for m in result.measurements}
+    assert methods == {("copy", "memcpy"), ("copy", "kernel"), ("triad", "kernel")}
+    for m in result.measurements:
+        assert m["best_bytes_per_s"] == pytest.approx(m["bytes_moved"] / m["min_s"])
+        assert m["best_bytes_per_s"] >= m["bytes_per_s"]
+        assert m["past_cache"] is (m["size_bytes"] >= 4 << 20)
+    assert any(m["past_cache"] for m in result.measurements)
+    assert any(not m["past_cache"] for m in result.measurements)
+
+
+class _Props:
+    def __init__(self, l2):
+        self.L2_cache_size = l2
+
+
+class _FakeCudaTorch:
+    """torch.cuda's device properties of a GPU that is not here (MI300X: 4 MB L2)."""
+
+    def __init__(self, l2):
+        self.cuda = type("cuda", (), {"get_device_properties": staticmethod(lambda i: _Props(l2))})
+
+
+def test_a_256_mb_last_level_cache_gets_arrays_of_at_least_1_gib():
+    # MI300X: torch reports the 4 MB L2; the catalog knows the 256 MB Infinity Cache
+    torch4 = _FakeCudaTorch(4 << 20)
+    llc, source = membw.device_llc_bytes(torch4, True, catalog_bytes=256 << 20)
+    assert (llc, source) == (256 << 20, "catalog last_level_cache_bytes")
+    assert membw.device_llc_bytes(torch4, True) == (
+        4 << 20,
+        "torch.cuda.get_device_properties().L2_cache_size",
+    )
+    for quick in (True, False):
+        top = membw.sizes(
+            llc, quick=quick, limit_bytes=None, min_top_bytes=membw.GPU_MIN_TOP_BYTES[quick]
+        )
+        assert top[-1] >= 1 << 30 and top[-1] >= membw.PAST_CACHE_FACTOR * llc
+        assert top[0] < llc  # the cache knee stays visible
+    # even where nothing knows the cache, a GPU's largest array is past a 256 MB one by 4x
+    blind = membw.sizes(
+        4 << 20, quick=True, limit_bytes=None, min_top_bytes=membw.GPU_MIN_TOP_BYTES[True]
+    )
+    assert blind[-1] >= 4 * (256 << 20)
+
+
+def test_catalog_llc_is_read_with_a_fallback():
+    row = type("Row", (), {"last_level_cache_bytes": 50 * 10**6})()
+    assert membw.catalog_llc_bytes(row) == 50_000_000
+    assert membw.catalog_llc_bytes(object()) is None
+    assert membw.catalog_llc_bytes(None) is None
 
 
 def test_transparent_hugepage_mode_and_cpu_arrays(tmp_path):
