@@ -188,6 +188,20 @@ PRECISION_RECIPES: dict[str, PrecisionRecipe] = {
 }
 
 
+#: Other spellings of the recipes (published runs write NVFP4, MXFP4, BF16, torch names).
+PRECISION_ALIASES: dict[str, str] = {
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "fp8-delayed": "fp8",
+    "fp8-current": "fp8",
+    "fp8-blockwise": "fp8",
+}
+
+
 def peak_flops(hw: Hardware, dtype: str) -> float | None:
     """Dense peak FLOP/s (op/s for int8) of ``dtype`` on ``hw``: the catalog row's figure,
     else the calibration's spec."""
@@ -205,8 +219,11 @@ def precision_recipe(precision: str, hw: Hardware | None = None) -> PrecisionRec
 
     >>> precision_recipe("fp4").high_precision_kinds
     ('logits', 'router')
+    >>> precision_recipe("NVFP4").name, precision_recipe("mxfp4").name
+    ('fp4', 'fp4')
     """
     key = str(precision).strip().lower()
+    key = PRECISION_ALIASES.get(key, key)
     if key not in PRECISION_RECIPES:
         raise InputError(
             f"unknown precision {precision!r}", hint="use one of " + ", ".join(PRECISIONS)
