@@ -1,9 +1,22 @@
 """Matmul probe: achieved dense GEMM throughput by shape and dtype, correctness checked.
 
-Shapes are square GEMMs (to find the best achievable rate, as in published "maximum
-achievable matmul FLOPS" tables) and the GEMMs of one transformer layer (QKV projection,
-attention output, MLP up and down) at the hidden sizes of common models, with and without
-tensor parallelism, because calibration needs the efficiency at the shapes forecasts use.
+Shapes are square GEMMs, a grid of non-square shapes in the manner of mamf-finder
+(stas00/ml-engineering, ``compute/accelerator/benchmarks/mamf-finder.py``: the best
+achievable rate of a GPU is found at shapes such as 2048x2048x13312, not at squares), and
+the GEMMs of one transformer layer (QKV projection, attention output, MLP up and down) at
+the hidden sizes of common models, with and without tensor parallelism, because
+calibration needs the efficiency at the shapes forecasts use.
+
+On GPUs, as mamf-finder does: the device is warmed up (clocks ramp, kernels are selected)
+before the sweep; the L2 cache is flushed before every timed call by zeroing a buffer
+twice the last-level cache, outside the timed region (CUDA/HIP events around each call,
+:class:`gpuplan.probes.timing.FlushedEventTimer`); shapes below about 2048^3 are left out,
+where one call is shorter than Python's dispatch of it. On ROCm, TunableOp is enabled
+(``torch.cuda.tunable``: the fastest hipBLASLt/rocBLAS solution per shape, tuned during
+the warmups, results cached under the cache folder) and hipBLASLt preferred; both are
+recorded in ``params``. fp8 is OCP ``float8_e4m3fn`` on NVIDIA and gfx950 (MI350/MI355X)
+and ``float8_e4m3fnuz`` on gfx942 (MI300X/MI325X); TF32 is measured only where it
+engages (Ampere and newer; on ROCm only where a short check shows it faster than fp32).
 
 Work: an (m x k) @ (k x n) product is ``2*m*n*k`` floating-point operations (one multiply
 and one add per term). Correctness: a row and column slice of the product is recomputed
@@ -96,15 +109,24 @@ _LLAMA3_70B = {"hidden": 8192, "ffn": 28672, "heads": 64, "kv_heads": 8}
 _SMALL = {"hidden": 1024, "ffn": 2816, "heads": 16, "kv_heads": 4}
 
 
+def mamf_grid(ms: list[int], ks: list[int]) -> list[Gemm]:
+    """Non-square GEMMs ``m = n`` in ``ms`` by ``k`` in ``ks`` (mamf-finder's search space is
+    m, n, k from 256 to 20480 in steps of 256; this is a sample of its best region)."""
+    return [Gemm(m, m, k, f"mamf {m}x{m}x{k}") for m in ms for k in ks if k != m]
+
+
 def shapes(*, gpu: bool, quick: bool) -> list[Gemm]:
     """The sweep (documented in docs/probes.md)."""
     if gpu and quick:
-        return square([1024, 4096, 8192]) + transformer_layer(
-            "llama3-70b", **_LLAMA3_70B, tokens=4096
+        return (
+            square([4096, 8192])
+            + mamf_grid([2048, 4096], [13312])
+            + transformer_layer("llama3-70b", **_LLAMA3_70B, tokens=4096)
         )
     if gpu:
         return (
-            square([1024, 2048, 4096, 8192, 12288, 16384])
+            square([2048, 4096, 8192, 12288, 16384])
+            + mamf_grid([2048, 4096, 8192], [4096, 8192, 13312, 16384])
             + transformer_layer("llama3-8b", **_LLAMA3_8B, tokens=8192)
             + transformer_layer("llama3-70b", **_LLAMA3_70B, tokens=8192)
             + transformer_layer("llama3-70b", **_LLAMA3_70B, tokens=8192, tp=8)
@@ -131,16 +153,24 @@ def precisions(torch: Any, *, gpu: bool) -> list[tuple[Precision, str | None]]:
     out: list[tuple[Precision, str | None]] = []
     major, minor = torch.cuda.get_device_capability(0)
     hip = bool(getattr(torch.version, "hip", None))
+    arch = gfx_arch(torch)
     out.append((Precision("fp32", "float32"), None))
-    tf32_ok = hip or major >= 8  # TF32 tensor cores from Ampere (sm_80)
-    out.append((Precision("tf32", "tf32"), None if tf32_ok else f"no TF32 on sm_{major}{minor}"))
+    if hip:
+        tf32_reason = tf32_check(torch, torch.device("cuda", 0))
+    else:  # TF32 tensor cores from Ampere (sm_80)
+        tf32_reason = None if major >= 8 else f"no TF32 on sm_{major}{minor}"
+    out.append((Precision("tf32", "tf32"), tf32_reason))
     bf16_ok = bool(torch.cuda.is_bf16_supported())
     out.append((Precision("bf16", "bfloat16"), None if bf16_ok else "bf16 not supported"))
     out.append((Precision("fp16", "float16"), None))
     fp8 = _fp8_dtype(torch)
     reason = None
     if fp8 is None:
-        reason = "this torch has no float8 dtype"
+        reason = (
+            f"no fp8 matrix cores on {arch}"
+            if hip and fp8_dtype_name(True, arch) is None
+            else "this torch has no float8 dtype"
+        )
     elif not hip and (major, minor) < (8, 9):
         reason = f"fp8 tensor cores need sm_89 or newer (this GPU is sm_{major}{minor})"
     else:
@@ -153,10 +183,127 @@ def precisions(torch: Any, *, gpu: bool) -> list[tuple[Precision, str | None]]:
     return out
 
 
+def gfx_arch(torch: Any, index: int = 0) -> str | None:
+    """The AMD GPU's architecture (``gcnArchName`` without feature flags, e.g. gfx942)."""
+    if not getattr(torch.version, "hip", None):
+        return None
+    try:
+        name = getattr(torch.cuda.get_device_properties(index), "gcnArchName", None)
+    except Exception:
+        return None
+    return str(name).split(":")[0] if name else None
+
+
+def fp8_dtype_name(hip: bool, arch: str | None) -> str | None:
+    """The e4m3 fp8 type of the device's matrix cores, None where it has none.
+
+    gfx942 (MI300X, MI325X) implements the "fnuz" variant (no negative zero, no infinities,
+    bias 8); gfx950 (MI350X, MI355X) and NVIDIA implement OCP e4m3 ("fn"); gfx90a (MI250X)
+    has no fp8.
+
+    >>> fp8_dtype_name(False, None), fp8_dtype_name(True, "gfx942"), fp8_dtype_name(True, "gfx950")
+    ('float8_e4m3fn', 'float8_e4m3fnuz', 'float8_e4m3fn')
+    >>> fp8_dtype_name(True, "gfx90a") is None
+    True
+    """
+    if not hip:
+        return "float8_e4m3fn"
+    if arch is None:
+        return None
+    if arch.startswith("gfx94"):
+        return "float8_e4m3fnuz"
+    if arch.startswith(("gfx95", "gfx12")):
+        return "float8_e4m3fn"
+    return None
+
+
 def _fp8_dtype(torch: Any) -> Any:
-    # MI300 (gfx942) implements the "fnuz" variant of e4m3.
-    name = "float8_e4m3fnuz" if getattr(torch.version, "hip", None) else "float8_e4m3fn"
-    return getattr(torch, name, None)
+    hip = bool(getattr(torch.version, "hip", None))
+    name = fp8_dtype_name(hip, gfx_arch(torch) if hip else None)
+    return getattr(torch, name, None) if name else None
+
+
+def tf32_check(torch: Any, device: Any, size: int = 4096, calls: int = 5) -> str | None:
+    """None when TF32 engages (float32 matmul clearly faster with TF32 on), else why not.
+
+    On ROCm TF32 (hipBLASLt "xf32") exists on gfx942 only and only when the build enables
+    it; elsewhere ``allow_tf32`` is silently ignored, so it is measured, not assumed.
+    """
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    times = {}
+    for mode in ("fp32", "tf32"):
+        with _float32_mode(torch, mode):
+            torch.matmul(a, b)  # select the kernel
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                torch.matmul(a, b)
+            end.record()
+            end.synchronize()
+            times[mode] = start.elapsed_time(end)
+    del a, b
+    if times["tf32"] * 1.5 < times["fp32"]:
+        return None
+    return (
+        f"TF32 does not engage on this device ({size}^3: tf32 {times['tf32'] / calls:.2f} ms,"
+        f" fp32 {times['fp32'] / calls:.2f} ms)"
+    )
+
+
+@contextlib.contextmanager
+def rocm_gemm_tuning(torch: Any, cache_dir: Any) -> Iterator[dict[str, Any]]:
+    """On ROCm: TunableOp on (tuned in the warmups, results in ``cache_dir``), hipBLASLt
+    preferred; yields what was set (recorded in ``params``) and restores the settings.
+    On NVIDIA yields the BLAS library in use and changes nothing."""
+    info: dict[str, Any] = {}
+    backends = getattr(torch.backends, "cuda", None)
+    pref = getattr(backends, "preferred_blas_library", None)
+    if not getattr(torch.version, "hip", None):
+        with contextlib.suppress(Exception):
+            info["blas_library"] = str(pref()).rsplit(".", 1)[-1].lower() if pref else None
+        yield info
+        return
+    tunable = getattr(torch.cuda, "tunable", None)
+    old_blas = None
+    old_tunable: tuple[bool, bool] | None = None
+    try:
+        if pref is not None:
+            with contextlib.suppress(Exception):
+                old_blas = pref()
+                pref("cublaslt")  # hipBLASLt under ROCm
+        if tunable is not None:
+            with contextlib.suppress(Exception):
+                old_tunable = (tunable.is_enabled(), tunable.tuning_is_enabled())
+                from pathlib import Path
+
+                Path(cache_dir).mkdir(parents=True, exist_ok=True)
+                tunable.set_filename(str(Path(cache_dir) / "tunableop_results%d.csv"))
+                tunable.set_max_tuning_duration(100)  # ms per GEMM shape
+                tunable.enable(True)
+                tunable.tuning_enable(True)
+        with contextlib.suppress(Exception):
+            info["blas_library"] = "hipblaslt" if "lt" in str(pref()).lower() else str(pref())
+        info["tunableop"] = bool(tunable is not None and _q(tunable.is_enabled))
+        info["tunableop_file"] = _q(tunable.get_filename) if tunable is not None else None
+        yield info
+    finally:
+        if tunable is not None and old_tunable is not None:
+            with contextlib.suppress(Exception):
+                tunable.write_file()
+                tunable.tuning_enable(old_tunable[1])
+                tunable.enable(old_tunable[0])
+        if pref is not None and old_blas is not None:
+            with contextlib.suppress(Exception):
+                pref(old_blas)
+
+
+def _q(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
 
 
 def _fp8_inputs(torch: Any, m: int, n: int, k: int, device: Any) -> tuple[Any, Any]:
@@ -172,7 +319,8 @@ def _fp8_call(torch: Any, a: Any, b: Any) -> Any:
     one = torch.ones((), device=a.device, dtype=torch.float32)
 
     def call() -> Any:
-        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return out[0] if isinstance(out, tuple) else out  # torch < 2.5 returned (out, amax)
 
     return call
 
@@ -230,15 +378,79 @@ def _measure_point(
     }
 
 
+def flush_bytes(llc_bytes: int) -> int:
+    """Size of the buffer zeroed before each timed call: twice the last-level cache and at
+    least 256 MiB (mamf-finder zeroes 256 MB)."""
+    return max(2 * llc_bytes, 256 << 20)
+
+
+def device_warmup(torch: Any, device: Any, seconds: float) -> float:
+    """Run 8192^3 bf16 GEMMs for about ``seconds`` so that clocks and power settle before the
+    sweep (mamf-finder warms up the same way); returns the time spent."""
+    import time
+
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    a = torch.randn(8192, 8192, device=device, dtype=dtype)
+    b = torch.randn(8192, 8192, device=device, dtype=dtype)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            torch.matmul(a, b)
+        torch.cuda.synchronize(device)
+    del a, b
+    return time.perf_counter() - start
+
+
+def gpu_timer(ctx: ProbeContext, torch: Any, device: Any) -> tuple[Any, dict[str, Any]]:
+    """The flushed event timer of GPU 0 and what it does (recorded in ``params``)."""
+    from gpuplan.probes.membw import catalog_llc_bytes, device_llc_bytes
+    from gpuplan.probes.timing import FlushedEventTimer
+
+    llc, source = device_llc_bytes(torch, True, catalog_bytes=catalog_llc_bytes(ctx.catalog_row(0)))
+    size = flush_bytes(llc)
+    cache = torch.empty(size // 4, dtype=torch.int32, device=device)
+    timer = FlushedEventTimer(torch, device, cache.zero_)
+    return timer, {
+        "l2_flush_bytes": size,
+        "llc_bytes": llc,
+        "llc_source": source,
+        "timing": "events per call, cache flushed before each",
+    }
+
+
 def run(ctx: ProbeContext) -> None:
     """Measure every shape of :func:`shapes` in every supported precision."""
+    from gpuplan.paths import cache_dir
+
     torch = import_torch()
     gpu = ctx.device.is_gpu
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
     sweep = shapes(gpu=gpu, quick=ctx.quick)
-    precs = precisions(torch, gpu=gpu)
+    with contextlib.ExitStack() as stack:
+        tuning = stack.enter_context(rocm_gemm_tuning(torch, cache_dir())) if gpu else {}
+        precs = precisions(torch, gpu=gpu)
+        extra: dict[str, Any] = dict(tuning)
+        if gpu:
+            timer, timing_params = gpu_timer(ctx, torch, device)
+            extra.update(timing_params)
+            extra["gfx_arch"] = gfx_arch(torch)
+            extra["device_warmup_s"] = device_warmup(torch, device, 1.0 if ctx.quick else 5.0)
+        else:
+            timer = timer_for(ctx.device, 0)
+        _run_sweep(ctx, torch, gpu, device, sweep, precs, timer, extra)
+
+
+def _run_sweep(
+    ctx: ProbeContext,
+    torch: Any,
+    gpu: bool,
+    device: Any,
+    sweep: list[Gemm],
+    precs: list[tuple[Precision, str | None]],
+    timer: Any,
+    extra: dict[str, Any],
+) -> None:
     task = ctx.progress.task("matmul", total=len(sweep) * sum(1 for _, r in precs if r is None))
-    timer = timer_for(ctx.device, 0)
     for prec, unsupported in precs:
         rec = ctx.record(
             "matmul",
@@ -248,6 +460,7 @@ def run(ctx: ProbeContext) -> None:
             device=str(device),
             threads=None if gpu else torch.get_num_threads(),
             tolerance=TOLERANCE[prec.name],
+            **extra,
         )
         if unsupported:
             rec.skip(unsupported)

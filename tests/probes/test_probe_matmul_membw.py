@@ -157,3 +157,99 @@ def test_transparent_hugepage_mode_and_cpu_arrays(tmp_path):
     a, b, c = membw.arrays(torch, 1 << 20, torch.device("cpu"))
     assert (a == 0).all() and (b == 1).all() and (c == 2).all()
     assert a.dtype == torch.float32 and a.numel() == 1 << 20
+
+
+def test_gpu_sweep_has_mamf_shapes_and_no_dispatch_bound_sizes():
+    for quick in (True, False):
+        sweep = matmul.shapes(gpu=True, quick=quick)
+        assert (2048, 2048, 13312) in [(g.m, g.n, g.k) for g in sweep]
+        assert any(g.label.startswith("mamf") and g.k != g.m for g in sweep)
+        # 1024^3 bf16 lasts ~2 us on an H100: shorter than Python's dispatch of the call
+        assert min(g.flops for g in sweep) >= 2 * 2048**3 - 1
+    assert len({(g.m, g.n, g.k) for g in matmul.shapes(gpu=True, quick=False)}) >= 25
+
+
+class _FakeEvent:
+    """A CUDA event at the edge (no GPU here): records the host clock when recorded."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        return None
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_flushed_event_timer_times_the_calls_not_the_flushes():
+    import time
+    import types
+
+    from gpuplan.probes.timing import FlushedEventTimer
+
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=_FakeEvent, synchronize=lambda device=None: None)
+    )
+    order = []
+
+    def flush():
+        order.append("flush")
+        time.sleep(0.004)
+
+    def call():
+        order.append("call")
+        time.sleep(0.001)
+
+    timer = FlushedEventTimer(fake, "cuda:0", flush)
+    total = timer(call, 5)
+    assert order == ["flush", "call"] * 5
+    assert 0.005 <= total < 0.015  # 5 calls of 1 ms; the 5 x 4 ms of flushes are not counted
+    timer(call, 3)
+    assert len(timer._pool) == 5  # events are reused
+
+
+def test_fp8_type_per_architecture():
+    assert matmul.fp8_dtype_name(False, None) == "float8_e4m3fn"
+    assert matmul.fp8_dtype_name(True, "gfx942") == "float8_e4m3fnuz"  # MI300X/MI325X
+    assert matmul.fp8_dtype_name(True, "gfx950") == "float8_e4m3fn"  # MI355X: OCP
+    assert matmul.fp8_dtype_name(True, "gfx90a") is None  # MI250X: no fp8
+
+
+def test_rocm_tuning_is_set_recorded_and_restored(tmp_path):
+    import types
+
+    calls = []
+    state = {"enabled": False, "tuning": False, "blas": "cublas", "file": None}
+    tunable = types.SimpleNamespace(
+        is_enabled=lambda: state["enabled"],
+        tuning_is_enabled=lambda: state["tuning"],
+        enable=lambda v: state.update(enabled=v),
+        tuning_enable=lambda v: state.update(tuning=v),
+        set_filename=lambda f: state.update(file=f),
+        get_filename=lambda: state["file"],
+        set_max_tuning_duration=lambda ms: calls.append(("max_ms", ms)),
+        write_file=lambda: calls.append("write"),
+    )
+
+    def pref(value=None):
+        if value is not None:
+            state["blas"] = value
+        return state["blas"]
+
+    fake = types.SimpleNamespace(
+        version=types.SimpleNamespace(hip="6.2"),
+        cuda=types.SimpleNamespace(tunable=tunable),
+        backends=types.SimpleNamespace(cuda=types.SimpleNamespace(preferred_blas_library=pref)),
+    )
+    with matmul.rocm_gemm_tuning(fake, tmp_path / "cache") as info:
+        assert state["enabled"] and state["tuning"] and state["blas"] == "cublaslt"
+        assert info["tunableop"] is True and info["blas_library"] == "hipblaslt"
+        assert info["tunableop_file"].startswith(str(tmp_path / "cache"))
+    assert (state["enabled"], state["tuning"], state["blas"]) == (False, False, "cublas")
+    assert "write" in calls
