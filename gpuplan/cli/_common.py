@@ -52,11 +52,17 @@ def _check_number(value: Any, flag: str, bound: str) -> None:
 
 
 def number_option(
-    default: Any, *flags: str, help: str, bound: str = "positive", **kwargs: Any
+    default: Any,
+    *flags: str,
+    help: str,
+    bound: str = "positive",
+    maximum: float | None = None,
+    **kwargs: Any,
 ) -> Any:
     """A ``typer.Option`` for a number that refuses NaN, inf and out-of-range values.
 
-    ``bound`` is ``"positive"`` (> 0, the default) or ``"non_negative"`` (>= 0). A refused
+    ``bound`` is ``"positive"`` (> 0, the default) or ``"non_negative"`` (>= 0);
+    ``maximum`` an upper limit (one of :mod:`gpuplan.limits`). A refused
     value is a usage error: one line on stderr, exit code 2. Every float option (and every
     count that must be >= 1) of the planning and forecasting commands is declared with it,
     so the check exists once.
@@ -68,11 +74,17 @@ def number_option(
 
     def check(param: typer.CallbackParam, value: Any) -> Any:
         flag = param.opts[0] if param.opts else str(param.name)
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                _check_number(v, flag, bound)
-        else:
-            _check_number(value, flag, bound)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            _check_number(v, flag, bound)
+            if maximum is not None and v is not None and v > maximum:
+                from gpuplan.errors import InputError
+
+                raise InputError(
+                    f"{flag} must be <= {maximum:,.0f} (got {v:,})"
+                    if isinstance(v, int)
+                    else f"{flag} must be <= {maximum:g} (got {v:g})",
+                    hint="a bound on what gpuplan's searches can answer (gpuplan/limits.py)",
+                )
         return value
 
     return typer.Option(default, *flags, help=help, callback=check, **kwargs)

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuplan import limits
 from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
@@ -239,7 +240,10 @@ def register(app: typer.Typer) -> None:
             0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
         ),
         requests: int = number_option(
-            2000, "--requests", help="Requests simulated per replica count tried."
+            2000,
+            "--requests",
+            help="Requests simulated per replica count tried.",
+            maximum=limits.MAX_SIM_REQUESTS,
         ),
         calibration: Path | None = calibration_option(),
         fmt: Format = FORMAT_OPTION,

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpuplan import limits
 from gpuplan.cli import _model as model_opts
 from gpuplan.cli._common import (
     FORMAT_OPTION,
@@ -198,18 +199,23 @@ def register(app: typer.Typer) -> None:
         ),
         seq_len: int = number_option(8192, "--seq-len", help="Tokens per sequence."),
         global_batch: int | None = number_option(
-            None, "--global-batch", help="Sequences per step."
+            None, "--global-batch", help="Sequences per step.", maximum=limits.MAX_BATCH_SEQUENCES
         ),
         global_batch_tokens: float | None = number_option(
             None,
             "--global-batch-tokens",
             help="Tokens per step (default 16Mi = 2^24, Llama 3 405B).",
+            maximum=limits.MAX_BATCH_TOKENS,
         ),
         gpu: str = typer.Option(
             ..., "--gpu", "-g", help="Catalog GPU name or alias (h100, a100-80gb, mi300x...)."
         ),
         gpus: int | None = number_option(
-            None, "--gpus", "-n", help="Number of GPUs (omit with --target-days)."
+            None,
+            "--gpus",
+            "-n",
+            help="Number of GPUs (omit with --target-days).",
+            maximum=limits.MAX_GPUS,
         ),
         tp: int | None = number_option(None, "--tp", help="Tensor parallel size."),
         pp: int | None = number_option(None, "--pp", help="Pipeline stages."),
@@ -230,7 +236,10 @@ def register(app: typer.Typer) -> None:
         fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
         precision: str = typer.Option("bf16", "--precision", help="bf16|fp16|fp8|fp4."),
         tokens: float | None = number_option(
-            None, "--tokens", help="Total training tokens (e.g. 15.6e12)."
+            None,
+            "--tokens",
+            help="Total training tokens (e.g. 15.6e12).",
+            maximum=limits.MAX_TOKENS,
         ),
         target_days: float | None = number_option(
             None, "--target-days", help="Deadline: find the smallest cluster."

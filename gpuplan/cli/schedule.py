@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from gpuplan import limits
 from gpuplan.cli._common import (
     FORMAT_OPTION,
     Format,
@@ -76,6 +77,11 @@ def _int_list(text: str, what: str) -> list[int]:
         ) from None
     if not vals or any(v <= 0 for v in vals):
         raise InputError(f"{what} needs positive numbers (got {text!r})", hint="e.g. 256,512")
+    if max(vals) > limits.MAX_GPUS:
+        raise InputError(
+            f"{what}: {max(vals):,} GPUs is more than the {limits.MAX_GPUS:,} gpuplan simulates",
+            hint="a bound on the simulation's cost (gpuplan/limits.py)",
+        )
     return vals
 
 
@@ -109,7 +115,9 @@ def schedule(
     scenario: Path | None = typer.Option(
         None, "--scenario", help="Scenario YAML with a teams: list (and scheduling: block)."
     ),
-    gpus: int | None = number_option(None, "--gpus", help="Cluster size in GPUs."),
+    gpus: int | None = number_option(
+        None, "--gpus", help="Cluster size in GPUs.", maximum=limits.MAX_GPUS
+    ),
     gpus_per_node: int | None = number_option(
         None, "--gpus-per-node", help="GPUs per node [default: 8, or the scenario's]."
     ),
@@ -189,6 +197,9 @@ def schedule(
         )
     if emit_config and out is None:
         raise InputError("--emit-config needs --out DIR", hint="e.g. --out cfg/")
+    size_list = None  # --sizes auto: the default sizes
+    if sizes is not None and sizes.strip().lower() != "auto":
+        size_list = _int_list(sizes, "--sizes")  # before the simulation, not after it
     if emit_config:
         from gpuplan.userfiles import check_output_dir
 
@@ -284,7 +295,6 @@ def schedule(
         data["workload"] = source
         extra_opts = {k: v for k, v in options.items() if k != "on_unschedulable"}
         if sizes is not None:
-            size_list = None if sizes.strip().lower() == "auto" else _int_list(sizes, "--sizes")
             t2 = bar.add_task("wait-vs-size curve", total=len(size_list or [0]) or 1)
             data["curve"] = capacity.wait_vs_size_curve(
                 jobs,

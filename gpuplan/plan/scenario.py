@@ -20,11 +20,12 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuplan import limits
 from gpuplan.errors import SchemaError
 from gpuplan.plan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
@@ -67,14 +68,19 @@ class TrainingWorkload(_Strict):
 
     name: str
     model: str = Field(description="catalog model id, e.g. llama3.1-70b")
-    tokens: float = Field(gt=0, description="total training tokens")
+    tokens: float = Field(gt=0, le=limits.MAX_TOKENS, description="total training tokens")
     deadline_days: float | None = Field(None, gt=0, description="wall-clock budget for the run")
     num_gpus: int | None = Field(
-        None, gt=0, description="fixed cluster size instead of sizing for the deadline"
+        None,
+        gt=0,
+        le=limits.MAX_GPUS,
+        description="fixed cluster size instead of sizing for the deadline",
     )
     seq_len: int = Field(gt=0)
-    global_batch: int | None = Field(None, gt=0, description="sequences per step")
-    global_batch_tokens: float | None = Field(None, gt=0)
+    global_batch: int | None = Field(
+        None, gt=0, le=limits.MAX_BATCH_SEQUENCES, description="sequences per step"
+    )
+    global_batch_tokens: float | None = Field(None, gt=0, le=limits.MAX_BATCH_TOKENS)
     precision: Precision = "bf16"
     parallelism: dict[str, Any] | None = None
     bytes_per_token: float | None = Field(
@@ -90,7 +96,7 @@ class TrainingWorkload(_Strict):
         1.0, gt=0, description="passes over the dataset (dataset = tokens/epochs)"
     )
     checkpoint: Checkpointing = Field(default_factory=Checkpointing)
-    sizes: list[int] | None = Field(
+    sizes: list[Annotated[int, Field(gt=0, le=limits.MAX_GPUS)]] | None = Field(
         None, description="cluster sizes (GPUs) for the time-to-train curve"
     )
 
@@ -202,7 +208,7 @@ class Constraints(_Strict):
     site_power_kw: float | None = Field(None, gt=0, description="facility power incl. cooling")
     budget_usd_per_month: float | None = Field(None, gt=0)
     budget_usd_per_run: float | None = Field(None, gt=0)
-    max_gpus: int | None = Field(None, gt=0)
+    max_gpus: int | None = Field(None, gt=0, le=limits.MAX_GPUS)
 
     @model_validator(mode="after")
     def _floor(self) -> Constraints:

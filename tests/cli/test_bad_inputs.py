@@ -412,3 +412,38 @@ def test_artifact_with_nan_refused_by_the_cli(run_cli, tmp_path):
     f.write_text(json.dumps(doc))  # json writes NaN, and json.loads reads it back
     line = one_line_error(run_cli(*INFER, "--calibration", str(f)))
     assert "matmul_bf16_flops_per_s.value" in line and "finite" in line
+
+
+# ---------------------------------------------------------------- sizes beyond gpuplan.limits
+# Measured before the bounds: the first three ran for minutes (killed at 60-120 s), the last
+# two were tracebacks (OverflowError in the layout search).
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        ([*TRAIN[:-2], "--gpus", "1000000000"], "--gpus must be <= 16,777,216"),
+        (["schedule", "--trace", "philly", "--gpus", "1000000000"], "--gpus must be <= "),
+        ([*INFER, "--qps", "5", "--requests", "100000000"], "--requests must be <= 1,000,000"),
+        ([*TRAIN[:-2], "--tokens", "1e308", "--target-days", "1"], "--tokens must be <= 1e+18"),
+        ([*TRAIN, "--global-batch-tokens", "1e300"], "--global-batch-tokens must be <="),
+        (["schedule", "--trace", "philly", "--gpus", "64", "--sizes", "1000000000"], "--sizes"),
+    ],
+)
+def test_sizes_beyond_the_limits_are_refused_at_once(run_cli, args, expect):
+    proc = run_cli(*args, timeout=60)
+    line = one_line_error(proc)
+    assert expect in line and "gpuplan/limits.py" in line
+
+
+def test_scenario_cluster_beyond_the_limits(run_cli, tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        SMALL_SCENARIO.replace(
+            "  inference:\n",
+            "  training:\n    - name: pre\n      model: llama3.1-8b\n      tokens: 1e12\n"
+            "      seq_len: 8192\n      num_gpus: 1000000000\n  inference:\n",
+        )
+    )
+    line = one_line_error(run_cli("plan", str(f), "--no-progress", timeout=60))
+    assert "workloads.training[0].num_gpus" in line and "line 8" in line

@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuplan import limits
 from gpuplan.errors import SchemaError
 
 #: Named time-of-day patterns: 24 hourly multipliers (hour 0 = midnight of the trace clock),
@@ -127,10 +128,10 @@ class TrainingJobSpec(_Strict):
     """
 
     model: str = Field(description="catalog model id, e.g. llama3.1-8b")
-    tokens: float = Field(gt=0, description="total training tokens")
-    gpus: int = Field(gt=0, description="GPUs the run uses (gang-scheduled)")
+    tokens: float = Field(gt=0, le=limits.MAX_TOKENS, description="total training tokens")
+    gpus: int = Field(gt=0, le=limits.MAX_GPUS, description="GPUs the run uses (gang-scheduled)")
     gpu: str = Field("h100", description="catalog GPU id or alias")
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=limits.MAX_JOBS)
     submit_at_s: list[Annotated[float, Field(ge=0)]] | None = None
     seq_len: int | None = Field(None, gt=0)
     precision: str | None = None
@@ -238,8 +239,8 @@ class NodeTypeSpec(_Strict):
     """A pool of identical nodes (a Kueue ResourceFlavor / a Slurm partition)."""
 
     name: str
-    gpus_per_node: int = Field(gt=0)
-    nodes: int = Field(ge=0)
+    gpus_per_node: int = Field(gt=0, le=limits.MAX_GPUS)
+    nodes: int = Field(ge=0, le=limits.MAX_GPUS)
     gpu: str | None = Field(None, description="catalog GPU id, for labels and reports")
 
     @field_validator("name")
@@ -253,8 +254,8 @@ class NodeTypeSpec(_Strict):
 class ClusterSpec(_Strict):
     """GPUs per node and node count, or a list of node types."""
 
-    gpus_per_node: int | None = Field(None, gt=0)
-    nodes: int | None = Field(None, ge=0)
+    gpus_per_node: int | None = Field(None, gt=0, le=limits.MAX_GPUS)
+    nodes: int | None = Field(None, ge=0, le=limits.MAX_GPUS)
     gpu: str | None = None
     node_types: list[NodeTypeSpec] | None = None
 
@@ -268,6 +269,16 @@ class ClusterSpec(_Strict):
                 raise ValueError(f"node type names must be unique: {names}")
         elif self.gpus_per_node is None or self.nodes is None:
             raise ValueError("cluster needs gpus_per_node and nodes (or node_types)")
+        total = (
+            sum(n.gpus_per_node * n.nodes for n in self.node_types)
+            if self.node_types
+            else self.gpus_per_node * self.nodes
+        )
+        if total > limits.MAX_GPUS:
+            raise ValueError(
+                f"a cluster of {total:,} GPUs is more than the {limits.MAX_GPUS:,} gpuplan "
+                "simulates (gpuplan/limits.py)"
+            )
         return self
 
 
@@ -291,7 +302,7 @@ class SchedulingSpec(_Strict):
     )
     restart_cost_s: float = Field(0.0, ge=0, description="restore time after a preemption")
     p95_wait_target_s: float | None = Field(None, gt=0)
-    sizes_gpus: list[Annotated[int, Field(gt=0)]] | None = None
+    sizes_gpus: list[Annotated[int, Field(gt=0, le=limits.MAX_GPUS)]] | None = None
     reference_trace: Literal["philly"] | None = Field(
         None,
         description="plan report only: also draw this trace's wait-vs-size curve "
