@@ -113,8 +113,8 @@ def test_three_gloo_ranks_every_op_checked_and_sizes_rounded():
     assert [m["op"] for m in points] == list(OPS)
     for m in points:
         assert m["correct"] is True
-        # 4100 B = 1025 floats, rounded down to a whole multiple of the 3 ranks (1023)
-        assert m["size_bytes"] == 1023 * 4
+        # 4100 B = 1025 floats, rounded down to whole rows of 8 per rank (1008 = 42 * 24)
+        assert m["size_bytes"] == 1008 * 4
         factor = busbw_factor(m["op"], 3)
         assert m["busbw_bytes_per_s"] == pytest.approx(m["algbw_bytes_per_s"] * factor)
 
@@ -137,3 +137,131 @@ def test_a_rank_that_fails_is_reported_not_hung():
     )
     with pytest.raises(RuntimeError, match="rank"):
         run_local(plan, 2, gpu=False, on_point=lambda p: None, deadline_s=60)
+
+
+def test_variants_bf16_and_in_place_with_average_time_over_ranks():
+    from gpuplan.probes.collectives import Case
+
+    variants = (
+        Case("all_reduce", "bfloat16", True),
+        Case("all_gather", "bfloat16", True),
+        Case("reduce_scatter", "bfloat16", True),
+        Case("all_to_all", "bfloat16", False),
+        Case("reduce_scatter", "float32", False),
+    )
+    plan = Plan(
+        backend="gloo",
+        ops=(),
+        sizes=(1 << 14,),
+        timing=FAST,
+        num_nodes=1,
+        timeout_s=60,
+        cases=variants,
+    )
+    points = []
+    run_local(plan, 3, gpu=False, on_point=points.append, deadline_s=180)
+    assert [(p["op"], p["dtype"], p["inplace"]) for p in points] == [
+        (c.op, c.dtype, c.inplace) for c in variants
+    ]
+    for p in points:
+        CollectiveMeasurement.model_validate(p)
+        assert p["correct"] is True, p
+        assert p["time_over_ranks"] == "avg"
+        # the average over ranks is never above the slowest rank's time of the same sample
+        assert len(p["rank_max_samples_s"]) == len(p["samples_s"])
+        for avg, slowest in zip(p["samples_s"], p["rank_max_samples_s"], strict=True):
+            assert avg <= slowest * (1 + 1e-9)
+    bf16 = [p for p in points if p["dtype"] == "bfloat16"]
+    assert all(p["size_bytes"] == 8184 * 2 for p in bf16)  # 8192 elements -> rows of 8 x 3
+
+
+def test_sizes_reach_8_gib_with_exact_64_bit_counts_and_memory_limits():
+    from gpuplan.probes.collectives import Case, element_count, fits, sizes
+
+    full = sizes(gpu=True, quick=False)
+    assert full[-1] == 8 << 30 and max(sizes(gpu=True, quick=True)) == 1 << 30
+    # 8 GiB of bf16 is 2^32 elements: past int32, counted exactly
+    assert element_count(8 << 30, 2, 8) == 1 << 32
+    assert element_count(8 << 30, 2, 24) % (8 * 24) == 0
+    ag = Case("all_gather", "bfloat16", False)
+    assert fits(ag, 8 << 30, 8, free_bytes=80 << 30)
+    assert not fits(ag, 8 << 30, 8, free_bytes=16 << 30)  # 9 GiB > half of 16 GiB
+    assert fits(Case("all_gather", "bfloat16", True), 8 << 30, 8, free_bytes=16 << 30)
+
+
+class _LoopbackDist:
+    """One rank: every collective leaves the data where it is (the identity for n = 1)."""
+
+    def all_reduce(self, t, op=None):
+        return None
+
+    def broadcast(self, t, src=0):
+        return None
+
+    def all_gather_single(self, out, inp):
+        if out.data_ptr() != inp.data_ptr():
+            out.copy_(inp)
+
+    def reduce_scatter_single(self, out, inp):
+        if out.data_ptr() != inp.data_ptr():
+            out.copy_(inp)
+
+    def all_to_all_single(self, out, inp):
+        out.copy_(inp)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_check_compares_in_slices_and_passes_for_a_correct_collective(op, dtype, monkeypatch):
+    import torch
+
+    from gpuplan.probes import collectives
+
+    monkeypatch.setattr(collectives, "_CHECK_ROWS", 3)  # many slices on a small buffer
+    for inplace in (False, True) if op in ("all_gather", "reduce_scatter") else (None,):
+        coll = _Collective(
+            torch,
+            _LoopbackDist(),
+            op,
+            8 * 50,
+            1,
+            0,
+            torch.device("cpu"),
+            dtype=dtype,
+            inplace=inplace,
+        )
+        assert coll.check() is True
+        coll.out.fill_(3.0)  # and it stays able to fail
+        assert coll._equal_rows(coll.out.view(-1, 8), torch.zeros(8, dtype=coll.out.dtype)) is False
+
+
+def test_nccl_algorithm_and_nvls_are_read_from_its_log(tmp_path):
+    from gpuplan.probes.base import ProbeRecorder
+    from gpuplan.probes.collectives import annotate_with_nccl, nccl_debug_env
+
+    env = nccl_debug_env(str(tmp_path), {})
+    assert env["NCCL_DEBUG"] == "INFO" and "TUNING" in env["NCCL_DEBUG_SUBSYS"]
+    assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path))
+    assert nccl_debug_env(str(tmp_path), {"NCCL_DEBUG": "WARN"}) == {}  # the user's wins
+    (tmp_path / "nccl.node1.4242.log").write_text(
+        "node1:4242:4242 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+        "node1:4242:4242 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}\n"
+        "node1:4242:4242 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}\n"
+        "node1:4242:4242 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1}\n"
+        "node1:4242:4242 [0] NCCL INFO AllGather: 8589934592 Bytes -> Algo 4 proto 2 time 9000.0\n"
+    )
+    rec = ProbeRecorder("collectives", 1)
+    rec.add({"op": "all_reduce", "size_bytes": 1 << 20})
+    rec.add({"op": "all_gather", "size_bytes": 8 << 30})
+    rec.add({"op": "all_to_all", "size_bytes": 1 << 20})
+    annotate_with_nccl(rec, tmp_path)
+    a, g, t = rec.measurements
+    assert (a["nccl_algorithm"], a["nccl_protocol"]) == ("RING", "LL128")  # the most frequent
+    assert (g["nccl_algorithm"], g["nccl_protocol"]) == ("NVLS", "SIMPLE")
+    assert "nccl_algorithm" not in t  # all-to-all is send/recv: NCCL logs no algorithm
+    assert rec.params["nvls_available"] is True and rec.params["nvls_used"] is True
+    empty = tmp_path / "none"
+    empty.mkdir()
+    rec2 = ProbeRecorder("collectives", 1)
+    annotate_with_nccl(rec2, empty)
+    assert rec2.params["nccl_algorithms"].startswith("not recorded")
