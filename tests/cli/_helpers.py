@@ -63,6 +63,56 @@ HF_MIXTRAL = {
     "sliding_window": None,
 }
 
+#: DeepSeek-V3's config.json (huggingface.co/deepseek-ai/DeepSeek-V3): MLA, 256 routed + 1
+#: shared expert, 3 leading dense layers
+HF_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "first_k_dense_replace": 3,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+}
+
+#: Qwen3-30B-A3B's config.json (huggingface.co/Qwen/Qwen3-30B-A3B): 128 experts, top 8
+HF_QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "moe_intermediate_size": 768,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "sliding_window": None,
+    "use_sliding_window": False,
+}
+
 
 def one_line_error(proc, code: int = 2) -> str:
     """The single stderr line of a refused command (and checks there is no traceback)."""

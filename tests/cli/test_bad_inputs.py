@@ -13,8 +13,10 @@ import pytest
 
 from tests.cli._helpers import (
     EXAMPLES,
+    HF_DEEPSEEK_V3,
     HF_LLAMA,
     HF_MIXTRAL,
+    HF_QWEN3_MOE,
     SMALL_SCENARIO,
     binary_file,
     one_line_error,
@@ -155,23 +157,32 @@ def test_schedule_trace_directory(run_cli, tmp_path):
     assert "is a directory" in line and "does not exist" not in line
 
 
-def test_hf_config_loads_as_the_catalog_model(run_cli, tmp_path):
-    """A Hugging Face config.json gives the same forecast as the catalog row it came from."""
-    for cfg, catalog_id in ((HF_LLAMA, "llama3.1-8b"), (HF_MIXTRAL, "mixtral-8x7b")):
-        f = write_json(tmp_path / f"{catalog_id}-config.json", cfg)
-        common = ["--gpu", "h100", "--format", "json"]
-        a = run_cli("forecast", "infer", "--model-file", str(f), *common)
-        b = run_cli("forecast", "infer", "--model", catalog_id, *common)
-        assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
-        ja, jb = json.loads(a.stdout), json.loads(b.stdout)
-        for key in ("ttft_s", "tpot_s", "memory_per_gpu_bytes", "kv_cache_bytes_per_token"):
-            assert ja[key] == pytest.approx(jb[key], rel=1e-12), (catalog_id, key)
-        t = run_cli("forecast", "train", "--model-file", str(f), *common, "--gpus", "64")
-        u = run_cli("forecast", "train", "--model", catalog_id, *common, "--gpus", "64")
-        assert t.returncode == 0 and u.returncode == 0, t.stderr + u.stderr
-        assert json.loads(t.stdout)["step_time_s"] == pytest.approx(
-            json.loads(u.stdout)["step_time_s"], rel=1e-12
-        )
+@pytest.mark.parametrize(
+    ("cfg", "catalog_id", "infer_args"),
+    [
+        (HF_LLAMA, "llama3.1-8b", []),
+        (HF_MIXTRAL, "mixtral-8x7b", []),
+        (HF_DEEPSEEK_V3, "deepseek-v3", ["--gpu", "h200", "--tp", "8", "--precision", "fp8"]),
+        (HF_QWEN3_MOE, "qwen3-30b-a3b", []),
+    ],
+    ids=["llama", "mixtral", "deepseek-v3", "qwen3-moe"],
+)
+def test_hf_config_loads_as_the_catalog_model(run_cli, tmp_path, cfg, catalog_id, infer_args):
+    """A Hugging Face config.json gives the same forecasts as the catalog row made from it."""
+    f = write_json(tmp_path / "config.json", cfg)
+    infer = ["forecast", "infer", "--gpu", "h100", *infer_args, "--format", "json"]
+    a = run_cli(*infer, "--model-file", str(f))
+    b = run_cli(*infer, "--model", catalog_id)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    for key in ("ttft_s", "tpot_s", "memory_per_gpu_bytes", "kv_cache_bytes_per_token"):
+        assert ja[key] == pytest.approx(jb[key], rel=1e-12), key
+    train = ["forecast", "train", "--gpu", "h100", "--gpus", "1024", "--format", "json"]
+    t = run_cli(*train, "--model-file", str(f))
+    u = run_cli(*train, "--model", catalog_id)
+    assert t.returncode == 0 and u.returncode == 0, t.stderr + u.stderr
+    for key in ("step_time_s", "memory_per_gpu_bytes", "model_tflops_per_gpu"):
+        assert json.loads(t.stdout)[key] == pytest.approx(json.loads(u.stdout)[key], rel=1e-12)
 
 
 def test_hf_config_of_an_unmodelled_architecture_names_the_fields(run_cli, tmp_path):
