@@ -49,6 +49,7 @@ PUBLISHED_GPU_NAMES: dict[str, str] = {
     "NVIDIA B200 SXM": "b200-sxm-180gb",
     "NVIDIA B300 SXM": "b300-sxm-288gb",
     "NVIDIA GB200 SXM": "gb200-gpu-186gb",
+    "GB200 192GB (NVL72)": "gb200-gpu-186gb",  # TensorRT-LLM perf-table name
     "NVIDIA H100 SXM": "h100-sxm5-80gb",
     # names the brief and NVML/ROCm report
     "H100-SXM5-80GB": "h100-sxm5-80gb",
