@@ -1,15 +1,27 @@
 """Storage probe: real ``fio`` runs on ``--storage-path`` (and GPUDirect Storage via kvikio).
 
-Workloads (documented with their sizes in docs/probes.md):
+Workloads (documented with their sizes in docs/probes.md), the way AI data pipelines and
+checkpoints use storage:
 
-* a large sequential write first (checkpoint-like; it also lays the test file out);
+* one job and one file per GPU (``numjobs`` = GPUs of the node; each job reads or writes
+  its own file, as each data-loader or checkpoint rank does), plus single-job points for
+  the latency of one stream;
+* a large sequential write first (it also lays the files out);
 * sequential reads (dataset streaming) and random reads (shuffled samples, small files)
-  over block sizes and queue depths.
+  over block sizes and queue depths;
+* an N-writer checkpoint: N writers (one per GPU, at least 2) each write a new file of
+  the test size once, to the end and ``fsync``; ``kind: "checkpoint"``, the aggregate
+  bandwidth is the checkpoint's.
 
 Each point is one ``fio --output-format=json`` process (jobs as threads, so that the
-one process dies with the run: :mod:`gpuplan.probes.procs`) on one test file in a fresh
+one process dies with the run: :mod:`gpuplan.probes.procs`) on test files in a fresh
 scratch directory under the storage path (:mod:`gpuplan.probes.scratch`), removed
-afterwards, or by the next run if this one is killed. Direct I/O (``O_DIRECT``,
+afterwards, or by the next run if this one is killed. The I/O engine is io_uring where
+fio has it and the kernel allows it (a container's seccomp profile may not: then libaio),
+checked with a tiny run first. Without direct I/O the files of the default sweep are made
+larger than the page cache (1.25x the host memory, free space permitting;
+``params.exceeds_page_cache``); a storage server's own cache cannot be seen from here,
+so ``--storage-size`` should exceed it. Direct I/O (``O_DIRECT``,
 bypassing the page cache) is used where the filesystem allows it; where it does not
 (tmpfs, some network filesystems) the points say ``direct: false`` and the probe's
 ``params.direct_reason`` says why, because such reads may come from memory.
@@ -31,7 +43,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +56,28 @@ PROBE_VERSION = 1
 BW_LOG_MSEC = 250
 
 
+#: ``numjobs`` of a point that runs one job per GPU (resolved at run time)
+PER_GPU = 0
+
+
 @dataclass(frozen=True)
 class FioPoint:
     rw: str  # read | randread | write | randwrite
     block_size_bytes: int
     iodepth: int
-    numjobs: int = 1
+    numjobs: int = 1  # PER_GPU: one job (and file) per GPU
+    kind: str = "sweep"  # sweep | checkpoint (each writer writes its file once, not timed)
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.rw} bs={_bs_text(self.block_size_bytes)} qd={self.iodepth} jobs={self.numjobs}"
-        )
+        jobs = "per-gpu" if self.numjobs == PER_GPU else self.numjobs
+        name = "checkpoint " if self.kind == "checkpoint" else ""
+        return f"{name}{self.rw} bs={_bs_text(self.block_size_bytes)} qd={self.iodepth} jobs={jobs}"
+
+    def resolved(self, jobs_per_gpu: int, checkpoint_writers: int) -> FioPoint:
+        if self.kind == "checkpoint":
+            return replace(self, numjobs=checkpoint_writers)
+        return replace(self, numjobs=jobs_per_gpu) if self.numjobs == PER_GPU else self
 
 
 def _bs_text(size: int) -> str:
@@ -68,27 +90,31 @@ def _bs_text(size: int) -> str:
 def points(*, quick: bool) -> list[FioPoint]:
     """The sweep: the write first (it lays the file out), then reads."""
     k, m = 1 << 10, 1 << 20
+    g = PER_GPU
+    checkpoint = FioPoint("write", 1 * m, 8, kind="checkpoint")
     if quick:
         return [
-            FioPoint("write", 1 * m, 16),
-            FioPoint("read", 1 * m, 16),
+            FioPoint("write", 1 * m, 16, g),
+            FioPoint("read", 1 * m, 16, g),
             FioPoint("randread", 4 * k, 1),
-            FioPoint("randread", 4 * k, 32),
+            FioPoint("randread", 4 * k, 32, g),
+            checkpoint,
         ]
     return [
-        FioPoint("write", 1 * m, 8),
-        FioPoint("write", 4 * m, 32),
+        FioPoint("write", 1 * m, 8, g),
+        FioPoint("write", 4 * m, 32, g),
         FioPoint("read", 128 * k, 1),
         FioPoint("read", 1 * m, 1),
-        FioPoint("read", 1 * m, 8),
-        FioPoint("read", 1 * m, 32),
-        FioPoint("read", 4 * m, 32),
+        FioPoint("read", 1 * m, 8, g),
+        FioPoint("read", 1 * m, 32, g),
+        FioPoint("read", 4 * m, 32, g),
         FioPoint("randread", 4 * k, 1),
         FioPoint("randread", 4 * k, 32),
-        FioPoint("randread", 4 * k, 128),
-        FioPoint("randread", 4 * k, 32, numjobs=4),
-        FioPoint("randread", 64 * k, 32),
-        FioPoint("randread", 1 * m, 32),
+        FioPoint("randread", 4 * k, 32, g),
+        FioPoint("randread", 4 * k, 128, g),
+        FioPoint("randread", 64 * k, 32, g),
+        FioPoint("randread", 1 * m, 32, g),
+        checkpoint,
     ]
 
 
@@ -160,6 +186,7 @@ def measurement_from_fio(doc: dict[str, Any], point: FioPoint) -> dict[str, Any]
     options = job.get("job options") or {}
     return {
         "rw": point.rw,
+        "kind": point.kind,
         "block_size_bytes": point.block_size_bytes,
         "iodepth": point.iodepth,
         "numjobs": point.numjobs,
@@ -229,19 +256,61 @@ def fio_engines(fio: str) -> set[str]:
     return {line.strip() for line in out.splitlines()[1:] if line.strip()}
 
 
+#: asynchronous engines in order of preference: io_uring (what current data loaders and
+#: checkpoint libraries use; fewest syscalls), libaio (honours iodepth with direct I/O)
+ENGINE_PREFERENCE = ("io_uring", "libaio", "posixaio")
+
+
 def pick_ioengine(engines: set[str]) -> str:
-    """libaio (asynchronous, honours iodepth with direct I/O), else io_uring, else psync."""
-    for name in ("libaio", "io_uring", "posixaio"):
+    """io_uring, else libaio, else posixaio, else psync (the first fio has)."""
+    for name in ENGINE_PREFERENCE:
         if name in engines:
             return name
     return "psync"
+
+
+def working_ioengine(
+    fio: str, engines: set[str], workdir: Path, *, direct: bool
+) -> tuple[str, str | None]:
+    """The preferred engine that a tiny real fio run accepts here, and why a better one
+    was passed over (io_uring_setup is refused by some container seccomp profiles)."""
+    passed: list[str] = []
+    probe = workdir / ".gpuplan-engine-probe"
+    for name in [e for e in ENGINE_PREFERENCE if e in engines]:
+        cmd = [
+            fio,
+            "--name=engine-check",
+            f"--filename={probe}",
+            "--rw=write",
+            "--bs=4k",
+            "--size=64k",
+            f"--ioengine={name}",
+            f"--direct={int(direct)}",
+            "--thread",
+            "--output-format=json",
+        ]
+        try:
+            done = run_child(cmd, timeout_s=30, cwd=workdir)
+            ok = done.returncode == 0 and not parse_fio_json(done.stdout)["jobs"][0].get("error")
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            ok, done = False, None
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        if ok:
+            return name, ("; ".join(passed) or None)
+        why = ""
+        if done is not None and done.stderr.strip():
+            why = ": " + " ".join(done.stderr.strip().splitlines()[0].split())[:120]
+        passed.append(f"{name} failed{why}")
+    return "psync", ("; ".join(passed) or None)
 
 
 def fio_command(
     fio: str,
     point: FioPoint,
     *,
-    filename: Path,
+    filename: Path | None = None,
+    directory: Path | None = None,
     size_bytes: int,
     runtime_s: float,
     ramp_s: float,
@@ -249,10 +318,24 @@ def fio_command(
     ioengine: str,
     bw_log_prefix: Path | None,
 ) -> list[str]:
+    """The fio command of one point.
+
+    With ``filename`` every job uses that one file; with ``directory`` each job has its
+    own file there (``gpuplan.<job>.dat``; ``ckpt.<job>.dat`` for a checkpoint), of
+    ``size_bytes`` each. A checkpoint point is not time-based: each writer writes its
+    whole file once and fsyncs it.
+    """
+    if (filename is None) == (directory is None):
+        raise ValueError("give exactly one of filename and directory")
+    if filename is not None:
+        target = [f"--filename={filename}"]
+    else:
+        stem = "ckpt" if point.kind == "checkpoint" else "gpuplan"
+        target = [f"--directory={directory}", f"--filename_format={stem}.$jobnum.dat"]
     cmd = [
         fio,
         "--name=gpuplan",
-        f"--filename={filename}",
+        *target,
         f"--rw={point.rw}",
         f"--bs={point.block_size_bytes}",
         f"--iodepth={point.iodepth}",
@@ -260,15 +343,18 @@ def fio_command(
         f"--ioengine={ioengine}",
         f"--direct={int(direct)}",
         f"--size={size_bytes}",
-        f"--runtime={round(runtime_s * 1000)}ms",
-        "--time_based",
+        *(
+            []
+            if point.kind == "checkpoint"
+            else [f"--runtime={round(runtime_s * 1000)}ms", "--time_based"]
+        ),
         "--group_reporting",
         "--thread",  # jobs as threads of one process, which dies with its parent
         "--randrepeat=0",
         "--norandommap",
         "--output-format=json",
     ]
-    if ramp_s > 0:
+    if ramp_s > 0 and point.kind != "checkpoint":
         cmd.append(f"--ramp_time={round(ramp_s * 1000)}ms")
     if "write" in point.rw:
         cmd.append("--end_fsync=1")  # a checkpoint is only written once it is on disk
@@ -284,7 +370,8 @@ def run_fio_point(
     for old in log_dir.glob("bw*.log"):
         old.unlink()
     try:
-        done = run_child(cmd, timeout_s=timeout_s)
+        # in the scratch folder: fio takes a job name that names a file in its cwd as the file
+        done = run_child(cmd, timeout_s=timeout_s, cwd=log_dir)
     except subprocess.TimeoutExpired:
         raise PointFailed(f"fio timed out after {timeout_s:.0f} s") from None
     fio_errors = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -324,57 +411,149 @@ def check_storage_path(path: str | os.PathLike[str]) -> Path:
 
 
 # ----------------------------------------------------------------------------- GDS (kvikio)
+def _compat_on(mode: Any) -> bool:
+    return str(getattr(mode, "name", mode)).upper() in ("ON", "TRUE", "1", "YES")
+
+
 def gds_status(gpu: bool) -> tuple[Any | None, str]:
-    """(kvikio module or None, what GPUDirect Storage looks like here)."""
+    """(kvikio module or None, what GPUDirect Storage looks like here, before any file).
+
+    kvikio's compatibility mode (``KVIKIO_COMPAT_MODE``) decides: ``ON`` is POSIX reads
+    into a bounce buffer, ``OFF`` forces cuFile, ``AUTO`` (the default) tries cuFile and
+    falls back to POSIX per file when the file, filesystem or driver cannot do GDS. So
+    under AUTO nothing is known until a file is opened: :func:`gds_read` checks each file.
+    """
     if not gpu:
         return None, "unavailable: no GPU"
     try:
         import kvikio
     except ImportError:
         return None, "unavailable: kvikio is not installed (pip install kvikio-cu12)"
-    compat = False
+    mode: Any = None
     with contextlib.suppress(Exception):
         # kvikio >= 24.12: defaults.get("compat_mode") (a CompatMode); older: compat_mode()
         getter = getattr(kvikio.defaults, "get", None)
         mode = getter("compat_mode") if getter else kvikio.defaults.compat_mode()
-        compat = str(getattr(mode, "name", mode)).upper() in ("ON", "TRUE", "1")
-    return (
-        kvikio,
-        "compat mode (kvikio without cuFile: POSIX reads)" if compat else "available (cuFile)",
-    )
+    if _compat_on(mode):
+        return kvikio, "compat mode ON (kvikio POSIX reads, not GDS)"
+    name = str(getattr(mode, "name", mode)).upper() if mode is not None else "unknown"
+    return kvikio, f"kvikio compat mode {name}: checked per file"
+
+
+def file_uses_gds(handle: Any, kvikio: Any) -> tuple[bool, str]:
+    """(whether reads of this open kvikio.CuFile go through cuFile, how that was decided).
+
+    kvikio >= 25.02 answers per file (``CuFile.is_compat_mode_preferred()``, which is
+    False only when cuFile will be used for this file); older kvikio has only the global
+    setting, which under AUTO cannot tell, so the point is not counted as GDS.
+    """
+    per_file = getattr(handle, "is_compat_mode_preferred", None)
+    if callable(per_file):
+        try:
+            return (not bool(per_file())), "CuFile.is_compat_mode_preferred()"
+        except Exception as exc:
+            return False, f"per-file check failed: {type(exc).__name__}"
+    mode: Any = None
+    with contextlib.suppress(Exception):
+        getter = getattr(kvikio.defaults, "get", None)
+        mode = getter("compat_mode") if getter else kvikio.defaults.compat_mode()
+    name = str(getattr(mode, "name", mode)).upper()
+    if name in ("OFF", "FALSE", "0", "NO"):
+        return True, "compat mode OFF (cuFile enforced)"
+    return False, f"unverified: this kvikio has no per-file check (compat mode {name})"
 
 
 def gds_read(
-    kvikio: Any, torch: Any, filename: Path, size_bytes: int, chunk_bytes: int
+    kvikio: Any,
+    torch: Any,
+    filename: Path,
+    size_bytes: int,
+    chunk_bytes: int,
+    device: str = "cuda:0",
 ) -> dict[str, Any]:
-    """Read ``size_bytes`` of ``filename`` straight into GPU memory with kvikio.CuFile."""
-    buf = torch.empty(chunk_bytes, dtype=torch.uint8, device="cuda:0")
+    """Read ``size_bytes`` of ``filename`` into GPU memory with kvikio.CuFile.
+
+    ``gds`` is True only when this file's reads went through cuFile
+    (:func:`file_uses_gds`); a read kvikio served by POSIX is labelled
+    ``ioengine: "kvikio.CuFile (POSIX compat)"`` and ``gds: false``.
+    """
+    buf = torch.empty(chunk_bytes, dtype=torch.uint8, device=device)
+    sync = torch.cuda.synchronize if buf.device.type == "cuda" else (lambda: None)
     done = 0
     with kvikio.CuFile(str(filename), "r") as f:
+        used, how = file_uses_gds(f, kvikio)
         f.read(buf, chunk_bytes, 0)  # warm-up
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         while done < size_bytes:
-            done += int(f.read(buf, min(chunk_bytes, size_bytes - done), done))
-        torch.cuda.synchronize()
+            got = int(f.read(buf, min(chunk_bytes, size_bytes - done), done))
+            if got <= 0:
+                break
+            done += got
+        sync()
         elapsed = time.perf_counter() - start
     return {
         "rw": "read",
+        "kind": "gds" if used else "kvikio-compat",
         "block_size_bytes": chunk_bytes,
         "iodepth": 1,
         "numjobs": 1,
         "runtime_s": elapsed,
         "bw_bytes_per_s": done / elapsed,
         "io_bytes": done,
-        "direct": True,
-        "ioengine": "kvikio.CuFile",
-        "gds": True,
+        "direct": True if used else None,
+        "ioengine": "kvikio.CuFile" if used else "kvikio.CuFile (POSIX compat)",
+        "gds": used,
+        "gds_check": how,
     }
 
 
 # ------------------------------------------------------------------------------ the probe
 def default_size_bytes(*, quick: bool) -> int:
+    """Size of each test file (one per job)."""
     return (128 << 20) if quick else (4 << 30)
+
+
+def jobs_per_gpu(ctx: ProbeContext) -> tuple[int, int]:
+    """(jobs of the per-GPU points, writers of the checkpoint): the node's GPUs, 1 and 2
+    on a CPU-only host."""
+    gpus = ctx.device.count if ctx.device.is_gpu else 0
+    return max(1, gpus), max(2, gpus)
+
+
+def file_size(
+    requested: int | None,
+    *,
+    quick: bool,
+    direct: bool,
+    files: int,
+    free_bytes: int,
+    memory_bytes: int | None,
+) -> tuple[int, bool | None, str | None]:
+    """(bytes per file, whether the files together exceed the page cache, a warning).
+
+    Direct I/O bypasses the page cache, so the size needs no inflating (``None``: not
+    applicable). Without it the default sweep grows the files past 1.25x the host memory
+    where half the free space allows; an explicit ``--storage-size`` and quick runs are
+    kept as they are. Files never take more than half the free space.
+
+    >>> file_size(None, quick=False, direct=False, files=2, free_bytes=1 << 40, memory_bytes=8 << 30)[:2]
+    (5368709120, True)
+    >>> file_size(None, quick=False, direct=True, files=2, free_bytes=1 << 40, memory_bytes=8 << 30)[:2]
+    (4294967296, None)
+    """
+    size = requested or default_size_bytes(quick=quick)
+    warning = None
+    if not direct and requested is None and not quick and memory_bytes:
+        wanted = -(-int(1.25 * memory_bytes) // files) >> 20 << 20
+        size = max(size, wanted)
+    budget = free_bytes // 2
+    if size * files > budget:
+        shrunk = max(16 << 20, (budget // files) >> 20 << 20)
+        warning = f"not enough free space: {files} files of {shrunk >> 20} MiB instead of {size >> 20} MiB"
+        size = shrunk
+    exceeds = None if direct else (memory_bytes is not None and size * files > memory_bytes)
+    return size, exceeds, warning
 
 
 def run(ctx: ProbeContext) -> None:
@@ -385,40 +564,60 @@ def run(ctx: ProbeContext) -> None:
         return
     base = check_storage_path(ctx.storage_path) if ctx.storage_path else Path(ctx.out_dir)
     base.mkdir(parents=True, exist_ok=True)
-    size = ctx.storage_size_bytes or default_size_bytes(quick=ctx.quick)
     free = shutil.disk_usage(base).free
-    if free < 2 * size:
-        if free < 64 << 20:
-            rec.skip(f"only {free >> 20} MiB free under {base}: need at least 64 MiB")
-            return
-        size = max(16 << 20, (free // 4) >> 20 << 20)
-        rec.warn(f"not enough free space for the default size: using {size >> 20} MiB")
-    sweep = points(quick=ctx.quick)
+    if free < 128 << 20:
+        rec.skip(f"only {free >> 20} MiB free under {base}: need at least 128 MiB")
+        return
+    per_gpu, writers = jobs_per_gpu(ctx)
+    sweep = [p.resolved(per_gpu, writers) for p in points(quick=ctx.quick)]
+    files = max(p.numjobs for p in sweep if p.kind != "checkpoint")
     runtime_s, ramp_s = (1.0, 0.0) if ctx.quick else (10.0, 2.0)
     workdir = make_scratch_dir(base, machine_id=ctx.machine_id, run_id=ctx.run_id)
     try:
+        from gpuplan.probes.inventory import _memory_bytes
+
         direct, reason = direct_io_supported(workdir)
-        engine = pick_ioengine(fio_engines(fio))
+        # the checkpoint's files are written after the sweep's are removed: the larger
+        # of the two sets must fit
+        size, exceeds, warning = file_size(
+            ctx.storage_size_bytes,
+            quick=ctx.quick,
+            direct=direct,
+            files=max(files, writers),
+            free_bytes=free,
+            memory_bytes=_memory_bytes(),
+        )
+        if warning:
+            rec.warn(warning)
+        engine, engine_note = working_ioengine(fio, fio_engines(fio), workdir, direct=direct)
         kvikio, gds = gds_status(ctx.device.is_gpu)
         rec.params.update(
             path=str(base.resolve()),
             size_bytes=size,
+            file_per_job=True,
+            jobs_per_gpu_points=per_gpu,
+            checkpoint_writers=writers,
             runtime_s=runtime_s,
             ramp_s=ramp_s,
             ioengine=engine,
+            ioengine_note=engine_note,
             direct=direct,
             direct_reason=reason,
+            exceeds_page_cache=exceeds,
             gds=gds,
         )
         task = ctx.progress.task("storage (fio)", total=len(sweep) + (1 if kvikio else 0))
-        filename = workdir / "gpuplan-fio.dat"
-        timeout = 60 + 3 * (runtime_s + ramp_s) + size / 20e6
+        timeout = 60 + 3 * (runtime_s + ramp_s) + size * max(files, writers) / 20e6
         for point in sweep:
             ctx.check_deadline()
+            if point.kind == "checkpoint":  # room for the checkpoint's fresh files
+                for old in workdir.glob("gpuplan.*.dat"):
+                    if kvikio is None or old.name != "gpuplan.0.dat":
+                        old.unlink()
             cmd = fio_command(
                 fio,
                 point,
-                filename=filename,
+                directory=workdir,
                 size_bytes=size,
                 runtime_s=runtime_s,
                 ramp_s=ramp_s,
@@ -435,16 +634,33 @@ def run(ctx: ProbeContext) -> None:
                 rec.add(m)
                 ctx.point_done()
             task.advance()
-        if kvikio is not None and filename.exists():
-            torch = __import__("torch")
-            try:
-                rec.add(gds_read(kvikio, torch, filename, filename.stat().st_size, 16 << 20))
-            except Exception as exc:  # GDS set-up problems are common; keep the fio points
-                rec.warn(f"GPUDirect Storage read failed: {type(exc).__name__}: {exc}")
-            task.advance()
+        for old in workdir.glob("ckpt.*.dat"):
+            old.unlink()
+        first = workdir / "gpuplan.0.dat"
         rec.ok()
+        if kvikio is not None and first.exists():
+            _gds_points(ctx, kvikio, first, gds)
+            task.advance()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _gds_points(ctx: ProbeContext, kvikio: Any, filename: Path, gds: str) -> None:
+    """kvikio reads as a probe result of their own (``params.transport``), so that GDS and
+    POSIX points are never one curve."""
+    rec = ctx.record(
+        "storage", PROBE_VERSION, transport="kvikio", gds=gds, path=str(filename.parent)
+    )
+    torch = __import__("torch")
+    try:
+        m = gds_read(kvikio, torch, filename, filename.stat().st_size, 16 << 20)
+    except Exception as exc:  # GDS set-up problems are common; the fio points are kept
+        rec.fail(f"kvikio read failed: {type(exc).__name__}: {exc}")
+        return
+    m["size_bytes"] = filename.stat().st_size
+    rec.params["transport"] = "gds" if m["gds"] else "kvikio-posix-compat"
+    rec.add(m)
+    rec.ok()
 
 
 def require_fio() -> str:

@@ -74,7 +74,8 @@ def test_sigkill_leaves_a_visible_partial_no_process_and_no_scratch_after_the_ne
     doc = load_result(partial)  # a normal result document
     assert doc.interrupted is True and doc.run_id == holder.run_id
     coll = doc.probe("collectives")[0]
-    assert coll.status == "ok" and len(coll.measurements) == 15
+    # every quick CPU case (5 ops in fp32, a bf16 all-reduce) at the 3 quick sizes
+    assert coll.status == "ok" and len(coll.measurements) == 6 * 3
     assert all(m["correct"] for m in coll.measurements)
     for p in doc.probe("storage"):  # still running when killed: says so, keeps its points
         assert p.status == "interrupted" and "the run stopped while this probe ran" in p.error

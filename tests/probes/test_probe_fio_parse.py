@@ -119,6 +119,6 @@ def test_bw_log_in_kib_per_s_summed_over_jobs():
 
 
 def test_ioengine_preference():
-    assert pick_ioengine({"psync", "libaio", "io_uring"}) == "libaio"
-    assert pick_ioengine({"psync", "io_uring"}) == "io_uring"
+    assert pick_ioengine({"psync", "libaio", "io_uring"}) == "io_uring"
+    assert pick_ioengine({"psync", "libaio"}) == "libaio"
     assert pick_ioengine({"sync"}) == "psync"

@@ -96,6 +96,172 @@ def test_storage_probe_end_to_end_cleans_up(tmp_path, fio_path):
     if not result.params["direct"]:
         assert result.params["direct_reason"]
     assert list(tmp_path.iterdir()) == []  # test file and logs removed
+    # one job and one file per GPU (1 here, no GPU), and a 2-writer checkpoint
+    ckpt = [m for m in result.measurements if m["kind"] == "checkpoint"]
+    assert len(ckpt) == 1 and ckpt[0]["numjobs"] == 2 and ckpt[0]["rw"] == "write"
+    assert ckpt[0]["io_bytes"] == 2 * (16 << 20)  # each writer wrote its whole file once
+    assert result.params["file_per_job"] is True and result.params["checkpoint_writers"] == 2
+    assert result.params["ioengine"] in ("io_uring", "libaio", "posixaio", "psync")
+    assert all(m["ioengine"] == result.params["ioengine"] for m in result.measurements)
+    assert all(m["gds"] is False for m in result.measurements)
+
+
+def test_one_file_per_job_and_a_checkpoint_that_writes_each_file_once(tmp_path, fio_path):
+    from gpuplan.probes.storage import PER_GPU
+
+    point = FioPoint("write", 1 << 20, 4, PER_GPU).resolved(3, 3)
+    assert point.numjobs == 3
+    cmd = fio_command(
+        fio_path,
+        point,
+        directory=tmp_path,
+        size_bytes=4 << 20,
+        runtime_s=0.3,
+        ramp_s=0,
+        direct=False,
+        ioengine="psync",
+        bw_log_prefix=None,
+    )
+    run_fio_point(cmd, point, timeout_s=60, log_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("gpuplan.*.dat")) == [
+        "gpuplan.0.dat",
+        "gpuplan.1.dat",
+        "gpuplan.2.dat",
+    ]
+    ckpt = FioPoint("write", 1 << 20, 4, kind="checkpoint").resolved(3, 4)
+    cmd = fio_command(
+        fio_path,
+        ckpt,
+        directory=tmp_path,
+        size_bytes=2 << 20,
+        runtime_s=5,
+        ramp_s=0,
+        direct=False,
+        ioengine="psync",
+        bw_log_prefix=None,
+    )
+    assert "--time_based" not in cmd and "--end_fsync=1" in cmd
+    m = run_fio_point(cmd, ckpt, timeout_s=60, log_dir=tmp_path)
+    assert m["kind"] == "checkpoint" and m["numjobs"] == 4
+    assert m["io_bytes"] == 4 * (2 << 20)
+    assert len(list(tmp_path.glob("ckpt.*.dat"))) == 4
+
+
+def test_io_uring_is_used_where_the_kernel_allows_it(tmp_path, fio_path):
+    from gpuplan.probes.storage import fio_engines, working_ioengine
+
+    engines = fio_engines(fio_path)
+    engine, note = working_ioengine(fio_path, engines, tmp_path, direct=False)
+    if "io_uring" in engines:
+        assert engine == "io_uring" or (note and "io_uring failed" in note)
+    assert engine in ("io_uring", "libaio", "posixaio", "psync")
+    # an engine fio does not have is never picked
+    assert working_ioengine(fio_path, {"no-such"}, tmp_path, direct=False) == ("psync", None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_page_cache_sizing_without_direct_io():
+    from gpuplan.probes.storage import file_size
+
+    gib = 1 << 30
+    size, exceeds, warn = file_size(
+        None, quick=False, direct=False, files=8, free_bytes=200 * gib, memory_bytes=64 * gib
+    )
+    assert size * 8 >= 1.25 * 64 * gib and exceeds is True and warn is None
+    # not enough room: half the free space, and it says so
+    size, exceeds, warn = file_size(
+        None, quick=False, direct=False, files=8, free_bytes=40 * gib, memory_bytes=64 * gib
+    )
+    assert size * 8 <= 20 * gib and exceeds is False and "free space" in warn
+    # an explicit size, a quick run or direct I/O: as asked
+    assert (
+        file_size(
+            gib, quick=False, direct=False, files=8, free_bytes=100 * gib, memory_bytes=64 * gib
+        )[0]
+        == gib
+    )
+    assert (
+        file_size(
+            None, quick=True, direct=False, files=1, free_bytes=100 * gib, memory_bytes=64 * gib
+        )[0]
+        == 128 << 20
+    )
+    assert (
+        file_size(
+            None, quick=False, direct=True, files=8, free_bytes=100 * gib, memory_bytes=64 * gib
+        )[1]
+        is None
+    )
+
+
+class _FakeCuFile:
+    """kvikio.CuFile at the edge (no GPU, no cuFile here): POSIX reads into a CPU tensor,
+    and the per-file answer kvikio gives (``is_compat_mode_preferred``) when it has one."""
+
+    def __init__(self, path, mode, compat_preferred):
+        self.fd = os.open(path, os.O_RDONLY)
+        if compat_preferred is not None:
+            self.is_compat_mode_preferred = lambda: compat_preferred
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+    def read(self, buf, size, offset):
+        data = os.pread(self.fd, size, offset)
+        buf[: len(data)].numpy()[:] = memoryview(data)
+        return len(data)
+
+
+def _fake_kvikio(compat_preferred, mode="AUTO"):
+    import types
+
+    return types.SimpleNamespace(
+        CuFile=lambda path, m: _FakeCuFile(path, m, compat_preferred),
+        defaults=types.SimpleNamespace(get=lambda key: mode),
+    )
+
+
+@pytest.mark.parametrize(
+    ("compat_preferred", "mode", "gds"),
+    [(True, "AUTO", False), (False, "AUTO", True), (None, "AUTO", False), (None, "OFF", True)],
+)
+def test_gds_is_reported_only_when_this_file_really_used_cufile(
+    tmp_path, compat_preferred, mode, gds
+):
+    import torch
+
+    from gpuplan.probes.storage import gds_read
+
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(3 << 20))
+    m = gds_read(_fake_kvikio(compat_preferred, mode), torch, f, 3 << 20, 1 << 20, device="cpu")
+    assert m["gds"] is gds
+    assert m["io_bytes"] == 3 << 20
+    if gds:
+        assert m["ioengine"] == "kvikio.CuFile" and m["kind"] == "gds"
+    else:
+        assert m["ioengine"] == "kvikio.CuFile (POSIX compat)" and m["kind"] == "kvikio-compat"
+        assert m["direct"] is None
+    if compat_preferred is None and mode == "AUTO":
+        assert m["gds_check"].startswith("unverified")
+
+
+def test_gds_status_names_compat_mode():
+    import sys
+
+    from gpuplan.probes.storage import gds_status
+
+    assert gds_status(False) == (None, "unavailable: no GPU")
+    for mode, words in (("ON", "not GDS"), ("AUTO", "checked per file")):
+        sys.modules["kvikio"] = _fake_kvikio(None, mode)
+        try:
+            _, text = gds_status(True)
+        finally:
+            del sys.modules["kvikio"]
+        assert words in text
 
 
 def test_missing_fio_is_skipped_with_the_reason(tmp_path, monkeypatch):
