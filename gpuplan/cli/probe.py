@@ -283,7 +283,13 @@ def _emit(
     }
 
     def table(console: Any) -> None:
-        console.print(text, end="", markup=False, highlight=False)
+        # the script itself, byte for byte: a console would wrap it at its width (80 columns
+        # on a pipe), which breaks `> job.sbatch` and `| kubectl apply -f -`
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError:
+            pass
         info(
             f"wrote {path}"
             + (

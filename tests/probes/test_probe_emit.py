@@ -135,3 +135,34 @@ def test_cli_emit_writes_files_and_never_overwrites(run_cli, tmp_path):
     )
     docs = list(yaml.safe_load_all(Path(json.loads(r3.stdout)["path"]).read_text()))
     assert [d["kind"] for d in docs] == ["Service", "Job"]
+
+
+@pytest.mark.parametrize("kind", ["k8s", "slurm"])
+def test_emit_to_a_pipe_is_the_file_byte_for_byte(run_cli, tmp_path, kind):
+    """`gpuplan probe --emit ... > job.sbatch` and `| kubectl apply -f -` get the file as
+    written under --out: no wrapping at 80 columns, nothing else on stdout."""
+    import yaml
+
+    out = tmp_path / "emit"
+    r = run_cli(
+        "probe",
+        "--emit",
+        kind,
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--out",
+        str(out),
+        "--storage-path",
+        str(tmp_path),
+    )
+    assert r.returncode == 0, r.stderr
+    (written,) = [p for p in out.iterdir() if p.is_file()]
+    assert r.stdout == written.read_text()
+    assert any(len(line) > 80 for line in r.stdout.splitlines())  # long lines kept whole
+    if kind == "k8s":
+        docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        assert {d["kind"] for d in docs} >= {"Service"}
+    else:
+        assert r.stdout.startswith("#!")
