@@ -34,6 +34,14 @@ def test_device_and_inventory(device):
     assert len(host.accelerators) == device.count
     acc = host.accelerators[0]
     assert acc.memory_bytes and acc.memory_bytes > 1 << 30
+    # matched to torch by UUID or PCI bus id, in torch's order, never by position alone
+    facts = host_facts(torch=torch)
+    visible = [a for a in facts["accelerators"] if a.get("torch_index") is not None]
+    assert [a["torch_index"] for a in visible] == list(range(device.count))
+    assert all(a["matched_by"] in ("uuid", "pci_bus_id") for a in visible), visible
+    for a in visible:
+        if a.get("pcie_gen") and a.get("pcie_gen_current"):
+            assert a["pcie_gen"] >= a["pcie_gen_current"]  # the maximum, not the idle link
     if device.vendor == "nvidia":
         assert acc.uuid and acc.uuid.startswith("GPU-")
         assert acc.power_limit_w and acc.power_limit_w > 10
@@ -59,6 +67,7 @@ def test_matmul_all_precisions_correct_and_below_peak(device, monkeypatch):
         "shapes",
         lambda gpu, quick: (
             matmul.square([2048, 8192])
+            + matmul.mamf_grid([2048], [13312])
             + matmul.transformer_layer(
                 "llama3-70b", hidden=8192, ffn=28672, heads=64, kv_heads=8, tokens=2048, tp=8
             )
@@ -75,6 +84,16 @@ def test_matmul_all_precisions_correct_and_below_peak(device, monkeypatch):
     matmul.run(ctx)
     results = [ProbeResult.model_validate(r.as_dict()) for r in ctx.recorders]
     by_prec = {r.params["precision"]: r for r in results}
+    first = results[0].params
+    assert first["l2_flush_bytes"] >= 2 * first["llc_bytes"] and first["device_warmup_s"] > 0.5
+    if device.vendor == "amd":  # TunableOp and hipBLASLt set and recorded
+        assert first["tunableop"] is True and first["blas_library"] == "hipblaslt"
+        fp8 = by_prec["fp8"]
+        arch = first["gfx_arch"] or ""
+        if arch.startswith("gfx94"):
+            assert fp8.params["dtype"] == "float8_e4m3fnuz"
+        elif arch.startswith("gfx95"):
+            assert fp8.params["dtype"] == "float8_e4m3fn"
     assert {"fp32", "tf32", "bf16", "fp16", "fp8"} == set(by_prec)
     for prec in ("fp32", "bf16", "fp16"):
         assert by_prec[prec].status == "ok", by_prec[prec].error
@@ -102,9 +121,13 @@ def test_membw_past_l2_and_below_catalog_bandwidth(device):
     (rec,) = ctx.recorders
     r = ProbeResult.model_validate(rec.as_dict())
     assert r.status == "ok", r.error
-    assert r.params["llc_source"].startswith("torch")
+    assert r.params["llc_source"].startswith(("torch", "catalog"))
     largest = max(m["size_bytes"] for m in r.measurements)
-    assert largest >= 8 * r.params["llc_bytes"]
+    assert largest >= 4 * r.params["llc_bytes"] and largest >= 1 << 30
+    methods = {(m["op"], m["method"]) for m in r.measurements}
+    assert methods == {("copy", "memcpy"), ("copy", "kernel"), ("triad", "kernel")}
+    assert any(m["past_cache"] for m in r.measurements)
+    assert all(m["best_bytes_per_s"] >= m["bytes_per_s"] for m in r.measurements)
     row = catalog_gpu(torch.cuda.get_device_name(0))
     copy_big = max((m for m in r.measurements if m["op"] == "copy"), key=lambda m: m["size_bytes"])
     assert copy_big["bytes_per_s"] > 100e9  # any datacenter GPU of the last decade
@@ -149,6 +172,33 @@ def test_collectives_nccl_over_local_gpus(device):
     assert all(m["correct"] for m in rec.measurements)
 
 
+def test_one_rank_nccl_communicator_runs_every_case(device, tmp_path):
+    """On one GPU the suite skips collectives (they need 2 ranks); a one-rank NCCL (RCCL)
+    communicator still runs every code path: bf16/fp32, in-place/out-of-place, the
+    64-bit sized buffers, the per-rank average, the NCCL log."""
+    from gpuplan.probes import collectives as c
+    from gpuplan.probes.base import ProbeRecorder
+
+    plan = c.Plan(
+        backend="nccl",
+        ops=(),
+        sizes=(1 << 10, 64 << 20, 1 << 30),
+        timing=FAST,
+        num_nodes=1,
+        timeout_s=240,
+        cases=c.cases(gpu=True, quick=False),
+        nccl_log_dir=str(tmp_path),
+    )
+    rec = ProbeRecorder("collectives", 1)
+    c.run_local(plan, 1, gpu=True, on_point=rec.add, deadline_s=300)
+    assert len(rec.measurements) == len(plan.cases) * 3
+    for m in rec.measurements:
+        assert m["correct"] is True, m
+        assert m["time_over_ranks"] == "avg" and m["ranks"] == 1
+    c.annotate_with_nccl(rec, tmp_path)
+    assert "nccl_algorithms" in rec.params  # a list, or why it is not recorded
+
+
 def test_power_is_sampled_with_nvml(device):
     if device.vendor != "nvidia":
         pytest.skip("NVML power on NVIDIA only")
@@ -163,6 +213,33 @@ def test_power_is_sampled_with_nvml(device):
         torch.cuda.synchronize()
     summary = sampler.summary(samples, [0])
     assert summary is not None and summary["samples"] >= 1 and summary["max"] > 20
+    if sampler.energy is not None:  # Volta and newer: from the energy counter
+        assert summary["source"] == "nvml-energy" and summary["energy_j"] > 0
+        assert summary["mean"] > 20
+
+
+def test_storage_with_kvikio_labels_gds_by_file(device, tmp_path):
+    pytest.importorskip("kvikio")
+    from gpuplan.probes import storage
+
+    if storage.shutil.which("fio") is None:
+        pytest.skip("fio is not installed")
+    ctx = ProbeContext(
+        device=device,
+        quick=True,
+        timing=FAST,
+        storage_path=str(tmp_path),
+        storage_size_bytes=64 << 20,
+        out_dir=str(tmp_path),
+    )
+    storage.run(ctx)
+    kv = [r for r in ctx.recorders if r.params.get("transport")]
+    assert len(kv) == 1, [r.as_dict() for r in ctx.recorders]
+    rec = kv[0]
+    assert rec.status == "ok", rec.error
+    (m,) = rec.measurements
+    assert rec.params["transport"] == ("gds" if m["gds"] else "kvikio-posix-compat")
+    assert m["gds_check"]
 
 
 def test_quick_probe_cli_on_gpu(run_cli, tmp_path):
