@@ -238,6 +238,15 @@ class Accelerator(Row):
     scale_up_fabric_id: str | None = None
     host_link: str | None = None
     host_link_bandwidth_bytes_per_s: float | None = Field(description="per direction")
+    last_level_cache_bytes: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "the largest on-chip cache in front of device memory (L2 on NVIDIA, Infinity"
+            " Cache on AMD CDNA 3/4), bytes as the vendor states it; the memory-bandwidth"
+            " probe sizes its arrays past 4x it (torch reports only the L2)"
+        ),
+    )
     confidence: Literal["high", "medium", "low"] = "medium"
 
     @field_validator("dense_flops_per_s", "sparse_flops_per_s")
