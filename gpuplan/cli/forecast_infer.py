@@ -234,7 +234,19 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option(
             "modern",
             "--engine",
-            help="Decode kernels: modern (tensor-core attention) or trtllm-0.9.",
+            help=(
+                "Serving engine profile: modern (default), trtllm, vllm, sglang, or a version "
+                "such as trtllm@0.9, vllm@0.6.0, sglang@0.3.0 (the JSON says whether it is "
+                "calibrated or transferred)."
+            ),
+        ),
+        allow_cross_node_tp: bool = typer.Option(
+            False,
+            "--allow-cross-node-tp",
+            help=(
+                "Let --tp span more GPUs than one scale-up domain (e.g. --tp 16 on 8-GPU H100 "
+                "nodes); the all-reduces then cross the scale-out fabric and the result says so."
+            ),
         ),
         seed: int = number_option(
             0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
@@ -302,6 +314,7 @@ def register(app: typer.Typer) -> None:
             output_tokens_p99=output_tokens_p99,
             batching=batching,
             engine=engine,
+            allow_cross_node_tp=allow_cross_node_tp,
             seed=seed,
             num_requests=requests,
             progress=tick,

@@ -234,7 +234,11 @@ def register(app: typer.Typer) -> None:
             None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer).", bound="non_negative"
         ),
         fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
-        precision: str = typer.Option("bf16", "--precision", help="bf16|fp16|fp8|fp4."),
+        precision: str = typer.Option(
+            "bf16",
+            "--precision",
+            help="bf16|fp16|fp8|mxfp8|fp4 (nvfp4/mxfp4)|int8, where the chip has it.",
+        ),
         tokens: float | None = number_option(
             None,
             "--tokens",

@@ -1037,7 +1037,7 @@ def check_tp_domain(
                 f"is {domain} GPUs, and TP all-reduces outside it run over the network",
                 hint=(
                     f"use --tp {domain} with --pp {math.ceil(tp / domain)}{chip}; "
-                    "or allow cross-node tensor parallelism explicitly"
+                    "or allow cross-node tensor parallelism explicitly (--allow-cross-node-tp)"
                 ),
             )
         out[g.id] = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuplan.errors import InputError
@@ -43,3 +45,27 @@ def test_cli_refuses_cross_node_tp_in_one_line(run_cli):
     assert len(lines) == 1 and "Traceback" not in p.stderr
     assert "scale-up domain" in lines[0] and "8 GPUs" in lines[0]
     assert p.stdout == ""
+    assert "--allow-cross-node-tp" in lines[0]  # the error names the flag that allows it
+
+
+def test_cli_flag_allows_cross_node_tp_and_the_json_says_so(run_cli):
+    p = run_cli(
+        "forecast", "infer", "--model", "llama3.3-70b", "--gpu", "h100", "--tp", "16",
+        "--batch", "1", "--allow-cross-node-tp", "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["tp"] == 16
+    assert out["cross_node_tp"]["nodes"] == 2 and out["cross_node_tp"]["scale_up_domain"] == 8
+
+
+def test_cli_engine_profile_is_reported(run_cli):
+    p = run_cli(
+        "forecast", "infer", "--model", "llama3.3-70b", "--gpu", "h100", "--tp", "8",
+        "--batch", "8", "--engine", "vllm@0.6.0", "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["engine"] == "vllm@0.6.0"
+    bad = run_cli("forecast", "infer", "--model", "llama3.3-70b", "--engine", "vllm@9")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "vllm@0.6.0" in bad.stderr  # names the versions it knows
