@@ -143,9 +143,6 @@ def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
                 res, err = forecast_training_cached(
                     ctx, w, opt.gpu.id, num_gpus=n, target_days=None
                 )
-                if res is None:
-                    points.append({"gpus": n, "error": err})
-                    continue
                 size = (
                     ctx.inp(
                         ("workloads", "training", t.index, "sizes", i),
@@ -161,6 +158,9 @@ def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
                         [t.gpus],
                     )
                 )
+                if res is None:  # the size still carries its provenance, beside the reason
+                    points.append({"gpus": size, "error": err})
+                    continue
                 points.append(
                     {
                         "gpus": size,
@@ -239,6 +239,7 @@ def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float],
                 servings=servings,
                 utilisation=util,
                 interruptions=rel,
+                fleet_nodes=opt.nodes,  # as the option was priced: the teams' nodes included
             )
             fig = rankmod.model_metric(again, metric, opt)
             if fig is not None and fig.ok and (best is None or fig.value < best.value):
@@ -282,7 +283,7 @@ def _headline(
         return Text(
             f"Recommended: {e.option.label}, {costmod.MODEL_LABEL.get(e.model, e.model)}: "
             f"{{gpus}} on "
-            f"{{nodes}}; {rankmod.METRIC_LABEL[metric]}: {{metric}}",
+            f"{{nodes}}; {rankmod.metric_label(metric, e.model)}: {{metric}}",
             {"gpus": e.option.gpus, "nodes": e.option.nodes, "metric": e.metric},
         )
     if binding:

@@ -787,7 +787,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         L.append("| GPUs | time to train | MFU |\n|---|---|---|")
         for p in c["points"]:
             if "error" in p:
-                L.append(f"| {p['gpus']} | error: {_md_escape(p['error'])} | |")
+                L.append(f"| {f(p['gpus'])} | error: {_md_escape(p['error'])} | |")
             else:
                 L.append(f"| {f(p['gpus'])} | {f(p['time_to_train_s'])} | {f(p['mfu'])} |")
         L.append("")
@@ -980,7 +980,7 @@ def write_report(doc: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
     ``out_dir`` intact, never a mix of new and old files. Other files in ``out_dir`` are
     kept.
     """
-    from gpuplan.cli._common import to_json_text
+    from gpuplan.fsio import to_json_text
     from gpuplan.userfiles import write_file_set
 
     texts = {

@@ -226,9 +226,7 @@ def test_mixed_plan_has_the_shared_cluster(plans):
     assert sc["cluster_gpus"]["value"] == (top["nodes"]["value"] - serving_nodes) * 8
     # both workloads sit side by side on the fleet; the teams' p95 target may grow the
     # shared (non-serving) part beyond the training run's nodes
-    shared_needed = max(
-        top["training"][0]["nodes"]["value"], top["sizing"]["nodes"]["value"]
-    )
+    shared_needed = max(top["training"][0]["nodes"]["value"], top["sizing"]["nodes"]["value"])
     assert top["nodes"]["value"] == shared_needed + top["inference"][0]["nodes"]["value"]
 
 
@@ -482,3 +480,28 @@ def test_named_platforms_without_a_candidate_gpu_are_noted_and_skipped():
     assert notes == []
     assert {o.gpu.id for o in options} <= {"h100-sxm5-80gb", "h200-sxm-141gb"}
     assert "aws/p5e.48xlarge" in {o.id for o in options}
+
+
+def test_a_curve_size_that_cannot_run_keeps_its_provenance(tmp_path):
+    # 70B on one 8-GPU node does not fit: that curve point is an error, and its GPU count
+    # must still say where it came from (the scenario's sizes)
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / "llama-pretrain.yaml").read_text())
+    data["workloads"]["training"][0]["sizes"] = [8, 512]
+    path = tmp_path / "sizes.yaml"
+    path.write_text(yaml.safe_dump(data))
+    doc = build_plan(load_scenario(path), results_paths=[]).to_json()
+    assert find_unsourced_numbers(doc) == []
+    points = [p for c in doc["time_to_train_curves"] for p in c["points"]]
+    failed = [p for p in points if "error" in p]
+    assert failed, "a 70B model on 8 GPUs should not fit"
+    for p in failed:
+        assert is_figure_json(p["gpus"]) and p["gpus"]["value"] == 8
+        assert p["gpus"]["provenance"]["kind"] == "input"
+    from gpuplan.report.render import render_html, render_markdown
+
+    md = render_markdown(doc)
+    assert "| 8 GPUs [" in md and "'provenance'" not in md
+    html = render_html(doc)
+    assert "'provenance'" not in html and "&#39;provenance&#39;" not in html
