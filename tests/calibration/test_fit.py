@@ -219,3 +219,53 @@ def test_points_of_an_interrupted_probe_are_used(catalog):
         doc = parse_result(make_doc(accelerators=H100, probes=[probe]))
         records = [r for r in extract([doc], catalog).records if r.quantity.startswith("matmul")]
         assert len(records) == expected
+
+
+def test_hbm_is_fitted_only_past_the_cache_and_gds_apart_from_posix(catalog):
+    """In-cache membw points (MI300X: 256 MB Infinity Cache) and GPUDirect/kvikio storage
+    points never enter the HBM and POSIX fits; the best sample is used where it was kept."""
+    from gpuplan.calibration.dataset import extract
+    from gpuplan.results.store import parse_result
+
+    membw = {
+        "probe": "membw",
+        "probe_version": 1,
+        "status": "ok",
+        "params": {"device": "cuda:0"},
+        "measurements": [
+            # 64 MiB sits in the cache: 9 TB/s is the cache, not HBM
+            {"op": "copy", "size_bytes": 2**26, "bytes_per_s": 9e12, "past_cache": False},
+            {
+                "op": "copy",
+                "size_bytes": 2**31,
+                "bytes_per_s": 4.1e12,
+                "best_bytes_per_s": 4.3e12,
+                "past_cache": True,
+            },
+            {"op": "copy", "size_bytes": 2**32, "bytes_per_s": 4.2e12},  # older run: no flag
+        ],
+    }
+
+    def storage(params: dict, gds: bool) -> dict:
+        point = {"rw": "read", "block_size_bytes": 2**20, "iodepth": 16, "bw_bytes_per_s": 5e9}
+        return {
+            "probe": "storage",
+            "probe_version": 1,
+            "status": "ok",
+            "params": params,
+            "measurements": [{**point, "gds": gds}],
+        }
+
+    doc = make_doc(
+        accelerators=H100,
+        probes=[
+            membw,
+            storage({"path": "/data"}, False),
+            storage({"path": "/data", "transport": "gds"}, True),
+            storage({"path": "/data", "transport": "kvikio-posix-compat"}, False),
+        ],
+    )
+    records = extract([parse_result(doc)], catalog).records
+    hbm = sorted((r.x[0], r.y) for r in records if r.quantity == "membw")
+    assert hbm == [(2**31, 4.3e12), (2**32, 4.2e12)]
+    assert len([r for r in records if r.quantity == "storage"]) == 1  # POSIX only
