@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpuplan.errors import EnvironmentProblem, InputError, NotFoundError
+from gpuplan.fsio import current_umask, write_atomic
 
 __all__ = [
     "check_input_file",
@@ -199,14 +200,6 @@ def check_output_file(path: str | Path, *, what: str) -> Path:
     return p
 
 
-def _write_one(path: Path, content: str | bytes) -> None:
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def write_file_set(
     out_dir: str | Path, files: Mapping[str, str | bytes], *, what: str = "--out"
 ) -> dict[str, Path]:
@@ -239,11 +232,9 @@ def write_file_set(
     except OSError as exc:
         raise _write_error(out, exc, what) from None
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)
+        os.chmod(stage, 0o777 & ~current_umask())
         for name, content in files.items():
-            _write_one(stage / name, content)
+            write_atomic(stage / name, content, make_parents=False)
         old: Path | None = None
         if out.exists():
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.old-"))

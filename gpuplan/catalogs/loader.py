@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from gpuplan.catalogs.names import name_key
 from gpuplan.catalogs.schema import ROW_TYPES, Row
 from gpuplan.errors import SchemaError
+from gpuplan.fsio import write_atomic
 
 FORMAT_VERSION = 1
 
@@ -238,14 +239,9 @@ def _parsed_docs(texts: dict[str, str]) -> tuple[dict[str, Any], list[Problem]]:
         docs[name] = doc
         problems.extend(probs)
     if not problems:
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(docs, default=_json_default), encoding="utf-8")
-            os.replace(tmp, cache)
-        except (OSError, TypeError, ValueError):
-            with contextlib.suppress(OSError):  # a full disk must not leave a stray .tmp
-                tmp.unlink()
+        # a full disk leaves no stray temp file (write_atomic removes it); the cache is optional
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            write_atomic(cache, json.dumps(docs, default=_json_default))
     return docs, problems
 
 

@@ -95,7 +95,7 @@ def write_artifact(out: Path, artifact: dict[str, Any]) -> None:
 
     from gpuplan.calibration.artifact import artifact_text
     from gpuplan.errors import InputError
-    from gpuplan.results.store import write_json_atomic
+    from gpuplan.fsio import write_json_atomic
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

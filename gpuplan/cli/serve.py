@@ -218,8 +218,9 @@ def openapi(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        from gpuplan.fsio import write_atomic
+
+        write_atomic(out, text)
         info(f"wrote {out}")
 
 

@@ -34,6 +34,7 @@ from gpuplan.forecast.inference_step import (
     StaticRunParts,
     combine,
 )
+from gpuplan.fsio import write_atomic
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 OVERHEADS_JSON = DATA_DIR / "inference_overheads.json"
@@ -305,9 +306,7 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
 
 def write_overheads(doc: dict[str, Any], path: Path | None = None) -> Path:
     p = path or OVERHEADS_JSON
-    tmp = p.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
-    tmp.replace(p)
+    write_atomic(p, json.dumps(doc, indent=2, sort_keys=False) + "\n", make_parents=False)
     load_overheads.cache_clear()
     return p
 

@@ -792,9 +792,9 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
     import datetime as _dt
     import hashlib
     import json
-    import os
-    import tempfile
     from pathlib import Path
+
+    from gpuplan.fsio import write_atomic
 
     if data is None:
         text = (
@@ -817,9 +817,4 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
         "fitted_at": _dt.date.today().isoformat(),
         "calibration": "default shipped artifact",
     }
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".constants-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(out, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_atomic(Path(path), json.dumps(out, indent=2) + "\n", make_parents=False)

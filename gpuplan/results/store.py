@@ -1,15 +1,14 @@
 """Result files on disk: atomic writes that never overwrite, and a validating loader.
 
 Layout (asv-style): ``<root>/<machine_id>/<started_at>_<run_id[:8]>.json``, one file per run.
+Files are written by the project's one atomic writer, :func:`gpuplan.fsio.write_json_atomic`
+(re-exported here for the probe suite and the CLI), which never overwrites unless asked.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuplan.errors import InputError, NotFoundError, SchemaError
+from gpuplan.fsio import write_json_atomic
 from gpuplan.results.migrations import upgrade
 from gpuplan.results.schema import ResultDocument
 
@@ -31,57 +31,6 @@ def safe_name(text: str) -> str:
 def result_path(root: Path, doc: ResultDocument) -> Path:
     stamp = safe_name(doc.started_at.replace(":", "").replace("-", ""))
     return Path(root) / safe_name(doc.host.machine_id) / f"{stamp}_{doc.run_id[:8]}.json"
-
-
-def write_json_atomic(path: Path, data: Any, *, overwrite: bool = False) -> Path:
-    """Write ``data`` as JSON to ``path`` atomically (temp file + fsync + link/rename).
-
-    With ``overwrite=False`` an existing file is never replaced: the link fails and a
-    :class:`FileExistsError` is raised, so a crash or a concurrent writer cannot clobber
-    an earlier result.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            # mkstemp creates 0600; a result file is readable like any other file
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            _publish_new(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _publish_new(tmp: str, path: Path) -> None:
-    """Move ``tmp`` to ``path`` atomically, failing with FileExistsError if ``path`` exists."""
-    try:
-        os.link(tmp, path)  # atomic, and fails if path exists
-    except FileExistsError:
-        raise
-    except OSError:
-        # Filesystems without hard links (some FUSE/SMB mounts): reserve the name with
-        # O_EXCL (fails if it exists), then atomically replace our own empty placeholder.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.close(fd)
-        os.replace(tmp, path)
-        return
-    os.unlink(tmp)
 
 
 def save_result(doc: ResultDocument, root: Path | str | None = None) -> Path:

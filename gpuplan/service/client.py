@@ -457,7 +457,7 @@ class UploadState:
         return bool(entry) and entry.get("content_sha256") == sha
 
     def record(self, outcome: UploadOutcome) -> None:
-        from gpuplan.results.store import write_json_atomic
+        from gpuplan.fsio import write_json_atomic
 
         if outcome.run_id is None:
             return

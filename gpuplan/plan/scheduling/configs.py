@@ -19,15 +19,14 @@ nominal quota; say so to whoever applies them.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import InputError
+from gpuplan.fsio import write_atomic
 from gpuplan.plan.scheduling.cluster import Cluster
 from gpuplan.plan.scheduling.schema import DEFAULT_PRIORITY_CLASSES, TeamSpec, derived_quotas
 
@@ -443,17 +442,6 @@ def write_config(
         raise InputError(f"cannot create {out}: {exc.strerror}", hint="check the path") from None
     written = []
     for (name, text), path in zip(files.items(), targets, strict=True):
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            if name.endswith(".sh"):
-                os.chmod(tmp, 0o755)
-            else:
-                os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text, mode=0o755 if name.endswith(".sh") else 0o644)
         written.append(path)
     return written
