@@ -30,36 +30,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpuplan.errors import InputError
+from gpuplan.units import busbw_factor  # the one nccl-tests table; re-exported here
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 ALGORITHMS = ("ring", "tree", "nvls")
 
 
 # --- collective factors ----------------------------------------------------------------------
-
-
-def busbw_factor(op: str, ranks: Any) -> Any:
-    """busbw / algbw for ``op`` over ``ranks`` ranks (nccl-tests doc/PERFORMANCE.md).
-
-    all_reduce: 2(n-1)/n; all_gather, reduce_scatter, all_to_all: (n-1)/n; broadcast,
-    reduce and p2p: 1. Works on numpy arrays. ``size`` follows nccl-tests: the full
-    buffer of one rank for all-reduce, broadcast, reduce and all-to-all (``size / n`` to
-    each peer), the gathered output for all-gather, the input for reduce-scatter.
-
-    >>> busbw_factor("all_reduce", 8)
-    1.75
-    """
-    if op == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return 1.0 * (ranks - 1) / ranks
-    if op in ("broadcast", "reduce", "p2p"):
-        return 1.0 + 0.0 * ranks
-    raise InputError(
-        f"unknown collective {op!r}",
-        hint="use all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce or p2p",
-    )
 
 
 def latency_steps(op: str, ranks: Any, algorithm: str = "ring") -> Any:

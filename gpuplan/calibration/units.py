@@ -1,9 +1,9 @@
 """Small parsers shared by the reference conversion and the fitting code.
 
 Sizes in published tables come as free text ("1GiB", "32KiB", "up to 4GiB", "8GB",
-"32,000,000 B", "best shape MxNxK 1024x10240x5120"). Binary prefixes (KiB, MiB, GiB) are
-powers of 1024; decimal ones (KB, MB, GB) powers of 1000, the way nccl-tests and CUDA's
-bandwidthTest print them.
+"32,000,000 B", "best shape MxNxK 1024x10240x5120"). Sizes are read by the project's one
+size parser, :func:`gpuplan.units.parse_size_bytes` (re-exported here; its docstring states the
+unit convention: KiB and a bare K binary, KB decimal).
 """
 
 from __future__ import annotations
@@ -11,49 +11,9 @@ from __future__ import annotations
 import re
 
 from gpuplan.errors import InputError
+from gpuplan.units import parse_size_bytes as parse_size_bytes
 
-_UNITS: dict[str, float] = {
-    "": 1.0,
-    "b": 1.0,
-    "kib": 2.0**10,
-    "mib": 2.0**20,
-    "gib": 2.0**30,
-    "tib": 2.0**40,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    # nccl-tests' -b/-e and fio's shorthand (32k, 1m, 16G) mean binary multiples
-    "k": 2.0**10,
-    "m": 2.0**20,
-    "g": 2.0**30,
-    "t": 2.0**40,
-}
-
-_SIZE = re.compile(r"(?P<num>\d[\d,]*(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|[KMGT]|B)?\b", re.IGNORECASE)
 _SHAPE = re.compile(r"(\d+)\s*x\s*(\d+)\s*x\s*(\d+)")
-
-
-def parse_size_bytes(text: str) -> int:
-    """Bytes named by a size string.
-
-    >>> parse_size_bytes("1GiB")
-    1073741824
-    >>> parse_size_bytes("up to 4GiB")
-    4294967296
-    >>> parse_size_bytes("32,000,000 B")
-    32000000
-    >>> parse_size_bytes("0.9MB")
-    900000
-    >>> parse_size_bytes("filesize=1m"[9:])
-    1048576
-    """
-    match = _SIZE.search(text or "")
-    if match is None:
-        raise InputError(f"cannot read a size from {text!r}", hint="write it like '1GiB' or '32MB'")
-    number = float(match.group("num").replace(",", ""))
-    unit = (match.group("unit") or "").lower()
-    return round(number * _UNITS[unit])
 
 
 def parse_gemm_shape(text: str) -> tuple[int, int, int]:

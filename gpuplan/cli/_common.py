@@ -11,7 +11,6 @@ Rules every command follows:
 from __future__ import annotations
 
 import enum
-import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -20,6 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
+# Display helpers (SI inside the code, display units only at the edges, STYLE.md) live in
+# gpuplan.units; re-exported for the commands.
+from gpuplan.fsio import to_json_text as to_json_text
+from gpuplan.units import fmt_bytes as fmt_bytes
+from gpuplan.units import fmt_duration as fmt_duration
+from gpuplan.units import fmt_si as fmt_si
 
 
 class Format(str, enum.Enum):
@@ -136,42 +142,6 @@ def make_app(help_text: str, *, single: bool = False) -> typer.Typer:
     )
 
 
-def _jsonable(obj: Any) -> Any:
-    """Turn pydantic models, dataclasses, numpy scalars, paths and sets into JSON types."""
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    if hasattr(obj, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    if hasattr(obj, "tolist"):  # numpy scalars and arrays
-        return obj.tolist()
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
-
-
-def _finite(obj: Any) -> Any:
-    """Replace NaN/inf (not valid JSON) by None, recursively."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def to_json_text(data: Any) -> str:
-    """Serialise ``data`` as strict JSON (NaN and inf become null)."""
-    text = json.dumps(data, default=_jsonable)
-    return json.dumps(_finite(json.loads(text)), indent=2, allow_nan=False)
-
-
 def print_json(data: Any) -> None:
     """Print one JSON document on stdout."""
     sys.stdout.write(to_json_text(data) + "\n")
@@ -254,56 +224,3 @@ class _NullProgress:
 
     def advance(self, *_: Any, **__: Any) -> None:
         return None
-
-
-# Display helpers: SI inside the code, display units only at the edges (STYLE.md).
-def fmt_si(value: float | None, unit: str, *, digits: int = 3) -> str:
-    """Format ``value`` with an SI prefix (1 G = 1e9, like nccl-tests): ``fmt_si(2.5e12, 'FLOP/s')``.
-
-    >>> fmt_si(2.5e12, "FLOP/s")
-    '2.5 TFLOP/s'
-    >>> fmt_si(None, "B/s")
-    '-'
-    """
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
-    for scale, prefix in prefixes:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g} {prefix}{unit}"
-    return f"{value:.{digits}g} {unit}"
-
-
-def fmt_bytes(value: float | None) -> str:
-    """Memory sizes in binary units (GiB), the way people read them.
-
-    >>> fmt_bytes(80 * 2**30)
-    '80 GiB'
-    """
-    if value is None:
-        return "-"
-    for scale, unit in [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")]:
-        if abs(value) >= scale:
-            return f"{value / scale:.4g} {unit}"
-    return f"{value:.0f} B"
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """Durations for people: ``fmt_duration(93784)`` -> ``'1.09 d'``.
-
-    >>> fmt_duration(0.0123)
-    '12.3 ms'
-    """
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.3g} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.3g} h"
-    return f"{seconds / 86400:.3g} d"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,20 +60,12 @@ class Emit(str, enum.Enum):
     k8s = "k8s"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """'8G' / '512M' / '1.5GiB' / '1048576' -> bytes (binary multiples, like fio)."""
+def _storage_size_bytes(text: str) -> int:
+    """--storage-size in bytes ('8G' = 8 GiB like fio, '8GB' = 8e9: :mod:`gpuplan.units`)."""
     from gpuplan.errors import InputError
+    from gpuplan.units import parse_size_bytes
 
-    m = _SIZE.match(text)
-    if not m:
-        raise InputError(
-            f"--storage-size {text!r} is not a size", hint="use e.g. 512M, 4G or 1073741824"
-        )
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    size = int(float(m.group(1)) * scale)
+    size = parse_size_bytes(text, strict=True, what="--storage-size")
     if size < 16 << 20:
         raise InputError(f"--storage-size {text} is too small", hint="use at least 16M")
     return size
@@ -208,7 +199,7 @@ def probe(
         parse_only(only)
     if timeout is not None and timeout <= 0:
         raise InputError(f"--timeout must be positive (got {timeout:g})", hint="e.g. --timeout 300")
-    size_bytes = parse_size(storage_size) if storage_size else None
+    size_bytes = _storage_size_bytes(storage_size) if storage_size else None
     if emit_kind is None and nodes is not None:
         raise InputError("--nodes only applies with --emit", hint="add --emit slurm or --emit k8s")
     if emit_kind is not None:

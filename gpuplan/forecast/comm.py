@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.units import busbw_factor
+
 SCENARIOS = ("value", "low", "high")
 
 
@@ -350,12 +352,7 @@ def serving_collective_time3(
     n = np.asarray(ranks, dtype=float)
     big = 2.0**30
     t_big = collective_time3(perf, "all_reduce" if op == "p2p" else op, big, n, **kw)[0]
-    factor = {
-        "all_reduce": 2.0 * (n - 1.0) / np.maximum(n, 1.0),
-        "all_gather": (n - 1.0) / np.maximum(n, 1.0),
-        "reduce_scatter": (n - 1.0) / np.maximum(n, 1.0),
-        "all_to_all": (n - 1.0) / np.maximum(n, 1.0),
-    }.get(op, np.ones_like(n))
+    factor = busbw_factor(op, np.maximum(n, 1.0))
     busbw = np.where(t_big > 0, big * factor / np.where(t_big > 0, t_big, 1.0), np.inf)
     times = library_times(
         lat,

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuplan.units import fmt_si
+
 Kind = Literal["input", "default", "catalog", "calibration", "measurement", "forecast", "derived"]
 KINDS: tuple[str, ...] = (
     "input",
@@ -189,13 +191,13 @@ def format_number(v: Any, u: str) -> str:
     if u == "B":
         return _bytes(v)
     if u == "B/s":
-        return _si(v, "B/s")
+        return fmt_si(v, "B/s")
     if u == "bit/s":
-        return _si(v, "bit/s")
+        return fmt_si(v, "bit/s")
     if u == "W":
-        return _si(v, "W")
+        return fmt_si(v, "W")
     if u == "FLOP/s":
-        return _si(v, "FLOP/s")
+        return fmt_si(v, "FLOP/s")
     if u == "days":
         return f"{v:.4g} days"
     if (u.endswith(("/s", "/month")) or u in ("tokens", "parameters")) and abs(v) >= 1e4:
@@ -205,13 +207,6 @@ def format_number(v: Any, u: str) -> str:
     if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
         return f"{int(v):,} {u}".strip()
     return f"{v:.4g} {u}".strip()
-
-
-def _si(v: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {prefix}{unit}"
-    return f"{v:.3g} {unit}"
 
 
 def _bytes(v: float) -> str:

@@ -51,33 +51,12 @@ from typing import Any
 from gpuplan.probes.base import ProbeContext, ProbeRecorder, import_torch
 from gpuplan.probes.procs import become_probe_child, forget_child, kill_group, register_child
 from gpuplan.probes.timing import TimingConfig, WallTimer, measure
+from gpuplan.units import BUSBW_FACTORS as BUSBW_FACTORS  # the one nccl-tests table
+from gpuplan.units import busbw_factor
 
 PROBE_VERSION = 1
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-
-#: busbw = algbw * factor(n) for n ranks (nccl-tests, doc/PERFORMANCE.md): an all-reduce
-#: moves 2(n-1)/n of the buffer over each rank's link (reduce-scatter then all-gather);
-#: all-gather, reduce-scatter and all-to-all move (n-1)/n; broadcast and reduce move it once.
-BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-
-
-def busbw_factor(op: str, ranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor for ``op`` over ``ranks`` ranks.
-
-    >>> busbw_factor("all_reduce", 8), busbw_factor("all_gather", 4), busbw_factor("broadcast", 8)
-    (1.75, 0.75, 1.0)
-    """
-    if ranks < 1:
-        raise ValueError("ranks must be >= 1")
-    return BUSBW_FACTORS[op](ranks)
 
 
 def bandwidths(op: str, size_bytes: int, time_s: float, ranks: int) -> tuple[float, float]:

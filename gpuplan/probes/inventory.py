@@ -25,7 +25,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gpuplan.errors import InputError
 from gpuplan.probes.procs import run_child
+from gpuplan.units import parse_size_bytes
 
 _MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 _SALT = b"gpuplan-machine-id-v1:"
@@ -50,15 +52,6 @@ def machine_id(paths: tuple[str, ...] = _MACHINE_ID_FILES) -> str:
     return hashlib.sha256(_SALT + raw).hexdigest()[:16]
 
 
-def _parse_size(text: str) -> int | None:
-    """'32768K' / '32 MiB' / '1M' -> bytes (cache sizes are binary multiples)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGkmg]?)(i?B)?\s*", text)
-    if not m:
-        return None
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-    return int(float(m.group(1)) * scale)
-
-
 def cpu_llc_bytes(sys_cpu: Path | str = "/sys/devices/system/cpu") -> int | None:
     """Size of the last-level cache (one instance), from sysfs, else ``lscpu``/``getconf``."""
     best: tuple[int, int] | None = None
@@ -66,8 +59,8 @@ def cpu_llc_bytes(sys_cpu: Path | str = "/sys/devices/system/cpu") -> int | None
         try:
             level = int((index / "level").read_text().strip())
             kind = (index / "type").read_text().strip()
-            size = _parse_size((index / "size").read_text())
-        except (OSError, ValueError):
+            size = parse_size_bytes((index / "size").read_text(), strict=True)
+        except (OSError, ValueError, InputError):
             continue
         if kind in ("Unified", "Data") and size and (best is None or level > best[0]):
             best = (level, size)

@@ -23,20 +23,11 @@ import statistics
 from typing import Any
 
 from gpuplan.results.schema import ProbeResult, ResultDocument
+from gpuplan.units import busbw_factor
 
 ALPHA = 0.05
 MIN_EFFECT = 0.01
 MIN_SAMPLES = 4
-
-
-def _busbw_factor(op: str, ranks: int) -> float:
-    # nccl-tests' factors (same table as gpuplan.probes.collectives.BUSBW_FACTORS, which
-    # this light module does not import)
-    if op == "all_reduce":
-        return 2 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (ranks - 1) / ranks
-    return 1.0
 
 
 def point_key(probe: str, m: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -89,7 +80,7 @@ def metric(probe: str, m: dict[str, Any]) -> tuple[str, float | None, list[float
         work = float(m["size_bytes"])
         return "bytes_per_s", m.get("bytes_per_s"), [work / t for t in samples]
     if probe == "collectives":
-        work = float(m["size_bytes"]) * _busbw_factor(m["op"], int(m["ranks"]))
+        work = float(m["size_bytes"]) * busbw_factor(m["op"], int(m["ranks"]))
         return "busbw_bytes_per_s", m.get("busbw_bytes_per_s"), [work / t for t in samples]
     if probe == "storage":
         return (

@@ -23,7 +23,6 @@ import base64
 import hashlib
 import hmac
 import json
-import math
 import re
 import secrets
 from typing import Any
@@ -39,18 +38,9 @@ from gpuplan.service.plausibility import resolve_device_query
 from gpuplan.service.recalibrate import latest_artifact
 from gpuplan.service.summary import compare_rows, key_figures
 from gpuplan.service.tokens import Principal, verify_token
+from gpuplan.units import fmt_si
 
 MAX_COMPARE = 8
-
-
-def si(value: Any, unit: str = "") -> str:
-    """``2.5e12, 'FLOP/s'`` -> ``'2.5 TFLOP/s'`` (1 G = 1e9, like nccl-tests)."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}".strip()
 
 
 _env = Environment(
@@ -59,7 +49,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_env.filters["si"] = si
+_env.filters["si"] = fmt_si  # 2.5e12, "FLOP/s" -> "2.5 TFLOP/s" (1 G = 1e9)
 
 
 def _style_hashes() -> str:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpuplan.probes.inventory import _parse_size, cpu_llc_bytes, host_facts, machine_id
+from gpuplan.probes.inventory import cpu_llc_bytes, host_facts, machine_id
 from gpuplan.probes.power import PowerSampler
 from gpuplan.results.privacy import ENV_ALLOWLIST, env_allowed, filter_env
 from gpuplan.results.schema import Host
@@ -48,10 +48,15 @@ def test_llc_from_a_sysfs_tree(tmp_path):
 
 
 def test_size_parsing():
-    assert _parse_size("32768K") == 32 << 20
-    assert _parse_size("1 MiB") == 1 << 20
-    assert _parse_size("512") == 512
-    assert _parse_size("lots") is None
+    # sysfs/lscpu cache sizes go through the one size parser (gpuplan.units)
+    from gpuplan.errors import InputError
+    from gpuplan.units import parse_size_bytes
+
+    assert parse_size_bytes("32768K\n", strict=True) == 32 << 20
+    assert parse_size_bytes("1 MiB", strict=True) == 1 << 20
+    assert parse_size_bytes("512", strict=True) == 512
+    with pytest.raises(InputError):
+        parse_size_bytes("lots", strict=True)
 
 
 def test_env_allowlist_keeps_tuning_and_drops_secrets():
