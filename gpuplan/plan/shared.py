@@ -110,35 +110,13 @@ def _team_jobs(ctx: PlanContext, spec: Any) -> list[Any]:
 
 
 def _sim_options(ctx: PlanContext, spec: Any, cluster: Any) -> dict[str, Any]:
-    """The simulator's keyword options for the scenario's teams on ``cluster``."""
-    from gpuplan.plan.scheduling.engine import TeamQuota
-    from gpuplan.plan.scheduling.schema import derived_quotas
+    """The simulator's keyword options for the scenario's teams on ``cluster``: the same
+    builder as ``gpuplan schedule --scenario``
+    (:func:`gpuplan.plan.scheduling.scenario.simulation_options`, so the same fair-share
+    tree), with jobs that fit no node of the planned fleet dropped and counted."""
+    from gpuplan.plan.scheduling.scenario import simulation_options
 
-    sc = ctx.scenario
-    options: dict[str, Any] = {
-        "shares": {t.name: t.share for t in sc.teams},
-        "priority_classes": dict(spec.priority_classes),
-        "fairshare_algorithm": spec.fairshare_algorithm,
-        "preemption": spec.preemption,
-        "quota_mode": spec.quota_mode,
-        "checkpoint_interval_s": spec.checkpoint_interval_s,
-        "restart_cost_s": spec.restart_cost_s,
-        "starvation_wait_s": spec.starvation_wait_s,
-        "starvation_runtime_multiple": spec.starvation_runtime_multiple,
-        "on_unschedulable": "drop",
-    }
-    if spec.quota_mode != "none":
-        nominal = derived_quotas(sc.teams, cluster.total_gpus)
-        options["quotas"] = {
-            t.name: TeamQuota(
-                nominal[t.name],
-                t.borrowing_limit_gpus,
-                t.lending_limit_gpus,
-                t.cohort,
-            )
-            for t in sc.teams
-        }
-    return options
+    return {**simulation_options(ctx.scenario.teams, spec, cluster), "on_unschedulable": "drop"}
 
 
 def _smallest_raw(

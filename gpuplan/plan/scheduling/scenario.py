@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.plan.scheduling.cluster import Cluster
 from gpuplan.plan.scheduling.engine import TeamQuota
-from gpuplan.plan.scheduling.schema import SharedClusterScenario, TeamSpec, derived_quotas
+from gpuplan.plan.scheduling.schema import (
+    SchedulingSpec,
+    SharedClusterScenario,
+    TeamSpec,
+    derived_quotas,
+)
 from gpuplan.plan.scheduling.workload import ForecastFn, Job, generate_workload
 
 
@@ -25,10 +31,17 @@ def team_quotas(teams: list[TeamSpec], total_gpus: int) -> dict[str, TeamQuota]:
     }
 
 
-def simulation_options(scenario: SharedClusterScenario, cluster: Cluster) -> dict[str, Any]:
-    """Keyword options of :func:`simulate` that express the scenario's teams and block."""
-    spec = scenario.scheduling
-    teams = scenario.teams
+def simulation_options(
+    teams: Sequence[TeamSpec], spec: SchedulingSpec, cluster: Cluster
+) -> dict[str, Any]:
+    """Keyword options of :func:`simulate` that express the teams and the scheduling block.
+
+    The one builder of these options: ``gpuplan schedule --scenario`` (:func:`scenario_inputs`)
+    and ``gpuplan plan``'s shared-cluster section (:mod:`gpuplan.plan.shared`) both call it,
+    so both simulate the same fair-share tree (teams under their ``parent`` or ``cohort``
+    account), the same quotas and the same preemption settings.
+    """
+    teams = list(teams)
     opts: dict[str, Any] = {
         "backfill": None,
         "shares": {t.name: t.share for t in teams},
@@ -74,7 +87,7 @@ def scenario_inputs(
             "the teams submit no jobs in the simulated window",
             hint="give arrival_rate_per_hour > 0 or training_jobs to at least one team",
         )
-    return jobs, cluster, simulation_options(scenario, cluster)
+    return jobs, cluster, simulation_options(scenario.teams, spec, cluster)
 
 
 def run_scenario(
