@@ -23,6 +23,7 @@ demo: setup
 test: setup-test
 	$(BIN)/python -m pytest -q
 	$(BIN)/ruff check gpuplan tests benchmarks scripts
+	$(BIN)/lint-imports
 
 test-gpu: setup
 	tests/gpu/run.sh
@@ -31,6 +32,7 @@ lint:
 	$(BIN)/ruff check gpuplan tests benchmarks scripts
 	$(BIN)/ruff format --check gpuplan tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format:
 	$(BIN)/ruff format gpuplan tests benchmarks scripts
