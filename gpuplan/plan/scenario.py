@@ -160,6 +160,13 @@ class InferenceService(_Strict):
     precision: Precision = "bf16"
     tp: int | None = Field(None, gt=0)
     pp: int = Field(1, gt=0)
+    engine: str | None = Field(
+        None,
+        description=(
+            "serving engine profile (trtllm, vllm, sglang, or versioned: vllm@0.6.0); "
+            "absent: the forecast's default profile"
+        ),
+    )
     hours_per_month: float = Field(
         730.0, gt=0, le=744, description="hours served per month (730 = 8760/12, always on)"
     )
@@ -168,6 +175,20 @@ class InferenceService(_Strict):
     @classmethod
     def _scalar_is_mean(cls, v: Any) -> Any:
         return _as_distribution(v)
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from gpuplan.errors import GpuplanError
+        from gpuplan.forecast.inference_step import engine_profile
+
+        try:
+            engine_profile(v)
+        except GpuplanError as exc:
+            raise ValueError(exc.one_line()) from None
+        return v
 
 
 class Workloads(_Strict):

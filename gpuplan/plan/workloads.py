@@ -140,8 +140,7 @@ def serving_demand(s: Any, gpu_id: str) -> ServingDemand:
         precision=s.precision,
         tp=s.tp,
         pp=s.pp,
-        # a scenario without an engine field is served by the forecast's default engine
-        engine=getattr(s, "engine", None) or DEFAULT_ENGINE,
+        engine=s.engine or DEFAULT_ENGINE,
     )
 
 

@@ -88,3 +88,17 @@ def test_deeply_nested_yaml_is_a_schema_error():
     text = "name: x\nworkloads: " + "[" * 3000 + "]" * 3000 + "\n"
     with pytest.raises(SchemaError, match=r"nested too deeply|not valid YAML"):
         parse_scenario(text)
+
+
+def test_serving_engine_is_validated_and_reaches_the_sizing():
+    from gpuplan.plan.workloads import serving_demand
+
+    text = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: vllm@0.6.0")
+    s = parse_scenario(text).scenario.workloads.inference[0]
+    assert s.engine == "vllm@0.6.0"
+    assert serving_demand(s, "h100-sxm5-80gb").engine == "vllm@0.6.0"
+    default = parse_scenario(SMALL_SCENARIO).scenario.workloads.inference[0]
+    assert serving_demand(default, "h100-sxm5-80gb").engine == "modern"
+    bad = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: vllm@9")
+    with pytest.raises(SchemaError, match=r"workloads.inference\[0\].engine: .*vllm@0.6.0"):
+        parse_scenario(bad)
