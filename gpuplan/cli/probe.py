@@ -159,7 +159,8 @@ def probe(
     storage_size: str = typer.Option(
         None,
         "--storage-size",
-        help="Size of the fio test file, e.g. 4G (default: 128M quick, 4G full).",
+        help="Size of the fio test file: 4G or 4GiB = 4 GiB (like fio), 4GB = 4e9 B "
+        "(default: 128M quick, 4G full).",
     ),
     out: Path = typer.Option(
         Path("results"),
