@@ -73,6 +73,12 @@ class ModelArch:
     """Routed experts each token is sent to."""
     num_shared_experts: int = 0
     """Always-active shared experts per MoE layer (DeepSeek style)."""
+    max_nodes_per_token: int | None = None
+    """Node-limited routing: the router sends each token to experts on at most this many
+    EP nodes (DeepSeek-V3's ``topk_group`` 4 of ``n_group`` 8 expert groups, one group per
+    node at EP64 over 8 nodes; DeepSeek-AI 2024, arXiv 2412.19437, section 2.1.2
+    "Node-Limited Routing", M = 4). ``None``: no limit (each of the ``top_k`` copies may
+    go to another node)."""
     moe_ffn_hidden: int | None = None
     """Intermediate size of one expert; ``None`` means ``ffn_hidden``."""
     first_dense_layers: int = 0
@@ -432,6 +438,11 @@ def arch_from_catalog(row: Any) -> ModelArch:
         num_experts=num_experts if num_experts > 1 else 0,
         top_k=int(get("top_k", 0) or 0) if num_experts > 1 else 0,
         num_shared_experts=int(get("num_shared_experts", 0) or 0),
+        max_nodes_per_token=(
+            int(get("max_nodes_per_token", get("topk_group")))
+            if get("max_nodes_per_token", get("topk_group"))
+            else None
+        ),
         moe_ffn_hidden=int(get("moe_ffn_hidden")) if get("moe_ffn_hidden") else None,
         first_dense_layers=int(get("first_dense_layers", 0) or 0),
         moe_layer_freq=int(get("moe_layer_interval", get("moe_layer_freq", 1)) or 1),

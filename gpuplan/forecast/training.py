@@ -43,6 +43,7 @@ high end together) with the model-form error: the 5th/95th percentiles of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -90,6 +91,11 @@ BREAKDOWN_KEYS = (
 ADAM_BYTES_PER_PARAM = 34.0
 SECONDS_PER_DAY = 86400.0
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
+EP_OVERLAP_MODES = ("none", "dualpipe", "1f1b-overlap")
+EP_KERNELS = ("auto", "nccl", "deepep")
+FP8_TILE_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
+"""One fp32 scale per 1x128 activation tile (DeepSeek-AI 2024, arXiv 2412.19437, section
+3.3.2 "Fine-Grained Quantization"): the overhead of an FP8 dispatch per element."""
 """Default tokens per step when none is given: 16 Mi tokens, the final batch of Llama 3
 405B pre-training (Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.4.1)."""
 
@@ -301,6 +307,38 @@ class Framework:
     zero3_unit_params: float | None = None
     """Parameters gathered at once under ZeRO-3 (None: one transformer layer, as FSDP's
     per-block wrapping; DeepSpeed: stage3_max_live_parameters)."""
+    ep_overlap: str = "none"
+    """Expert-parallel all-to-all overlap: ``none`` (Megatron-core default: dispatch and
+    combine on the critical path), ``dualpipe`` (DeepSeek-V3's DualPipe: the all-to-all of
+    one micro-batch's chunk runs behind the other micro-batch's compute, and the pipeline
+    bubble is DualPipe's; arXiv 2412.19437 section 3.2.1) or ``1f1b-overlap`` (the same
+    forward/backward pairing inside the 1F1B steady state, with the 1F1B bubble;
+    Megatron-core ``--overlap-moe-expert-parallel-comm``)."""
+    ep_kernels: str = "auto"
+    """All-to-all implementation: ``nccl`` (16-bit dispatch and combine, every one of the
+    ``top_k`` copies sent), ``deepep`` (DeepEP-style: FP8 dispatch under a low-precision
+    recipe, BF16 combine, one inter-node copy per target node that NVLink forwards inside
+    the node; arXiv 2412.19437 sections 3.2.2 and 3.3.4) or ``auto`` (``deepep`` with
+    ``dualpipe``, else ``nccl``)."""
+
+    def __post_init__(self) -> None:
+        if self.ep_overlap not in EP_OVERLAP_MODES:
+            raise InputError(
+                f"unknown ep_overlap {self.ep_overlap!r}",
+                hint="use one of " + ", ".join(EP_OVERLAP_MODES),
+            )
+        if self.ep_kernels not in EP_KERNELS:
+            raise InputError(
+                f"unknown ep_kernels {self.ep_kernels!r}",
+                hint="use one of " + ", ".join(EP_KERNELS),
+            )
+
+    @property
+    def ep_deepep(self) -> bool:
+        """Whether the all-to-all runs DeepEP-style (see ``ep_kernels``)."""
+        if self.ep_kernels == "auto":
+            return self.ep_overlap == "dualpipe"
+        return self.ep_kernels == "deepep"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -395,6 +433,89 @@ def _unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]
     return tuple(uniq[:, i] for i in range(uniq.shape[1])), inverse.reshape(-1)
 
 
+# --------------------------------------------------------------- expert parallel
+def ep_all_to_all_bytes(tokens: Any, top_k: float, hidden: float, bytes_per_element: float) -> Any:
+    """Bytes one rank sends in one MoE dispatch (or combine): ``tokens x top_k x hidden x b``.
+
+    Every token goes to its ``top_k`` routed experts and comes back weighted (GShard,
+    Lepikhin et al. 2020, section 2.2; DeepSeek-AI 2024, arXiv 2412.19437, section 3.2.2):
+    this is the nccl-tests ``size`` of the all-to-all (the rank's whole send buffer).
+
+    >>> float(ep_all_to_all_bytes(4096, 8, 7168, 2.0))
+    469762048.0
+    """
+    return np.asarray(tokens, dtype=float) * float(top_k) * float(hidden) * float(bytes_per_element)
+
+
+def ep_inter_node_copy_fraction(
+    top_k: float, num_nodes: Any, max_nodes_per_token: int | None, *, dedup: bool
+) -> Any:
+    """Inter-node bytes of a deduplicating dispatch per inter-node byte of a plain one.
+
+    A plain all-to-all sends each of the ``top_k`` copies of a token on its own: the
+    calibration's model puts ``(N-1)/N`` of them on the NIC (node ``N`` of ``N`` nodes).
+    DeepEP-style dispatch sends a token once to every *node* holding one of its experts
+    and forwards it over NVLink inside that node (arXiv 2412.19437, section 3.2.2): the
+    inter-node copies are the distinct nodes, ``N (1 - (1 - 1/N)^k)`` in expectation under
+    uniform routing, at most ``M`` with node-limited routing (section 2.1.2), of which
+    ``(N-1)/N`` are remote too. Returns ``min(M, N (1 - (1-1/N)^k)) / k`` (1 without
+    ``dedup`` or on one node).
+
+    >>> float(ep_inter_node_copy_fraction(8, 8, 4, dedup=True))
+    0.5
+    >>> float(ep_inter_node_copy_fraction(8, 8, None, dedup=False))
+    1.0
+    """
+    n = np.maximum(np.asarray(num_nodes, dtype=float), 1.0)
+    k = float(top_k)
+    distinct = n * (1.0 - (1.0 - 1.0 / n) ** k)
+    if max_nodes_per_token:
+        distinct = np.minimum(distinct, float(max_nodes_per_token))
+    frac = np.minimum(distinct / k, 1.0)
+    return np.where(dedup & (n > 1), frac, 1.0)
+
+
+def ep_exposed_time(
+    comm_s: Any, overlapped_compute_s: Any, overlap: str, comm_sm_fraction: float = 0.0
+) -> Any:
+    """All-to-all time left on the critical path after the framework's overlap.
+
+    ``none``: all of it. ``dualpipe`` / ``1f1b-overlap``: the dispatch and combine of one
+    micro-batch run while the paired micro-batch computes (arXiv 2412.19437, section
+    3.2.1, figure 4); the communication kernels hold a share ``f`` of the SMs (20 of
+    132 on H800, section 3.2.2), so the paired compute ``C`` runs at ``1 - f`` speed while
+    the ``c`` seconds of communication are in flight. The pair then takes ``max(c, C + f c)``
+    and the exposed part is ``max(c - C, f c)``: never more than ``c`` (never slower than
+    no overlap), and ``max(0, c - C)`` with ``f = 0``.
+
+    >>> float(ep_exposed_time(3.0, 1.0, "none")), float(ep_exposed_time(3.0, 1.0, "dualpipe"))
+    (3.0, 2.0)
+    >>> float(ep_exposed_time(1.0, 4.0, "dualpipe", 0.25))
+    0.25
+    """
+    c = np.asarray(comm_s, dtype=float)
+    if overlap == "none":
+        return c
+    f = min(max(float(comm_sm_fraction), 0.0), 1.0)
+    return np.minimum(np.maximum(c - np.asarray(overlapped_compute_s, dtype=float), f * c), c)
+
+
+def dualpipe_bubble(pp: Any, fb_s: Any, b_s: Any, w_s: Any) -> Any:
+    """DualPipe's pipeline bubble, ``(PP/2 - 1) (F&B + B - 3W)``.
+
+    DeepSeek-AI 2024 (arXiv 2412.19437), Table 2: ``F&B`` is the time of a pair of
+    mutually overlapped forward and backward chunks, ``B`` a full backward chunk and ``W``
+    its weight-gradient part (compare 1F1B's ``(PP-1)(F+B)``). Odd ``PP`` (DualPipe needs
+    an even stage count) gets the 1F1B bubble ``(PP-1)(F&B)``.
+
+    >>> float(dualpipe_bubble(16, 3.0, 2.0, 0.5))
+    24.5
+    """
+    pp = np.asarray(pp, dtype=float)
+    dual = np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(fb_s + b_s - 3.0 * w_s, 0.0)
+    return np.where(pp % 2 == 0, dual, (pp - 1.0) * fb_s)
+
+
 # ------------------------------------------------------------------------ step model
 def evaluate_layouts(
     arch: ModelArch,
@@ -483,6 +604,7 @@ def evaluate_layouts(
     bwd_u = {k: np.zeros((3, n_u)) for k in groups}
     cast_fwd_elems = {k: np.zeros(n_u) for k in groups}
     cast_bwd_elems = {k: np.zeros(n_u) for k in groups}
+    wgrad_u = {k: np.zeros((3, n_u)) for k in groups}
     for i, g in enumerate(gemms):
         sl = slice(3 * i * n_u, 3 * (i + 1) * n_u)
         r_lp = gemm_rates[:, sl].reshape(3, 3, n_u)
@@ -498,6 +620,7 @@ def evaluate_layouts(
         t = flops * ((1.0 - w_hp) / r_lp + w_hp / r_hp)
         fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
         bwd_u[g.per] = bwd_u[g.per] + t[:, 1] + t[:, 2]
+        wgrad_u[g.per] = wgrad_u[g.per] + t[:, 2]
         cnt = np.broadcast_to(g.count, (n_u,)) * (1.0 - w_hp)
         cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
         cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
@@ -532,6 +655,7 @@ def evaluate_layouts(
     gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"]) * mult["model"]  # no logits recompute
     gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers)
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
+    wgrad_time = c["gemm_time_factor"] * sum(per_layout(wgrad_u[k]) * mult[k] for k in groups)
 
     # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank.
     attn_fwd_flops = (
@@ -653,26 +777,47 @@ def evaluate_layouts(
     cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
     cp_mb = np.where(cp > 1, np.maximum(cp_total - attn_time, 0.0), 0.0)
 
-    # ---- expert parallel: all-to-all dispatch and combine per MoE layer.
+    # ---- expert parallel: all-to-all dispatch and combine per MoE layer, forward and
+    # backward (the backward of a dispatch is a combine and vice versa), again under full
+    # recompute; each moves ep_all_to_all_bytes over the EP group's placement.
+    deepep = fw.ep_deepep
+    dispatch_b = 1.0 + FP8_TILE_SCALE_BYTES_PER_ELEMENT if deepep and recipe.low_precision else 2.0
+    combine_b = 2.0  # BF16 combine in every recipe (arXiv 2412.19437, section 3.3.4)
     if arch.is_moe:
-        a2a_bytes = tokens / np.where(sp, tp, 1.0) * arch.top_k * h * 2.0
+        ep_tokens = tokens / np.where(sp, tp, 1.0)
         # EP groups stride over TP x CP, or over ETP when folded into the TP ranks.
         ep_stride = np.where(etp < tp, etp, tp * cp)
         ep_rpn = comm_mod.group_ranks_per_node(ep, ep_stride, node)
-        a2a = comm_mod.collective_time3(
-            perf,
-            "all_to_all",
-            a2a_bytes,
-            ep,
-            ranks_per_node=ep_rpn,
-            inter_node_bandwidth_bytes_per_s=nic,
+        ep_nodes = np.ceil(ep / np.maximum(ep_rpn, 1.0))
+        dedup = ep_inter_node_copy_fraction(
+            arch.top_k, ep_nodes, arch.max_nodes_per_token, dedup=deepep
         )
-        ep_mb = a2a * moe_per_stage * (4.0 + 2.0 * full)
+
+        def a2a_time(b: float) -> np.ndarray:
+            return comm_mod.collective_time3(
+                perf,
+                "all_to_all",
+                ep_all_to_all_bytes(ep_tokens, arch.top_k, h, b) * dedup,
+                ep,
+                ranks_per_node=ep_rpn,
+                inter_node_bandwidth_bytes_per_s=nic,
+            )
+
+        ep_total_mb = (a2a_time(dispatch_b) + a2a_time(combine_b)) * moe_per_stage * (2.0 + full)
     else:
-        ep_mb = np.zeros_like(compute_mb)
+        ep_total_mb = np.zeros_like(compute_mb)
+    ep_mb = ep_exposed_time(
+        ep_total_mb,
+        compute_mb,
+        fw.ep_overlap,
+        float(c.get("ep_overlap_comm_sm_fraction", 0.0)),
+    )
 
     t_mb = compute_mb + tp_mb + cp_mb + ep_mb
-    bubble = (pp - 1.0) / vp * t_mb
+    if fw.ep_overlap == "dualpipe":
+        bubble = dualpipe_bubble(pp, t_mb, bwd_mb, wgrad_time)
+    else:
+        bubble = (pp - 1.0) / vp * t_mb
 
     # ---- pipeline point-to-point (scatter/gather optimisation: 1/t of the activation).
     pp_bytes = act_bytes / tp
@@ -753,6 +898,12 @@ def evaluate_layouts(
         "breakdown_s": breakdown,
         "compute_detail_s": detail,
         "num_microbatches": m_micro,
+        "ep_comm_detail_s": {
+            "total": m_micro * ep_total_mb,
+            "exposed": m_micro * ep_mb,
+            "dispatch_bytes_per_element": dispatch_b,
+            "combine_bytes_per_element": combine_b,
+        },
         # Linear decomposition used by the constants fit (validation_training.py):
         # step = sum_i c_i * basis_i + rest, with the bubble spread over the basis terms.
         "fit_basis": {
@@ -1009,11 +1160,30 @@ def summarise(
         "num_gpus": int(num_gpus),
         "memory_breakdown_bytes": {k: v for k, v in mem.items() if k != "total"},
         "memory_capacity_bytes": float(hw.memory_bytes),
+        "ep_comm_s": _ep_comm_summary(result, i),
         "compute_detail_s": {
             k: float(np.asarray(v)[0, i]) for k, v in result["compute_detail_s"].items()
         },
     }
     return out
+
+
+def _ep_comm_summary(result: dict[str, Any], i: int) -> dict[str, Any]:
+    """``ep_comm_s``: total and exposed expert-parallel all-to-all time of the step.
+
+    ``breakdown_s.ep_comm`` is the exposed part (the breakdown sums to the step time)."""
+    d = result.get("ep_comm_detail_s") or {}
+    if not d:
+        return {}
+    total = float(np.asarray(d["total"])[0, i])
+    exposed = float(np.asarray(d["exposed"])[0, i])
+    return {
+        "ep_comm_total": total,
+        "ep_comm_exposed": exposed,
+        "ep_comm_hidden": max(total - exposed, 0.0),
+        "dispatch_bytes_per_element": float(d["dispatch_bytes_per_element"]),
+        "combine_bytes_per_element": float(d["combine_bytes_per_element"]),
+    }
 
 
 # ------------------------------------------------------------------- resolution
@@ -1213,6 +1383,7 @@ def forecast_training(
     constants: dict[str, Any] | None = None,
     hardware: Hardware | None = None,
     progress: Any = None,
+    ep_overlap: str | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1242,6 +1413,9 @@ def forecast_training(
         Use PyTorch FSDP (ZeRO-3 without pipeline parallelism) semantics.
     hardware:
         A ready :class:`Hardware` (tests, validation); otherwise built from the catalog.
+    ep_overlap:
+        ``none`` | ``dualpipe`` | ``1f1b-overlap``: overrides ``framework.ep_overlap``
+        (see :class:`Framework`); ``dualpipe`` fixes ``vp`` to 1 unless given.
 
     Returns
     -------
@@ -1301,6 +1475,16 @@ def forecast_training(
         par["pp"] = 1
         par.setdefault("tp", 1)
     fw = framework or Framework()
+    if ep_overlap is not None:
+        mode = str(ep_overlap).strip().lower()
+        if mode not in EP_OVERLAP_MODES:
+            raise InputError(
+                f"unknown --ep-overlap {ep_overlap!r}: use " + ", ".join(EP_OVERLAP_MODES),
+                hint="use one of " + ", ".join(EP_OVERLAP_MODES),
+            )
+        fw = dataclasses.replace(fw, ep_overlap=mode)
+    if fw.ep_overlap == "dualpipe":
+        par.setdefault("vp", 1)  # DualPipe's two directions replace interleaved stages
     c = constants or default_constants()
     common: dict[str, Any] = dict(
         seq_len=int(seq_len),
@@ -1352,7 +1536,11 @@ def forecast_training(
         "calibration_basis": _basis_summary(hw.perf, precision_recipe(precision).curve_dtype),
         "constants": c.get("provenance", {}),
         "framework": fw.name,
+        "ep_overlap": fw.ep_overlap,
+        "ep_kernels": "deepep" if fw.ep_deepep else "nccl",
     }
+    if out.get("ep_comm_s"):
+        out["ep_comm_s"]["ep_overlap"] = fw.ep_overlap
     return out
 
 

@@ -1,0 +1,179 @@
+"""Expert-parallel all-to-all bytes, its overlap (none | dualpipe | 1f1b-overlap) and the
+DeepSeek-V3 pre-training cost against its technical report.
+
+The formula tests run on the synthetic device of test_train_fakes (round numbers chosen
+there, not hardware claims); the DeepSeek-V3 case runs on the shipped catalog and
+calibration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.errors import InputError
+from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.training import (
+    BREAKDOWN_KEYS,
+    Framework,
+    default_constants,
+    ep_all_to_all_bytes,
+    ep_exposed_time,
+    ep_inter_node_copy_fraction,
+    evaluate_layouts,
+    forecast_training,
+    layouts_from_dict,
+    resolve_model,
+)
+
+from .test_train_fakes import fake_hardware
+
+MOE = ModelArch(
+    name="small-moe",
+    layers=8,
+    hidden=1024,
+    heads=16,
+    kv_heads=4,
+    ffn_hidden=4096,
+    vocab=32000,
+    attention="gqa",
+    num_experts=16,
+    top_k=2,
+    moe_ffn_hidden=512,
+)
+LAYOUT = dict(tp=1, pp=2, cp=1, ep=8, dp=8, vp=1, micro_batch=1, recompute=0, zero=1)
+
+
+def step(fw, layout=None, arch=MOE, precision="bf16", hw=None):
+    return evaluate_layouts(
+        arch,
+        hw or fake_hardware(),
+        layouts_from_dict({**LAYOUT, **(layout or {})}),
+        seq_len=2048,
+        global_batch=64,
+        precision=precision,
+        framework=fw,
+        constants=default_constants(),
+    )
+
+
+def test_all_to_all_bytes_hand_computed():
+    # 2048 tokens x top-2 x hidden 1024 x 2 B = 8 MiB per dispatch; FP8 + 1/128-tile scales
+    assert ep_all_to_all_bytes(2048, 2, 1024, 2.0) == 2048 * 2 * 1024 * 2 == 8 * 2**20
+    assert ep_all_to_all_bytes(2048, 2, 1024, 1.0 + 4.0 / 128.0) == pytest.approx(
+        2048 * 2 * 1024 * 1.03125
+    )
+
+
+def test_step_all_to_all_matches_hand_computed_collectives():
+    """ep_comm of a bf16 step = (dispatch + combine) x MoE layers per stage x (fwd + bwd)
+    x micro-batches, each an all-to-all of tokens x top_k x hidden x 2 B over EP8."""
+    hw = fake_hardware()
+    res = step(Framework())
+    from gpuplan.forecast import comm as comm_mod
+
+    one = comm_mod.collective_time3(
+        hw.perf,
+        "all_to_all",
+        np.asarray([2048 * 2 * 1024 * 2.0]),
+        np.asarray([8.0]),
+        ranks_per_node=np.asarray([8.0]),
+        inter_node_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s,
+    )[0, 0]
+    microbatches = 64 / (8 * 1)
+    expected = 2 * one * (8 / 2) * 2 * microbatches
+    assert float(res["breakdown_s"]["ep_comm"][0, 0]) == pytest.approx(expected, rel=1e-12)
+    assert float(res["ep_comm_detail_s"]["total"][0, 0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_node_dedup_fraction():
+    # EP64 over 8 nodes, top-8, node-limited to 4 (DeepSeek-V3): one copy per node, 4 of 8
+    assert float(ep_inter_node_copy_fraction(8, 8, 4, dedup=True)) == 0.5
+    # no limit: expected distinct nodes 8 (1 - (7/8)^8) of 8 copies
+    assert float(ep_inter_node_copy_fraction(8, 8, None, dedup=True)) == pytest.approx(
+        1 - (7 / 8) ** 8
+    )
+    assert float(ep_inter_node_copy_fraction(8, 1, 4, dedup=True)) == 1.0
+
+
+def test_exposed_equals_total_without_overlap_and_never_exceeds_it():
+    none = step(Framework(ep_overlap="none"))
+    d = none["ep_comm_detail_s"]
+    assert np.array_equal(d["exposed"], d["total"])
+    for mode in ("dualpipe", "1f1b-overlap"):
+        r = step(Framework(ep_overlap=mode, ep_kernels="nccl"))
+        assert np.all(r["ep_comm_detail_s"]["exposed"] <= r["ep_comm_detail_s"]["total"] + 1e-15)
+        total = sum(np.asarray(r["breakdown_s"][k]) for k in BREAKDOWN_KEYS)
+        np.testing.assert_allclose(total, r["step_time_s"], rtol=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pp=st.sampled_from([1, 2, 4]),
+    ep=st.sampled_from([2, 4, 8]),
+    mb=st.sampled_from([1, 2]),
+    nic=st.sampled_from([5e9, 50e9, 400e9]),
+    precision=st.sampled_from(["bf16", "fp8"]),
+)
+def test_dualpipe_never_slower(pp, ep, mb, nic, precision):
+    """At vp = 1 (DualPipe has no interleaved stages), on any fabric."""
+    hw = fake_hardware(nic=nic)
+    lay = dict(pp=pp, ep=ep, micro_batch=mb, dp=8)
+    base = step(Framework(), lay, precision=precision, hw=hw)["step_time_s"]
+    for mode in ("dualpipe", "1f1b-overlap"):
+        t = step(Framework(ep_overlap=mode), lay, precision=precision, hw=hw)["step_time_s"]
+        assert np.all(t <= base * (1 + 1e-12))
+
+
+def test_exposed_formula():
+    assert float(ep_exposed_time(2.0, 5.0, "dualpipe", 0.0)) == 0.0
+    assert float(ep_exposed_time(5.0, 2.0, "dualpipe", 0.0)) == 3.0
+    assert float(ep_exposed_time(5.0, 2.0, "none", 0.5)) == 5.0
+    # the communication kernels' SM share slows the paired compute: f x c at least
+    assert float(ep_exposed_time(2.0, 5.0, "1f1b-overlap", 0.25)) == 0.5
+
+
+def test_unknown_overlap_is_an_input_error():
+    with pytest.raises(InputError, match="ep_overlap"):
+        Framework(ep_overlap="zero-bubble")
+    with pytest.raises(InputError, match=r"ep-overlap.*dualpipe"):
+        forecast_training(MOE, gpu="h100", num_gpus=16, ep_overlap="sometimes")
+
+
+DEEPSEEK_V3_PUBLISHED_GPU_HOURS = 2.664e6
+"""DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1: 2664K
+H800 GPU-hours of pre-training on 14.8T tokens. Layout (section 3.2): PP16 with DualPipe,
+EP64 over 8 nodes, ZeRO-1 DP, no TP; FP8 training (section 3.3); 4K sequences, batch of
+15360 sequences after the ramp (section 4.2); node-limited routing to 4 nodes (2.1.2)."""
+
+
+def test_deepseek_v3_dualpipe_within_band_of_report():
+    """Tolerance 15%: the held-out p90 error of the training forecast is 21% and its
+    median 8.6% (README); 15% sits between, for a run whose overlap schedule is modelled
+    from the report's own description. The batch ramp (first 469B tokens at smaller
+    batches) is ignored: a step at the final batch is the longest-running regime."""
+    arch = dataclasses.replace(resolve_model("deepseek-v3"), max_nodes_per_token=4)
+    kw = dict(
+        gpu="h800",
+        num_gpus=2048,
+        seq_len=4096,
+        global_batch=15360,
+        precision="fp8",
+        parallelism=dict(tp=1, pp=16, ep=64, cp=1, zero=1, recompute="selective"),
+        tokens=14.8e12,
+    )
+    dual = forecast_training(arch, ep_overlap="dualpipe", **kw)
+    none = forecast_training(arch, ep_overlap="none", **kw)
+    rel = dual["gpu_hours"] / DEEPSEEK_V3_PUBLISHED_GPU_HOURS - 1.0
+    assert abs(rel) <= 0.15, f"{dual['gpu_hours']:.4g} GPU-h is {rel:+.1%} off the report"
+    assert none["gpu_hours"] > dual["gpu_hours"]
+    ep = dual["ep_comm_s"]
+    assert ep["ep_overlap"] == "dualpipe"
+    assert ep["ep_comm_exposed"] < ep["ep_comm_total"]
+    assert ep["ep_comm_exposed"] == pytest.approx(dual["breakdown_s"]["ep_comm"])
+    assert ep["dispatch_bytes_per_element"] == pytest.approx(1.03125)  # FP8 dispatch
+    assert none["ep_comm_s"]["ep_comm_exposed"] == none["ep_comm_s"]["ep_comm_total"]
