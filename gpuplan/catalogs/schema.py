@@ -604,6 +604,14 @@ class ModelArch(Row):
     first_dense_layers: int = 0
     moe_layer_interval: int = 1
     router_bias: bool = False
+    max_nodes_per_token: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "node-limited routing: a token's experts are on at most this many nodes"
+            " (DeepSeek-V3: topk_group 4 of n_group 8)"
+        ),
+    )
     sliding_window: int | None = Field(
         None, gt=0, description="tokens a local (sliding-window) attention layer attends to"
     )

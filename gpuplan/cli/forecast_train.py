@@ -234,6 +234,14 @@ def register(app: typer.Typer) -> None:
             None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer).", bound="non_negative"
         ),
         fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
+        ep_overlap: str | None = typer.Option(
+            None,
+            "--ep-overlap",
+            help=(
+                "MoE all-to-all overlap: none (Megatron default) | 1f1b-overlap | dualpipe "
+                "(DeepSeek-V3's schedule: the all-to-all hides behind the other micro-batch)."
+            ),
+        ),
         precision: str = typer.Option(
             "bf16",
             "--precision",
@@ -322,6 +330,7 @@ def register(app: typer.Typer) -> None:
                 top=top,
                 artifact=artifact,
                 fsdp=fsdp,
+                ep_overlap=ep_overlap,
                 node=node,
                 instance=instance,
                 progress=tick,

@@ -1479,8 +1479,7 @@ def forecast_training(
         mode = str(ep_overlap).strip().lower()
         if mode not in EP_OVERLAP_MODES:
             raise InputError(
-                f"unknown --ep-overlap {ep_overlap!r}: use " + ", ".join(EP_OVERLAP_MODES),
-                hint="use one of " + ", ".join(EP_OVERLAP_MODES),
+                f"unknown --ep-overlap {ep_overlap!r}: use one of " + ", ".join(EP_OVERLAP_MODES),
             )
         fw = dataclasses.replace(fw, ep_overlap=mode)
     if fw.ep_overlap == "dualpipe":

@@ -220,3 +220,25 @@ def test_fixed_layout_that_does_not_fit_exits_0_with_overshoot(run_cli):
     out = json.loads(r.stdout)
     assert out["fits_in_memory"] is False and out["memory_overshoot_bytes"] > 0
     assert "Traceback" not in r.stderr
+
+
+def test_ep_overlap_flag_reaches_the_forecast(run_cli):
+    """DeepSeek-V3's published layout with DualPipe (arXiv 2412.19437): the all-to-all is
+    mostly hidden, and the output says how much; a bad mode is one line naming the modes."""
+    args = [
+        "forecast", "train", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "2048",
+        "--tp", "1", "--pp", "16", "--ep", "64", "--cp", "1", "--zero", "1",
+        "--recompute", "selective", "--seq-len", "4096", "--global-batch", "15360",
+        "--precision", "fp8", "--format", "json",
+    ]  # fmt: skip
+    plain = run_cli(*args)
+    dual = run_cli(*args, "--ep-overlap", "dualpipe")
+    assert plain.returncode == 0 and dual.returncode == 0, dual.stderr
+    a, b = json.loads(plain.stdout), json.loads(dual.stdout)
+    assert b["ep_comm_s"]["ep_overlap"] == "dualpipe"
+    assert b["ep_comm_s"]["ep_comm_exposed"] < b["ep_comm_s"]["ep_comm_total"]
+    assert b["step_time_s"] < a["step_time_s"]
+    bad = run_cli("forecast", "train", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8",
+                  "--ep-overlap", "bogus")  # fmt: skip
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "dualpipe" in bad.stderr and "Traceback" not in bad.stderr
