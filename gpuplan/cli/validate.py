@@ -1,6 +1,6 @@
 """``gpuplan validate training|inference|microbench``: forecast published runs, print the error."""
 
-from gpuplan.cli import validate_inference, validate_microbench, validate_training
+from gpuplan.cli import validate_inference, validate_microbench, validate_plan, validate_training
 from gpuplan.cli._common import make_app
 
 app = make_app(
@@ -10,3 +10,4 @@ app = make_app(
 validate_training.register(app)
 validate_inference.register(app)
 validate_microbench.register(app)
+validate_plan.register(app)
