@@ -219,5 +219,26 @@ def _cached(path: str) -> Catalog:
 
 
 def get_catalog() -> Catalog:
-    """The shipped catalog, loaded and validated once per process."""
-    return _cached(str(default_data_dir()))
+    """The shipped catalog, loaded and validated once per process, with the prices a user
+    imported (``gpuplan catalog import-prices``, :mod:`gpuplan.catalogs.user_prices`)."""
+    from gpuplan.catalogs import user_prices
+
+    base = _cached(str(default_data_dir()))
+    path = user_prices.user_prices_path()
+    try:
+        st = path.stat()
+    except OSError:
+        return base
+    return _with_user_prices(base, str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _with_user_prices(base: Catalog, path: str, mtime_ns: int, size: int) -> Catalog:
+    from gpuplan.catalogs import user_prices
+
+    prices = user_prices.load_user_prices(Path(path))
+    if not prices:
+        return base
+    others = [r for r in base.rows() if r.kind != "instance"]
+    insts = user_prices.with_user_prices(base.instances, prices)
+    return Catalog([*others, *insts], data_dir=base.data_dir)

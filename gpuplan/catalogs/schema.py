@@ -330,7 +330,7 @@ class Instance(Row):
         "network_bandwidth_bits_per_s",
     )
 
-    cloud: Literal["aws", "gcp", "azure"]
+    cloud: Literal["aws", "gcp", "azure", "coreweave", "lambda", "nebius", "oci"]
     accelerator_id: str
     accelerators_per_node: int = Field(gt=0)
     vcpus: int | None

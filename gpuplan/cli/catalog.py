@@ -35,6 +35,7 @@ Examples:
   gpuplan catalog show h100
   gpuplan catalog show "H100 80GB HBM3" --calibrated --format json
   gpuplan catalog validate
+  gpuplan catalog import-prices my-prices.csv
 """
 )
 
@@ -278,7 +279,9 @@ _TABLES = {
 def ls(
     what: Listing = typer.Argument(..., help="gpus, instances, nodes, models, storage or network."),
     vendor: str | None = typer.Option(None, help="Only rows of this vendor (gpus, nodes)."),
-    cloud: str | None = typer.Option(None, help="Only instances of this cloud (aws, gcp, azure)."),
+    cloud: str | None = typer.Option(
+        None, help="Only instances of this cloud (aws, gcp, azure, coreweave, lambda, nebius, oci)."
+    ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """List the rows of one catalog, with their sources in JSON.
@@ -461,6 +464,67 @@ def show(
             ) from exc
         data["calibrated"] = calibrated_summary(row.id)
     emit(data, fmt, lambda console: _show_table(_widen(console), data, list(row.unverified)))
+
+
+@app.command("import-prices")
+def import_prices(
+    csv_file: Path = typer.Argument(
+        ...,
+        help="CSV with columns instance,model,usd_per_hour,region,as_of,source[,notes].",
+    ),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Merge a price list (negotiated or newer published prices) into your own price file.
+
+    The file lives under the gpuplan state folder ($GPUPLAN_STATE_DIR, else
+    $XDG_STATE_HOME/gpuplan), never in the package; 'gpuplan plan' and 'gpuplan catalog
+    ls/show' use its prices like catalog prices (the latest as_of wins). A price with the
+    same instance, model, region and as_of replaces the earlier one. Nothing is written
+    when any row is bad: each bad row is listed on stdout, and the exit code is 2.
+
+    \b
+    Examples:
+      gpuplan catalog import-prices quotes.csv
+      gpuplan catalog import-prices quotes.csv --format json
+    """
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.catalogs import user_prices as up
+    from gpuplan.errors import SchemaError
+    from gpuplan.userfiles import read_text
+
+    text = read_text(csv_file, what="price list")
+    new, problems = up.parse_price_csv(text, get_catalog().instances)
+    if problems:
+        data: dict[str, Any] = {
+            "imported": 0,
+            "file": str(csv_file),
+            "problems": [
+                {"line": p.line, "column": p.column, "message": p.message} for p in problems
+            ],
+        }
+        emit(data, fmt, lambda console: [console.print(f"{csv_file} {p}") for p in problems])
+        raise SchemaError(
+            f"{csv_file}: {len(problems)} bad row(s); nothing imported",
+            hint="fix the rows listed above and import the file again",
+        )
+    path = up.user_prices_path()
+    merged = up.merge(up.load_user_prices(path), new)
+    up.save_user_prices(merged, path)
+    count = sum(len(v) for v in new.values())
+    data = {
+        "imported": count,
+        "file": str(csv_file),
+        "price_file": str(path),
+        "instances": sorted(new),
+        "total_prices": sum(len(v) for v in merged.values()),
+    }
+    emit(
+        data,
+        fmt,
+        lambda console: console.print(
+            f"imported {count} price(s) for {len(new)} instance(s) into {path}"
+        ),
+    )
 
 
 @app.command("validate")

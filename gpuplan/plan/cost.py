@@ -34,10 +34,13 @@ above it, owning is cheaper.
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuplan.catalogs.names import name_key
+from gpuplan.catalogs.schema import period_start
 from gpuplan.plan.provenance import Figure, derived, input_fig, missing_fig
 
 HOURS_PER_YEAR = 8760.0  # 365 x 24 (calendar)
@@ -201,6 +204,56 @@ def reliability(
     return Reliability(rate_per_node_hour, mtbf, interval, young, good)
 
 
+# ------------------------------------------------------------------ price look-up
+
+#: Default age past which a price is flagged stale (``costs.price_max_age_days``).
+PRICE_MAX_AGE_DAYS = 365
+
+
+def price_age(
+    price: Figure, *, max_age_days: int = PRICE_MAX_AGE_DAYS, today: _dt.date | None = None
+) -> dict[str, Any] | None:
+    """How old a price figure is, from the date its provenance carries (a catalog
+    observation's ``as_of`` or a quote's ``as_of``).
+
+    Returns ``{"as_of", "age_days", "max_age_days", "stale"}``; ``stale`` is true when the
+    price is older than ``max_age_days`` or carries no date at all (an undated quote cannot
+    be shown current). A period such as ``2025-H1`` counts from its first day. ``None``
+    when the price is missing or derived from other figures (its inputs carry the dates).
+
+    >>> from gpuplan.plan.provenance import Provenance
+    >>> p = Figure(1.0, "USD/node-hour", "p", Provenance("input", "r", retrieved="2025-H1"))
+    >>> price_age(p, today=_dt.date(2026, 7, 1))["age_days"]
+    546
+    """
+    if not price.ok or price.prov.kind not in ("catalog", "input"):
+        return None
+    when = price.prov.retrieved
+    if when is None or not str(when).strip():
+        return {"as_of": None, "age_days": None, "max_age_days": max_age_days, "stale": True}
+    try:
+        start = period_start(str(when).strip())
+    except ValueError:
+        return {"as_of": str(when), "age_days": None, "max_age_days": max_age_days, "stale": True}
+    age = ((today or _dt.date.today()) - start).days
+    return {
+        "as_of": str(when),
+        "age_days": age,
+        "max_age_days": max_age_days,
+        "stale": age > max_age_days,
+    }
+
+
+def find_override(overrides: dict[str, Any], instance: Any) -> tuple[str, Any] | None:
+    """The scenario's ``costs.price_overrides`` entry for ``instance``, matched by id or alias
+    (case-insensitively, like every catalog name); ``(key as written, entry)`` or None."""
+    names = {name_key(n) for n in (instance.id, *getattr(instance, "aliases", ()))}
+    for key, entry in overrides.items():
+        if name_key(key) in names:
+            return key, entry
+    return None
+
+
 # ------------------------------------------------------------------ loads
 
 
@@ -235,6 +288,8 @@ class ModelCost:
     per_million_tokens_usd: dict[str, Figure] = field(default_factory=dict)
     goodput: dict[str, Reliability] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: :func:`price_age` of the price (None when missing or derived)
+    price_age: dict[str, Any] | None = None
 
     @property
     def available(self) -> bool:
@@ -263,6 +318,7 @@ class ModelCost:
         return {
             "model": self.model,
             "price_usd_per_node_hour": self.price_usd_per_node_hour,
+            "price_age": self.price_age,
             "per_run_usd": self.per_run_usd,
             "all_runs_usd": self.run_total(),
             "per_month_usd": self.per_month_usd,
@@ -281,6 +337,8 @@ def price_model(
     utilisation: Figure,
     interruptions: dict[str, Reliability],
     fleet_nodes: Figure | None = None,
+    max_price_age_days: int = PRICE_MAX_AGE_DAYS,
+    today: _dt.date | None = None,
 ) -> ModelCost:
     """Costs of the loads under purchasing model ``model`` at ``price`` per node-hour.
 
@@ -292,6 +350,14 @@ def price_model(
     """
     committed = model in COMMITTED
     out = ModelCost(model, price, goodput=interruptions)
+    if model != "onprem":
+        out.price_age = price_age(price, max_age_days=max_price_age_days, today=today)
+        if out.price_age is not None and out.price_age["stale"]:
+            when = out.price_age["as_of"] or "an undated source"
+            out.notes.append(
+                f"{model} price is stale: from {when}, older than "
+                f"{max_price_age_days} days (check it, or set costs.price_overrides)"
+            )
     label = f"{model}"
     month_parts: list[Figure] = []
     for t in trainings:

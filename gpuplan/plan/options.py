@@ -1203,11 +1203,16 @@ def _reliabilities(
 
 def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
     inst = opt.platform
-    region = ctx.scenario.constraints.region
+    region = ctx.scenario.constraints.region_for(inst.cloud)
+    override = costmod.find_override(ctx.scenario.costs.price_overrides, inst)
     prices: dict[str, Figure] = {}
     for model in ("on_demand", "spot", "reserved_1y", "reserved_3y"):
         obs = inst.price(model, region)
         label = f"{inst.id} {model} price"
+        if override is not None and getattr(override[1], model) is not None:
+            path = ("costs", "price_overrides", override[0], model)
+            prices[model] = ctx.quote(path, "USD/node-hour", f"{label} (negotiated)")
+            continue
         if obs is not None:
             prices[model] = ctx.price(inst, obs, label)
             continue
@@ -1223,7 +1228,10 @@ def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
                 continue
             reason += f" (add costs.commitment_discounts.{model} to derive one from on-demand)"
         elif region and inst.price(model) is not None:
-            reason += " (prices exist in other regions; change constraints.region)"
+            reason += (
+                f" (prices exist in other regions; set constraints.regions.{inst.cloud}"
+                f" or costs.price_overrides.{inst.id}.{model})"
+            )
         prices[model] = missing_fig("USD/node-hour", label, reason)
     return prices
 
@@ -1244,6 +1252,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
                 utilisation=util,
                 interruptions=rel,
                 fleet_nodes=opt.nodes,
+                max_price_age_days=ctx.scenario.costs.price_max_age_days,
             )
         return
     node = opt.platform

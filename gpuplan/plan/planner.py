@@ -11,6 +11,7 @@ catalog row, calibration and measurement used. Rendering lives in :mod:`gpuplan.
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,6 +331,33 @@ def _check_quote_keys(ctx: PlanContext) -> None:
                 )
 
 
+def _check_price_scope(ctx: PlanContext) -> None:
+    """``costs.price_overrides`` must name catalog instances and ``constraints.regions`` the
+    catalog's clouds (a typo would silently keep the catalog price or drop a cloud)."""
+    from gpuplan.errors import NotFoundError
+
+    insts = ctx.catalog.instances
+    for key in ctx.scenario.costs.price_overrides:
+        if not any(costmod.find_override({key: None}, i) for i in insts):
+            line = ctx.loaded.line("costs", "price_overrides", key)
+            at = f" line {line}" if line else ""
+            near = difflib.get_close_matches(key.lower(), [i.id for i in insts], n=3)
+            raise NotFoundError(
+                f"{ctx.loaded.display_path}{at}: costs.price_overrides: unknown instance {key!r}",
+                hint=(f"closest: {', '.join(near)}; " if near else "")
+                + "gpuplan catalog ls instances lists the ids",
+            )
+    known = sorted({i.cloud.lower() for i in insts})
+    for cloud in ctx.scenario.constraints.regions:
+        if cloud not in known:
+            line = ctx.loaded.line("constraints", "regions", cloud)
+            at = f" line {line}" if line else ""
+            raise NotFoundError(
+                f"{ctx.loaded.display_path}{at}: constraints.regions: unknown cloud {cloud!r}",
+                hint=f"the catalog's clouds are {', '.join(known)}",
+            )
+
+
 def _check_clouds(ctx: PlanContext) -> None:
     """``candidates.clouds`` must name clouds the catalog has (a typo would drop them all)."""
     from gpuplan.errors import NotFoundError
@@ -386,6 +414,7 @@ def build_plan(
         catalog.model(w.model)
     _check_quote_keys(ctx)
     _check_clouds(ctx)
+    _check_price_scope(ctx)
     options, cand_notes = candidate_options(ctx)
     # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
     # own arithmetic does not touch them

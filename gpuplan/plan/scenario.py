@@ -218,7 +218,16 @@ class Candidates(_Strict):
 class Constraints(_Strict):
     """Limits of the site and the purse. Absent means unconstrained."""
 
-    region: str | None = Field(None, description="cloud region whose prices are used")
+    region: str | None = Field(
+        None,
+        description="cloud region whose prices are used, for every cloud that regions does not "
+        "name (scenario version 1's single region; still accepted)",
+    )
+    regions: dict[str, str] = Field(
+        default_factory=dict,
+        description="region per cloud whose prices are used ({aws: us-east-1, azure: eastus}); "
+        "a cloud not named here uses region, or any region when region is absent",
+    )
     power_per_rack_kw: float | None = Field(None, gt=0, description="IT power per rack")
     rack_units_per_rack: int | None = Field(None, gt=0)
     max_racks: int | None = Field(None, gt=0)
@@ -230,6 +239,23 @@ class Constraints(_Strict):
     budget_usd_per_month: float | None = Field(None, gt=0)
     budget_usd_per_run: float | None = Field(None, gt=0)
     max_gpus: int | None = Field(None, gt=0, le=limits.MAX_GPUS)
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, v: dict[str, str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for cloud, region in v.items():
+            key = str(cloud).strip().lower()
+            if not key or not str(region).strip():
+                raise ValueError("regions maps a cloud name to a region name (aws: us-east-1)")
+            if key in out:
+                raise ValueError(f"regions names cloud {key!r} twice")
+            out[key] = str(region).strip()
+        return out
+
+    def region_for(self, cloud: str) -> str | None:
+        """The region whose prices are used for ``cloud``: ``regions[cloud]``, else ``region``."""
+        return self.regions.get(cloud.lower(), self.region)
 
     @model_validator(mode="after")
     def _floor(self) -> Constraints:
@@ -250,13 +276,34 @@ class Quote(_Strict):
 
     usd: float = Field(gt=0)
     source: str | None = Field(None, description="who quoted it / where it was published")
-    as_of: str | None = Field(None, description="date of the quote")
+    as_of: str | None = Field(None, description="date of the quote (YYYY-MM-DD, YYYY-MM, YYYY-H1)")
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of(cls, v: Any) -> Any:
+        # YAML reads 2026-11-20 as a date; the plan keeps the text (dates age stale prices)
+        return v.isoformat() if hasattr(v, "isoformat") else v
 
 
 def _as_quote(v: Any) -> Any:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return {"usd": v}
     return v
+
+
+class PriceOverride(_Strict):
+    """Negotiated prices of one cloud instance type, USD per instance-hour; each replaces the
+    catalog's price of that purchasing model (a number or ``{usd, source, as_of}``)."""
+
+    on_demand: Quote | None = None
+    spot: Quote | None = None
+    reserved_1y: Quote | None = None
+    reserved_3y: Quote | None = None
+
+    @field_validator("on_demand", "spot", "reserved_1y", "reserved_3y", mode="before")
+    @classmethod
+    def _quote(cls, v: Any) -> Any:
+        return _as_quote(v)
 
 
 class Costs(_Strict):
@@ -284,6 +331,17 @@ class Costs(_Strict):
     storage_usd_per_gib_month: dict[str, Quote] = Field(
         default_factory=dict,
         description="storage prices (USD per GiB-month) per tier id where the catalog has none",
+    )
+    price_overrides: dict[str, PriceOverride] = Field(
+        default_factory=dict,
+        description="negotiated cloud prices per instance id or alias (USD per instance-hour), "
+        "used instead of the catalog's: {p5.48xlarge: {on_demand: 40.0, reserved_1y: "
+        "{usd: 30.0, source: 'AWS EDP quote', as_of: 2026-11-01}}}",
+    )
+    price_max_age_days: int = Field(
+        365,
+        gt=0,
+        description="a catalog or quoted price older than this is flagged stale in the plan",
     )
     spot_interruptions_per_node_hour: float | None = Field(
         None, ge=0, description="rate at which one spot instance is reclaimed"
