@@ -502,7 +502,11 @@ def import_prices(
                 {"line": p.line, "column": p.column, "message": p.message} for p in problems
             ],
         }
-        emit(data, fmt, lambda console: [console.print(f"{csv_file} {p}") for p in problems])
+        emit(
+            data,
+            fmt,
+            lambda console: [console.print(f"{csv_file} {p}", soft_wrap=True) for p in problems],
+        )
         raise SchemaError(
             f"{csv_file}: {len(problems)} bad row(s); nothing imported",
             hint="fix the rows listed above and import the file again",
