@@ -242,6 +242,31 @@ def register(app: typer.Typer) -> None:
                 "(DeepSeek-V3's schedule: the all-to-all hides behind the other micro-batch)."
             ),
         ),
+        # -- optimizer state dtypes and fine-grained recompute (issue 15, memory) --
+        optimizer_dtype: str | None = typer.Option(
+            None,
+            "--optimizer-dtype",
+            help="Adam moments: fp32 (default, Megatron mixed precision) | bf16.",
+        ),
+        master_weights: str | None = typer.Option(
+            None,
+            "--master-weights",
+            help="Optimizer master weights: fp32 (default) | bf16 | none (update in place).",
+        ),
+        recompute_modules: str | None = typer.Option(
+            None,
+            "--recompute-modules",
+            help=(
+                "With --recompute selective, also recompute (comma list): layernorm, "
+                "mla_up_proj, moe_act (Megatron-core --recompute-modules)."
+            ),
+        ),
+        moe_act_cache: str | None = typer.Option(
+            None,
+            "--moe-act-cache",
+            help="Dtype of the experts' cached activation inputs: bf16 (default) | fp8.",
+        ),
+        # -- end of the optimizer/recompute block --
         precision: str = typer.Option(
             "bf16",
             "--precision",
@@ -331,6 +356,10 @@ def register(app: typer.Typer) -> None:
                 artifact=artifact,
                 fsdp=fsdp,
                 ep_overlap=ep_overlap,
+                optimizer_dtype=optimizer_dtype,
+                master_weights=master_weights,
+                recompute_modules=recompute_modules,
+                moe_act_cache=moe_act_cache,
                 node=node,
                 instance=instance,
                 progress=tick,

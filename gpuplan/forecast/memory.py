@@ -10,6 +10,22 @@ Sources
   "Distributed Optimizer", table of bytes per parameter; Rajbhandari et al. 2020, ZeRO,
   section 5). Stage 2 also shards the gradients, stage 3 (= PyTorch FSDP FULL_SHARD) the
   weights; FSDP SHARD_GRAD_OP is stage 2.
+* Optimizer dtypes (:func:`optimizer_bytes_per_param`): the 12 B are fp32 master weights
+  (4) and two fp32 Adam moments (2 x 4). BF16 moments (``optimizer_dtype="bf16"``:
+  Megatron-core's precision-aware optimizer, ``--use-precision-aware-optimizer
+  --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``; DeepSeek-V3, arXiv 2412.19437 section
+  3.3.3, "Low-Precision Optimizer States": BF16 moments, FP32 master weights and gradients)
+  make it 4 + 2 x 2 = 8 B; ``master_weights="bf16"`` keeps a 16-bit master copy (2 B),
+  ``"none"`` updates the 16-bit weights in place (pure BF16 training, 0 B).
+* Fine-grained recomputation (``recompute_modules`` of Megatron-core's TransformerConfig,
+  with ``--recompute-granularity selective``): ``layernorm`` drops the outputs of the two
+  block norms (the QKV and MLP-up inputs), ``mla_up_proj`` the MLA up-projection outputs (Q,
+  K, V; the latents stay), ``moe_act`` the experts' activation-function output (the
+  down-projection input); all three are "output-discarding checkpointing", recomputed in the
+  backward. DeepSeek-V3 recomputes RMSNorm and the MLA up-projections (section 3.2.3) and
+  caches the SwiGLU inputs of its experts in FP8 (section 3.3.3: ``act_cache_bytes``).
+* DualPipe (DeepSeek-V3 section 3.2.1, Table 2): each rank holds two stages (``i`` and
+  ``p-1-i``), i.e. twice the parameters, and ``p + 1`` micro-batches of activations.
 * Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", section 4: ``s*b*h*(34 + 5*a*s/h)`` bytes per layer for a GPT block
   in 16-bit without parallelism; ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` with tensor
@@ -30,12 +46,17 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
 
 BYTES_16BIT = 2.0
 WEIGHT_BYTES_PER_PARAM = 2.0
 GRAD_BYTES_PER_PARAM = 4.0
 OPTIMIZER_BYTES_PER_PARAM = 12.0
+STATE_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0}
+MASTER_WEIGHT_BYTES = {**STATE_DTYPE_BYTES, "none": 0.0}
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+PIPELINE_SCHEDULES = ("1f1b", "dualpipe")
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
@@ -44,6 +65,29 @@ RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
 def fmt_gib(value: float) -> str:
     """Memory for messages, in GiB: ``fmt_gib(80 * 2**30)`` -> ``'80 GiB'``."""
     return f"{value / 2**30:.3g} GiB"
+
+
+def optimizer_bytes_per_param(
+    optimizer_dtype: str = "fp32", master_weights: str = "fp32", grad_bytes: float = 4.0
+) -> float:
+    """Optimizer-state bytes per parameter: master weights + Adam's two moments.
+
+    With 16-bit gradient buffers an fp32 optimizer also keeps an fp32 copy of its gradient
+    shard (Megatron-core guide: "float16 param, float16 grads: 20 = 4 + 16/d").
+
+    >>> optimizer_bytes_per_param()
+    12.0
+    >>> optimizer_bytes_per_param("bf16")
+    8.0
+    >>> optimizer_bytes_per_param("bf16", "none")
+    4.0
+    >>> optimizer_bytes_per_param(grad_bytes=2.0)
+    16.0
+    """
+    moment = STATE_DTYPE_BYTES[optimizer_dtype]
+    master = MASTER_WEIGHT_BYTES[master_weights]
+    fp32_grad_copy = 4.0 if grad_bytes < 4.0 and master_weights == "fp32" else 0.0
+    return master + 2.0 * moment + fp32_grad_copy
 
 
 def korthikanti_activation_bytes(
@@ -80,6 +124,8 @@ def activation_bytes_per_layer(
     flash_attention: bool = True,
     moe: bool = False,
     linear_input_bytes: float = BYTES_16BIT,
+    recompute_modules: tuple[str, ...] = (),
+    act_cache_bytes: float = BYTES_16BIT,
 ) -> Any:
     """Activation bytes one layer keeps for the backward pass, on one rank.
 
@@ -93,7 +139,15 @@ def activation_bytes_per_layer(
     block inputs and the dropout masks (``8 + 2`` units) are replicated. MoE layers store
     the dispatched copy of each token for ``top_k`` experts and their intermediates.
     ``recompute`` 0/1/2 = none/selective (drop the score matrices)/full (keep the layer
-    input only). Context parallelism divides the sequence by ``cp``.
+    input only). Context parallelism divides the sequence by ``cp``. MLA also keeps its
+    latents (the up-projections' inputs and their norms' inputs, ``(2 + lb)(q_lora +
+    kv_lora)``, computed unsplit by TP).
+
+    Under selective recompute, ``recompute_modules`` (Megatron-core's fine-grained
+    recomputation, see the module docstring) also drops: ``layernorm`` the two norm outputs
+    (``2 lb h``), ``mla_up_proj`` Q, K and V, ``moe_act`` the routed experts' activation
+    output. ``act_cache_bytes`` is the dtype of the routed experts' cached activation inputs
+    (2: BF16; about 1: FP8 with 1x128-tile scales, DeepSeek-V3 section 3.3.3).
 
     >>> gpt = ModelArch(layers=1, hidden=12288, heads=96, ffn_hidden=4 * 12288, vocab=1,
     ...                 gated_mlp=False, dropout=True)
@@ -118,24 +172,48 @@ def activation_bytes_per_layer(
         else arch.heads * arch.v_head_dim
     )
     lb = float(linear_input_bytes)
+    mods = frozenset(recompute_modules)
+    unknown = mods - set(RECOMPUTE_MODULES)
+    if unknown:
+        raise InputError(
+            f"unknown recompute module(s) {', '.join(sorted(unknown))}",
+            hint="use any of " + ", ".join(RECOMPUTE_MODULES),
+        )
+    qkv = 2.0 * (dq + dk) + 2.0 * dv  # Q, K, V (16-bit), the attention core's inputs
+    out_in = lb * (arch.heads * arch.v_head_dim)  # output-projection input (the context)
+    latents = 0.0
+    if arch.attention == "mla" and arch.mla:
+        ranks = float(arch.mla.get("q_lora_rank", 0)) + float(arch.mla["kv_lora_rank"])
+        latents = (2.0 + lb) * ranks
     # Terms that tensor parallelism always splits (per token, in bytes): Q, K, V and the
     # output-projection input (the per-head context).
-    split_attn = 2.0 * (dq + dk) + 2.0 * dv + lb * (arch.heads * arch.v_head_dim)
+    split_attn = qkv + out_in
     # MLP intermediates: GELU keeps its input (16-bit) and output (the down-projection
     # input); a gated MLP keeps gate and up outputs (16-bit) and their product.
     n_16 = 2.0 if arch.gated_mlp else 1.0
-    if moe and arch.is_moe:
-        fe = float(arch.expert_ffn)
-        per_expert = (2.0 * n_16 + lb) * fe
-        split_mlp = arch.top_k * (lb * h + per_expert) + arch.num_shared_experts * per_expert
-    else:
-        split_mlp = (2.0 * n_16 + lb) * arch.ffn_hidden
+    ab = float(act_cache_bytes)
+
+    def mlp_terms(drop_act_out: bool) -> float:
+        if moe and arch.is_moe:
+            fe = float(arch.expert_ffn)
+            routed = (ab * n_16 + (0.0 if drop_act_out else lb)) * fe
+            shared = (2.0 * n_16 + lb) * fe
+            return float(arch.top_k * (lb * h + routed) + arch.num_shared_experts * shared)
+        return float((2.0 * n_16 + lb) * arch.ffn_hidden)
+
+    split_mlp = mlp_terms(False)
     # Replicated without sequence parallelism: two norms (4h), the two block inputs (the
     # QKV and MLP-up inputs, 2 x lb x h) and two dropout masks (2h).
-    replicated = 4.0 * h + 2.0 * lb * h + 2.0 * drop * h
+    norm_out = 2.0 * lb * h
+    replicated = 4.0 * h + norm_out + 2.0 * drop * h + latents
     # Korthikanti's accounting puts the output-projection input (2h) among the split
     # terms (it is the per-head context, split by TP).
     split = split_attn + split_mlp
+    # What fine-grained recomputation (selective only) drops, per token.
+    dropped_split = (qkv if "mla_up_proj" in mods and arch.attention == "mla" else 0.0) + (
+        split_mlp - mlp_terms(True) if "moe_act" in mods else 0.0
+    )
+    dropped_replicated = norm_out if "layernorm" in mods else 0.0
     if arch.is_hybrid:
         # One block per layer (norm input, block input, dropout mask) and the layer average
         # of the block kinds. A Mamba-2 block keeps its in_proj output (z, x, B, C, dt), the
@@ -151,19 +229,26 @@ def activation_bytes_per_layer(
             + lb * d_in
         )
         replicated = 2.0 * h + lb * h + drop * h
+        dropped_replicated = lb * h if "layernorm" in mods else 0.0
+        dropped_split = 0.0
         split = (
             arch.attention_fraction * split_attn
             + arch.mlp_fraction * split_mlp
             + arch.mamba_fraction * split_mamba
         )
     per_token = np.where(sp, (replicated + split) / t, replicated + split / t)
+    fine = np.where(
+        sp,
+        (replicated - dropped_replicated + split - dropped_split) / t,
+        replicated - dropped_replicated + (split - dropped_split) / t,
+    )
     if flash_attention:
         scores = 4.0 * arch.heads * np.ones_like(s) / t  # fp32 log-sum-exp per row and head
     else:
         scores = (2.0 + 3.0 * drop) * arch.heads * s / t
     scores = scores * arch.attention_fraction
     none = sb * (per_token + scores)
-    selective = sb * per_token
+    selective = sb * fine
     full = sb * 2.0 * h / np.where(sp, t, 1.0)
     return np.where(recompute >= 2, full, np.where(recompute == 1, selective, none))
 
@@ -310,6 +395,9 @@ def model_state_bytes(
     grad_bytes: float = GRAD_BYTES_PER_PARAM,
     zero3_unit_params: float | None = None,
     stage: str = "busiest",
+    optimizer_dtype: str = "fp32",
+    master_weights: str = "fp32",
+    gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
 ) -> dict[str, Any]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
@@ -324,6 +412,9 @@ def model_state_bytes(
     (stage 2: the unsharded gradients of one unit) (``zero3_unit_params``: one transformer
     layer for PyTorch FSDP's per-block wrapping; DeepSpeed caps it with
     stage3_max_live_parameters). ``stage`` as in :func:`param_counts_per_rank`.
+    ``optimizer_dtype`` and ``master_weights`` as in :func:`optimizer_bytes_per_param`;
+    ``gathered_weight_bytes`` is the dtype of the gathered units (1 with FSDP2's float8
+    all-gather, which gathers the FP8 casts of the linear weights).
     """
     zero = np.asarray(zero)
     etp = expert_tensor_parallel(tp, cp, dp, ep)
@@ -342,7 +433,7 @@ def model_state_bytes(
 
     weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
     grads = sharded(grad_bytes, 2)
-    optimizer = sharded(OPTIMIZER_BYTES_PER_PARAM + (4.0 if grad_bytes < 4.0 else 0.0), 1)
+    optimizer = sharded(optimizer_bytes_per_param(optimizer_dtype, master_weights, grad_bytes), 1)
     layers_per_rank, _ = stage_layers(arch, pp)
     unit = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
     if zero3_unit_params is not None:
@@ -353,7 +444,7 @@ def model_state_bytes(
     # reduce-scatter. With a single data-parallel rank nothing is sharded or gathered.
     gathered = np.where(
         sharding & (zero >= 3),
-        unit * (2.0 * WEIGHT_BYTES_PER_PARAM + grad_bytes),
+        unit * (2.0 * float(gathered_weight_bytes) + grad_bytes),
         np.where(sharding & (zero == 2), unit * grad_bytes, 0.0),
     )
     return {
@@ -406,19 +497,38 @@ def training_memory_per_gpu(
     grad_bytes: float = GRAD_BYTES_PER_PARAM,
     linear_input_bytes: float = BYTES_16BIT,
     zero3_unit_params: float | None = None,
+    optimizer_dtype: str = "fp32",
+    master_weights: str = "fp32",
+    recompute_modules: tuple[str, ...] = (),
+    act_cache_bytes: float = BYTES_16BIT,
+    gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
+    pipeline_schedule: str = "1f1b",
 ) -> dict[str, Any]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
     Returns ``{"weights", "gradients", "optimizer", "activations", "zero3_buffers",
     "overhead", "total"}``, each an array over the layouts. ``overhead_bytes`` is the
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
-    taken from the forecast constants.
+    taken from the forecast constants. ``optimizer_dtype``, ``master_weights`` and
+    ``gathered_weight_bytes`` as in :func:`model_state_bytes`; ``recompute_modules`` and
+    ``act_cache_bytes`` as in :func:`activation_bytes_per_layer`. ``pipeline_schedule``
+    ``dualpipe`` puts two stages on each rank (``i`` and ``p-1-i``: the first rank holds
+    the first and the last stage, so the embedding and the output head, which DeepSeek-V3's
+    MTP module shares with the main model, sit on one rank) and keeps ``p + 1``
+    micro-batches of one stage's activations (arXiv 2412.19437 section 3.2.1 and Table 2).
     """
+    if pipeline_schedule not in PIPELINE_SCHEDULES:
+        raise InputError(
+            f"unknown pipeline schedule {pipeline_schedule!r}",
+            hint="use one of " + ", ".join(PIPELINE_SCHEDULES),
+        )
     pp_f = np.asarray(pp, dtype=float)
     kw: dict[str, Any] = dict(
         sequence_parallel=sequence_parallel,
         flash_attention=flash_attention,
         linear_input_bytes=linear_input_bytes,
+        recompute_modules=tuple(recompute_modules),
+        act_cache_bytes=act_cache_bytes,
     )
     if arch.is_moe:
         frac_moe = arch.num_moe_layers / arch.layers
@@ -456,6 +566,9 @@ def training_memory_per_gpu(
             grad_bytes=grad_bytes,
             zero3_unit_params=zero3_unit_params,
             stage=name,
+            optimizer_dtype=optimizer_dtype,
+            master_weights=master_weights,
+            gathered_weight_bytes=gathered_weight_bytes,
         )
         act = per_layer * layers * inflight
         if name == "last":
@@ -465,6 +578,8 @@ def training_memory_per_gpu(
         )
         parts[name] = st
     keys = ("weights", "gradients", "optimizer", "zero3_buffers", "activations")
+    if pipeline_schedule == "dualpipe":
+        parts = _dualpipe_ranks(parts, per_layer, logits, first, middle, last, pp_f)
     totals = {n: sum(parts[n][k] for k in keys) for n in parts}
     # the middle stage exists only with p > 2 (with p == 2 it is the last)
     totals["middle"] = np.where(pp_f > 2, totals["middle"], -np.inf)
@@ -488,3 +603,28 @@ def training_memory_per_gpu(
         "overhead": overhead,
         "total": total,
     }
+
+
+def _dualpipe_ranks(
+    parts: dict[str, dict[str, Any]],
+    per_layer: Any,
+    logits: Any,
+    first: Any,
+    middle: Any,
+    last: Any,
+    pp: Any,
+) -> dict[str, dict[str, Any]]:
+    """DualPipe's ranks from the 1F1B stage parts: rank 0 holds stages 0 and ``p-1``, a middle
+    rank two middle stages; each keeps ``p + 1`` micro-batches of its chunks' mean
+    activations (DeepSeek-V3 Table 2: parameters 2x, activations ``PP + 1``). Without
+    pipeline parallelism it is the one stage, unchanged."""
+    inflight = pp + 1.0
+    edge = {k: parts["first"][k] + parts["last"][k] for k in parts["first"]}
+    edge["activations"] = per_layer * (first + last) / 2.0 * inflight + logits
+    mid = {k: 2.0 * parts["middle"][k] for k in parts["middle"]}
+    mid["activations"] = per_layer * middle * inflight
+    on = pp > 1
+    out: dict[str, dict[str, Any]] = {}
+    for name, ranks in (("first", edge), ("middle", mid), ("last", edge)):
+        out[name] = {k: np.where(on, ranks[k], parts[name][k]) for k in parts[name]}
+    return out

@@ -11,6 +11,7 @@ bound upward and the first that meets the date is returned (:func:`smallest_clus
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -216,7 +217,37 @@ def fit_suggestions(
             variants.append(
                 (f"--{key} {layout[key] * 2}", {key: layout[key] * 2, "dp": layout["dp"] // 2})
             )
+    # Framework options that shrink the state or the activations without a new layout.
+    fw_variants: list[tuple[str, Framework]] = []
+    if framework.optimizer_dtype == "fp32":
+        fw_variants.append(
+            ("--optimizer-dtype bf16", dataclasses.replace(framework, optimizer_dtype="bf16"))
+        )
+    if layout["recompute"] == 1:
+        mods = ["layernorm"] + (["mla_up_proj"] if arch.attention == "mla" else [])
+        mods += ["moe_act"] if arch.is_moe else []
+        if not set(mods) <= set(framework.recompute_modules):
+            fw_variants.append(
+                (
+                    "--recompute-modules " + ",".join(mods),
+                    dataclasses.replace(framework, recompute_modules=tuple(mods)),
+                )
+            )
     out: list[str] = []
+    for label, fw_change in fw_variants:
+        mem = memory_only(
+            arch,
+            hw,
+            layouts_from_dict(layout),
+            seq_len=seq_len,
+            global_batch=global_batch,
+            framework=fw_change,
+            constants=constants,
+            precision=precision,
+        )
+        total = float(mem["total"][0])
+        if total <= hw.memory_bytes:
+            out.append(f"{label} ({fmt_gib(total)})")
     for label, change in variants:
         par = {**layout, **change}
         try:

@@ -64,8 +64,13 @@ from gpuplan.forecast.flops import (
     model_flops_per_token,
 )
 from gpuplan.forecast.memory import (
+    GRAD_BYTES_PER_PARAM,
+    MASTER_WEIGHT_BYTES,
     RECOMPUTE_CODES,
+    RECOMPUTE_MODULES,
     RECOMPUTE_NAMES,
+    STATE_DTYPE_BYTES,
+    WEIGHT_BYTES_PER_PARAM,
     expert_tensor_parallel,
     param_counts_per_rank,
     stage_layers,
@@ -89,6 +94,29 @@ BREAKDOWN_KEYS = (
 # weight, m, v (12 B) and the 16-bit copy (2 B); the gradient-norm pass reads the
 # gradient again (4 B). Counted from the update rule (Kingma & Ba 2015, algorithm 1).
 ADAM_BYTES_PER_PARAM = 34.0
+OPTIMIZER_DTYPES = ("fp32", "bf16")
+MASTER_WEIGHT_DTYPES = ("fp32", "bf16", "none")
+MOE_ACT_CACHE_DTYPES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / 128.0}  # fp8: one fp32 scale / 1x128
+
+
+def adam_step_bytes_per_param(optimizer_dtype: str = "fp32", master_weights: str = "fp32") -> float:
+    """HBM bytes the Adam step moves per local parameter (the count of
+    ``ADAM_BYTES_PER_PARAM`` with the state dtypes): read and write the master weight (or
+    the 16-bit weight when there is no master copy) and both moments, read the fp32
+    gradient twice (update and norm), write the 16-bit copy when a master exists.
+
+    >>> adam_step_bytes_per_param()
+    34.0
+    >>> adam_step_bytes_per_param("bf16")
+    26.0
+    """
+    moment = STATE_DTYPE_BYTES[optimizer_dtype]
+    master = MASTER_WEIGHT_BYTES[master_weights]
+    weight = master if master > 0 else WEIGHT_BYTES_PER_PARAM
+    copy = WEIGHT_BYTES_PER_PARAM if master > 0 else 0.0
+    return 2.0 * weight + 4.0 * moment + 2.0 * GRAD_BYTES_PER_PARAM + copy
+
+
 SECONDS_PER_DAY = 86400.0
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
 EP_OVERLAP_MODES = ("none", "dualpipe", "1f1b-overlap")
@@ -314,6 +342,25 @@ class Framework:
     bubble is DualPipe's; arXiv 2412.19437 section 3.2.1) or ``1f1b-overlap`` (the same
     forward/backward pairing inside the 1F1B steady state, with the 1F1B bubble;
     Megatron-core ``--overlap-moe-expert-parallel-comm``)."""
+    optimizer_dtype: str = "fp32"
+    """Adam moments' dtype: ``fp32`` (Megatron mixed precision, the default) or ``bf16``
+    (Megatron-core ``--use-precision-aware-optimizer`` with bf16 exp_avg/exp_avg_sq;
+    DeepSeek-V3 section 3.3.3)."""
+    master_weights: str = "fp32"
+    """Optimizer's master copy of the weights: ``fp32`` (default, Megatron mixed
+    precision), ``bf16`` or ``none`` (the 16-bit weights are updated in place)."""
+    recompute_modules: tuple[str, ...] = ()
+    """Fine-grained recomputation beyond the attention core under ``--recompute
+    selective`` (Megatron-core ``--recompute-modules``): any of ``layernorm``,
+    ``mla_up_proj``, ``moe_act`` (``core_attn`` is selective recompute itself)."""
+    moe_act_cache: str = "bf16"
+    """Dtype in which routed experts cache their activation-function inputs: ``bf16`` or
+    ``fp8`` (DeepSeek-V3 section 3.3.3, with 1x128-tile scales)."""
+    fp8_param_gather: bool = True
+    """FSDP (ZeRO-3) under the ``fp8`` recipe all-gathers the transformer blocks' linear
+    weights as FP8 (1 byte, one scale per tensor) instead of BF16: FSDP2's float8
+    all-gather (torchao ``enable_fsdp_float8_all_gather``; PyTorch blog "Supercharging
+    Training using float8 and FSDP2", 2024). Embedding, output layer and norms stay 16-bit."""
     ep_kernels: str = "auto"
     """All-to-all implementation: ``nccl`` (16-bit dispatch and combine, every one of the
     ``top_k`` copies sent), ``deepep`` (DeepEP-style: FP8 dispatch under a low-precision
@@ -326,6 +373,22 @@ class Framework:
             raise InputError(
                 f"unknown ep_overlap {self.ep_overlap!r}",
                 hint="use one of " + ", ".join(EP_OVERLAP_MODES),
+            )
+        checks = (
+            ("--optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES),
+            ("--master-weights", self.master_weights, MASTER_WEIGHT_DTYPES),
+            ("--moe-act-cache", self.moe_act_cache, tuple(MOE_ACT_CACHE_DTYPES)),
+        )
+        for label, value, allowed in checks:
+            if value not in allowed:
+                raise InputError(
+                    f"unknown {label} {value!r}", hint="use one of " + ", ".join(allowed)
+                )
+        bad = set(self.recompute_modules) - set(RECOMPUTE_MODULES)
+        if bad:
+            raise InputError(
+                f"unknown --recompute-modules {', '.join(sorted(bad))}",
+                hint="use any of " + ", ".join(RECOMPUTE_MODULES),
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
@@ -834,10 +897,26 @@ def evaluate_layouts(
     if fw.zero3_unit_params is not None:
         unit_params = np.minimum(unit_params, fw.zero3_unit_params)
     chunks = np.ceil((counts["dense"] + counts["expert"]) / np.maximum(unit_params, 1.0))
+    # ZeRO-3/FSDP gather bytes: with FSDP2's float8 all-gather the transformer blocks'
+    # linear weights travel as their FP8 casts (1 byte + one fp32 scale per tensor,
+    # negligible), half the BF16 bytes; the embedding and output layer (kept in BF16 by
+    # the recipe) and the norms stay 16-bit (PyTorch blog, "Supercharging Training using
+    # float8 and FSDP2", 2024; torchao float8 ``enable_fsdp_float8_all_gather``). ZeRO-1/2
+    # gather their updated 16-bit weights as before.
+    if fp8_param_gather_on(fw, precision):
+        emb = arch.vocab * arch.hidden * (1.0 if arch.tied_embeddings else 2.0) / tp
+        emb = np.minimum(np.where(pp > 1, arch.vocab * arch.hidden / tp, emb), counts["dense"])
+        fp8_bytes = (counts["dense"] - emb) * 1.0 + emb * fw.param_gather_bytes
+        z3_on = zero >= 3
+        dense_gather = np.where(z3_on, fp8_bytes, counts["dense"] * fw.param_gather_bytes)
+        expert_gather_per_param = np.where(z3_on, 1.0, fw.param_gather_bytes)
+    else:
+        dense_gather = counts["dense"] * fw.param_gather_bytes
+        expert_gather_per_param = fw.param_gather_bytes * np.ones_like(counts["dense"])
     dense = comm_mod.data_parallel_times3(
         perf,
         grad_bytes=counts["dense"] * fw.grad_reduce_bytes,
-        param_bytes=counts["dense"] * fw.param_gather_bytes,
+        param_bytes=dense_gather,
         ranks=dense_grp,
         stride=tp,
         node_size=node,
@@ -851,7 +930,7 @@ def evaluate_layouts(
         expert = comm_mod.data_parallel_times3(
             perf,
             grad_bytes=counts["expert"] * fw.grad_reduce_bytes,
-            param_bytes=counts["expert"] * fw.param_gather_bytes,
+            param_bytes=counts["expert"] * expert_gather_per_param,
             ranks=exp_grp,
             stride=etp * ep,
             node_size=node,
@@ -862,6 +941,14 @@ def evaluate_layouts(
         grad_t = grad_t + expert["grad"]
         param_t = param_t + expert["param"]
     z3 = zero >= 3
+    # Overlap as FSDP does it: the next unit's all-gather is issued while the current unit
+    # computes (forward prefetch; backward prefetch gathers unit i-1 before unit i's
+    # gradient reduce-scatter), so per micro-batch only what exceeds the forward (gathers)
+    # and the backward (gathers + reduce-scatters) is exposed, plus the first unit's gather
+    # that nothing hides (Zhao et al. 2023, "PyTorch FSDP", VLDB, section 3.3: backward and
+    # forward prefetching; FSDP2 issues them on separate streams). Megatron-core's
+    # distributed optimizer overlaps its one reduce-scatter / all-gather per step with the
+    # last backward / first forward (overlap_grad_reduce / overlap_param_gather).
     if fw.dp_overlap:
         once = np.maximum(grad_t - bwd_mb, 0.0) + np.maximum(param_t - fwd_mb, 0.0)
         per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t + grad_t - bwd_mb, 0.0)
@@ -874,7 +961,9 @@ def evaluate_layouts(
     local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts[
         "expert"
     ] / np.where(zero >= 1, expert_grp, 1.0)
-    optimizer = local_params * ADAM_BYTES_PER_PARAM / membw
+    optimizer = (
+        local_params * adam_step_bytes_per_param(fw.optimizer_dtype, fw.master_weights) / membw
+    )
 
     breakdown = {
         "compute": m_micro * compute_mb,
@@ -898,6 +987,13 @@ def evaluate_layouts(
         "breakdown_s": breakdown,
         "compute_detail_s": detail,
         "num_microbatches": m_micro,
+        # Bytes each rank sends per data-parallel collective of one step's units (the
+        # all-gather of its weights, the reduce-scatter / all-reduce of its gradients).
+        "dp_comm_bytes": {
+            "param_gather": dense_gather
+            + (counts["expert"] * expert_gather_per_param if arch.is_moe else 0.0),
+            "grad_reduce": (counts["dense"] + counts["expert"]) * fw.grad_reduce_bytes,
+        },
         "ep_comm_detail_s": {
             "total": m_micro * ep_total_mb,
             "exposed": m_micro * ep_mb,
@@ -978,11 +1074,22 @@ def memory_only(
     )
 
 
+def fp8_param_gather_on(fw: Framework, precision: str) -> bool:
+    """Whether ZeRO-3/FSDP all-gathers FP8 linear weights (:attr:`Framework.fp8_param_gather`)."""
+    return bool(fw.fp8_param_gather) and precision_recipe(precision).name == "fp8"
+
+
 def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
     return {
         "grad_bytes": fw.grad_buffer_bytes,
         "linear_input_bytes": precision_recipe(precision).saved_input_bytes,
         "zero3_unit_params": fw.zero3_unit_params,
+        "optimizer_dtype": fw.optimizer_dtype,
+        "master_weights": fw.master_weights,
+        "recompute_modules": tuple(fw.recompute_modules),
+        "act_cache_bytes": MOE_ACT_CACHE_DTYPES[fw.moe_act_cache],
+        "gathered_weight_bytes": 1.0 if fp8_param_gather_on(fw, precision) else 2.0,
+        "pipeline_schedule": "dualpipe" if fw.ep_overlap == "dualpipe" else "1f1b",
     }
 
 
@@ -1161,6 +1268,10 @@ def summarise(
         "memory_breakdown_bytes": {k: v for k, v in mem.items() if k != "total"},
         "memory_capacity_bytes": float(hw.memory_bytes),
         "ep_comm_s": _ep_comm_summary(result, i),
+        "dp_comm_bytes": {
+            k: float(np.asarray(v).reshape(-1)[i] if np.ndim(v) else v)
+            for k, v in (result.get("dp_comm_bytes") or {}).items()
+        },
         "compute_detail_s": {
             k: float(np.asarray(v)[0, i]) for k, v in result["compute_detail_s"].items()
         },
@@ -1384,6 +1495,10 @@ def forecast_training(
     hardware: Hardware | None = None,
     progress: Any = None,
     ep_overlap: str | None = None,
+    optimizer_dtype: str | None = None,
+    master_weights: str | None = None,
+    recompute_modules: Any = None,
+    moe_act_cache: str | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1416,6 +1531,12 @@ def forecast_training(
     ep_overlap:
         ``none`` | ``dualpipe`` | ``1f1b-overlap``: overrides ``framework.ep_overlap``
         (see :class:`Framework`); ``dualpipe`` fixes ``vp`` to 1 unless given.
+    optimizer_dtype, master_weights, recompute_modules, moe_act_cache:
+        Override the :class:`Framework` fields of the same names (Adam moments
+        ``fp32|bf16``; master weights ``fp32|bf16|none``; fine-grained recompute modules,
+        a list or a comma-separated string; routed experts' activation cache
+        ``bf16|fp8``). Defaults: Megatron mixed precision (fp32 master, fp32 moments), no
+        extra modules, bf16 cache.
 
     Returns
     -------
@@ -1482,6 +1603,25 @@ def forecast_training(
                 f"unknown --ep-overlap {ep_overlap!r}: use one of " + ", ".join(EP_OVERLAP_MODES),
             )
         fw = dataclasses.replace(fw, ep_overlap=mode)
+    overrides: dict[str, Any] = {}
+    for name, value in (
+        ("optimizer_dtype", optimizer_dtype),
+        ("master_weights", master_weights),
+        ("moe_act_cache", moe_act_cache),
+    ):
+        if value is not None:
+            overrides[name] = str(value).strip().lower()
+    if recompute_modules is not None:
+        items = (
+            recompute_modules.split(",")
+            if isinstance(recompute_modules, str)
+            else list(recompute_modules)
+        )
+        overrides["recompute_modules"] = tuple(
+            sorted({str(x).strip().lower() for x in items if str(x).strip()} - {"core_attn"})
+        )
+    if overrides:
+        fw = dataclasses.replace(fw, **overrides)
     if fw.ep_overlap == "dualpipe":
         par.setdefault("vp", 1)  # DualPipe's two directions replace interleaved stages
     c = constants or default_constants()
@@ -1537,6 +1677,11 @@ def forecast_training(
         "framework": fw.name,
         "ep_overlap": fw.ep_overlap,
         "ep_kernels": "deepep" if fw.ep_deepep else "nccl",
+        "optimizer_dtype": fw.optimizer_dtype,
+        "master_weights": fw.master_weights,
+        "recompute_modules": list(fw.recompute_modules),
+        "moe_act_cache": fw.moe_act_cache,
+        "fsdp_fp8_all_gather": fp8_param_gather_on(fw, precision),
     }
     if out.get("ep_comm_s"):
         out["ep_comm_s"]["ep_overlap"] = fw.ep_overlap

@@ -125,7 +125,9 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         family=None,
     ),
     # MosaicML Composer + PyTorch FSDP with FlashAttention-2 (llm-foundry benchmarking
-    # README; the benchmarks predate FlashAttention-3).
+    # README; the benchmarks predate FlashAttention-3). FSDP1 gathers its flat parameters
+    # in their 16-bit dtype even under Transformer Engine FP8 (the float8 all-gather is an
+    # FSDP2 feature, torchao float8 README), so no FP8 all-gather here.
     "mosaicml": dict(
         framework=Framework(
             name="composer-fsdp",
@@ -133,6 +135,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
             flash_attention=True,
             attention_kernel="flash-attention-2",
             dp_overlap=True,
+            fp8_param_gather=False,
         ),
         zero=3,
         family="mpt",

@@ -160,3 +160,64 @@ def test_zero2_with_pipeline_when_asked_zero3_refused():
         forecast_training(
             "llama3.1-405b", "h100", 8192, parallelism={**LLAMA3_405B, "zero": 3}, **kw
         )
+
+
+# DeepSeek-V3's published layout (arXiv 2412.19437 section 3.2: 2,048 H800, PP16 with
+# DualPipe, EP64 over 8 nodes, ZeRO-1, no TP; 4K sequences, batch 15,360 sequences, section 4.2)
+# with its published memory savings: RMSNorm and MLA up-projection recomputation (3.2.3),
+# BF16 AdamW moments with FP32 master weights and gradients, FP8-cached SwiGLU inputs with
+# the SwiGLU output recomputed (3.3.3). The EMA it keeps in CPU memory costs no HBM and is
+# not modelled; the embedding and the output head sit on one rank with DualPipe.
+DEEPSEEK_V3 = dict(
+    seq_len=4096,
+    global_batch=15360,
+    precision="fp8",
+    ep_overlap="dualpipe",
+    parallelism=dict(tp=1, pp=16, ep=64, cp=1, zero=1, recompute="selective"),
+)
+DEEPSEEK_SAVINGS = dict(
+    optimizer_dtype="bf16",
+    master_weights="fp32",
+    recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+    moe_act_cache="fp8",
+)
+HEADROOM = 0.10  # the published layout must leave at least 10 % of HBM free
+
+
+def test_deepseek_v3_published_layout_fits_with_its_memory_savings():
+    r = forecast_training("deepseek-v3", "h800", 2048, **DEEPSEEK_V3, **DEEPSEEK_SAVINGS)
+    assert r["fits_in_memory"], r["memory_breakdown_bytes"]
+    assert r["memory_per_gpu_bytes"] <= (1.0 - HEADROOM) * r["memory_capacity_bytes"]
+    assert r["parallelism"]["pp"] == 16 and r["parallelism"]["ep"] == 64
+    assert r["provenance"]["optimizer_dtype"] == "bf16"
+    assert r["provenance"]["recompute_modules"] == ["layernorm", "mla_up_proj", "moe_act"]
+
+
+def test_deepseek_v3_savings_each_reduce_memory():
+    base = forecast_training("deepseek-v3", "h800", 2048, **DEEPSEEK_V3)
+    mem = base["memory_breakdown_bytes"]
+    bf16 = forecast_training("deepseek-v3", "h800", 2048, optimizer_dtype="bf16", **DEEPSEEK_V3)
+    # fp32 master (4 B) + two moments: 12 -> 8 bytes per parameter of the optimizer shard
+    assert bf16["memory_breakdown_bytes"]["optimizer"] == pytest.approx(mem["optimizer"] * 8 / 12)
+    assert bf16["memory_breakdown_bytes"]["activations"] == mem["activations"]
+    rec = forecast_training(
+        "deepseek-v3",
+        "h800",
+        2048,
+        recompute_modules="layernorm,mla_up_proj,moe_act",
+        **DEEPSEEK_V3,
+    )
+    assert rec["memory_breakdown_bytes"]["activations"] < 0.6 * mem["activations"]
+    # without the savings the fixed layout is still forecast, with its overshoot
+    assert base["fits_in_memory"] is False and base["memory_overshoot_bytes"] > 0
+    assert base["step_time_s"] > 0
+
+
+def test_dualpipe_keeps_two_stages_of_weights():
+    one = forecast_training(
+        "deepseek-v3", "h800", 2048, **{**DEEPSEEK_V3, "ep_overlap": "1f1b-overlap"}
+    )
+    two = forecast_training("deepseek-v3", "h800", 2048, **DEEPSEEK_V3)
+    assert two["memory_breakdown_bytes"]["weights"] == pytest.approx(
+        2.0 * one["memory_breakdown_bytes"]["weights"], rel=0.05
+    )
