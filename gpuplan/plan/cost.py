@@ -223,24 +223,44 @@ def price_age(
 
     >>> from gpuplan.plan.provenance import Provenance
     >>> p = Figure(1.0, "USD/node-hour", "p", Provenance("input", "r", retrieved="2025-H1"))
-    >>> price_age(p, today=_dt.date(2026, 7, 1))["age_days"]
+    >>> price_age(p, today=_dt.date(2026, 7, 1))["age_days"].value
     546
     """
     if not price.ok or price.prov.kind not in ("catalog", "input"):
         return None
+    limit = input_fig(
+        max_age_days,
+        "days",
+        "price age limit",
+        "default costs.price_max_age_days (365)"
+        if max_age_days == PRICE_MAX_AGE_DAYS
+        else "scenario: costs.price_max_age_days",
+        default=max_age_days == PRICE_MAX_AGE_DAYS,
+    )
     when = price.prov.retrieved
-    if when is None or not str(when).strip():
-        return {"as_of": None, "age_days": None, "max_age_days": max_age_days, "stale": True}
-    try:
-        start = period_start(str(when).strip())
-    except ValueError:
-        return {"as_of": str(when), "age_days": None, "max_age_days": max_age_days, "stale": True}
-    age = ((today or _dt.date.today()) - start).days
+    start = None
+    if when is not None and str(when).strip():
+        try:
+            start = period_start(str(when).strip())
+        except ValueError:
+            start = None
+    if start is None:
+        age = missing_fig("days", f"age of {price.label}", "the price carries no date", [price])
+        return {"as_of": when, "age_days": age, "max_age_days": limit, "stale": True}
+    plan_day = today or _dt.date.today()
+    days = (plan_day - start).days
+    age = derived(
+        days,
+        "days",
+        f"age of {price.label}",
+        f"plan date {plan_day.isoformat()} - first day of as_of {when}",
+        [price, limit],
+    )
     return {
         "as_of": str(when),
         "age_days": age,
-        "max_age_days": max_age_days,
-        "stale": age > max_age_days,
+        "max_age_days": limit,
+        "stale": days > max_age_days,
     }
 
 
