@@ -40,8 +40,12 @@ Examples:
   gpuplan probe --only matmul,membw --device cpu
   gpuplan probe --storage-path /mnt/nvme --storage-size 8G
   gpuplan probe --quick --format json > run.json
-  gpuplan probe --emit slurm --nodes 2 --gpus-per-node 8   sbatch script for 2 nodes
-  gpuplan probe --emit k8s --nodes 4 --gpus-per-node 8 --image registry/gpuplan:0.1
+  gpuplan probe --emit slurm --nodes 2 --gpus-per-node 8 --fabric ib   sbatch script, 2 nodes
+  gpuplan probe --emit k8s --nodes 4 --fabric ib --image registry/gpuplan:0.1 \\
+      --cpus-per-task 96 --memory 1800Gi --queue team-a --results-s3 s3://bucket/gpuplan
+  gpuplan probe --workload serve --endpoint http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B \\
+      --engine vllm --catalog-model llama3.1-8b --concurrency 1,2,4,8
+                                                serving sweep of your own server (docs/probes.md)
 """
 
 app = make_app(HELP, single=True)
@@ -55,9 +59,25 @@ class Device(str, enum.Enum):
     cpu = "cpu"
 
 
+class Workload(str, enum.Enum):
+    serve = "serve"
+
+
 class Emit(str, enum.Enum):
     slurm = "slurm"
     k8s = "k8s"
+
+
+class Fabric(str, enum.Enum):
+    ib = "ib"
+    roce = "roce"
+    efa = "efa"
+    tcp = "tcp"
+
+
+class K8sForm(str, enum.Enum):
+    jobset = "jobset"
+    indexed_job = "indexed-job"
 
 
 def _storage_size_bytes(text: str) -> int:
@@ -180,20 +200,165 @@ def probe(
         help="Record the hostname in the result (off: only a hashed machine id).",
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars on stderr."),
+    # --- launchers for several nodes (gpuplan.probes.emit) -----------------------------------
     emit_kind: Emit = typer.Option(
         None, "--emit", help="Write a launcher for several nodes instead: slurm or k8s."
     ),
     nodes: int = typer.Option(None, "--nodes", help="With --emit: number of nodes."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="With --emit: GPUs per node."),
+    fabric: Fabric = typer.Option(
+        None,
+        "--fabric",
+        help="With --emit (required): the inter-node network NCCL must use: ib, roce, efa "
+        "or tcp (sets NCCL_NET/NCCL_IB_*/FI_PROVIDER=efa; NCCL fails rather than fall back).",
+    ),
+    ib_hca: str = typer.Option(
+        None, "--ib-hca", help="With --fabric ib|roce: NCCL_IB_HCA (e.g. mlx5_0,mlx5_1)."
+    ),
+    socket_ifname: str = typer.Option(
+        None,
+        "--socket-ifname",
+        help="With --emit: NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (default: NCCL's choice on "
+        "Slurm, eth0 on k8s).",
+    ),
+    port: int = typer.Option(
+        29500, "--port", help="With --emit: torchrun rendezvous port on the first node."
+    ),
     image: str = typer.Option(
-        "gpuplan:latest", "--image", help="With --emit k8s: container image with gpuplan."
+        None,
+        "--image",
+        help="With --emit: container image with gpuplan (build it from the Dockerfile). "
+        "Required for k8s; for slurm, runs srun under pyxis/enroot --container-image.",
+    ),
+    cpus_per_task: int = typer.Option(
+        None,
+        "--cpus-per-task",
+        help="With --emit: CPUs of each node's task/pod (slurm default: all of the node; "
+        "required for k8s: requests = limits).",
     ),
     partition: str = typer.Option(None, "--partition", help="With --emit slurm: partition."),
+    account: str = typer.Option(None, "--account", help="With --emit slurm: account."),
     time_limit: str = typer.Option("00:30:00", "--time", help="With --emit slurm: time limit."),
+    setup: str = typer.Option(
+        None,
+        "--setup",
+        help="With --emit slurm: shell line before srun (default: 'source .venv/bin/activate' "
+        "without --image, none with it).",
+    ),
+    k8s_form: K8sForm = typer.Option(
+        K8sForm.jobset,
+        "--k8s-form",
+        help="With --emit k8s: jobset (JobSet controller) or indexed-job (Indexed Job + "
+        "headless Service).",
+    ),
+    memory: str = typer.Option(
+        None,
+        "--memory",
+        help="With --emit k8s (required): memory per pod, a quantity such as 1500Gi "
+        "(requests = limits: Guaranteed QoS).",
+    ),
+    queue: str = typer.Option(
+        None, "--queue", help="With --emit k8s: Kueue LocalQueue (gang admission of all pods)."
+    ),
+    namespace: str = typer.Option(None, "--namespace", help="With --emit k8s: namespace."),
+    results_pvc: str = typer.Option(
+        None,
+        "--results-pvc",
+        help="With --emit k8s: ReadWriteMany PersistentVolumeClaim for /results.",
+    ),
+    results_s3: str = typer.Option(
+        None, "--results-s3", help="With --emit k8s: s3://BUCKET/PREFIX pod 0 uploads to."
+    ),
+    results_s3_secret: str = typer.Option(
+        None,
+        "--results-s3-secret",
+        help="With --results-s3: secret with AWS_ACCESS_KEY_ID etc. (default: the pod's "
+        "service account).",
+    ),
+    rdma_resource: str = typer.Option(
+        None,
+        "--rdma-resource",
+        help="With --emit k8s: RDMA device-plugin resource (default: rdma/ib for ib/roce, "
+        "vpc.amazonaws.com/efa for efa).",
+    ),
+    rdma_count: int = typer.Option(
+        None,
+        "--rdma-count",
+        help="With --emit k8s: RDMA devices per pod (default 1; required for efa: the "
+        "instance's EFA interfaces).",
+    ),
+    # --- serving workload (gpuplan.probes.serve) -------------------------------------------
+    workload: Workload = typer.Option(
+        None, "--workload", help="serve: a concurrency sweep against an OpenAI-compatible server."
+    ),
+    endpoint: str = typer.Option(
+        None, "--endpoint", help="With --workload serve: server URL (http://host:8000)."
+    ),
+    model: str = typer.Option(None, "--model", help="With --workload serve: served model name."),
+    concurrency: str = typer.Option(
+        "1,2,4,8", "--concurrency", help="With --workload serve: requests in flight per level."
+    ),
+    input_tokens: int = typer.Option(
+        128, "--input-tokens", help="With --workload serve: prompt length (tokens)."
+    ),
+    output_tokens: int = typer.Option(
+        64, "--output-tokens", help="With --workload serve: max_tokens of every request."
+    ),
+    requests_per_level: int = typer.Option(
+        16, "--requests-per-level", help="With --workload serve: requests at each level."
+    ),
+    engine: str = typer.Option(
+        "modern",
+        "--engine",
+        help="With --workload serve: the server's engine (vllm, sglang, trtllm, vllm@0.6.0 ...), "
+        "for calibration.",
+    ),
+    catalog_model: str = typer.Option(
+        None,
+        "--catalog-model",
+        help="With --workload serve: catalog model the server runs (default: --model, if it "
+        "resolves), for calibration.",
+    ),
+    device_id: str = typer.Option(
+        None,
+        "--device-id",
+        help="With --workload serve: catalog GPU the server runs on (default: this node's GPU).",
+    ),
+    serve_tp: int = typer.Option(1, "--tp", help="With --workload serve: the server's TP."),
+    serve_precision: str = typer.Option(
+        "bf16", "--precision", help="With --workload serve: the server's weight precision."
+    ),
+    # ----------------------------------------------------------------------------------------
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     from gpuplan.errors import InputError
 
+    if workload is not None:
+        _serve(
+            endpoint=endpoint,
+            model=model,
+            concurrency=concurrency,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            requests_per_level=requests_per_level,
+            engine=engine,
+            catalog_model=catalog_model,
+            device_id=device_id,
+            tp=serve_tp,
+            precision=serve_precision,
+            device=device,
+            out=out,
+            timeout=timeout,
+            record_hostname=record_hostname,
+            no_progress=no_progress,
+            fmt=fmt,
+        )
+        return
+    if endpoint is not None or model is not None:
+        raise InputError(
+            "--endpoint and --model only apply with --workload serve",
+            hint="add --workload serve",
+        )
     if only is not None:
         from gpuplan.probes.suite import parse_only
 
@@ -206,14 +371,30 @@ def probe(
     if emit_kind is not None:
         _emit(
             emit_kind,
-            nodes,
-            gpus_per_node,
-            image,
-            partition,
-            time_limit,
             out,
             fmt,
             _forwarded_args(quick, only, device, storage_path, storage_size),
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            fabric=fabric,
+            ib_hca=ib_hca,
+            socket_ifname=socket_ifname,
+            port=port,
+            image=image,
+            cpus_per_task=cpus_per_task,
+            partition=partition,
+            account=account,
+            time_limit=time_limit,
+            setup=setup,
+            k8s_form=k8s_form,
+            memory=memory,
+            queue=queue,
+            namespace=namespace,
+            results_pvc=results_pvc,
+            results_s3=results_s3,
+            results_s3_secret=results_s3_secret,
+            rdma_resource=rdma_resource,
+            rdma_count=rdma_count,
         )
         return
     _run(
@@ -233,14 +414,31 @@ def probe(
 
 def _emit(
     kind: Emit,
-    nodes: int | None,
-    gpus_per_node: int,
-    image: str,
-    partition: str | None,
-    time_limit: str,
     out: Path,
     fmt: Format,
     probe_args: list[str],
+    *,
+    nodes: int | None,
+    gpus_per_node: int,
+    fabric: Fabric | None,
+    ib_hca: str | None,
+    socket_ifname: str | None,
+    port: int,
+    image: str | None,
+    cpus_per_task: int | None,
+    partition: str | None,
+    account: str | None,
+    time_limit: str,
+    setup: str | None,
+    k8s_form: K8sForm,
+    memory: str | None,
+    queue: str | None,
+    namespace: str | None,
+    results_pvc: str | None,
+    results_s3: str | None,
+    results_s3_secret: str | None,
+    rdma_resource: str | None,
+    rdma_count: int | None,
 ) -> None:
     from gpuplan.errors import InputError
     from gpuplan.probes import emit as emitters
@@ -249,19 +447,84 @@ def _emit(
         raise InputError(
             "--emit needs --nodes N", hint="e.g. --emit slurm --nodes 2 --gpus-per-node 8"
         )
+    if fabric is None:
+        raise InputError(
+            "--emit needs --fabric ib|roce|efa|tcp: the inter-node network NCCL must use",
+            hint="InfiniBand: --fabric ib; AWS: --fabric efa; Ethernet without RDMA: --fabric tcp",
+        )
+    given = {
+        "slurm": {"--partition": partition, "--account": account, "--setup": setup},
+        "k8s": {
+            "--memory": memory,
+            "--queue": queue,
+            "--namespace": namespace,
+            "--results-pvc": results_pvc,
+            "--results-s3": results_s3,
+            "--results-s3-secret": results_s3_secret,
+            "--rdma-resource": rdma_resource,
+            "--rdma-count": rdma_count,
+        },
+    }
+    other = "k8s" if kind == Emit.slurm else "slurm"
+    wrong = [option for option, value in given[other].items() if value is not None]
+    if wrong:
+        raise InputError(
+            f"{', '.join(wrong)} only apply with --emit {other}", hint=f"drop {wrong[0]}"
+        )
     if kind == Emit.slurm:
         text = emitters.slurm_script(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
+            fabric=fabric.value,
             probe_args=probe_args,
             out_dir=str(out),
             partition=partition,
+            account=account,
             time_limit=time_limit,
+            cpus_per_task=cpus_per_task,
+            container_image=image,
+            port=port,
+            ib_hca=ib_hca,
+            socket_ifname=socket_ifname,
+            setup=setup,
         )
         name = f"gpuplan-probe-{nodes}x{gpus_per_node}.sbatch"
     else:
+        missing = [
+            option
+            for option, value in (
+                ("--image", image),
+                ("--cpus-per-task", cpus_per_task),
+                ("--memory", memory),
+            )
+            if value is None
+        ]
+        if missing:
+            raise InputError(
+                f"--emit k8s needs {', '.join(missing)}",
+                hint="--image: build and push the repo's Dockerfile; --cpus-per-task and "
+                "--memory: the pod's share of the node (requests = limits, Guaranteed QoS)",
+            )
+        assert image is not None and cpus_per_task is not None and memory is not None
         text = emitters.k8s_manifest(
-            nodes=nodes, gpus_per_node=gpus_per_node, probe_args=probe_args, image=image
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            image=image,
+            fabric=fabric.value,
+            cpus_per_pod=cpus_per_task,
+            memory=memory,
+            results_pvc=results_pvc,
+            results_s3=results_s3,
+            results_s3_secret=results_s3_secret,
+            form=k8s_form.value,
+            probe_args=probe_args,
+            namespace=namespace,
+            queue=queue,
+            rdma_resource=rdma_resource,
+            rdma_count=rdma_count,
+            port=port,
+            ib_hca=ib_hca,
+            socket_ifname=socket_ifname or "eth0",
         )
         name = f"gpuplan-probe-{nodes}x{gpus_per_node}.yaml"
     out.mkdir(parents=True, exist_ok=True)
@@ -271,6 +534,8 @@ def _emit(
         "path": str(path),
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,
+        "fabric": fabric.value,
+        "form": k8s_form.value if kind == Emit.k8s else "sbatch",
         "text": text,
     }
 
@@ -331,11 +596,13 @@ def _run(
     record_hostname: bool,
     no_progress: bool,
     fmt: Format,
+    workload: dict[str, Any] | None = None,
 ) -> None:
     from gpuplan.probes.suite import ResultNotSaved, SuiteOptions, parse_only, run_suite
 
     options = SuiteOptions(
-        only=parse_only(only),
+        only=("serve",) if workload else parse_only(only),
+        workload=workload or {},
         quick=quick,
         device=device.value,
         storage_path=storage_path,
@@ -368,3 +635,82 @@ def _run(
     )
     if outcome.interrupted:
         raise typer.Exit(130)
+
+
+def _serve(
+    *,
+    endpoint: str | None,
+    model: str | None,
+    concurrency: str,
+    input_tokens: int,
+    output_tokens: int,
+    requests_per_level: int,
+    engine: str,
+    catalog_model: str | None,
+    device_id: str | None,
+    tp: int,
+    precision: str,
+    device: Device,
+    out: Path,
+    timeout: float | None,
+    record_hostname: bool,
+    no_progress: bool,
+    fmt: Format,
+) -> None:
+    """``--workload serve``: check the endpoint, run the sweep as a one-probe suite."""
+    import contextlib
+
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.errors import InputError, NotFoundError
+    from gpuplan.forecast.inference_step import engine_profile
+    from gpuplan.probes.serve import ServeOptions, check_endpoint, parse_concurrency
+
+    if not endpoint or not model:
+        raise InputError(
+            "--workload serve needs --endpoint URL and --model NAME",
+            hint="e.g. --endpoint http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B",
+        )
+    if timeout is not None and timeout <= 0:
+        raise InputError(f"--timeout must be positive (got {timeout:g})", hint="e.g. --timeout 300")
+    if tp <= 0:
+        raise InputError(f"--tp must be positive (got {tp})")
+    options = ServeOptions(
+        endpoint=endpoint,
+        model=model,
+        concurrency=parse_concurrency(concurrency),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        requests_per_level=requests_per_level,
+    )
+    catalog = get_catalog()
+    labels: dict[str, Any] = {
+        "engine": engine_profile(engine).name,
+        "tp": tp,
+        "precision": precision,
+    }
+    if device_id is not None:
+        labels["device_id"] = catalog.gpu(device_id).id
+    if catalog_model is not None:
+        labels["catalog_model"] = catalog.model(catalog_model).id
+    else:
+        # without a catalog model the run is kept, and calibration says it cannot forecast it
+        with contextlib.suppress(NotFoundError):
+            labels["catalog_model"] = catalog.model(model).id
+    check_endpoint(options)
+    from dataclasses import asdict
+
+    workload = {**asdict(options), **labels}
+    _run(
+        False,
+        "serve",
+        device,
+        None,
+        None,
+        out,
+        2,
+        timeout,
+        record_hostname,
+        no_progress,
+        fmt,
+        workload=workload,
+    )
