@@ -266,6 +266,11 @@ def register(app: typer.Typer) -> None:
             "--moe-act-cache",
             help="Dtype of the experts' cached activation inputs: bf16 (default) | fp8.",
         ),
+        memory_headroom: float | None = typer.Option(
+            None,
+            "--memory-headroom",
+            help="Share of HBM to keep free, 0-1 (default 0: fit up to the capacity).",
+        ),
         # -- end of the optimizer/recompute block --
         precision: str = typer.Option(
             "bf16",
@@ -360,6 +365,7 @@ def register(app: typer.Typer) -> None:
                 master_weights=master_weights,
                 recompute_modules=recompute_modules,
                 moe_act_cache=moe_act_cache,
+                memory_headroom=memory_headroom,
                 node=node,
                 instance=instance,
                 progress=tick,

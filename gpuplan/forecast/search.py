@@ -33,6 +33,7 @@ from gpuplan.forecast.training import (
     precision_recipe,
     summarise,
     take_layouts,
+    usable_memory_bytes,
 )
 
 MAX_SEARCH_CP = 32
@@ -246,7 +247,7 @@ def fit_suggestions(
             precision=precision,
         )
         total = float(mem["total"][0])
-        if total <= hw.memory_bytes:
+        if total <= usable_memory_bytes(hw, constants):
             out.append(f"{label} ({fmt_gib(total)})")
     for label, change in variants:
         par = {**layout, **change}
@@ -272,7 +273,7 @@ def fit_suggestions(
             precision=precision,
         )
         total = float(mem["total"][0])
-        if total <= hw.memory_bytes:
+        if total <= usable_memory_bytes(hw, constants):
             out.append(f"{label} ({fmt_gib(total)})")
     if not out:
         out.append(f"more GPUs (or a GPU with more than {fmt_gib(hw.memory_bytes)})")
@@ -365,7 +366,7 @@ def best_layouts(
         constants=constants,
         precision=precision,
     )
-    fits = mem["total"] <= hw.memory_bytes
+    fits = mem["total"] <= usable_memory_bytes(hw, constants)
     if not complete:
         if not np.any(fits) and user_fixed and raise_if_none_fits:
             # The user fixed part of the layout: forecast the completion closest to fitting,

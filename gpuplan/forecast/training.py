@@ -1074,6 +1074,13 @@ def memory_only(
     )
 
 
+def usable_memory_bytes(hw: Hardware, constants: dict[str, Any]) -> float:
+    """HBM a layout may fill: capacity less ``memory_headroom_fraction`` of it (constants;
+    default 0, since ``framework_overhead_bytes`` already holds the CUDA context and the
+    communication buffers and published layouts run packed to 97-99 % of HBM)."""
+    return float(hw.memory_bytes) * (1.0 - float(constants.get("memory_headroom_fraction", 0.0)))
+
+
 def fp8_param_gather_on(fw: Framework, precision: str) -> bool:
     """Whether ZeRO-3/FSDP all-gathers FP8 linear weights (:attr:`Framework.fp8_param_gather`)."""
     return bool(fw.fp8_param_gather) and precision_recipe(precision).name == "fp8"
@@ -1220,7 +1227,8 @@ def summarise(
         return [fn(step_hi), fn(step_lo)]
 
     mem = {k: float(np.asarray(v)[i]) for k, v in result["memory"].items()}
-    fits = mem["total"] <= hw.memory_bytes
+    usable = usable_memory_bytes(hw, constants)
+    fits = mem["total"] <= usable
     tps = tokens_per_step / step
     par = {
         "tp": int(layouts["tp"][i]),
@@ -1251,7 +1259,7 @@ def summarise(
         "hfu": hw_flops / step / num_gpus / peak if peak else None,
         "memory_per_gpu_bytes": mem["total"],
         "fits_in_memory": bool(fits),
-        "memory_overshoot_bytes": max(0.0, mem["total"] - float(hw.memory_bytes)),
+        "memory_overshoot_bytes": max(0.0, mem["total"] - usable),
         "parallelism": par,
         "breakdown_s": breakdown,
         "intervals": {
@@ -1267,6 +1275,8 @@ def summarise(
         "num_gpus": int(num_gpus),
         "memory_breakdown_bytes": {k: v for k, v in mem.items() if k != "total"},
         "memory_capacity_bytes": float(hw.memory_bytes),
+        "memory_usable_bytes": usable,
+        "memory_headroom_fraction": float(constants.get("memory_headroom_fraction", 0.0)),
         "ep_comm_s": _ep_comm_summary(result, i),
         "dp_comm_bytes": {
             k: float(np.asarray(v).reshape(-1)[i] if np.ndim(v) else v)
@@ -1499,6 +1509,7 @@ def forecast_training(
     master_weights: str | None = None,
     recompute_modules: Any = None,
     moe_act_cache: str | None = None,
+    memory_headroom: float | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1537,6 +1548,9 @@ def forecast_training(
         a list or a comma-separated string; routed experts' activation cache
         ``bf16|fp8``). Defaults: Megatron mixed precision (fp32 master, fp32 moments), no
         extra modules, bf16 cache.
+    memory_headroom:
+        Share of HBM kept free, in [0, 1): a layout fits when its peak is at most
+        ``(1 - memory_headroom) x capacity``; default the constants' 0.
 
     Returns
     -------
@@ -1625,6 +1639,13 @@ def forecast_training(
     if fw.ep_overlap == "dualpipe":
         par.setdefault("vp", 1)  # DualPipe's two directions replace interleaved stages
     c = constants or default_constants()
+    if memory_headroom is not None:
+        if not 0.0 <= float(memory_headroom) < 1.0:
+            raise InputError(
+                f"--memory-headroom must be in [0, 1), got {memory_headroom}",
+                hint="e.g. --memory-headroom 0.1 keeps 10% of HBM free",
+            )
+        c = {**c, "memory_headroom_fraction": float(memory_headroom)}
     common: dict[str, Any] = dict(
         seq_len=int(seq_len),
         global_batch=gbs,

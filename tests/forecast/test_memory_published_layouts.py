@@ -221,3 +221,24 @@ def test_dualpipe_keeps_two_stages_of_weights():
     assert two["memory_breakdown_bytes"]["weights"] == pytest.approx(
         2.0 * one["memory_breakdown_bytes"]["weights"], rel=0.05
     )
+
+
+def test_headroom_option():
+    """Default headroom 0 (stated in the constants); 10 % turns Meta's 99 %-packed 405B
+    layout into a non-fitting one (still forecast) while DeepSeek-V3 with its savings fits."""
+    assert default_constants()["memory_headroom_fraction"] == 0.0
+    kw = dict(seq_len=8192, global_batch=2048, parallelism=dict(LLAMA3_405B))
+    r = forecast_training("llama3.1-405b", "h100", 8192, memory_headroom=0.1, **kw)
+    assert r["fits_in_memory"] is False
+    assert r["memory_usable_bytes"] == pytest.approx(0.9 * r["memory_capacity_bytes"])
+    assert r["memory_overshoot_bytes"] == pytest.approx(
+        r["memory_per_gpu_bytes"] - r["memory_usable_bytes"]
+    )
+    ds = forecast_training(
+        "deepseek-v3", "h800", 2048, memory_headroom=HEADROOM, **DEEPSEEK_V3, **DEEPSEEK_SAVINGS
+    )
+    assert ds["fits_in_memory"] is True and ds["memory_headroom_fraction"] == HEADROOM
+    from gpuplan.errors import InputError
+
+    with pytest.raises(InputError, match="--memory-headroom"):
+        forecast_training("llama3.1-405b", "h100", 8192, memory_headroom=1.0, **kw)

@@ -61,6 +61,7 @@ def test_deepseek_layout_with_its_savings_fits(run_cli):
         ("--master-weights", "fp8"),
         ("--recompute-modules", "attention"),
         ("--moe-act-cache", "fp4"),
+        ("--memory-headroom", "1.5"),
     ],
 )
 def test_bad_memory_option_is_one_line_exit_2(run_cli, flag, value):
