@@ -69,6 +69,7 @@ class Emit(str, enum.Enum):
 
 
 class Fabric(str, enum.Enum):
+    auto = "auto"
     ib = "ib"
     roce = "roce"
     efa = "efa"
@@ -209,8 +210,9 @@ def probe(
     fabric: Fabric = typer.Option(
         None,
         "--fabric",
-        help="With --emit (required): the inter-node network NCCL must use: ib, roce, efa "
-        "or tcp (sets NCCL_NET/NCCL_IB_*/FI_PROVIDER=efa; NCCL fails rather than fall back).",
+        help="With --emit: the inter-node network NCCL must use: ib, roce, efa or tcp (sets "
+        "NCCL_NET/NCCL_IB_*/FI_PROVIDER=efa; NCCL fails rather than fall back); required for "
+        "k8s; Slurm without it: auto (NCCL picks, said in the script and on stderr).",
     ),
     ib_hca: str = typer.Option(
         None, "--ib-hca", help="With --fabric ib|roce: NCCL_IB_HCA (e.g. mlx5_0,mlx5_1)."
@@ -447,11 +449,15 @@ def _emit(
         raise InputError(
             "--emit needs --nodes N", hint="e.g. --emit slurm --nodes 2 --gpus-per-node 8"
         )
-    if fabric is None:
+    if fabric in (None, Fabric.auto) and kind.value == "k8s":
         raise InputError(
-            "--emit needs --fabric ib|roce|efa|tcp: the inter-node network NCCL must use",
+            "--emit k8s needs --fabric ib|roce|efa|tcp: the pods' RDMA device resources "
+            "and NCCL's network follow from it",
             hint="InfiniBand: --fabric ib; AWS: --fabric efa; Ethernet without RDMA: --fabric tcp",
         )
+    fabric_unpinned = fabric is None
+    if fabric is None:
+        fabric = Fabric.auto
     given = {
         "slurm": {"--partition": partition, "--account": account, "--setup": setup},
         "k8s": {
@@ -529,6 +535,13 @@ def _emit(
         name = f"gpuplan-probe-{nodes}x{gpus_per_node}.yaml"
     out.mkdir(parents=True, exist_ok=True)
     path = _write_new(out / name, text)
+    if fabric_unpinned:
+        from gpuplan.cli._common import warn
+
+        warn(
+            "--fabric not given: the script leaves the network to NCCL, which may fall back "
+            "to TCP sockets; pin it with --fabric ib|roce|efa|tcp"
+        )
     data = {
         "emit": kind.value,
         "path": str(path),

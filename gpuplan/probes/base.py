@@ -192,6 +192,8 @@ class ProbeContext:
     spec_lookup: Callable[[int, str], float | None] | None = None
     accelerators: list[dict[str, Any]] = field(default_factory=list)
     """The inventory rows (``host.accelerators``), matched to torch indices."""
+    workload: dict[str, Any] = field(default_factory=dict)
+    """Options of a workload probe (``serve``: endpoint, model, concurrency levels ...)."""
     recorders: list[ProbeRecorder] = field(default_factory=list)
     on_point: Callable[[], None] | None = None
     _deadline: float | None = None

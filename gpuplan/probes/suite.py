@@ -57,7 +57,10 @@ from gpuplan.results.store import result_path, save_result, write_json_atomic
 #: Probe names a user can ask for, in the order they run.
 PROBES: tuple[str, ...] = ("matmul", "membw", "pcie", "collectives", "storage")
 
-_MODULES = {name: f"gpuplan.probes.{name}" for name in PROBES}
+#: Workload probes: run only when asked for by ``--workload`` (never part of the suite).
+WORKLOADS: tuple[str, ...] = ("serve",)
+
+_MODULES = {name: f"gpuplan.probes.{name}" for name in (*PROBES, *WORKLOADS)}
 
 #: Timing of one point in quick and default mode (see docs/probes.md).
 QUICK_TIMING = TimingConfig(warmups=1, min_sample_s=0.02, samples=5, min_samples=3, max_point_s=2.0)
@@ -98,6 +101,7 @@ class SuiteOptions:
     probe_timeout_s: float | None = None
     argv: list[str] = field(default_factory=list)
     write: bool = True
+    workload: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu"):
@@ -345,6 +349,7 @@ def _run_locked(
         power=power,
         spec_lookup=_spec_lookup(host["accelerators"]),
         accelerators=host["accelerators"],
+        workload=dict(options.workload),
     )
     order = list(options.only)
     if denv is not None:

@@ -1,0 +1,164 @@
+"""A tiny OpenAI-compatible streaming server for the serving-probe tests (a CPU stand-in).
+
+It runs a real torch model on the CPU -- a 2-layer transformer with seeded random weights
+and a 1024-token vocabulary -- and generates greedily one token per forward pass (no KV
+cache: every step runs the whole sequence, so later tokens cost a little more, as a real
+decode's attention does). ``POST /v1/completions`` with ``stream: true`` answers
+server-sent events in the OpenAI format, one chunk per token, then a usage chunk when
+``stream_options.include_usage`` is set, then ``data: [DONE]``; ``GET /v1/models`` lists the
+one model; ``GET /stats`` says how many requests were answered to the end. Each request runs in its own thread, so concurrent requests share the CPU.
+
+Run ``python tests/probes/serve_server.py --port 0 --model tiny``: it prints
+``PORT <n>`` on stdout once it listens on 127.0.0.1 (only), then serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+VOCAB = 1024
+
+
+def build_model(seed: int = 0) -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+
+    class Tiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, 64)
+            layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+            self.blocks = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, VOCAB)
+
+        def forward(self, ids: Any) -> Any:
+            n = ids.shape[1]
+            mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+            return self.head(self.blocks(self.embed(ids), mask=mask, is_causal=True))
+
+    return Tiny().eval()
+
+
+class Handler(BaseHTTPRequestHandler):
+    model: Any = None
+    model_name = "tiny"
+    completed = 0  # requests answered to the end (GET /stats), so a test can time a signal
+    lock = threading.Lock()
+
+    def log_message(self, *args: Any) -> None:  # quiet: tests read stdout for the port
+        return None
+
+    def _json(self, code: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/stats":
+            self._json(200, {"completed": Handler.completed})
+        elif self.path.rstrip("/") == "/v1/models":
+            self._json(
+                200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
+            )
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        import torch
+
+        if self.path.rstrip("/") != "/v1/completions":
+            self._json(404, {"error": "not found"})
+            return
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if req.get("model") != self.model_name:
+            self._json(404, {"error": f"model {req.get('model')!r} not found"})
+            return
+        prompt = req["prompt"]
+        ids = (
+            [int(t) % VOCAB for t in prompt]
+            if isinstance(prompt, list)
+            else [ord(c) % VOCAB for c in str(prompt)]
+        )
+        max_tokens = int(req.get("max_tokens", 16))
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        seq = torch.tensor([ids])
+        with torch.inference_mode():
+            for _ in range(max_tokens):
+                nxt = int(self.model(seq)[0, -1].argmax())
+                seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
+                chunk = {"object": "text_completion", "choices": [{"index": 0, "text": f" t{nxt}"}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+        if include_usage:
+            usage = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": max_tokens,
+                "total_tokens": len(ids) + max_tokens,
+            }
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        with Handler.lock:
+            Handler.completed += 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--model", default="tiny")
+    args = ap.parse_args()
+    Handler.model = build_model()
+    Handler.model_name = args.model
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    print(f"PORT {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+@contextlib.contextmanager
+def running_server(model: str = "tiny") -> Iterator[str]:
+    """Start the server in a subprocess; yield its base URL; stop it on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--port", "0", "--model", model],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        line = proc.stdout.readline()
+        if not line.startswith("PORT ") or time.monotonic() > deadline:
+            raise RuntimeError(f"the test server did not start (said {line!r})")
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
