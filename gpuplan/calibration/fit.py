@@ -544,4 +544,9 @@ def calibrate_documents(
         "devices": {d: s for d in devices if (s := device_summary(cal, d))},
         "device_specs": {d: specs[d].as_dict() for d in devices},
     }
+    from gpuplan.calibration.serving import serving_points
+
+    serving = serving_points(documents, catalog)  # the serve probe's runs, per (device, engine)
+    if serving:
+        artifact["serving"] = serving
     return _round(artifact)

@@ -24,6 +24,12 @@ inference"):
 
 Intervals: the calibration's low/high taken together, combined in quadrature (log space)
 with the held-out model error quantiles recorded with the fitted constants.
+
+**Serving calibration** (:func:`serving_factors`): when the artifact has ``serve`` probe runs
+of the same engine profile on the same device (its ``serving`` section), a single-replica
+forecast multiplies TTFT and TPOT by the measured-over-forecast factors of those runs (and
+divides throughput by the TPOT factor); the output says so under ``serving_calibration``
+and its ``basis`` is then ``measured``. Fleet sizing (``--qps``) does not apply them yet.
 """
 
 from __future__ import annotations
@@ -839,6 +845,7 @@ def forecast_inference(
     overheads: FittedOverheads | None = None,
     progress: Any = None,
     allow_cross_node_tp: bool = False,
+    serving_calibration: bool = True,
 ) -> dict[str, Any]:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -876,6 +883,9 @@ def forecast_inference(
         refused unless this is true; then the TP all-reduces span ``tp / domain`` nodes over
         the scale-out fabric (the calibrated inter-node model and the library's network
         steps), and the result says so under ``cross_node_tp``.
+    serving_calibration:
+        Apply the artifact's serving factors of this engine on this GPU
+        (:func:`serving_factors`) when it has any; False for the raw forecast.
 
     Returns
     -------
@@ -1002,7 +1012,178 @@ def forecast_inference(
     basis = _basis(perf)
     if cross_node:
         out["cross_node_tp"] = cross_node[g.id]
+    if serving_calibration and perf_for is None:
+        factors = serving_factors(artifact, g.id, engine, catalog=catalog, overheads=fitted)
+        if factors is not None:
+            basis = _apply_serving_factors(out, factors, basis)
     return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving calibration: the user's own server, measured by ``gpuplan probe --workload serve``
+# ---------------------------------------------------------------------------------------------
+_FACTOR_CACHE: dict[tuple[Any, str, str], Any] = {}
+
+
+def _artifact_dict(artifact: Any) -> dict[str, Any]:
+    from gpuplan.calibration import load_artifact
+
+    if isinstance(artifact, dict):
+        return artifact
+    return load_artifact(artifact)
+
+
+def serving_factors(
+    artifact: Any,
+    gpu_id: str,
+    engine: str,
+    *,
+    catalog: Any = None,
+    overheads: FittedOverheads | None = None,
+) -> dict[str, Any] | None:
+    """Measured-over-forecast TTFT and TPOT factors of ``engine`` on ``gpu_id``, or None.
+
+    For every point of the artifact's ``serving.<gpu_id>.<engine>`` section (one concurrency
+    level of a ``serve`` probe run, see :mod:`gpuplan.calibration.serving`) this forecasts
+    the same model, TP, precision, lengths and batch = concurrency without serving factors,
+    and takes the ratios of the measured p10/p50/p90 to it. The factor is the geometric
+    mean of the p50 ratios; its interval runs from the smallest p10 ratio to the largest
+    p90 ratio (the spread of requests and of levels together).
+
+    Parameters
+    ----------
+    artifact:
+        Calibration artifact (dict or path; None: the shipped default, which has none).
+    gpu_id:
+        Catalog GPU id.
+    engine:
+        Engine profile name or alias (``vllm`` = ``vllm@0.6.0``).
+
+    Returns
+    -------
+    dict or None
+        ``ttft_factor`` and ``tpot_factor`` (``value``, ``low``, ``high``, ``basis``
+        ``measured``), ``points`` (each with its ratios) and ``inputs`` (run ids); None
+        when the artifact has no point of this engine on this device. A section whose points
+        cannot be forecast (no catalog model) gives ``applied: False`` and the reason.
+    """
+    from gpuplan.calibration.serving import validate_serving
+
+    data = _artifact_dict(artifact)
+    section = data.get("serving")
+    if not section:
+        return None
+    name = engine_profile(engine).name
+    key = (artifact if isinstance(artifact, str) or artifact is None else id(data), gpu_id, name)
+    hit = _FACTOR_CACHE.get(key)
+    if hit is not None and hit[0] is data:
+        return hit[1]  # type: ignore[no-any-return]
+    validate_serving(section)
+    entry = section.get(gpu_id, {}).get(name)
+    result = None if not entry else _fit_factors(data, entry, gpu_id, name, catalog, overheads)
+    if len(_FACTOR_CACHE) > 64:
+        _FACTOR_CACHE.clear()
+    _FACTOR_CACHE[key] = (data, result)
+    return result
+
+
+def _fit_factors(
+    data: dict[str, Any],
+    entry: dict[str, Any],
+    gpu_id: str,
+    engine: str,
+    catalog: Any,
+    overheads: FittedOverheads | None,
+) -> dict[str, Any]:
+    points, skipped = [], []
+    for p in entry["points"]:
+        if not p.get("catalog_model"):
+            skipped.append(f"c={p['concurrency']}: no catalog model (probe with --catalog-model)")
+            continue
+        try:
+            raw = forecast_inference(
+                p["catalog_model"],
+                gpu_id,
+                tp=int(p.get("tp") or 1),
+                precision=str(p.get("precision") or "bf16"),
+                input_tokens=int(p["input_tokens"]),
+                output_tokens=int(p["output_tokens"]),
+                batch=int(p["concurrency"]),
+                artifact=data,
+                engine=engine,
+                catalog=catalog,
+                overheads=overheads,
+                serving_calibration=False,
+            )
+        except GpuplanError as exc:
+            skipped.append(
+                f"c={p['concurrency']}: {exc.message if hasattr(exc, 'message') else exc}"
+            )
+            continue
+        ratios = {
+            q: {k: float(p[f"{q}_s"][k]) / float(raw[f"{q}_s"]) for k in ("p10", "p50", "p90")}
+            for q in ("ttft", "tpot")
+        }
+        points.append(
+            {
+                "run_id": p.get("run_id"),
+                "catalog_model": p["catalog_model"],
+                "concurrency": p["concurrency"],
+                "measured_ttft_p50_s": p["ttft_s"]["p50"],
+                "forecast_ttft_s": raw["ttft_s"],
+                "measured_tpot_p50_s": p["tpot_s"]["p50"],
+                "forecast_tpot_s": raw["tpot_s"],
+                "ttft_ratio": ratios["ttft"],
+                "tpot_ratio": ratios["tpot"],
+            }
+        )
+    out: dict[str, Any] = {
+        "device": gpu_id,
+        "engine": engine,
+        "inputs": list(entry.get("inputs", [])),
+        "points": points,
+        "skipped": skipped,
+        "convention": "vLLM benchmark_serving metric definitions (gpuplan.probes.serve)",
+    }
+    if not points:
+        out["applied"] = False
+        out["reason"] = "no serving point could be forecast: " + "; ".join(skipped)
+        return out
+    for q in ("ttft", "tpot"):
+        r = [pt[f"{q}_ratio"] for pt in points]
+        value = math.exp(sum(math.log(x["p50"]) for x in r) / len(r))
+        out[f"{q}_factor"] = {
+            "value": value,
+            "low": min(value, min(x["p10"] for x in r)),
+            "high": max(value, max(x["p90"] for x in r)),
+            "basis": "measured",
+        }
+    out["applied"] = True
+    return out
+
+
+def _apply_serving_factors(out: dict[str, Any], factors: dict[str, Any], basis: str | None) -> Any:
+    """Scale a single-replica forecast ``out`` in place by the serving factors; its basis."""
+    if not factors.get("applied"):
+        out["serving_calibration"] = factors
+        return basis
+    ft, fp = factors["ttft_factor"], factors["tpot_factor"]
+    raw = {k: out[k] for k in ("ttft_s", "tpot_s", "throughput_output_tokens_per_s")}
+    gpus = out["gpus_per_replica"]
+    out["ttft_s"] = raw["ttft_s"] * ft["value"]
+    out["tpot_s"] = raw["tpot_s"] * fp["value"]
+    out["throughput_output_tokens_per_s"] = raw["throughput_output_tokens_per_s"] / fp["value"]
+    out["throughput_output_tokens_per_s_per_gpu"] = out["throughput_output_tokens_per_s"] / gpus
+    thr = raw["throughput_output_tokens_per_s"]
+    out["intervals"] = {
+        **out["intervals"],
+        "ttft_s": [raw["ttft_s"] * ft["low"], raw["ttft_s"] * ft["high"]],
+        "tpot_s": [raw["tpot_s"] * fp["low"], raw["tpot_s"] * fp["high"]],
+        "throughput_output_tokens_per_s": [thr / fp["high"], thr / fp["low"]],
+        "throughput_output_tokens_per_s_per_gpu": [thr / fp["high"] / gpus, thr / fp["low"] / gpus],
+    }
+    out["serving_calibration"] = {**factors, "raw": raw, "hardware_basis": basis}
+    return "measured"
 
 
 def check_tp_domain(
