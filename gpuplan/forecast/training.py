@@ -668,6 +668,7 @@ def evaluate_layouts(
     cast_fwd_elems = {k: np.zeros(n_u) for k in groups}
     cast_bwd_elems = {k: np.zeros(n_u) for k in groups}
     wgrad_u = {k: np.zeros((3, n_u)) for k in groups}
+    up_proj_fwd_u = np.zeros((3, n_u))  # MLA up-projections, rerun by mla_up_proj recompute
     for i, g in enumerate(gemms):
         sl = slice(3 * i * n_u, 3 * (i + 1) * n_u)
         r_lp = gemm_rates[:, sl].reshape(3, 3, n_u)
@@ -684,6 +685,8 @@ def evaluate_layouts(
         fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
         bwd_u[g.per] = bwd_u[g.per] + t[:, 1] + t[:, 2]
         wgrad_u[g.per] = wgrad_u[g.per] + t[:, 2]
+        if g.name in ("q_up", "kv_up"):
+            up_proj_fwd_u = up_proj_fwd_u + t[:, 0]
         cnt = np.broadcast_to(g.count, (n_u,)) * (1.0 - w_hp)
         cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
         cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
@@ -716,7 +719,16 @@ def evaluate_layouts(
     gemm_fwd = sum(per_layout(fwd_u[k]) * mult[k] for k in groups)
     gemm_bwd = sum(per_layout(bwd_u[k]) * mult[k] for k in groups)
     gemm_fwd_layers = gemm_fwd - per_layout(fwd_u["model"]) * mult["model"]  # no logits recompute
-    gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers)
+    # Fine-grained recompute (selective only) reruns what it discarded in the backward:
+    # the MLA up-projection GEMMs, the block norms and the experts' activation function.
+    mods = set(fw.recompute_modules)
+    selective_only = (rc == 1).astype(float)
+    rerun_up = (
+        selective_only * per_layout(up_proj_fwd_u) * layers_per_stage
+        if "mla_up_proj" in mods and arch.attention == "mla"
+        else 0.0
+    )
+    gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers + rerun_up)
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
     wgrad_time = c["gemm_time_factor"] * sum(per_layout(wgrad_u[k]) * mult[k] for k in groups)
 
@@ -807,7 +819,14 @@ def evaluate_layouts(
     # Cross-entropy over the logits on the last stage: 16-bit logits read, fp32 softmax
     # written and read back in the backward (2 + 4 + 4 + 2 B per element).
     ce_bytes = tokens * arch.vocab / tp * 12.0 * mult["model"]
-    nongemm_bytes = fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes
+    rerun_bytes = 0.0
+    if "layernorm" in mods:  # two norms per layer: read the input, write the output (2 B)
+        rerun_bytes = rerun_bytes + 8.0 * h / seq_split * layers_per_stage
+    if "moe_act" in mods and arch.is_moe:  # SwiGLU: read gate and up, write the product
+        rerun_bytes = rerun_bytes + arch.top_k * 6.0 * float(arch.expert_ffn) / tp * moe_per_stage
+    nongemm_bytes = (
+        fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes + selective_only * tokens * rerun_bytes
+    )
     membw = comm_mod.estimate3(perf.memory_bandwidth_bytes_per_s(None), rate=True).reshape(3, 1)
     mem_time = c["nongemm_traffic_factor"] * nongemm_bytes / membw
     mem_fwd = c["nongemm_traffic_factor"] * (fwd_bytes + ce_bytes / 3.0) / membw
