@@ -41,7 +41,7 @@ from gpuplan.errors import InputError
 #: torchrun's default rendezvous port (``--master-port``), the default of ``port``.
 RDZV_PORT = 29500
 #: The inter-node networks :func:`fabric_env` knows.
-FABRICS = ("ib", "roce", "efa", "tcp")
+FABRICS = ("auto", "ib", "roce", "efa", "tcp")
 #: Kubernetes manifest forms.
 K8S_FORMS = ("jobset", "indexed-job")
 #: Device-plugin resource per RDMA fabric (Mellanox/NVIDIA RDMA device plugin, AWS EFA
@@ -99,7 +99,9 @@ def fabric_env(
     Ethernet, and NCCL >= 2.21 picks the RoCEv2 GID itself): without an HCA NCCL then
     fails instead of silently using sockets. ``efa`` selects libfabric's EFA provider with
     GPUDirect RDMA (``FI_PROVIDER=efa``, ``FI_EFA_USE_DEVICE_RDMA=1``) for the aws-ofi-nccl
-    plugin. ``tcp`` asks for NCCL's socket transport on purpose. ``socket_ifname`` (NCCL's
+    plugin. ``tcp`` asks for NCCL's socket transport on purpose. ``auto`` pins nothing:
+    NCCL picks the network itself (and may fall back to sockets; the launcher says so).
+    ``socket_ifname`` (NCCL's
     bootstrap and socket interface, e.g. ``eth0`` or ``^lo,docker``) sets
     ``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME``.
 
@@ -117,7 +119,9 @@ def fabric_env(
             f"--ib-hca applies to --fabric ib or roce, not {fabric}", hint="drop --ib-hca"
         )
     env: dict[str, str] = {}
-    if fabric in ("ib", "roce"):
+    if fabric == "auto":
+        pass
+    elif fabric in ("ib", "roce"):
         env["NCCL_NET"] = "IB"
         env["NCCL_IB_DISABLE"] = "0"
         if ib_hca:
@@ -256,7 +260,12 @@ def slurm_script(
         f"PROBE_RESULTS_DIR=$(cd {shlex.quote(out_dir)} && pwd -P)",
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export PROBE_RESULTS_DIR HEAD_NODE",
-        f"# inter-node fabric: {fabric} (NCCL uses it or fails; recorded in the result's env)",
+        (
+            "# inter-node fabric: not pinned (NCCL picks it and may fall back to TCP sockets;"
+            " emit with --fabric ib|roce|efa|tcp to pin it)"
+            if fabric == "auto"
+            else f"# inter-node fabric: {fabric} (NCCL uses it or fails; recorded in the result's env)"
+        ),
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         'START=$(mktemp "$PROBE_RESULTS_DIR/.gpuplan-probe-start.XXXXXX")',
         "rc=0",

@@ -170,7 +170,6 @@ def test_cli_emit_slurm_to_a_pipe_is_the_file_byte_for_byte(run_cli, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--nodes", "2"], "--fabric"),
         (["--fabric", "ib"], "--nodes N"),
         (["--nodes", "2", "--fabric", "ib", "--memory", "10Gi"], "--memory"),
         (["--nodes", "2", "--fabric", "ib", "--port", "99999"], "--port"),
@@ -257,3 +256,19 @@ def test_docstring_examples():
 
     failures, tried = doctest.testmod(emit, verbose=False)
     assert tried > 0 and failures == 0
+
+
+def test_cli_slurm_without_fabric_leaves_it_to_nccl_and_says_so(run_cli, tmp_path):
+    # DESIGN 3.3's `gpuplan probe --emit slurm --nodes N` keeps working
+    out = tmp_path / "emit"
+    r = run_cli("probe", "--emit", "slurm", "--nodes", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    warning = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "--fabric" in warning[0] and "TCP" in warning[0]
+    assert "not pinned" in r.stdout and "NCCL_NET" not in r.stdout
+    k8s = run_cli(
+        "probe", "--emit", "k8s", "--nodes", "2", "--image", "r/g:1", "--cpus-per-task", "8",
+        "--memory", "64Gi", "--out", str(tmp_path / "k"),
+    )  # fmt: skip
+    assert k8s.returncode == 2 and len(k8s.stderr.strip().splitlines()) == 1
+    assert "--fabric" in k8s.stderr and not (tmp_path / "k").exists()
