@@ -25,7 +25,7 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
 
     matmul: best FLOP/s over the shapes; membw: copy bandwidth at the largest size (past
     the caches); pcie: best pinned host-to-device bandwidth; collectives: best all-reduce
-    bus bandwidth; storage: best read bandwidth.
+    bus bandwidth; storage: best read bandwidth; serve: best output-token throughput.
     """
     ms = probe.measurements
     if not ms:
@@ -68,6 +68,14 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
                 "label": f"{m['rw']} bs={m['block_size_bytes']}",
                 "value": m["bw_bytes_per_s"],
                 "unit": "B/s",
+            }
+    elif probe.probe == "serve":
+        m = _best(ms, "output_throughput_tokens_per_s")
+        if m:
+            return {
+                "label": f"output tokens, concurrency {m['concurrency']}",
+                "value": m["output_throughput_tokens_per_s"],
+                "unit": "tok/s",
             }
     return None
 

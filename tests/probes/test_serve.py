@@ -249,3 +249,30 @@ def test_urls_and_options():
         ServeOptions(endpoint="h:8000", model="m")
     with pytest.raises(InputError, match="--output-tokens"):
         ServeOptions(endpoint="http://h:1", model="m", output_tokens=0)
+
+
+def test_headline_is_the_best_output_throughput():
+    from gpuplan.results.schema import ProbeResult
+    from gpuplan.results.summary import headline
+
+    def level(c: int, thr: float) -> dict:
+        return {
+            "concurrency": c,
+            "num_requests": 1,
+            "completed": 1,
+            "input_tokens": 8,
+            "output_tokens": 4,
+            "duration_s": 1.0,
+            "request_throughput_per_s": 1.0,
+            "output_throughput_tokens_per_s": thr,
+            "total_output_tokens": 4,
+        }
+
+    probe = ProbeResult(
+        probe="serve",
+        probe_version=1,
+        status="ok",
+        measurements=[level(1, 50.0), level(4, 120.0), level(8, 90.0)],
+    )
+    head = headline(probe)
+    assert head == {"label": "output tokens, concurrency 4", "value": 120.0, "unit": "tok/s"}
