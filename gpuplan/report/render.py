@@ -740,8 +740,14 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 )
                 or "-"
             )
+            age = c.get("price_age") or {}
+            stale = (
+                f" (stale price, as of {_md_escape(str(age.get('as_of') or 'no date'))})"
+                if age.get("stale")
+                else ""
+            )
             L.append(
-                f"| {_model_label(m)} | {f(c['price_usd_per_node_hour'])} | {f(c.get('all_runs_usd'))} | {f(c.get('per_month_usd'))} | {mtok} | {good} |"
+                f"| {_model_label(m)} | {f(c['price_usd_per_node_hour'])}{stale} | {f(c.get('all_runs_usd'))} | {f(c.get('per_month_usd'))} | {mtok} | {good} |"
             )
         if o.get("onprem_tco"):
             tco = o["onprem_tco"]
