@@ -271,6 +271,11 @@ def register(app: typer.Typer) -> None:
             "--memory-headroom",
             help="Share of HBM to keep free, 0-1 (default 0: fit up to the capacity).",
         ),
+        hsdp_shard_size: int | None = typer.Option(
+            None,
+            "--hsdp-shard-size",
+            help="With --fsdp: shard over groups of N data-parallel ranks (HSDP).",
+        ),
         # -- end of the optimizer/recompute block --
         precision: str = typer.Option(
             "bf16",
@@ -366,6 +371,7 @@ def register(app: typer.Typer) -> None:
                 recompute_modules=recompute_modules,
                 moe_act_cache=moe_act_cache,
                 memory_headroom=memory_headroom,
+                hsdp_shard_size=hsdp_shard_size,
                 node=node,
                 instance=instance,
                 progress=tick,

@@ -398,6 +398,7 @@ def model_state_bytes(
     optimizer_dtype: str = "fp32",
     master_weights: str = "fp32",
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
+    shard_ranks: Any = None,
 ) -> dict[str, Any]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
@@ -414,7 +415,9 @@ def model_state_bytes(
     stage3_max_live_parameters). ``stage`` as in :func:`param_counts_per_rank`.
     ``optimizer_dtype`` and ``master_weights`` as in :func:`optimizer_bytes_per_param`;
     ``gathered_weight_bytes`` is the dtype of the gathered units (1 with FSDP2's float8
-    all-gather, which gathers the FP8 casts of the linear weights).
+    all-gather, which gathers the FP8 casts of the linear weights). ``shard_ranks`` (HSDP,
+    stage 3 only): the states are sharded over groups of this many data-parallel ranks and
+    replicated across the groups (experts in proportion); None shards over the whole group.
     """
     zero = np.asarray(zero)
     etp = expert_tensor_parallel(tp, cp, dp, ep)
@@ -423,6 +426,11 @@ def model_state_bytes(
     d_expert = np.maximum(
         d_dense * np.asarray(tp, dtype=float) / (np.asarray(ep, dtype=float) * etp), 1.0
     )
+    if shard_ranks is not None:
+        hsdp = (zero >= 3) & (np.asarray(shard_ranks, dtype=float) < d_dense)
+        shard = np.minimum(np.asarray(shard_ranks, dtype=float), d_dense)
+        d_expert = np.where(hsdp, np.maximum(d_expert * shard / d_dense, 1.0), d_expert)
+        d_dense = np.where(hsdp, shard, d_dense)
 
     def sharded(per_param: float, stage: int) -> Any:
         on = zero >= stage
@@ -503,6 +511,7 @@ def training_memory_per_gpu(
     act_cache_bytes: float = BYTES_16BIT,
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
     pipeline_schedule: str = "1f1b",
+    shard_ranks: Any = None,
 ) -> dict[str, Any]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
@@ -510,7 +519,8 @@ def training_memory_per_gpu(
     "overhead", "total"}``, each an array over the layouts. ``overhead_bytes`` is the
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
     taken from the forecast constants. ``optimizer_dtype``, ``master_weights`` and
-    ``gathered_weight_bytes`` as in :func:`model_state_bytes`; ``recompute_modules`` and
+    ``gathered_weight_bytes`` and ``shard_ranks`` (HSDP) as in :func:`model_state_bytes`;
+    ``recompute_modules`` and
     ``act_cache_bytes`` as in :func:`activation_bytes_per_layer`. ``pipeline_schedule``
     ``dualpipe`` puts two stages on each rank (``i`` and ``p-1-i``: the first rank holds
     the first and the last stage, so the embedding and the output head, which DeepSeek-V3's
@@ -569,6 +579,7 @@ def training_memory_per_gpu(
             optimizer_dtype=optimizer_dtype,
             master_weights=master_weights,
             gathered_weight_bytes=gathered_weight_bytes,
+            shard_ranks=shard_ranks,
         )
         act = per_layer * layers * inflight
         if name == "last":

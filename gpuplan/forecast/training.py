@@ -356,6 +356,12 @@ class Framework:
     moe_act_cache: str = "bf16"
     """Dtype in which routed experts cache their activation-function inputs: ``bf16`` or
     ``fp8`` (DeepSeek-V3 section 3.3.3, with 1x128-tile scales)."""
+    hsdp_shard_size: int | None = None
+    """HSDP (FSDP ``HYBRID_SHARD``; FSDP2 on a 2-D device mesh): with ZeRO-3 the states are
+    sharded over groups of this many data-parallel ranks (the all-gathers and
+    reduce-scatters stay inside a group) and replicated across ``dp*cp/size`` groups, whose
+    gradient shards are all-reduced once per step (Zhao et al. 2023, "PyTorch FSDP",
+    section 3.2.2, hybrid sharding). None: shard over the whole group (FULL_SHARD)."""
     fp8_param_gather: bool = True
     """FSDP (ZeRO-3) under the ``fp8`` recipe all-gathers the transformer blocks' linear
     weights as FP8 (1 byte, one scale per tensor) instead of BF16: FSDP2's float8
@@ -911,6 +917,14 @@ def evaluate_layouts(
     counts = param_counts_per_rank(arch, tp, pp, ep, etp)
     dense_grp = dp * cp
     expert_grp = np.maximum(dense_grp * tp / (ep * etp), 1.0)  # expert-data-parallel group
+    # HSDP: ZeRO-3 collectives inside shard groups; the replicas all-reduce their gradient
+    # shards once per step (below).
+    replicas = np.ones_like(dense_grp)
+    if fw.hsdp_shard_size is not None:
+        hsdp = (zero >= 3) & (float(fw.hsdp_shard_size) < dense_grp)
+        replicas = np.where(hsdp, dense_grp / float(fw.hsdp_shard_size), 1.0)
+        dense_grp = dense_grp / replicas
+        expert_grp = np.maximum(expert_grp / replicas, 1.0)
     # ZeRO-3 units: one transformer layer (FSDP per-block wrapping) or the framework's cap.
     unit_params = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_stage, 1.0)
     if fw.zero3_unit_params is not None:
@@ -960,6 +974,27 @@ def evaluate_layouts(
         grad_t = grad_t + expert["grad"]
         param_t = param_t + expert["param"]
     z3 = zero >= 3
+    # HSDP's replica all-reduce of the local gradient shard, once per step, overlapped with
+    # the last backward like a DDP all-reduce.
+    replica_ar = np.zeros_like(grad_t)
+    if fw.hsdp_shard_size is not None:
+        shard_grads = (
+            counts["dense"] / dense_grp + counts["expert"] / expert_grp
+        ) * fw.grad_reduce_bytes
+        replica_ar = np.where(
+            replicas > 1,
+            comm_mod.data_parallel_times3(
+                perf,
+                grad_bytes=shard_grads,
+                param_bytes=0.0,
+                ranks=replicas,
+                stride=tp * dense_grp,
+                node_size=node,
+                zero=np.zeros_like(zero),
+                inter_node_bandwidth_bytes_per_s=nic,
+            )["grad"],
+            0.0,
+        )
     # Overlap as FSDP does it: the next unit's all-gather is issued while the current unit
     # computes (forward prefetch; backward prefetch gathers unit i-1 before unit i's
     # gradient reduce-scatter), so per micro-batch only what exceeds the forward (gathers)
@@ -973,8 +1008,10 @@ def evaluate_layouts(
         per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t + grad_t - bwd_mb, 0.0)
         first_layer = param_t / np.maximum(layers_per_stage, 1.0)
         dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once)
+        dp_exposed = dp_exposed + np.maximum(replica_ar - bwd_mb, 0.0)
     else:
         dp_exposed = np.where(z3, m_micro * (2.0 * param_t + grad_t), grad_t + param_t)
+        dp_exposed = dp_exposed + replica_ar
 
     # ---- optimizer step (memory-bound Adam over the local shard)
     local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts[
@@ -1116,6 +1153,7 @@ def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
         "act_cache_bytes": MOE_ACT_CACHE_DTYPES[fw.moe_act_cache],
         "gathered_weight_bytes": 1.0 if fp8_param_gather_on(fw, precision) else 2.0,
         "pipeline_schedule": "dualpipe" if fw.ep_overlap == "dualpipe" else "1f1b",
+        "shard_ranks": fw.hsdp_shard_size,
     }
 
 
@@ -1529,6 +1567,7 @@ def forecast_training(
     recompute_modules: Any = None,
     moe_act_cache: str | None = None,
     memory_headroom: float | None = None,
+    hsdp_shard_size: int | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1567,6 +1606,9 @@ def forecast_training(
         a list or a comma-separated string; routed experts' activation cache
         ``bf16|fp8``). Defaults: Megatron mixed precision (fp32 master, fp32 moments), no
         extra modules, bf16 cache.
+    hsdp_shard_size:
+        HSDP with ZeRO-3/FSDP: shard over groups of this many data-parallel ranks
+        (:attr:`Framework.hsdp_shard_size`); must divide the layout's ``dp*cp``.
     memory_headroom:
         Share of HBM kept free, in [0, 1): a layout fits when its peak is at most
         ``(1 - memory_headroom) x capacity``; default the constants' 0.
@@ -1653,6 +1695,14 @@ def forecast_training(
         overrides["recompute_modules"] = tuple(
             sorted({str(x).strip().lower() for x in items if str(x).strip()} - {"core_attn"})
         )
+    if hsdp_shard_size is not None:
+        if int(hsdp_shard_size) < 1:
+            raise InputError(f"--hsdp-shard-size must be >= 1, got {hsdp_shard_size}")
+        if not fsdp and par.get("zero") != 3:
+            raise InputError(
+                "--hsdp-shard-size shards ZeRO-3/FSDP states; add --fsdp (or --zero 3)"
+            )
+        overrides["hsdp_shard_size"] = int(hsdp_shard_size)
     if overrides:
         fw = dataclasses.replace(fw, **overrides)
     if fw.ep_overlap == "dualpipe":
@@ -1694,6 +1744,16 @@ def forecast_training(
                 float(tokens) / hi * int(num_gpus) / 3600.0,
                 float(tokens) / lo * int(num_gpus) / 3600.0,
             ]
+    if fw.hsdp_shard_size is not None:
+        group = int(out["parallelism"]["dp"]) * int(out["parallelism"]["cp"])
+        if group % fw.hsdp_shard_size != 0:
+            divisors = [d for d in range(1, group + 1) if group % d == 0]
+            raise InputError(
+                f"--hsdp-shard-size {fw.hsdp_shard_size} does not divide the data-parallel "
+                f"group of the layout (dp x cp = {group})",
+                hint="use one of " + ", ".join(map(str, divisors)) + " or fix --tp/--cp",
+            )
+        out["parallelism"]["hsdp_shard_size"] = fw.hsdp_shard_size
     out.setdefault("time_to_train_s", None)
     out.setdefault("gpu_hours", None)
     out["model"] = arch.name
