@@ -727,6 +727,15 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
     )
 
 
+def _writers_cap(ctx: PlanContext, opt: Option, t: Any) -> Figure | None:
+    """N writers (the option's nodes) x the tier's per-client bandwidth, where the row has one."""
+    for name in ("write_bytes_per_s_per_node", "read_bytes_per_s_per_node"):
+        if getattr(t, name, None):
+            per_client = ctx.cat("storage", t, name, "B/s", f"{t.id} per-client bandwidth")
+            return stomod.client_write_cap(opt.nodes, per_client)
+    return None
+
+
 def build_storage(ctx: PlanContext, opt: Option) -> None:
     """Size the shared storage tier for the training workloads (see gpuplan.plan.storage)."""
     sc = ctx.scenario
@@ -815,9 +824,22 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
     read_t = total(reads, "sustained read for the data pipeline", "B/s")
     write_t = total(writes, "checkpoint write bandwidth needed", "B/s")
     ckpt_t = total(ckpts, "checkpoint size (all workloads)", "B")
+    budget_t = min(
+        (
+            ctx.inp(("workloads", "training", t.index, "checkpoint", "write_budget_s"), "s")
+            for t in trainings
+        ),
+        key=lambda b: b.value,
+    )
     fits = [
         stomod.fit_tier(
-            _tier_figures(ctx, t), capacity=cap_t, read_bps=read_t, write_bps=write_t, ckpt=ckpt_t
+            _tier_figures(ctx, t),
+            capacity=cap_t,
+            read_bps=read_t,
+            write_bps=write_t,
+            ckpt=ckpt_t,
+            write_cap=_writers_cap(ctx, opt, t),
+            budget_s=budget_t,
         )
         for t in _tiers_for(ctx, opt)
     ]

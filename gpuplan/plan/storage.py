@@ -15,6 +15,15 @@ Method
   capacity that gives the read bandwidth, the capacity that gives the write bandwidth;
   rounded up to the tier's increment and at least its minimum. The pipeline reads and
   the checkpoint writes are not concurrent, so each is checked on its own.
+* An appliance tier (DDN EXAScaler AI400X2-class, IBM Storage Scale System, VAST DBox,
+  WEKA backends: throughput and capacity per box, not per TiB) is bought in whole
+  appliances: n = max(ceil(capacity / usable bytes per appliance), ceil(read B/s / read
+  B/s per appliance), ceil(write B/s / write B/s per appliance)), reads and writes each
+  against the datasheet figure for that direction.
+* Whatever the tier delivers, a checkpoint is written by N writers (nodes), each no
+  faster than its own link to storage: write B/s = min(tier write B/s, N x per-client
+  B/s). The checkpoint fits when size / that rate is within ``checkpoint.write_budget_s``;
+  when the clients are the cap, more storage does not help and the fit says so.
 * The trial node's fio sequential read (per node) tells whether node-local NVMe could
   feed the pipeline instead: per-node need = sustained read / nodes.
 """
@@ -124,11 +133,70 @@ def write_bandwidth(ckpt: Figure, budget_s: Figure) -> Figure:
     )
 
 
+@dataclass(frozen=True)
+class ApplianceTier:
+    """A storage tier bought in whole appliances (building blocks), from a datasheet.
+
+    Attributes
+    ----------
+    read_bytes_per_s_per_appliance, write_bytes_per_s_per_appliance:
+        Sequential throughput of one appliance, B/s (a datasheet giving one figure for
+        both directions is read as both).
+    capacity_bytes_per_appliance:
+        Usable capacity of one appliance, bytes.
+    price_usd_per_gib_month:
+        Usually a quote from the scenario: on-premises prices are rarely published.
+    gpudirect_storage:
+        Whether the tier's client supports NVIDIA GPUDirect Storage.
+    """
+
+    id: str
+    name: str
+    read_bytes_per_s_per_appliance: Figure
+    write_bytes_per_s_per_appliance: Figure
+    capacity_bytes_per_appliance: Figure
+    price_usd_per_gib_month: Figure
+    cloud: str | None = None
+    gpudirect_storage: bool | None = None
+
+
+def client_write_cap(writers: Figure, per_client_bytes_per_s: Figure) -> Figure:
+    """The most N writers can push to storage: N x per-client bandwidth, B/s.
+
+    >>> from gpuplan.plan.provenance import input_fig
+    >>> client_write_cap(input_fig(64, "nodes", "n", "t"), input_fig(50e9, "B/s", "c", "t")).value
+    3200000000000.0
+    """
+    return derived(
+        writers.value * per_client_bytes_per_s.value,
+        "B/s",
+        "checkpoint write cap of the writers",
+        "writers x per-client bandwidth to storage",
+        [writers, per_client_bytes_per_s],
+    )
+
+
+def _capped_write(tier_id: str, tier_write: Figure, cap: Figure | None) -> tuple[Figure, bool]:
+    """min(tier write B/s, writers cap); True when the writers are the limit."""
+    if cap is None or not cap.ok or not tier_write.ok or cap.value >= tier_write.value:
+        return tier_write, False
+    return (
+        derived(
+            cap.value,
+            "B/s",
+            f"{tier_id} checkpoint write bandwidth",
+            "min(tier write bandwidth, writers x per-client bandwidth): the writers bind",
+            [tier_write, cap],
+        ),
+        True,
+    )
+
+
 @dataclass
 class TierFit:
     """A storage tier provisioned for the needs, with what it delivers and costs."""
 
-    tier: StorageTier
+    tier: StorageTier | ApplianceTier
     provisioned_bytes: Figure
     read_bytes_per_s: Figure
     write_bytes_per_s: Figure
@@ -137,12 +205,16 @@ class TierFit:
     fits: bool
     reason: str | None
     sized_by: str
+    appliances: Figure | None = None
+    gpudirect_storage: bool | None = None
 
     def to_json(self) -> dict:
         return {
             "tier": self.tier.id,
             "name": self.tier.name,
             "cloud": self.tier.cloud,
+            "appliances": self.appliances,
+            "gpudirect_storage": self.gpudirect_storage,
             "provisioned_bytes": self.provisioned_bytes,
             "read_bytes_per_s": self.read_bytes_per_s,
             "write_bytes_per_s": self.write_bytes_per_s,
@@ -161,15 +233,33 @@ def fit_tier(
     read_bps: Figure,
     write_bps: Figure,
     ckpt: Figure,
+    write_cap: Figure | None = None,
+    budget_s: Figure | None = None,
 ) -> TierFit:
-    """Provision ``tier`` for the capacity, read and write needs (see module docstring)."""
+    """Provision ``tier`` for the capacity, read and write needs (see module docstring).
+
+    ``write_cap`` (N writers x per-client B/s, :func:`client_write_cap`) limits what a
+    checkpoint can be written at; with ``budget_s`` a write slower than the budget does
+    not fit.
+    """
     per_tib_r = tier.read_bytes_per_s_per_tib
     per_tib_w = tier.write_bytes_per_s_per_tib
     inc = tier.throughput_increment_bytes_per_s
     if not per_tib_r.ok and not per_tib_w.ok and inc is not None and inc.ok:
-        return _fit_by_increment(
+        f = _fit_by_increment(
             tier, inc, capacity=capacity, read_bps=read_bps, write_bps=write_bps, ckpt=ckpt
         )
+        f.write_bytes_per_s, f.checkpoint_write_s, f.fits, f.reason = _apply_write_cap(
+            tier.id,
+            f.write_bytes_per_s,
+            f.checkpoint_write_s,
+            ckpt,
+            write_cap,
+            budget_s,
+            f.fits,
+            f.reason,
+        )
+        return f
     if not per_tib_w.ok and per_tib_r.ok:
         # tiers quoted with one throughput figure serve reads and writes alike
         per_tib_w = per_tib_r
@@ -238,8 +328,153 @@ def fit_tier(
     if not per_tib_r.ok and not per_tib_w.ok:
         fits = False
         reason = f"{tier.id} has no throughput per TiB in the catalog"
+    wbw, ckpt_s, fits, reason = _apply_write_cap(
+        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, reason
+    )
     usd = _monthly_cost(tier, need, provisioned)
     return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+
+
+def _apply_write_cap(
+    tier_id: str,
+    wbw: Figure,
+    ckpt_s: Figure,
+    ckpt: Figure,
+    write_cap: Figure | None,
+    budget_s: Figure | None,
+    fits: bool,
+    reason: str | None,
+) -> tuple[Figure, Figure, bool, str | None]:
+    """Cap the tier's write bandwidth at the writers' and check the write budget."""
+    wbw, clients_bind = _capped_write(tier_id, wbw, write_cap)
+    if clients_bind:
+        ckpt_s = derived(
+            ckpt.value / wbw.value,
+            "s",
+            f"checkpoint write time on {tier_id}",
+            "checkpoint size / min(tier write bandwidth, writers x per-client bandwidth)",
+            [ckpt, wbw],
+        )
+    if fits and budget_s is not None and ckpt_s.ok and ckpt_s.value > budget_s.value * (1 + 1e-9):
+        fits = False
+        who = "the writers' links (N x per-client)" if clients_bind else "the tier"
+        reason = (
+            f"a checkpoint takes {ckpt_s.value:.4g} s on {tier_id}, over the "
+            f"{budget_s.value:.4g} s write budget: {who} bind"
+        )
+    return wbw, ckpt_s, fits, reason
+
+
+def fit_appliances(
+    tier: ApplianceTier,
+    *,
+    capacity: Figure,
+    read_bps: Figure,
+    write_bps: Figure,
+    ckpt: Figure,
+    write_cap: Figure | None = None,
+    budget_s: Figure | None = None,
+) -> TierFit:
+    """Size an appliance tier in whole appliances (see the module docstring).
+
+    Each need (capacity, read B/s, write B/s) asks for ceil(need / per-appliance figure)
+    appliances; the largest count is bought. A per-appliance figure that is missing
+    leaves its need unsized and the fit says so.
+    """
+    cap_per = tier.capacity_bytes_per_appliance
+    r_per = tier.read_bytes_per_s_per_appliance
+    w_per = tier.write_bytes_per_s_per_appliance
+    if not w_per.ok and r_per.ok:
+        # a datasheet with one throughput figure: it serves both directions
+        w_per = r_per
+    counts: list[tuple[int, str]] = []
+    used: list[Figure] = []
+    missing: list[str] = []
+    for need, per, label in (
+        (capacity, cap_per, "capacity"),
+        (read_bps, r_per, "read bandwidth"),
+        (write_bps, w_per, "checkpoint writes"),
+    ):
+        if per.ok and per.value > 0:
+            counts.append((max(1, math.ceil(need.value / per.value - 1e-9)), label))
+            used += [need, per]
+        else:
+            missing.append(label)
+    if not counts:
+        none = missing_fig(
+            "appliances", f"{tier.id} appliances", f"{tier.id} has no per-appliance figures"
+        )
+        return TierFit(
+            tier,
+            missing_fig("B", f"{tier.id} provisioned capacity", none.missing or ""),
+            missing_fig("B/s", f"{tier.id} read bandwidth", none.missing or ""),
+            missing_fig("B/s", f"{tier.id} write bandwidth", none.missing or ""),
+            missing_fig("s", f"checkpoint write time on {tier.id}", none.missing or ""),
+            missing_fig("USD/month", f"{tier.id} cost per month", none.missing or ""),
+            False,
+            f"{tier.id} has no per-appliance capacity or throughput in the catalog",
+            "none",
+            appliances=none,
+            gpudirect_storage=tier.gpudirect_storage,
+        )
+    n, sized_by = max(counts, key=lambda c: c[0])
+    appliances = derived(
+        n,
+        "appliances",
+        f"{tier.id} appliances",
+        "max(ceil(capacity / usable per appliance), ceil(read B/s / read per appliance), "
+        "ceil(write B/s / write per appliance))",
+        used,
+    )
+
+    def scaled(per: Figure, unit: str, label: str) -> Figure:
+        if not per.ok:
+            return missing_fig(
+                unit, f"{tier.id} {label}", f"{tier.id} has no {label} per appliance"
+            )
+        return derived(
+            n * per.value,
+            unit,
+            f"{tier.id} {label}",
+            f"appliances x {label} per appliance",
+            [appliances, per],
+        )
+
+    provisioned = scaled(cap_per, "B", "usable capacity")
+    rbw = scaled(r_per, "B/s", "read bandwidth")
+    wbw = scaled(w_per, "B/s", "write bandwidth")
+    if wbw.ok:
+        ckpt_s = derived(
+            ckpt.value / wbw.value,
+            "s",
+            f"checkpoint write time on {tier.id}",
+            "checkpoint size / tier write bandwidth",
+            [ckpt, wbw],
+        )
+    else:
+        ckpt_s = missing_fig("s", f"checkpoint write time on {tier.id}", wbw.missing or "")
+    fits = not missing
+    reason = None if fits else f"{tier.id} has no per-appliance figure for: " + ", ".join(missing)
+    wbw, ckpt_s, fits, reason = _apply_write_cap(
+        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, reason
+    )
+    if provisioned.ok:
+        usd = _monthly_cost(tier, provisioned.value, provisioned)
+    else:
+        usd = missing_fig("USD/month", f"{tier.id} cost per month", provisioned.missing or "")
+    return TierFit(
+        tier,
+        provisioned,
+        rbw,
+        wbw,
+        ckpt_s,
+        usd,
+        fits,
+        reason,
+        sized_by,
+        appliances=appliances,
+        gpudirect_storage=tier.gpudirect_storage,
+    )
 
 
 def _monthly_cost(tier: object, size_bytes: float, provisioned: Figure) -> Figure:
