@@ -29,7 +29,10 @@ with the held-out model error quantiles recorded with the fitted constants.
 of the same engine profile on the same device (its ``serving`` section), a single-replica
 forecast multiplies TTFT and TPOT by the measured-over-forecast factors of those runs (and
 divides throughput by the TPOT factor); the output says so under ``serving_calibration``
-and its ``basis`` is then ``measured``. Fleet sizing (``--qps``) does not apply them yet.
+and its ``basis`` is then ``measured``. Fleet sizing (``--qps``, and so ``plan``) applies
+the same factors of each candidate GPU: the replica model's TTFT and TPOT are multiplied by
+them before every SLO check (single-request floor, analytic rates, simulation), and the
+sizing result carries ``serving_calibration`` too.
 """
 
 from __future__ import annotations
@@ -709,6 +712,7 @@ def size_serving_fleet(
     perf_for: Any = None,
     overheads: FittedOverheads | None = None,
     progress: Any = None,
+    serving_calibration: bool = True,
 ) -> FleetSizing:
     """Size the cheapest fleet that serves ``demand`` within its SLOs.
 
@@ -726,6 +730,11 @@ def size_serving_fleet(
         Calibration artifact (path or dict); None for the shipped default.
     catalog, perf_for, overheads, progress:
         Injected catalog, device-model lookup, fitted constants and progress callback.
+    serving_calibration:
+        Scale each candidate's TTFT and TPOT by the artifact's serving factors of
+        ``demand.engine`` on its GPU (:func:`serving_factors`, the same as a single-replica
+        forecast) before every SLO check; the result says so under ``serving_calibration``.
+        False (or an injected ``perf_for``) sizes with the raw model.
 
     Returns
     -------
@@ -749,6 +758,12 @@ def size_serving_fleet(
     if demand.tp is not None:
         cross_node = check_tp_domain(demand.tp, gpus, catalog, allow=demand.allow_cross_node_tp)
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
+    factors: dict[str, dict[str, Any]] = {}
+    if serving_calibration and perf_for is None:
+        for g in gpus:
+            f = serving_factors(artifact, g.id, demand.engine, catalog=catalog, overheads=fitted)
+            if f is not None:
+                factors[g.id] = f
     base = _base_info(
         arch,
         model_info,
@@ -784,6 +799,7 @@ def size_serving_fleet(
         seed=demand.seed,
         num_requests=demand.num_requests,
         progress=progress,
+        serving=factors,
     )
     if cross_node and sized.get("gpu") in cross_node:
         sized["cross_node_tp"] = cross_node[sized["gpu"]]
@@ -1445,7 +1461,9 @@ def _size_for_load(
     seed: int,
     num_requests: int,
     progress: Any,
+    serving: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    serving = serving or {}
     cands, dropped = build_candidates(
         arch=arch,
         gpus=gpus,
@@ -1473,6 +1491,8 @@ def _size_for_load(
             f"no layout can serve {arch.name} at {precision}: {reasons}",
             hint="try --pp, a smaller --precision or a GPU with more memory",
         )
+    for c in cands:
+        c.latency_factors = _latency_factors(serving.get(c.gpu))
     # single-request latency: the floor no number of replicas can beat
     q = PERCENTILES[percentile] / 100.0
     i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
@@ -1481,7 +1501,8 @@ def _size_for_load(
     for c in cands:
         key = (c.gpu, c.tp)
         if key not in floors:
-            floors[key] = c.replica.single_request(i_q, o_q)
+            t1, p1 = c.replica.single_request(i_q, o_q)
+            floors[key] = (t1 * c.latency_factors[0], p1 * c.latency_factors[1])
         ttft1, tpot1 = floors[key]
         why = []
         if ttft_slo_s is not None and ttft1 > ttft_slo_s:
@@ -1598,7 +1619,9 @@ def _size_for_load(
     from gpuplan.forecast.serving import max_rate_meeting
 
     def reps(scn: int) -> int | None:
-        r = max_rate_meeting(best.replica, inputs, outputs, ttft_slo_s, tpot_slo_s, percentile, scn)
+        r = max_rate_meeting(
+            best.replica, inputs, outputs, *best.slos(ttft_slo_s, tpot_slo_s), percentile, scn
+        )
         if r <= 0 or not best.max_rate or best.replicas is None:
             return None
         return max(1, math.ceil(best.replicas * best.max_rate / r))
@@ -1608,8 +1631,9 @@ def _size_for_load(
     r_hi = max(r_slow or best.replicas, best.replicas)
     q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
     q_ttft = fitted.interval_quantiles("ttft", engine)
-    ttft_v = sim_val.percentile("ttft", pct)
-    tpot_v = sim_val.percentile("tpot", pct)
+    ft, fp = best.latency_factors
+    ttft_v = sim_val.percentile("ttft", pct) * ft
+    tpot_v = sim_val.percentile("tpot", pct) * fp
     rates: Any = best.extra["rates"]
     decode_parts = combine(
         continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
@@ -1636,8 +1660,8 @@ def _size_for_load(
         "intervals": {
             "ttft_s": _interval(
                 ttft_v,
-                sim_fast.percentile("ttft", pct),
-                sim_slow.percentile("ttft", pct),
+                sim_fast.percentile("ttft", pct) * ft,
+                sim_slow.percentile("ttft", pct) * ft,
                 q_ttft,
                 is_time=True,
             )
@@ -1645,8 +1669,8 @@ def _size_for_load(
             else None,
             "tpot_s": _interval(
                 tpot_v,
-                sim_fast.percentile("tpot", pct),
-                sim_slow.percentile("tpot", pct),
+                sim_fast.percentile("tpot", pct) * fp,
+                sim_slow.percentile("tpot", pct) * fp,
                 (-q_thr[1], -q_thr[0]),
                 is_time=True,
             )
@@ -1694,4 +1718,38 @@ def _size_for_load(
         "ranked_by": rank,
         "candidates": cand_rows,
     }
+    if best.gpu in serving:
+        out["serving_calibration"] = _fleet_serving_calibration(
+            serving[best.gpu],
+            raw={"ttft_s": ttft_v / ft, "tpot_s": tpot_v / fp},
+            hardware_basis=out["basis"],
+        )
+        if serving[best.gpu].get("applied"):
+            out["basis"] = "measured"
     return out
+
+
+def _latency_factors(factors: dict[str, Any] | None) -> tuple[float, float]:
+    """(TTFT, TPOT) multipliers of :func:`serving_factors`' result; (1, 1) without one."""
+    if not factors or not factors.get("applied"):
+        return (1.0, 1.0)
+    return (float(factors["ttft_factor"]["value"]), float(factors["tpot_factor"]["value"]))
+
+
+def _fleet_serving_calibration(
+    factors: dict[str, Any], *, raw: dict[str, float], hardware_basis: str | None
+) -> dict[str, Any]:
+    """The sizing result's ``serving_calibration``: the factors, what they scaled, the raw
+    latencies at the SLO percentile."""
+    if not factors.get("applied"):
+        return factors
+    return {
+        **factors,
+        "raw": raw,
+        "hardware_basis": hardware_basis,
+        "applied_to": (
+            "every candidate on this GPU: the model's TTFT and TPOT (analytic and simulated, "
+            "at the SLO percentile) times the factors before each SLO check; the simulation "
+            "section keeps the model's own latencies"
+        ),
+    }

@@ -736,6 +736,25 @@ class Candidate:
     sim: dict[str, Any] | None = None
     reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: measured-over-model (TTFT, TPOT) factors of the user's own server on this GPU and
+    #: engine (``serve`` probe runs in the artifact); the replica model's latencies are
+    #: multiplied by them before every SLO check
+    latency_factors: tuple[float, float] = (1.0, 1.0)
+
+    def slos(
+        self, ttft_slo_s: float | None, tpot_slo_s: float | None
+    ) -> tuple[float | None, float | None]:
+        """The SLOs the *model's* latencies must meet: ``model x factor <= SLO``.
+
+        >>> c = Candidate("h100", 1, 1, 1, None, latency_factors=(2.0, 1.25))  # type: ignore[arg-type]
+        >>> c.slos(1.0, 0.05)
+        (0.5, 0.04)
+        """
+        ft, fp = self.latency_factors
+        return (
+            None if ttft_slo_s is None else ttft_slo_s / ft,
+            None if tpot_slo_s is None else tpot_slo_s / fp,
+        )
 
     @property
     def gpus_per_replica(self) -> int:
@@ -760,6 +779,11 @@ class Candidate:
             if self.usd_per_gpu_hour is None or r is None
             else self.usd_per_gpu_hour * r * self.gpus_per_replica,
         }
+        if self.latency_factors != (1.0, 1.0):
+            d["serving_factors"] = {
+                "ttft": self.latency_factors[0],
+                "tpot": self.latency_factors[1],
+            }
         if self.reason:
             d["reason"] = self.reason
         return d
@@ -790,8 +814,10 @@ def verify_replicas(
     start: int,
     limit: int | None = None,
 ) -> tuple[int | None, SimResult | None]:
-    """Smallest replica count (searching around ``start``) whose simulation meets the SLOs."""
+    """Smallest replica count (searching around ``start``) whose simulation meets the SLOs
+    (the simulated latencies scaled by the candidate's ``latency_factors``)."""
     cache: dict[int, SimResult] = {}
+    ttft_slo_s, tpot_slo_s = cand.slos(ttft_slo_s, tpot_slo_s)
 
     def ok(r: int) -> bool:
         if r < 1:
@@ -838,19 +864,18 @@ def analytic_rates(
     percentile: str,
 ) -> None:
     """Set ``max_rate`` of every candidate; candidates sharing a replica cost model (one
-    layout, several batch caps) share one analytic curve."""
-    groups: dict[int, list[Candidate]] = {}
+    layout, several batch caps) and latency factors share one analytic curve."""
+    groups: dict[tuple[int, tuple[float, float]], list[Candidate]] = {}
     for c in candidates:
         if not c.reason:
-            groups.setdefault(id(c.replica.cost), []).append(c)
+            groups.setdefault((id(c.replica.cost), c.latency_factors), []).append(c)
     for group in groups.values():
         rates = max_rates_for_caps(
             group[0].replica,
             [c.replica.max_batch for c in group],
             inputs,
             outputs,
-            ttft_slo_s,
-            tpot_slo_s,
+            *group[0].slos(ttft_slo_s, tpot_slo_s),
             percentile,
         )
         for c, r in zip(group, rates, strict=True):

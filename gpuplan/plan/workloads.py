@@ -243,7 +243,23 @@ class ServingOnOption:
             "tpot_s": self.tpot_s,
             "output_tokens_per_month": self.output_tokens_per_month,
             "sized_at": self.sized_at,
+            "serving_calibration": self.serving_calibration(),
             "error": self.error,
+        }
+
+    def serving_calibration(self) -> dict[str, Any] | None:
+        """The serve-probe factors the sizing applied on this GPU, in short; None without."""
+        cal = None if self.sizing is None else self.sizing.result.get("serving_calibration")
+        if not cal:
+            return None
+        if not cal.get("applied"):
+            return {"applied": False, "reason": cal.get("reason")}
+        return {
+            "applied": True,
+            "engine": cal.get("engine"),
+            "ttft_factor": cal["ttft_factor"],
+            "tpot_factor": cal["tpot_factor"],
+            "inputs": cal.get("inputs", []),
         }
 
 

@@ -146,3 +146,41 @@ def test_scenario_lengths_map_to_the_forecast_distribution() -> None:
 def test_no_signature_inspection_left_in_plan_workloads() -> None:
     text = (REPO / "gpuplan/plan/workloads.py").read_text()
     assert "inspect" not in text and "forecast_inference(**" not in text
+
+
+def test_plan_and_forecast_infer_apply_the_same_serving_calibration(run_cli, tmp_path) -> None:
+    """With the user's serve-probe factors in the artifact (TTFT x2, TPOT x3 on H100 with
+    vLLM), the plan and ``forecast infer --qps`` still agree, both say they applied them, and
+    neither buys fewer GPUs than without them."""
+    from tests.forecast.test_serving_calibrated_fleet import calibrated_artifact
+
+    art = tmp_path / "cal.json"
+    art.write_text(json.dumps(calibrated_artifact(2.0, 3.0)))
+    scenario = yaml.safe_load((REPO / "examples/llm-serving.yaml").read_text())
+    w = scenario["workloads"]["inference"][0]
+    w.update(model="llama3.1-8b", engine="vllm", input_tokens=1024, output_tokens=256)
+    scenario["candidates"]["gpus"] = ["h100"]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+
+    def plan_counts(*extra: str) -> tuple[set[int], list[dict]]:
+        p = run_cli("plan", str(path), "--out", str(tmp_path / "p"), "--format", "json", *extra)
+        assert p.returncode == 0, p.stderr[-2000:]
+        rows = [s for o in json.loads(p.stdout)["options"] for s in o["inference"]]
+        assert rows and not any(s.get("error") for s in rows)
+        return {s["gpus_for_load"]["value"] for s in rows}, rows
+
+    raw_counts, raw_rows = plan_counts()
+    cal_counts, cal_rows = plan_counts("--calibration", str(art))
+    assert len(raw_counts) == len(cal_counts) == 1
+    assert min(cal_counts) >= max(raw_counts)
+    assert all(s["serving_calibration"] is None for s in raw_rows)
+    for s in cal_rows:
+        sc = s["serving_calibration"]
+        assert sc["applied"] and sc["engine"] == "vllm@0.6.0"
+        assert sc["tpot_factor"]["value"] == pytest.approx(3.0)
+    infer = run_cli(*_infer_args(w, "h100"), "--engine", "vllm", "--calibration", str(art))
+    assert infer.returncode == 0, infer.stderr
+    doc = json.loads(infer.stdout)
+    assert doc["num_gpus"] in cal_counts
+    assert doc["serving_calibration"]["ttft_factor"]["value"] == pytest.approx(2.0)
