@@ -168,5 +168,5 @@ def test_an_slo_below_the_measured_single_request_latency_is_impossible() -> Non
     # raw single-request TPOT of an 8B model on H100 is well under 50 ms; x20 is not
     art = calibrated_artifact(1.0, 20.0)
     size_serving_fleet(_demand(tpot_slo_s=0.05), artifact=art, serving_calibration=False)
-    with pytest.raises(InputError, match="tpot-slo-s 0.05 is below the fastest single-request"):
+    with pytest.raises(InputError, match=r"tpot-slo-s 0\.05 is below the fastest single-request"):
         size_serving_fleet(_demand(tpot_slo_s=0.05), artifact=art)
