@@ -682,7 +682,14 @@ def _tiers_for(ctx: PlanContext, opt: Option) -> list[Any]:
     return tiers
 
 
-def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
+APPLIANCE_FIELDS = (
+    "read_bytes_per_s_per_appliance",
+    "write_bytes_per_s_per_appliance",
+    "capacity_bytes_per_appliance",
+)
+
+
+def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.ApplianceTier:
     tib = stomod.TIB
 
     def get(field_name: str, unit: str, label: str) -> Figure:
@@ -709,6 +716,18 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
             f"no price for {t.id}: add costs.storage_usd_per_gib_month.{t.id}",
         )
     del tib
+    if any(getattr(t, name, None) for name in APPLIANCE_FIELDS):
+        # sold in whole appliances: sized by gpuplan.plan.storage.fit_appliances
+        return stomod.ApplianceTier(
+            id=t.id,
+            name=getattr(t, "name", t.id),
+            read_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[0], "B/s", "read per appliance"),
+            write_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[1], "B/s", "write per appliance"),
+            capacity_bytes_per_appliance=get(APPLIANCE_FIELDS[2], "B", "usable per appliance"),
+            price_usd_per_gib_month=price,
+            cloud=getattr(t, "provider", None),
+            gpudirect_storage=getattr(t, "gpudirect_storage", None),
+        )
     return stomod.StorageTier(
         id=t.id,
         name=getattr(t, "name", t.id),
@@ -724,6 +743,7 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier:
             if getattr(t, "throughput_increment_bytes_per_s", None)
             else None
         ),
+        gpudirect_storage=getattr(t, "gpudirect_storage", None),
     )
 
 

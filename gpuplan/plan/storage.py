@@ -67,6 +67,7 @@ class StorageTier:
     price_usd_per_gib_month: Figure
     cloud: str | None = None
     throughput_increment_bytes_per_s: Figure | None = None
+    gpudirect_storage: bool | None = None
 
 
 def checkpoint_bytes(params: Figure, bytes_per_param: Figure) -> Figure:
@@ -227,7 +228,7 @@ class TierFit:
 
 
 def fit_tier(
-    tier: StorageTier,
+    tier: StorageTier | ApplianceTier,
     *,
     capacity: Figure,
     read_bps: Figure,
@@ -242,6 +243,16 @@ def fit_tier(
     checkpoint can be written at; with ``budget_s`` a write slower than the budget does
     not fit.
     """
+    if isinstance(tier, ApplianceTier):
+        return fit_appliances(
+            tier,
+            capacity=capacity,
+            read_bps=read_bps,
+            write_bps=write_bps,
+            ckpt=ckpt,
+            write_cap=write_cap,
+            budget_s=budget_s,
+        )
     per_tib_r = tier.read_bytes_per_s_per_tib
     per_tib_w = tier.write_bytes_per_s_per_tib
     inc = tier.throughput_increment_bytes_per_s
@@ -327,12 +338,23 @@ def fit_tier(
         ckpt_s = missing_fig("s", f"checkpoint write time on {tier.id}", wbw.missing or "")
     if not per_tib_r.ok and not per_tib_w.ok:
         fits = False
-        reason = f"{tier.id} has no throughput per TiB in the catalog"
+        reason = f"{tier.id} has no throughput per TiB or per appliance in the catalog"
     wbw, ckpt_s, fits, reason = _apply_write_cap(
         tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, reason
     )
     usd = _monthly_cost(tier, need, provisioned)
-    return TierFit(tier, provisioned, rbw, wbw, ckpt_s, usd, fits, reason, sized_by)
+    return TierFit(
+        tier,
+        provisioned,
+        rbw,
+        wbw,
+        ckpt_s,
+        usd,
+        fits,
+        reason,
+        sized_by,
+        gpudirect_storage=tier.gpudirect_storage,
+    )
 
 
 def _apply_write_cap(
@@ -540,7 +562,18 @@ def _fit_by_increment(
     if tier.max_capacity_bytes.ok and cap > tier.max_capacity_bytes.value:
         fits, reason = False, "needs more capacity than the tier's maximum"
     sized_by = "read bandwidth" if read_bps.value >= write_bps.value else "checkpoint writes"
-    return TierFit(tier, provisioned, bw, bw, ckpt_s, usd, fits, reason, sized_by)
+    return TierFit(
+        tier,
+        provisioned,
+        bw,
+        bw,
+        ckpt_s,
+        usd,
+        fits,
+        reason,
+        sized_by,
+        gpudirect_storage=tier.gpudirect_storage,
+    )
 
 
 def pick_tier(fits: list[TierFit]) -> TierFit | None:
