@@ -19,7 +19,8 @@ from gpuplan.cli._common import (
 
 HELP = """Forecast every published serving run shipped with gpuplan (TensorRT-LLM v0.9.0
 performance tables: static-batch output tokens/s per GPU and batch-1 first-token latency
-on A100, H100 and H200) and compare like with like. Prints coverage, median and p90
+on A100, H100 and H200; and the engines' serving-benchmark bursts, whose mean TTFT and
+median TPOT are scored as metrics of their own) and compare like with like. Prints coverage, median and p90
 absolute percentage error, signed bias and how often the forecast interval contains the
 published value, per source, per table and overall.
 
@@ -71,6 +72,9 @@ def _table(result: dict[str, Any], show_rows: bool):
                 console.print(
                     simple_table(None, [label, *cols], [line(k, v) for k, v in result[key].items()])
                 )
+                if key == "by_metric":
+                    for name, what in result.get("metrics", {}).items():
+                        console.print(f"  {name}: {what}")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

@@ -323,6 +323,20 @@ def validate_inference(
     result["by_source"] = _group_scores(cases.source, cases, pred, by_src_skip)
     result["by_table"] = _group_scores(cases.table, cases, pred, by_tab_skip)
     result["by_metric"] = _group_scores(cases.metric, cases, pred, [])
+    engines = validate_engines(catalog=catalog, perf_for=perf_for)
+    result["by_metric"].update(engines.get("by_metric", {}))
+    result["metrics"] = {
+        "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
+        "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
+        "ttft_mean_burst": (
+            f"mean TTFT of a request burst, ttft_mean_ms ({engines['data']}; every row held "
+            "out: no constant is fitted on these rows)"
+        ),
+        "tpot_median_burst": (
+            f"median TPOT of a request burst, tpot_median_ms ({engines['data']}; every row "
+            "held out)"
+        ),
+    }
     result["by_model"] = _group_scores(cases.model, cases, pred, [])
     result["by_gpu"] = _group_scores(cases.gpu, cases, pred, [])
     per_row = []
@@ -389,6 +403,30 @@ def forecast_engine_row(
     total output tokens over the time the last one finishes, the benchmark's definition.
     Requests that returned no token are not simulated (they cost the server ~nothing).
     """
+    return forecast_engine_row_all(row, fitted=fitted, catalog=catalog, perf_for=perf_for)[
+        "throughput"
+    ]
+
+
+#: latency metrics of the engine rows: (column, unit scale to s, name in ``by_metric``)
+ENGINE_LATENCY_METRICS = (
+    ("ttft_mean_ms", 1e-3, "ttft_mean_burst"),
+    ("tpot_median_ms", 1e-3, "tpot_median_burst"),
+)
+
+
+def forecast_engine_row_all(
+    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
+) -> dict[str, tuple[float, float, float]]:
+    """One simulation of an engine row, every metric: ``throughput`` (output tokens/s of the
+    replica, :func:`forecast_engine_row`), ``ttft_mean_burst`` (mean TTFT over the burst's
+    requests, s) and ``tpot_median_burst`` (median TPOT, s), each ``(value, low, high)``.
+
+    TTFT and TPOT follow vLLM ``benchmark_serving``: arrival (all at 0) to first token, and
+    (last token - first token) / (output tokens - 1) per request. Their intervals: the
+    simulation at the calibration's slow and fast ends, widened by the held-out TTFT
+    quantiles and (TPOT, the inverse of a decode rate) the throughput quantiles.
+    """
     from gpuplan.forecast.inference import build_candidates, device_perf_for
     from gpuplan.forecast.inference_arch import arch_from
     from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
@@ -432,15 +470,29 @@ def forecast_engine_row(
     if not cands:
         raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
     rep = cands[0].replica
-    out = []
+    out, ttft, tpot = [], [], []
     for scn in (VALUE, SLOW, FAST):
         sim = simulate_requests(
             rep, np.zeros(lin.size), lin, lout, max_queue=lin.size + 1, scenario=scn
         )
         out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
+        ttft.append(float(np.mean(sim.ttft_s)) if sim.ttft_s.size else math.nan)
+        tpot.append(float(np.median(sim.tpot_s)) if sim.tpot_s.size else math.nan)
     q = fitted.interval_quantiles("throughput_per_gpu", engine)
-    lo, hi = widen(np.array([out[0]]), np.array([out[1]]), np.array([out[2]]), *q)
-    return out[0], float(lo[0]), float(hi[0])
+    q_ttft = fitted.interval_quantiles("ttft", engine)
+
+    def interval(
+        v: list[float], lo_i: int, hi_i: int, qq: tuple[float, float]
+    ) -> tuple[float, float, float]:
+        lo, hi = widen(np.array([v[0]]), np.array([v[lo_i]]), np.array([v[hi_i]]), *qq)
+        return v[0], float(lo[0]), float(hi[0])
+
+    return {
+        "throughput": interval(out, 1, 2, q),
+        # times: the slow end is the high one
+        "ttft_mean_burst": interval(ttft, 2, 1, q_ttft),
+        "tpot_median_burst": interval(tpot, 2, 1, (-q[1], -q[0])),
+    }
 
 
 def validate_engines(
@@ -461,10 +513,12 @@ def validate_engines(
     published: list[float] = []
     pred: list[tuple[float, float, float]] = []
     skipped: list[dict[str, Any]] = []
+    latency: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
     for row in rows:
         rid = row.get("run_id", "?")
         try:
-            v, lo, hi = forecast_engine_row(row, catalog=catalog, perf_for=perf_for)
+            all_m = forecast_engine_row_all(row, catalog=catalog, perf_for=perf_for)
+            v, lo, hi = all_m["throughput"]
             pub = float(row["out_tokens_per_s_total"])
             engine = engine_profile(row["engine"]).name
         except (GpuplanError, KeyError, ValueError) as exc:
@@ -487,6 +541,18 @@ def validate_engines(
                 "error_pct": (v - pub) / pub * 100,
             }
         )
+        for col, scale, name in ENGINE_LATENCY_METRICS:
+            pub_l = _num(row.get(col))
+            if pub_l is None or pub_l <= 0:
+                continue
+            lv, llo, lhi = all_m[name]
+            latency.setdefault(name, []).append((pub_l * scale, (lv, llo, lhi)))
+            per_row[-1][name] = {
+                "published_s": pub_l * scale,
+                "forecast_s": lv,
+                "interval_s": [llo, lhi],
+                "error_pct": (lv - pub_l * scale) / (pub_l * scale) * 100,
+            }
     pub_a = np.array(published, dtype=float)
     pred_a = np.array(pred, dtype=float).reshape(-1, 3)
     profiles: dict[str, Any] = {}
@@ -518,6 +584,16 @@ def validate_engines(
             "trace sent at once (vLLM benchmark_serving --request-rate inf)"
         ),
         "profiles": profiles,
+        # every row that publishes the latency counts, forecast or not
+        "by_metric": {
+            name: score(
+                np.array([p for p, _ in pts], dtype=float),
+                np.array([f for _, f in pts], dtype=float).reshape(-1, 3),
+                sum(1 for r in rows if (_num(r.get(col)) or 0) > 0),
+            )
+            for col, _, name in ENGINE_LATENCY_METRICS
+            if (pts := latency.get(name))
+        },
         "overall": score(pub_a, pred_a, len(rows))
         if published
         else {"rows": len(rows), "forecast": 0},
