@@ -67,6 +67,23 @@ def _checkout_state() -> tuple[str, frozenset[tuple[str, int, int]]]:
     return status, frozenset(files)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Session-wide defaults for the same variables, so that module- and session-scoped
+    fixtures (set up before any per-test fixture) are isolated too."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gpuplan-session-"))
+    config.stash[_SESSION_ROOT_KEY] = root
+    for name, sub in ISOLATED_ENV.items():
+        os.environ[name] = str(root / sub)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_SESSION_ROOT_KEY, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_CHECKOUT_KEY] = _checkout_state()
 
@@ -89,6 +106,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _CHECKOUT_KEY = pytest.StashKey[tuple[str, frozenset[tuple[str, int, int]]]]()
+_SESSION_ROOT_KEY = pytest.StashKey[Path]()
 
 
 @pytest.fixture(autouse=True)
