@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token
 from gpuplan.errors import InputError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$"
@@ -800,16 +801,16 @@ class ModelArch(Row):
         return self._params(active=True)
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-        """KV-cache bytes per token: 2·layers·kv_heads·head_dim·bytes (MLA: the compressed
-        latent plus the decoupled RoPE key, (kv_lora_rank + qk_rope_head_dim)·layers·bytes,
-        DeepSeek-V2 paper, Sec. 2.1.2)."""
-        if self.mla is not None:
-            return (
-                self.layers
-                * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim)
-                * bytes_per_element
-            )
-        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
+        """KV-cache bytes per token over every layer, by the one formula
+        :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the latent)."""
+        return kv_cache_bytes_per_token(
+            kv_layers=self.layers,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            bytes_per_element=bytes_per_element,
+            mla_kv_lora_rank=self.mla.kv_lora_rank if self.mla is not None else None,
+            mla_qk_rope_head_dim=self.mla.qk_rope_head_dim if self.mla is not None else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
 from gpuplan.errors import InputError
 
 
@@ -416,10 +417,7 @@ class Sharded:
     # ---- KV cache ---------------------------------------------------------------------
     def kv_bytes_per_token_per_layer_per_gpu(self) -> float:
         """KV bytes one token adds to one layer on one GPU (MLA: the latent, replicated)."""
-        a = self.arch
-        if a.mla is not None:
-            return (a.mla[1] + a.mla[3]) * self.precision.kv_bytes
-        return 2 * self.kv_heads_per_gpu * a.head_dim * self.precision.kv_bytes
+        return _kv_bytes(self.arch, 1, self.kv_heads_per_gpu, self.precision.kv_bytes)
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
@@ -627,15 +625,24 @@ def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     )
 
 
+def _kv_bytes(arch: Arch, kv_layers: float, kv_heads: float, kv_bytes: float) -> float:
+    """:func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` for an :class:`Arch`."""
+    return kv_cache_formula(
+        kv_layers=kv_layers,
+        kv_heads=kv_heads,
+        head_dim=arch.head_dim,
+        bytes_per_element=kv_bytes,
+        mla_kv_lora_rank=arch.mla[1] if arch.mla is not None else None,
+        mla_qk_rope_head_dim=arch.mla[3] if arch.mla is not None else None,
+    )
+
+
 def kv_cache_bytes_per_token(arch: Arch, kv_bytes: float) -> float:
-    """Whole-model KV-cache bytes per token: ``2 * layers * kv_heads * head_dim * bytes``;
-    MLA keeps the compressed latent and the decoupled RoPE key,
-    ``layers * (kv_lora_rank + qk_rope_head_dim) * bytes`` (DeepSeek-V2, Sec. 2.1.2).
+    """Whole-model KV-cache bytes per token, by the one formula
+    :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` over every layer.
 
     >>> a = Arch("x", 80, 8192, 64, 8, 128, 28672, 32000, False, True, "gqa")
     >>> kv_cache_bytes_per_token(a, 2.0)
     327680.0
     """
-    if arch.mla is not None:
-        return float(arch.layers * (arch.mla[1] + arch.mla[3]) * kv_bytes)
-    return float(2 * arch.layers * arch.kv_heads * arch.head_dim * kv_bytes)
+    return _kv_bytes(arch, arch.layers, arch.kv_heads, kv_bytes)

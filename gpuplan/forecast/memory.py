@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
 
@@ -471,18 +472,27 @@ def logits_bytes(arch: ModelArch, seq_len: Any, micro_batch: Any, tp: Any, cp: A
 
 
 def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16BIT) -> float:
-    """KV cache per token: ``2*L*kv_heads*head_dim*bytes``; MLA caches the latent.
+    """KV cache per token of a training-side :class:`ModelArch`, by the one formula
+    :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA caches the latent).
 
     >>> kv_cache_bytes_per_token(ModelArch(layers=80, hidden=8192, heads=64, kv_heads=8,
     ...                                    ffn_hidden=28672, vocab=128256))
     327680.0
     """
-    if arch.attention == "mla" and arch.mla:
-        width = int(arch.mla["kv_lora_rank"]) + int(arch.mla["qk_rope_head_dim"])
-        return float(arch.layers * width * bytes_per_value)
-    # hybrid models cache K/V in their attention blocks only (Mamba blocks keep a state)
-    layers = arch.attention_layers if arch.is_hybrid else arch.layers
-    return float(2 * (layers or 0) * arch.n_kv_heads * arch.d_head * bytes_per_value)
+    mla = arch.mla if arch.attention == "mla" and arch.mla else None
+    if mla is not None:
+        kv_layers = arch.layers
+    else:
+        # hybrid models cache K/V in their attention blocks only (Mamba blocks keep a state)
+        kv_layers = (arch.attention_layers or 0) if arch.is_hybrid else arch.layers
+    return kv_cache_formula(
+        kv_layers=kv_layers,
+        kv_heads=arch.n_kv_heads,
+        head_dim=arch.d_head,
+        bytes_per_element=bytes_per_value,
+        mla_kv_lora_rank=int(mla["kv_lora_rank"]) if mla else None,
+        mla_qk_rope_head_dim=int(mla["qk_rope_head_dim"]) if mla else None,
+    )
 
 
 def training_memory_per_gpu(
