@@ -18,7 +18,8 @@ import numpy as np
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch, model_flops_per_token
-from gpuplan.forecast.memory import RECOMPUTE_NAMES, fmt_gib, stage_layers, valid_pipeline
+from gpuplan.forecast.layout_rules import layout_violation, valid_layout_mask
+from gpuplan.forecast.memory import fmt_gib, valid_pipeline
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     SECONDS_PER_DAY,
@@ -28,7 +29,6 @@ from gpuplan.forecast.training import (
     evaluate_layouts,
     layouts_from_dict,
     memory_only,
-    nearest_pipelines,
     peak_flops,
     precision_recipe,
     summarise,
@@ -107,32 +107,17 @@ def enumerate_layouts(
     # Cartesian product without a Python loop per layout.
     grids = np.meshgrid(*(np.asarray(cand[k], dtype=np.int64) for k in keys), indexing="ij")
     L = {k: g.reshape(-1) for k, g in zip(keys, grids, strict=True)}
-    tp, pp, cp, ep, vp, mb, zero = (
-        L[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "zero")
-    )
+    tp, pp, cp, zero = (L[k] for k in ("tp", "pp", "cp", "zero"))
     model_par = tp * pp * cp
-    ok = num_gpus % model_par == 0
-    dp = np.where(ok, num_gpus // np.maximum(model_par, 1), 0)
+    dp = np.where(num_gpus % model_par == 0, num_gpus // np.maximum(model_par, 1), 0)
+    L["dp"] = dp
+    ok = valid_layout_mask(arch, num_gpus, L, seq_len=seq_len, global_batch=global_batch)
     if fixed.get("dp") is not None:
         ok &= dp == int(fixed["dp"])
-    ok &= dp >= 1
-    ok &= arch.heads % tp == 0
-    ok &= valid_pipeline(arch, pp)
-    lps = np.where(ok, stage_layers(arch, np.maximum(pp, 1))[0], 1).astype(np.int64)
-    ok &= lps % vp == 0
-    ok &= (vp == 1) | (pp > 1)
-    ok &= seq_len % cp == 0
-    local = dp * mb
-    ok &= (local > 0) & (global_batch % np.maximum(local, 1) == 0)
-    # ZeRO-2 with pipelining only when asked for (FSDP2 + PP); Megatron's default is ZeRO-1.
-    ok &= (zero <= (2 if fixed.get("zero") is not None else 1)) | (pp == 1)
-    if arch.is_moe:
-        ok &= arch.num_experts % ep == 0
-        # experts over the data-parallel ranks, or folded into the TP ranks as well
-        ok &= ((dp * cp) % ep == 0) | (((tp * dp * cp) % ep == 0) & (ep > dp * cp))
-    else:
-        ok &= ep == 1
-    L["dp"] = dp
+    # A search preference, not a validity rule: ZeRO-2 with pipelining only when asked
+    # for (FSDP2 + PP); Megatron's default is ZeRO-1.
+    if fixed.get("zero") is None:
+        ok &= (zero <= 1) | (pp == 1)
     return {k: L[k][ok] for k in LAYOUT_KEYS}
 
 
@@ -450,40 +435,15 @@ def best_layouts(
 
 
 def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int) -> None:
-    for key, value in fixed.items():
-        if key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch") and int(value) < 1:
-            raise InputError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
-    tp, pp, cp, dp = (int(fixed.get(k, 1)) for k in ("tp", "pp", "cp", "dp"))
-    if num_gpus % (tp * pp * cp * dp):
-        raise InputError(
-            f"parallelism does not divide the GPU count: tp {tp} x pp {pp} x cp {cp}"
-            + (f" x dp {dp}" if "dp" in fixed else "")
-            + f" = {tp * pp * cp * dp} does not divide --gpus {num_gpus}",
-            hint="choose sizes whose product divides --gpus",
-        )
-    if "tp" in fixed and arch.heads % tp:
-        raise InputError(
-            f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
-            hint="use a TP size that divides the number of heads",
-        )
-    if "pp" in fixed and not bool(valid_pipeline(arch, pp)):
-        raise InputError(
-            f"{arch.layers} layers cannot be split over --pp {pp} pipeline stages (every stage "
-            "needs a layer)",
-            hint=f"use --pp {nearest_pipelines(arch, pp)}",
-        )
-    if "cp" in fixed and seq_len % cp:
-        raise InputError(f"sequence length {seq_len} is not divisible by --cp {cp}")
-    if "ep" in fixed:
-        ep = int(fixed["ep"])
-        if not arch.is_moe and ep != 1:
-            raise InputError(f"--ep {ep} needs a mixture-of-experts model", hint="use --ep 1")
-        if arch.is_moe and arch.num_experts % ep:
-            raise InputError(f"experts ({arch.num_experts}) are not divisible by --ep {ep}")
-    if "zero" in fixed and int(fixed["zero"]) not in (0, 1, 2, 3):
-        raise InputError(f"--zero must be 0, 1, 2 or 3, got {fixed['zero']}")
-    if "recompute" in fixed and int(fixed["recompute"]) not in RECOMPUTE_NAMES:
-        raise InputError("--recompute must be none, selective or full")
+    """Raise :class:`InputError` for the first rule the user-fixed dimensions break alone.
+
+    The global batch is not checked here: a search rounds it to the nearest one a layout
+    divides (:func:`nearest_valid_batch`).
+    """
+    given = {k: v for k, v in fixed.items() if k in LAYOUT_KEYS and v is not None}
+    violation = layout_violation(arch, num_gpus, given, seq_len=seq_len)
+    if violation is not None:
+        raise violation.error()
 
 
 def cluster_sizes(

@@ -63,6 +63,7 @@ from gpuplan.forecast.flops import (
     layer_gemms,
     model_flops_per_token,
 )
+from gpuplan.forecast.layout_rules import layout_violation
 from gpuplan.forecast.memory import (
     GRAD_BYTES_PER_PARAM,
     MASTER_WEIGHT_BYTES,
@@ -75,7 +76,6 @@ from gpuplan.forecast.memory import (
     param_counts_per_rank,
     stage_layers,
     training_memory_per_gpu,
-    valid_pipeline,
 )
 
 PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "fp4", "int8")
@@ -1158,14 +1158,6 @@ def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- checks
-def nearest_pipelines(arch: ModelArch, pp: int) -> str:
-    """The valid pipeline sizes nearest ``pp`` below and above, for messages: ``'60 or 61'``."""
-    below = [p for p in range(min(int(pp), arch.layers), 0, -1) if bool(valid_pipeline(arch, p))]
-    above = [p for p in range(max(int(pp), 1), arch.layers + 1) if bool(valid_pipeline(arch, p))]
-    near = sorted({x for x in (below[:1] + above[:1]) if x != pp})
-    return " or ".join(str(x) for x in near) or "1"
-
-
 def check_layout(
     arch: ModelArch,
     num_gpus: int,
@@ -1175,78 +1167,24 @@ def check_layout(
     global_batch: int,
     node_size: int,
 ) -> None:
-    """Raise :class:`InputError` naming the first thing wrong with a fully given layout."""
-    tp, pp, cp, ep, dp, vp, mb = (
-        int(par[k]) for k in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch")
+    """Raise :class:`InputError` naming the first thing wrong with a fully given layout.
+
+    The rules are those of :func:`gpuplan.forecast.layout_rules.layout_violation`. A TP
+    group larger than ``node_size`` is allowed: its collectives leave the node, which the
+    hardware scope accounts for.
+    """
+    for key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch", "zero"):
+        if key not in par:
+            raise InputError(f"layout has no {key!r}", hint="give every layout dimension")
+    violation = layout_violation(
+        arch,
+        num_gpus,
+        {k: par[k] for k in LAYOUT_KEYS if k in par},
+        seq_len=seq_len,
+        global_batch=global_batch,
     )
-    for key in ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch"):
-        if int(par[key]) < 1:
-            raise InputError(f"--{key.replace('_', '-')} must be >= 1, got {par[key]}")
-    if tp * pp * cp * dp != num_gpus:
-        raise InputError(
-            f"parallelism does not multiply to the GPU count: tp {tp} x pp {pp} x cp {cp} x "
-            f"dp {dp} = {tp * pp * cp * dp}, but --gpus is {num_gpus}",
-            hint="choose --tp/--pp/--cp so that their product divides --gpus, or leave one "
-            "out to have it searched",
-        )
-    if arch.heads % tp:
-        raise InputError(
-            f"attention heads ({arch.heads}) are not divisible by --tp {tp}",
-            hint="use a TP size that divides the number of heads",
-        )
-    if not bool(valid_pipeline(arch, pp)):
-        raise InputError(
-            f"{arch.layers} layers cannot be split over --pp {pp} pipeline stages (every stage "
-            "needs a layer)",
-            hint=f"use --pp {nearest_pipelines(arch, pp)}",
-        )
-    lps = int(stage_layers(arch, pp)[0])
-    if lps % vp:
-        raise InputError(
-            f"layers per stage ({lps}) are not divisible by --vp {vp}",
-            hint="use a virtual-stage count that divides layers/pp, or --vp 1",
-        )
-    if vp > 1 and pp == 1:
-        raise InputError("--vp > 1 (interleaved stages) needs --pp > 1", hint="use --vp 1")
-    if seq_len % cp:
-        raise InputError(
-            f"sequence length {seq_len} is not divisible by --cp {cp}",
-            hint="use a context-parallel size that divides --seq-len",
-        )
-    if arch.is_moe:
-        if arch.num_experts % ep:
-            raise InputError(
-                f"experts ({arch.num_experts}) are not divisible by --ep {ep}",
-                hint="use an EP size that divides the number of experts",
-            )
-        if (dp * cp) % ep and ((tp * dp * cp) % ep or ep < dp * cp):
-            raise InputError(
-                f"--ep {ep} must divide dp x cp = {dp * cp}, or be a multiple of it dividing "
-                f"tp x dp x cp = {tp * dp * cp} (experts folded into the TP ranks)",
-                hint="choose --ep dividing the data-parallel size",
-            )
-    elif ep != 1:
-        raise InputError(f"--ep {ep} needs a mixture-of-experts model", hint="use --ep 1")
-    if global_batch % (dp * mb):
-        raise InputError(
-            f"global batch ({global_batch} sequences) is not divisible by dp {dp} x "
-            f"micro-batch {mb}",
-            hint="change --global-batch, --micro-batch or the layout",
-        )
-    if int(par["zero"]) not in (0, 1, 2, 3):
-        raise InputError(f"--zero must be 0, 1, 2 or 3, got {par['zero']}")
-    if int(par["zero"]) >= 3 and pp > 1:
-        # ZeRO-2 with pipelining is what FSDP without resharding after the forward gives
-        # (Llama 3, Dubey et al. 2024 section 3.3.2; torchtitan FSDP2 + PP); ZeRO-3 would
-        # re-gather every stage's weights for every micro-batch.
-        raise InputError(
-            f"ZeRO stage 3 with pipeline parallelism (--pp {pp}) is not supported "
-            "by Megatron-LM or DeepSpeed",
-            hint="use --zero 0, 1 or 2 with --pp > 1",
-        )
-    if tp > node_size:
-        # Allowed, but say so through the hardware scope (collectives leave the node).
-        pass
+    if violation is not None:
+        raise violation.error()
 
 
 # ------------------------------------------------------------------------ summaries
