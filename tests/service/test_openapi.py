@@ -80,12 +80,19 @@ def fuzzed_api(tmp_path):
             {"seed": 20250301, "auth": {"openapi": {"HTTPBearer": {"bearer": _TOKEN["admin"]}}}}
         )
         # /openapi.json needs a read token too (no public schema)
-        yield schemathesis.openapi.from_asgi(
+        loaded = schemathesis.openapi.from_asgi(
             "/openapi.json",
             app,
             config=config,
             headers={"Authorization": f"Bearer {_TOKEN['admin']}"},
         )
+        # The generator's canonicaliser gives up on ProbeResult's chain of if/then rules
+        # (one per probe kind: measurements typed by `probe`) since the seventh kind, so
+        # uploads are generated from the schema without that chain: the bodies are broader
+        # (any measurement object for any probe), and the server, which validates the whole
+        # document, must still answer them without a 5xx.
+        loaded.raw_schema["components"]["schemas"]["ProbeResult"].pop("allOf", None)
+        yield loaded
     db.dispose()
 
 
