@@ -208,6 +208,13 @@ def _point_text(probe: str, m: dict[str, Any]) -> tuple[str, str]:
             f"{m['rw']} bs={fmt_bytes(m['block_size_bytes'])} qd={m['iodepth']} jobs={m['numjobs']}",
             f"{fmt_si(m['bw_bytes_per_s'], 'B/s')}, {fmt_si(m.get('iops'), 'IOPS')}, p99 {fmt_duration(p99)}",
         )
+    if probe == "serve":
+        return (
+            f"concurrency {m['concurrency']} ({m['completed']}/{m['num_requests']} ok)",
+            f"{fmt_si(m['output_throughput_tokens_per_s'], 'tok/s')}, TTFT p50 "
+            f"{fmt_duration(m.get('ttft_p50_s'))} p99 {fmt_duration(m.get('ttft_p99_s'))}, "
+            f"TPOT p50 {fmt_duration(m.get('tpot_p50_s'))}",
+        )
     return "", ""
 
 

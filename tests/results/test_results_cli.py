@@ -97,3 +97,20 @@ def test_upload_is_registered(run_cli):
     assert r.returncode == 0
     for cmd in ("ls", "show", "compare", "upload"):
         assert cmd in r.stdout
+
+
+def test_show_describes_a_serve_level():
+    from gpuplan.cli.results import _point_text
+
+    level = {
+        "concurrency": 8,
+        "num_requests": 64,
+        "completed": 63,
+        "output_throughput_tokens_per_s": 1234.0,
+        "ttft_p50_s": 0.0812,
+        "ttft_p99_s": 0.25,
+        "tpot_p50_s": 0.0151,
+    }
+    point, figure = _point_text("serve", level)
+    assert point == "concurrency 8 (63/64 ok)"
+    assert figure == "1.23 ktok/s, TTFT p50 81.2 ms p99 250 ms, TPOT p50 15.1 ms"
