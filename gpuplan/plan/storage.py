@@ -324,18 +324,11 @@ def fit_tier(
             "provisioned TiB x write B/s per TiB",
             [provisioned, per_tib_w],
         )
-        ckpt_s = derived(
-            ckpt.value / wbw.value,
-            "s",
-            f"checkpoint write time on {tier.id}",
-            "checkpoint size / tier write bandwidth",
-            [ckpt, wbw],
-        )
     else:
         wbw = missing_fig(
             "B/s", f"{tier.id} write bandwidth", f"{tier.id} has no throughput figure"
         )
-        ckpt_s = missing_fig("s", f"checkpoint write time on {tier.id}", wbw.missing or "")
+    ckpt_s = _checkpoint_time(tier.id, ckpt, wbw)
     if not per_tib_r.ok and not per_tib_w.ok:
         fits = False
         reason = f"{tier.id} has no throughput per TiB or per appliance in the catalog"
@@ -354,6 +347,19 @@ def fit_tier(
         reason,
         sized_by,
         gpudirect_storage=tier.gpudirect_storage,
+    )
+
+
+def _checkpoint_time(tier_id: str, ckpt: Figure, wbw: Figure) -> Figure:
+    """Checkpoint write time on a tier: checkpoint size / the tier's write bandwidth."""
+    if not wbw.ok:
+        return missing_fig("s", f"checkpoint write time on {tier_id}", wbw.missing or "")
+    return derived(
+        ckpt.value / wbw.value,
+        "s",
+        f"checkpoint write time on {tier_id}",
+        "checkpoint size / tier write bandwidth",
+        [ckpt, wbw],
     )
 
 
@@ -465,16 +471,7 @@ def fit_appliances(
     provisioned = scaled(cap_per, "B", "usable capacity")
     rbw = scaled(r_per, "B/s", "read bandwidth")
     wbw = scaled(w_per, "B/s", "write bandwidth")
-    if wbw.ok:
-        ckpt_s = derived(
-            ckpt.value / wbw.value,
-            "s",
-            f"checkpoint write time on {tier.id}",
-            "checkpoint size / tier write bandwidth",
-            [ckpt, wbw],
-        )
-    else:
-        ckpt_s = missing_fig("s", f"checkpoint write time on {tier.id}", wbw.missing or "")
+    ckpt_s = _checkpoint_time(tier.id, ckpt, wbw)
     fits = not missing
     reason = None if fits else f"{tier.id} has no per-appliance figure for: " + ", ".join(missing)
     wbw, ckpt_s, fits, reason = _apply_write_cap(
