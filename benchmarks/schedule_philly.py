@@ -44,14 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     args = ap.parse_args(argv)
 
-    from gpuplan.plan.scheduling import Cluster, load_philly, simulate, wait_vs_size_curve
+    from gpuplan.scheduling import Cluster, load_philly, simulate, wait_vs_size_curve
 
     jobs, load_wall, load_cpu = _timed(load_philly)
     cluster = Cluster.homogeneous(args.nodes, 8)
     runs: list[tuple[str, str, dict]] = [(p, p, {}) for p in args.policies.split(",") if p]
     if args.quotas:
-        from gpuplan.plan.scheduling.scenario import team_quotas
-        from gpuplan.plan.scheduling.schema import TeamSpec
+        from gpuplan.scheduling.scenario import team_quotas
+        from gpuplan.scheduling.schema import TeamSpec
 
         teams = [TeamSpec(name=t, cohort="all") for t in dict.fromkeys(j.team for j in jobs)]
         q = {"quota_mode": "kueue", "quotas": team_quotas(teams, cluster.total_gpus)}

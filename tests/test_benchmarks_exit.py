@@ -54,7 +54,7 @@ def test_catalog_load_exit_code_follows_the_target(monkeypatch, capsys):
 
 
 def test_schedule_philly_exit_code_follows_the_target(monkeypatch, capsys):
-    import gpuplan.plan.scheduling as scheduling
+    import gpuplan.scheduling as scheduling
 
     real = scheduling.load_philly
     monkeypatch.setattr(scheduling, "load_philly", lambda: real(limit=300))

@@ -89,7 +89,7 @@ def _load_scenario(path: Path) -> Any:
     import yaml
 
     from gpuplan.errors import SchemaError
-    from gpuplan.plan.scheduling.schema import parse_scenario
+    from gpuplan.scheduling.schema import parse_scenario
     from gpuplan.userfiles import read_text
 
     text = read_text(path, what="scenario file", hint="check the path")
@@ -182,13 +182,13 @@ def schedule(
 ) -> None:
     """Simulate a shared GPU cluster (see the group help for examples)."""
     from gpuplan.errors import InputError
-    from gpuplan.plan.scheduling import capacity
-    from gpuplan.plan.scheduling.cluster import Cluster
-    from gpuplan.plan.scheduling.configs import quota_plan, render_config, write_config
-    from gpuplan.plan.scheduling.scenario import scenario_inputs, team_quotas
-    from gpuplan.plan.scheduling.schema import TeamSpec
-    from gpuplan.plan.scheduling.simulate import simulate
-    from gpuplan.plan.scheduling.workload import PHILLY_CITATION, load_philly, load_trace
+    from gpuplan.scheduling import capacity
+    from gpuplan.scheduling.cluster import Cluster
+    from gpuplan.scheduling.configs import quota_plan, render_config, write_config
+    from gpuplan.scheduling.scenario import scenario_inputs, team_quotas
+    from gpuplan.scheduling.schema import TeamSpec
+    from gpuplan.scheduling.simulate import simulate
+    from gpuplan.scheduling.workload import PHILLY_CITATION, load_philly, load_trace
 
     if (trace is None) == (scenario is None):
         raise InputError(
@@ -227,7 +227,9 @@ def schedule(
                 spec.cluster.gpus_per_node if spec.cluster and spec.cluster.gpus_per_node else 8
             )
             cluster = Cluster.from_gpus(gpus, g)
-        jobs, cluster, options = scenario_inputs(sc, cluster)
+        from gpuplan.forecast.training import forecast_training  # training_jobs' durations
+
+        jobs, cluster, options = scenario_inputs(sc, cluster, forecast=forecast_training)
         team_specs = list(sc.teams)
         base_policy = spec.policy
         source = {"scenario": str(scenario), "jobs": len(jobs)}
@@ -248,7 +250,7 @@ def schedule(
         team_specs = [TeamSpec(name=t) for t in dict.fromkeys(j.team for j in jobs)]
         base_policy = "backfill"
         classes = sorted({j.priority_class for j in jobs})
-        from gpuplan.plan.scheduling.schema import DEFAULT_PRIORITY_CLASSES
+        from gpuplan.scheduling.schema import DEFAULT_PRIORITY_CLASSES
 
         if not set(classes) <= set(DEFAULT_PRIORITY_CLASSES):
             raise InputError(

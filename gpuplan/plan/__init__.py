@@ -5,7 +5,7 @@ Entry point: :func:`gpuplan.plan.planner.build_plan` (scenario -> :class:`Plan`)
 ``provenance`` (figures and their sources), ``fabric``, ``storage``, ``power``, ``cost``
 (pure arithmetic with the papers they follow), ``trial`` (the trial node's probe results),
 ``workloads`` (sizing through the forecasts), ``options``, ``ranking``, ``shared`` (the
-teams on the planned fleet, through :mod:`gpuplan.plan.scheduling`).
+teams on the planned fleet, through :mod:`gpuplan.scheduling`).
 
-Nothing is imported here so that ``gpuplan.plan.scheduling`` stays light to import.
+Nothing is imported here so that ``import gpuplan.plan.<module>`` stays light.
 """

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuplan import limits
 from gpuplan.errors import SchemaError
-from gpuplan.plan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
+from gpuplan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
 SCENARIO_VERSION = 1
 

@@ -1,20 +1,20 @@
 """The shared-cluster section: the scenario's teams simulated on the planned fleet.
 
 The teams' job mix is drawn with the scheduling part's seeded workload generator and
-replayed by its discrete-event simulator (:func:`gpuplan.plan.scheduling.simulate`) on
+replayed by its discrete-event simulator (:func:`gpuplan.scheduling.simulate`) on
 the recommended option's nodes (or on the cluster the ``scheduling`` block names), under
 the scenario's policy and, for comparison, strict FIFO and fair-share. The section keeps
 the contract fields of ``gpuplan schedule`` (utilisation, waits, job completion times,
 per-team waits, starved jobs), each as a figure derived from the simulation.
 
 It also answers "how big": the wait-vs-cluster-size curve of the same jobs
-(:func:`gpuplan.plan.scheduling.capacity.wait_vs_size_curve`) under the scenario's policy and
+(:func:`gpuplan.scheduling.capacity.wait_vs_size_curve`) under the scenario's policy and
 under strict FIFO (the baseline whose waits provably never grow with the cluster,
 docs/scheduling.md section 5), at ``scheduling.sizes_gpus`` or by default at the scheduling
-part's :func:`~gpuplan.plan.scheduling.capacity.default_sizes` plus the planned size; the
+part's :func:`~gpuplan.scheduling.capacity.default_sizes` plus the planned size; the
 smallest cluster meeting ``scheduling.p95_wait_target_s`` when it is set; and, with
 ``scheduling.reference_trace: philly``, the curve of the Microsoft Philly trace
-(:func:`~gpuplan.plan.scheduling.capacity.philly_wait_curve`) with the citation its
+(:func:`~gpuplan.scheduling.capacity.philly_wait_curve`) with the citation its
 CC BY 4.0 licence requires.
 """
 
@@ -32,17 +32,17 @@ COMPARE_POLICIES = ("fifo", "fair-share")
 #: the cluster (docs/scheduling.md section 5), so the two curves bracket what the policy buys.
 CURVE_BASELINE_POLICY = "fifo"
 #: Policy of the reference trace's curve: EASY backfill, the default of
-#: :func:`~gpuplan.plan.scheduling.capacity.philly_wait_curve` (about 15 s of CPU for the
+#: :func:`~gpuplan.scheduling.capacity.philly_wait_curve` (about 15 s of CPU for the
 #: whole trace; fair-share takes about twice as long and needs shares the trace lacks).
 REFERENCE_POLICY = "backfill"
 _STAT_KEYS = ("mean", "p50", "p95", "p99", "max")
 _DEFAULT_SIZES_FORMULA = (
     "ceil(max(m x mean GPU demand, largest job) / GPUs per node) x GPUs per node, "
-    "m in {multiples} (gpuplan.plan.scheduling.capacity.default_sizes)"
+    "m in {multiples} (gpuplan.scheduling.capacity.default_sizes)"
 )
 _SCALED_FORMULA = (
     "the cluster's node types resized to the requested GPUs in whole nodes "
-    "(gpuplan.plan.scheduling.cluster.Cluster.scaled)"
+    "(gpuplan.scheduling.cluster.Cluster.scaled)"
 )
 
 
@@ -53,7 +53,7 @@ def _fig(value: Any, unit: str, label: str, inputs: list[Figure], what: str) -> 
         value,
         unit,
         label,
-        f"discrete-event simulation of the teams' jobs ({what}; gpuplan.plan.scheduling)",
+        f"discrete-event simulation of the teams' jobs ({what}; gpuplan.scheduling)",
         inputs,
     )
 
@@ -99,12 +99,16 @@ def _summary(res: dict[str, Any], inputs: list[Figure]) -> dict[str, Any]:
 
 def _team_jobs(ctx: PlanContext, spec: Any) -> list[Any]:
     """The teams' seeded job draw (one per plan: sizing and the section replay the same jobs)."""
-    from gpuplan.plan.scheduling.workload import generate_workload
+    from gpuplan.forecast.training import forecast_training
+    from gpuplan.scheduling.workload import generate_workload
 
     key = ("shared.jobs", spec.horizon_days, spec.seed)
     if key not in ctx.forecast_cache:
         ctx.forecast_cache[key] = generate_workload(
-            ctx.scenario.teams, horizon_s=spec.horizon_days * 86400.0, seed=spec.seed
+            ctx.scenario.teams,
+            horizon_s=spec.horizon_days * 86400.0,
+            seed=spec.seed,
+            forecast=forecast_training,
         )
     return list(ctx.forecast_cache[key])
 
@@ -112,9 +116,9 @@ def _team_jobs(ctx: PlanContext, spec: Any) -> list[Any]:
 def _sim_options(ctx: PlanContext, spec: Any, cluster: Any) -> dict[str, Any]:
     """The simulator's keyword options for the scenario's teams on ``cluster``: the same
     builder as ``gpuplan schedule --scenario``
-    (:func:`gpuplan.plan.scheduling.scenario.simulation_options`, so the same fair-share
+    (:func:`gpuplan.scheduling.scenario.simulation_options`, so the same fair-share
     tree), with jobs that fit no node of the planned fleet dropped and counted."""
-    from gpuplan.plan.scheduling.scenario import simulation_options
+    from gpuplan.scheduling.scenario import simulation_options
 
     return {**simulation_options(ctx.scenario.teams, spec, cluster), "on_unschedulable": "drop"}
 
@@ -128,7 +132,7 @@ def _smallest_raw(
     cluster itself), so the fleet sizing (:func:`teams_sizing`) and the section's table
     share one answer.
     """
-    from gpuplan.plan.scheduling.capacity import smallest_cluster
+    from gpuplan.scheduling.capacity import smallest_cluster
 
     shape = tuple((p.gpus_per_node, p.gpu) for p in cluster.pools)
     key = ("shared.smallest", spec.horizon_days, spec.seed, spec.policy, shape)
@@ -165,8 +169,8 @@ def teams_sizing(
     the shared part of the fleet.
     """
     from gpuplan.plan.provenance import Text
-    from gpuplan.plan.scheduling.cluster import Cluster
-    from gpuplan.plan.scheduling.schema import SchedulingSpec
+    from gpuplan.scheduling.cluster import Cluster
+    from gpuplan.scheduling.schema import SchedulingSpec
 
     sc = ctx.scenario
     spec = sc.scheduling or SchedulingSpec()
@@ -200,7 +204,7 @@ def teams_sizing(
         "nodes the teams need for the p95 wait target",
         f"bisection over node counts of discrete-event simulations (policy {spec.policy}): "
         "the fewest nodes whose p95 wait meets the target for every team "
-        "(gpuplan.plan.scheduling.capacity.smallest_cluster)",
+        "(gpuplan.scheduling.capacity.smallest_cluster)",
         [target, opt.gpus_per_node],
     )
     binds = dedicated_nodes is None or nodes.value > dedicated_nodes.value
@@ -254,9 +258,9 @@ def fleet_parts_with_teams(
 
 def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     """Simulate the scenario's teams on ``option``'s fleet (module docstring)."""
-    from gpuplan.plan.scheduling.cluster import Cluster
-    from gpuplan.plan.scheduling.schema import SchedulingSpec
-    from gpuplan.plan.scheduling.simulate import simulate
+    from gpuplan.scheduling.cluster import Cluster
+    from gpuplan.scheduling.schema import SchedulingSpec
+    from gpuplan.scheduling.simulate import simulate
 
     sc = ctx.scenario
     spec = sc.scheduling or SchedulingSpec()
@@ -314,7 +318,7 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
         "jobs",
         "jobs drawn for the teams",
         "seeded draw from the teams' arrival rates, sizes and durations "
-        "(gpuplan.plan.scheduling.workload)",
+        "(gpuplan.scheduling.workload)",
         [horizon, seed],
     )
     out: dict[str, Any] = {
@@ -397,7 +401,7 @@ def _curve_sizes(
     cluster_inputs: list[Figure],
 ) -> tuple[str, list[tuple[int, Figure]]]:
     """The curve's sizes with their figures: the scenario's, or the default ones."""
-    from gpuplan.plan.scheduling.capacity import DEFAULT_LOAD_MULTIPLES, default_sizes
+    from gpuplan.scheduling.capacity import DEFAULT_LOAD_MULTIPLES, default_sizes
 
     if spec.sizes_gpus:
         sizes: dict[int, Figure] = {}
@@ -420,7 +424,7 @@ def _curve_sizes(
             )
     return (
         "default: the planned size and multiples of the teams' mean GPU demand "
-        "(gpuplan.plan.scheduling.capacity.default_sizes)",
+        "(gpuplan.scheduling.capacity.default_sizes)",
         sorted(out.items()),
     )
 
@@ -437,14 +441,14 @@ def _wait_vs_size(
     cluster_inputs: list[Figure],
 ) -> dict[str, Any]:
     """The teams' wait-vs-cluster-size curves (scenario policy and the FIFO baseline)."""
-    from gpuplan.plan.scheduling.capacity import mean_demand_gpus, wait_vs_size_curve
+    from gpuplan.scheduling.capacity import mean_demand_gpus, wait_vs_size_curve
 
     demand = derived(
         mean_demand_gpus(jobs),
         "GPUs",
         "teams' mean GPU demand",
         "GPU-seconds of the teams' jobs / (last end - first submit) with every job started "
-        "on arrival (gpuplan.plan.scheduling.capacity.mean_demand_gpus)",
+        "on arrival (gpuplan.scheduling.capacity.mean_demand_gpus)",
         [jobs_fig],
     )
     sizes_from, sizes = _curve_sizes(ctx, spec, jobs, cluster, cluster_gpus, demand, cluster_inputs)
@@ -475,7 +479,7 @@ def _wait_vs_size(
             continue
         formula = (
             f"discrete-event simulation of the teams' jobs at this cluster size (policy {pol}; "
-            "gpuplan.plan.scheduling.capacity.wait_vs_size_curve)"
+            "gpuplan.scheduling.capacity.wait_vs_size_curve)"
         )
         entry["points"] = [
             _point(p, fig, [jobs_fig, pol_fig], cluster_inputs, f"{pol} at {g} GPUs", formula)
@@ -511,7 +515,7 @@ def _smallest(
     formula = (
         f"bisection over node counts of discrete-event simulations (policy {spec.policy}): "
         "the fewest nodes whose p95 wait meets the target "
-        "(gpuplan.plan.scheduling.capacity.smallest_cluster)"
+        "(gpuplan.scheduling.capacity.smallest_cluster)"
     )
     by_gpus = {e["gpus"]: e for e in res["evaluations"]}
 
@@ -548,8 +552,8 @@ def _smallest(
 
 def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
     """The wait-vs-size curve of a shipped trace (the Philly trace), with its citation."""
-    from gpuplan.plan.scheduling import capacity
-    from gpuplan.plan.scheduling.workload import PHILLY_CITATION
+    from gpuplan.scheduling import capacity
+    from gpuplan.scheduling.workload import PHILLY_CITATION
 
     trace = spec.reference_trace
     trace_fig = Figure(
@@ -577,7 +581,7 @@ def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
             g,
             "GPUs",
             f"Philly curve size {i + 1}",
-            "default gpuplan.plan.scheduling.capacity.PHILLY_CURVE_SIZES_GPUS",
+            "default gpuplan.scheduling.capacity.PHILLY_CURVE_SIZES_GPUS",
             default=True,
         )
         for i, g in enumerate(sizes)
@@ -603,12 +607,12 @@ def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
         "GPUs",
         "Philly trace mean GPU demand",
         "GPU-seconds of the trace's jobs / (last end - first submit) "
-        "(gpuplan.plan.scheduling.capacity.mean_demand_gpus)",
+        "(gpuplan.scheduling.capacity.mean_demand_gpus)",
         [trace_fig],
     )
     formula = (
         f"discrete-event simulation of the Microsoft Philly trace at this cluster size "
-        f"(policy {REFERENCE_POLICY}; gpuplan.plan.scheduling.capacity.philly_wait_curve)"
+        f"(policy {REFERENCE_POLICY}; gpuplan.scheduling.capacity.philly_wait_curve)"
     )
     out["points"] = [
         _point(p, fig, [trace_fig, policy_fig], [], f"Philly at {g} GPUs", formula, per_team=False)

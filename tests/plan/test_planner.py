@@ -286,8 +286,8 @@ def test_mixed_plan_shared_cluster_figures_cite_figures_of_the_plan(plans):
 
 
 def test_mixed_plan_smallest_cluster_meets_the_target_and_one_node_less_does_not(plans):
-    from gpuplan.plan.scheduling import Cluster, scenario_inputs, simulate
-    from gpuplan.plan.scheduling import parse_scenario as parse_teams_scenario
+    from gpuplan.scheduling import Cluster, scenario_inputs, simulate
+    from gpuplan.scheduling import parse_scenario as parse_teams_scenario
 
     _, doc = plans["mixed-teams"]
     sm = doc["shared_cluster"]["smallest_cluster"]
@@ -319,7 +319,7 @@ def test_mixed_plan_smallest_cluster_meets_the_target_and_one_node_less_does_not
 
 
 def test_mixed_plan_philly_reference_curve_is_cited(plans):
-    from gpuplan.plan.scheduling.workload import PHILLY_CITATION
+    from gpuplan.scheduling.workload import PHILLY_CITATION
     from gpuplan.report import render_html, render_markdown
 
     _, doc = plans["mixed-teams"]

@@ -3,7 +3,7 @@
 Before issue 14 the plan rebuilt the simulator's options itself and dropped ``parents``, so
 the plan's shared-cluster section ran a flat fair-share tree while ``gpuplan schedule`` on
 the same file used the teams' accounts. Both now call one builder
-(:func:`gpuplan.plan.scheduling.scenario.simulation_options`). Real parsers, real simulator
+(:func:`gpuplan.scheduling.scenario.simulation_options`). Real parsers, real simulator
 options, real tree builder; the same scenario text goes through both paths.
 """
 
@@ -70,7 +70,7 @@ def _shape(account: Any) -> tuple[Any, ...]:
 
 def _tree(options: dict[str, Any], teams: list[str]) -> tuple[Any, ...]:
     """The tree the engine builds from these options (engine.py: build_tree over the teams)."""
-    from gpuplan.plan.scheduling.fairshare import build_tree
+    from gpuplan.scheduling.fairshare import build_tree
 
     parents = dict(options.get("parents") or {})
     shares = options["shares"]
@@ -80,8 +80,8 @@ def _tree(options: dict[str, Any], teams: list[str]) -> tuple[Any, ...]:
 def test_plan_and_schedule_build_the_same_fair_share_tree():
     from gpuplan.plan.context import PlanContext
     from gpuplan.plan.scenario import parse_scenario
-    from gpuplan.plan.scheduling.scenario import scenario_inputs
-    from gpuplan.plan.scheduling.schema import parse_scenario as parse_shared
+    from gpuplan.scheduling.scenario import scenario_inputs
+    from gpuplan.scheduling.schema import parse_scenario as parse_shared
     from gpuplan.plan.shared import _sim_options
 
     # gpuplan schedule --scenario FILE (cli/schedule.py: parse, then scenario_inputs)

@@ -80,9 +80,9 @@ SMALL_PHILLY_SIZES_GPUS = (64, 128, 256)
 
 def small_philly_curve(sizes_gpus, policy="backfill", *, progress=None, **options):
     """:func:`philly_wait_curve` on the first :data:`SMALL_PHILLY_JOBS` jobs of the trace."""
-    from gpuplan.plan.scheduling.capacity import wait_vs_size_curve
-    from gpuplan.plan.scheduling.cluster import Cluster
-    from gpuplan.plan.scheduling.workload import PHILLY_CITATION, load_philly
+    from gpuplan.scheduling.capacity import wait_vs_size_curve
+    from gpuplan.scheduling.cluster import Cluster
+    from gpuplan.scheduling.workload import PHILLY_CITATION, load_philly
 
     out = wait_vs_size_curve(
         load_philly(limit=SMALL_PHILLY_JOBS),
@@ -111,7 +111,7 @@ def report_dir(tmp_path_factory) -> Path:
     """Plan SCENARIO against a synthetic H100 trial run and write the three outputs."""
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import parse_scenario
-    from gpuplan.plan.scheduling import capacity
+    from gpuplan.scheduling import capacity
     from gpuplan.report import write_report
 
     root = tmp_path_factory.mktemp("report")
@@ -137,7 +137,7 @@ def example_reports(tmp_path_factory) -> dict[str, Path]:
     its report written under a tmp dir; the Philly curve shortened as for ``report_dir``."""
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import load_scenario
-    from gpuplan.plan.scheduling import capacity
+    from gpuplan.scheduling import capacity
     from gpuplan.report import write_report
 
     out = {}

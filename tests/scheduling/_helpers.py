@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from gpuplan.plan.scheduling import Job
+from gpuplan.scheduling import Job
 
 
 def job(i: int | str, submit: float, dur: float, gpus: int, team: str = "t", cls: str = "normal"):

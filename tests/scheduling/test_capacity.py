@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling import (
+from gpuplan.scheduling import (
     Cluster,
     NodePool,
     compare_policies,
@@ -16,7 +16,7 @@ from gpuplan.plan.scheduling import (
     smallest_cluster,
     wait_vs_size_curve,
 )
-from gpuplan.plan.scheduling.capacity import default_sizes, mean_demand_gpus
+from gpuplan.scheduling.capacity import default_sizes, mean_demand_gpus
 
 from ._helpers import job, random_jobs
 
@@ -107,7 +107,7 @@ def test_compare_policies_on_one_workload():
 def test_philly_wait_curve_carries_the_citation():
     # The full curve is timed by benchmarks/schedule_philly.py; one size where almost
     # nobody waits keeps this test short.
-    from gpuplan.plan.scheduling import philly_wait_curve
+    from gpuplan.scheduling import philly_wait_curve
 
     curve = philly_wait_curve([2048], "fifo")
     (point,) = curve["points"]
@@ -118,8 +118,8 @@ def test_philly_wait_curve_carries_the_citation():
 
 
 def test_curve_rederives_quotas_per_size():
-    from gpuplan.plan.scheduling.scenario import team_quotas
-    from gpuplan.plan.scheduling.schema import TeamSpec
+    from gpuplan.scheduling.scenario import team_quotas
+    from gpuplan.scheduling.schema import TeamSpec
 
     teams = [TeamSpec(name=t) for t in ("a", "b", "c")]
     opts = {"quota_mode": "resourcequota", "quotas": team_quotas(teams, 16)}

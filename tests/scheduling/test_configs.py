@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling import Cluster, NodePool, quota_plan, render_config, write_config
-from gpuplan.plan.scheduling.schema import TeamSpec
+from gpuplan.scheduling import Cluster, NodePool, quota_plan, render_config, write_config
+from gpuplan.scheduling.schema import TeamSpec
 
 TEAMS = [
     TeamSpec(name="Research", share=40, cohort="ml", borrowing_limit_gpus=16),

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling import Cluster, Job, NodePool, simulate
-from gpuplan.plan.scheduling.engine import Engine, SimOptions
-from gpuplan.plan.scheduling.schema import TeamSpec
-from gpuplan.plan.scheduling.workload import generate_workload
+from gpuplan.scheduling import Cluster, Job, NodePool, simulate
+from gpuplan.scheduling.engine import Engine, SimOptions
+from gpuplan.scheduling.schema import TeamSpec
+from gpuplan.scheduling.workload import generate_workload
 
 from ._helpers import job, random_jobs
 
@@ -139,7 +139,7 @@ def test_backfill_depth_limits_the_scan():
 def test_vectorised_backfill_scan_gives_the_same_schedule(policy, quota_mode):
     # The engine scans backfill candidates with numpy on one-pool clusters; the plain
     # one-job-at-a-time path must make exactly the same decisions.
-    from gpuplan.plan.scheduling import TeamQuota
+    from gpuplan.scheduling import TeamQuota
 
     classes = ("low", "normal", "high")
     jobs = [

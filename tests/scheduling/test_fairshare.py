@@ -7,8 +7,8 @@ import math
 import pytest
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling import Cluster, simulate
-from gpuplan.plan.scheduling.fairshare import (
+from gpuplan.scheduling import Cluster, simulate
+from gpuplan.scheduling.fairshare import (
     Account,
     DecayedUsage,
     build_tree,

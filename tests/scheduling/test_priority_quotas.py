@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling import Cluster, TeamQuota, simulate
+from gpuplan.scheduling import Cluster, TeamQuota, simulate
 
 from ._helpers import job, random_jobs
 
@@ -204,7 +204,7 @@ def test_skipping_teams_without_quota_changes_no_decision(quota_mode, policy):
     # The engine sets aside the queue of a team that has no quota left, and passes over a
     # team's jobs at least as big as one that just failed its quota, instead of skipping
     # them one by one; with those shortcuts off the schedule is the same.
-    from gpuplan.plan.scheduling.engine import Engine, SimOptions
+    from gpuplan.scheduling.engine import Engine, SimOptions
 
     classes = ("low", "normal", "high")
     jobs = [

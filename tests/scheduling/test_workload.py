@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import gzip
 import math
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpuplan.errors import EnvironmentProblem, InputError, NotFoundError, SchemaError
-from gpuplan.plan.scheduling import (
+from gpuplan.scheduling import (
     PHILLY_CITATION,
     generate_workload,
     load_philly,
     load_trace,
     parse_scenario,
 )
-from gpuplan.plan.scheduling.schema import TeamSpec, derived_quotas
-from gpuplan.plan.scheduling.workload import philly_path
+from gpuplan.scheduling.schema import TeamSpec, derived_quotas
+from gpuplan.scheduling.workload import philly_path
 
 
 def _write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
@@ -182,18 +180,15 @@ def test_time_of_day_pattern_shapes_arrivals():
     )
 
 
-def test_training_jobs_take_their_duration_from_the_forecast(monkeypatch):
-    # gpuplan.forecast.training is written by another part; here it is replaced by a fake
-    # with the documented signature, so that this path is tested on its own.
+def test_training_jobs_take_their_duration_from_the_forecast():
+    # The caller hands the training forecast in (the scheduler does not import it); a fake
+    # with the documented signature tests this path on its own.
     calls = []
 
     def fake_forecast_training(*, model, gpu, num_gpus, tokens, **kw):
         calls.append((model, gpu, num_gpus, tokens))
         return {"time_to_train_s": tokens / (num_gpus * 1e6)}
 
-    fake = types.ModuleType("gpuplan.forecast.training")
-    fake.forecast_training = fake_forecast_training
-    monkeypatch.setitem(sys.modules, "gpuplan.forecast.training", fake)
     team = TeamSpec(
         name="llm",
         training_jobs=[
@@ -206,7 +201,7 @@ def test_training_jobs_take_their_duration_from_the_forecast(monkeypatch):
             }
         ],
     )
-    jobs = generate_workload([team], horizon_s=86400, seed=0)
+    jobs = generate_workload([team], horizon_s=86400, seed=0, forecast=fake_forecast_training)
     assert [j.duration_s for j in jobs] == [1e5, 1e5, 1e5]
     assert [j.submit_s for j in jobs] == [0.0, 10.0, 20.0]
     assert all(j.kind == "training" and j.num_gpus == 64 for j in jobs)
@@ -215,16 +210,21 @@ def test_training_jobs_take_their_duration_from_the_forecast(monkeypatch):
     def broken(**kw):
         return {"step_time_s": 1.0}
 
-    fake.forecast_training = broken
     with pytest.raises(InputError, match="no time_to_train_s"):
-        generate_workload([team], horizon_s=86400, seed=0)
+        generate_workload([team], horizon_s=86400, seed=0, forecast=broken)
 
 
-def test_training_jobs_without_the_forecast_module(monkeypatch):
-    monkeypatch.setitem(sys.modules, "gpuplan.forecast.training", None)
+def test_training_jobs_without_a_forecast_say_so():
     team = TeamSpec(name="llm", training_jobs=[{"model": "m", "tokens": 1e9, "gpus": 8}])
-    with pytest.raises(EnvironmentProblem, match="training forecast"):
+    with pytest.raises(EnvironmentProblem, match="need the training forecast"):
         generate_workload([team], horizon_s=86400, seed=0)
+    # teams without training runs need no forecast
+    plain = TeamSpec(
+        name="web",
+        arrival_rate_per_hour=2.0,
+        duration_distribution={"kind": "lognormal", "median_s": 3600, "sigma": 1.0},
+    )
+    assert generate_workload([plain], horizon_s=86400, seed=0)
 
 
 def test_training_jobs_with_the_real_forecast():
@@ -234,7 +234,7 @@ def test_training_jobs_with_the_real_forecast():
         name="llm",
         training_jobs=[{"model": "llama3.1-8b", "tokens": 1.0e11, "gpus": 64, "gpu": "h100"}],
     )
-    (job,) = generate_workload([team], horizon_s=86400, seed=0)
+    (job,) = generate_workload([team], horizon_s=86400, seed=0, forecast=training.forecast_training)
     direct = training.forecast_training(model="llama3.1-8b", gpu="h100", num_gpus=64, tokens=1.0e11)
     assert job.duration_s == pytest.approx(direct["time_to_train_s"])
     # 1e11 tokens x 6 x 8e9 params at a few hundred TFLOP/s per GPU: hours, not weeks

@@ -19,7 +19,7 @@ import gzip
 import io
 import math
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import EnvironmentProblem, InputError
-from gpuplan.plan.scheduling.schema import TeamSpec, TrainingJobSpec
+from gpuplan.scheduling.schema import TeamSpec, TrainingJobSpec
 
 #: Citation that must accompany anything published from the Philly trace (CC BY 4.0).
 PHILLY_CITATION = (
@@ -295,7 +295,7 @@ def load_trace(
 
 def philly_path() -> Path:
     """Path of the shipped Philly trace (gzipped CSV; see data/NOTICE.md)."""
-    return Path(str(resources.files("gpuplan.plan.scheduling") / "data" / "philly.csv.gz"))
+    return Path(str(resources.files("gpuplan.scheduling") / "data" / "philly.csv.gz"))
 
 
 def load_philly(*, limit: int | None = None) -> list[Job]:
@@ -349,23 +349,23 @@ def _arrivals(team: TeamSpec, rng: Any, horizon_s: float) -> Any:
     return times[keep]
 
 
-ForecastFn = Callable[..., dict[str, Any]]
+#: The training forecast a caller hands in (``gpuplan.forecast.training.forecast_training``
+#: from the plan and ``gpuplan schedule``): keyword arguments ``model, gpu, num_gpus, tokens``
+#: (and ``seq_len``, ``precision`` when the job sets them), a mapping with
+#: ``time_to_train_s`` back. The simulator does not import the forecast itself, so
+#: ``gpuplan.scheduling`` and ``gpuplan.forecast`` stay independent layers (pyproject.toml).
+ForecastFn = Callable[..., Mapping[str, Any]]
 
 
-def _default_forecast() -> ForecastFn:
-    try:
-        from gpuplan.forecast.training import forecast_training
-    except ImportError as exc:  # the training part is built separately (issue 5)
+def training_duration_s(spec: TrainingJobSpec, forecast: ForecastFn | None) -> float:
+    """Duration of one training run from ``forecast(...)["time_to_train_s"]``."""
+    if forecast is None:
         raise EnvironmentProblem(
-            f"training_jobs need the training forecast, which is not available ({exc})",
-            hint="remove training_jobs from the scenario or update gpuplan",
-        ) from None
-    return forecast_training
-
-
-def training_duration_s(spec: TrainingJobSpec, forecast: ForecastFn | None = None) -> float:
-    """Duration of one training run from ``forecast_training(...)["time_to_train_s"]``."""
-    fn = forecast or _default_forecast()
+            f"training_jobs ({spec.model} on {spec.gpus} GPUs) need the training forecast, "
+            "and none was given to the scheduler",
+            hint="run the scenario with 'gpuplan schedule --scenario' or 'gpuplan plan', "
+            "or remove training_jobs from it",
+        )
     kwargs: dict[str, Any] = {
         "model": spec.model,
         "gpu": spec.gpu,
@@ -376,8 +376,8 @@ def training_duration_s(spec: TrainingJobSpec, forecast: ForecastFn | None = Non
         kwargs["seq_len"] = spec.seq_len
     if spec.precision is not None:
         kwargs["precision"] = spec.precision
-    out = fn(**kwargs)
-    value = out.get("time_to_train_s") if isinstance(out, dict) else None
+    out = forecast(**kwargs)
+    value = out.get("time_to_train_s") if isinstance(out, Mapping) else None
     if value is None or not math.isfinite(float(value)) or float(value) <= 0:
         raise InputError(
             f"the training forecast gave no time_to_train_s for {spec.model} on {spec.gpus} "
@@ -399,15 +399,15 @@ def generate_workload(
     Parameters
     ----------
     teams:
-        Validated team specs (see :mod:`gpuplan.plan.scheduling.schema`).
+        Validated team specs (see :mod:`gpuplan.scheduling.schema`).
     horizon_s:
         Length of the submission window in seconds.
     seed:
         Seed; each team gets its own stream derived from (seed, team name), so adding a
         team does not change the jobs of the others.
     forecast:
-        Replacement for ``gpuplan.forecast.training.forecast_training`` (tests); called
-        once per distinct training run.
+        The training forecast (:data:`ForecastFn`), called once per distinct training
+        run; needed only when a team lists ``training_jobs``.
 
     Returns
     -------

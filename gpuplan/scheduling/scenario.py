@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling.cluster import Cluster
-from gpuplan.plan.scheduling.engine import TeamQuota
-from gpuplan.plan.scheduling.schema import (
+from gpuplan.scheduling.cluster import Cluster
+from gpuplan.scheduling.engine import TeamQuota
+from gpuplan.scheduling.schema import (
     SchedulingSpec,
     SharedClusterScenario,
     TeamSpec,
     derived_quotas,
 )
-from gpuplan.plan.scheduling.workload import ForecastFn, Job, generate_workload
+from gpuplan.scheduling.workload import ForecastFn, Job, generate_workload
 
 
 def team_quotas(teams: list[TeamSpec], total_gpus: int) -> dict[str, TeamQuota]:
@@ -99,7 +99,7 @@ def run_scenario(
     **overrides: Any,
 ) -> Any:
     """Simulate a scenario's teams (policy from the scenario unless given)."""
-    from gpuplan.plan.scheduling.simulate import simulate
+    from gpuplan.scheduling.simulate import simulate
 
     jobs, cluster, opts = scenario_inputs(scenario, cluster, forecast=forecast)
     return simulate(jobs, cluster, policy or scenario.scheduling.policy, **{**opts, **overrides})

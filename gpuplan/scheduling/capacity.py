@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling.cluster import Cluster, max_concurrent
-from gpuplan.plan.scheduling.metrics import SimulationResult
-from gpuplan.plan.scheduling.simulate import simulate
-from gpuplan.plan.scheduling.workload import Job
+from gpuplan.scheduling.cluster import Cluster, max_concurrent
+from gpuplan.scheduling.metrics import SimulationResult
+from gpuplan.scheduling.simulate import simulate
+from gpuplan.scheduling.workload import Job
 
 #: Default curve points, as multiples of the workload's mean GPU demand.
 DEFAULT_LOAD_MULTIPLES = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
@@ -71,7 +71,7 @@ def _sized_options(
     """Options for one cluster size: quotas re-derived from the teams when given."""
     if teams is None or options.get("quota_mode", "none") == "none":
         return options
-    from gpuplan.plan.scheduling.scenario import team_quotas
+    from gpuplan.scheduling.scenario import team_quotas
 
     return {**options, "quotas": team_quotas(list(teams), cluster.total_gpus)}
 
@@ -148,10 +148,10 @@ def philly_wait_curve(
     """The wait-vs-size curve of the shipped Philly trace, with its citation.
 
     Same result layout as :func:`wait_vs_size_curve` (``attribution`` set to
-    :data:`~gpuplan.plan.scheduling.workload.PHILLY_CITATION`, which any report showing it
+    :data:`~gpuplan.scheduling.workload.PHILLY_CITATION`, which any report showing it
     must print).
     """
-    from gpuplan.plan.scheduling.workload import PHILLY_CITATION, load_philly
+    from gpuplan.scheduling.workload import PHILLY_CITATION, load_philly
 
     out = wait_vs_size_curve(
         load_philly(),
@@ -251,7 +251,7 @@ def smallest_cluster(
 def concurrent_fit(cluster: Cluster, gpu_counts: Sequence[int]) -> dict[int, int]:
     """How many jobs of each GPU count fit at once (alone in the cluster).
 
-    >>> from gpuplan.plan.scheduling.cluster import Cluster
+    >>> from gpuplan.scheduling.cluster import Cluster
     >>> concurrent_fit(Cluster.homogeneous(4, 8), [1, 3, 8, 12])
     {1: 32, 3: 8, 8: 4, 12: 2}
     """

@@ -396,7 +396,7 @@ def derived_quotas(teams: list[TeamSpec], total_gpus: int) -> dict[str, int]:
     Teams without ``quota_gpus`` split the GPUs not already assigned in proportion to their
     ``share`` by the largest-remainder (Hamilton) method, so the quotas sum to the cluster.
 
-    >>> from gpuplan.plan.scheduling.schema import TeamSpec
+    >>> from gpuplan.scheduling.schema import TeamSpec
     >>> derived_quotas([TeamSpec(name="a", share=1), TeamSpec(name="b", share=2)], 10)
     {'a': 3, 'b': 7}
     """

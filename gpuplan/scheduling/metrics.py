@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplan.plan.scheduling.cluster import Cluster
-from gpuplan.plan.scheduling.engine import RawRun, SimOptions
+from gpuplan.scheduling.cluster import Cluster
+from gpuplan.scheduling.engine import RawRun, SimOptions
 
 #: Job classes by GPU count: (label, low, high) inclusive.
 GPU_CLASSES: tuple[tuple[str, int, float], ...] = (
@@ -103,7 +103,7 @@ def _max_concurrent(starts: Any, ends: Any) -> int:
 
 @dataclass
 class SimulationResult:
-    """Outcome of :func:`gpuplan.plan.scheduling.simulate`; ``to_json()`` gives plain JSON.
+    """Outcome of :func:`gpuplan.scheduling.simulate`; ``to_json()`` gives plain JSON.
 
     The JSON keys ``utilization``, ``wait_s`` {mean, p50, p95, p99, max}, ``per_team``
     {team: {wait_s: {...}}}, ``jct_s`` {mean, p50, p95, ...} and ``starved`` are the
@@ -303,7 +303,7 @@ def summarize(
         mask = seg_cls == label
         if mask.any():
             conc_by_gpus[label] = _max_concurrent(seg_s[mask], seg_e[mask])
-    from gpuplan.plan.scheduling.cluster import max_concurrent
+    from gpuplan.scheduling.cluster import max_concurrent
 
     fit_by_gpus: dict[str, int] = {}
     for label, lo, _ in GPU_CLASSES:

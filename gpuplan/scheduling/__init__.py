@@ -2,7 +2,7 @@
 
 Public API (the plan report and the ``gpuplan schedule`` command use only these)::
 
-    from gpuplan.plan.scheduling import (
+    from gpuplan.scheduling import (
         simulate, SimulationResult, Cluster, NodePool, Job, TeamQuota,
         load_trace, load_philly, generate_workload, PHILLY_CITATION,
         wait_vs_size_curve, smallest_cluster, concurrent_fit, compare_policies,
@@ -11,7 +11,7 @@ Public API (the plan report and the ``gpuplan schedule`` command use only these)
     )
 
 Other submodules are imported lazily. ``simulate`` is bound eagerly because a submodule
-has the same name: importing ``gpuplan.plan.scheduling.simulate`` later must not replace
+has the same name: importing ``gpuplan.scheduling.simulate`` later must not replace
 the function by the module.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from gpuplan.plan.scheduling.simulate import simulate as simulate
+from gpuplan.scheduling.simulate import simulate as simulate
 
 _EXPORTS = {
     "SimulationResult": "metrics",

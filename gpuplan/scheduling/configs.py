@@ -27,8 +27,8 @@ from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.fsio import write_atomic
-from gpuplan.plan.scheduling.cluster import Cluster
-from gpuplan.plan.scheduling.schema import DEFAULT_PRIORITY_CLASSES, TeamSpec, derived_quotas
+from gpuplan.scheduling.cluster import Cluster
+from gpuplan.scheduling.schema import DEFAULT_PRIORITY_CLASSES, TeamSpec, derived_quotas
 
 KINDS = ("kueue", "resourcequota", "slurm")
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -52,7 +52,7 @@ class QuotaRow:
     nominal_by_node_type:
         The nominal quota split over node types.
     borrowing_limit_gpus, lending_limit_gpus, cohort, parent, priority_class:
-        As in :class:`~gpuplan.plan.scheduling.schema.TeamSpec`.
+        As in :class:`~gpuplan.scheduling.schema.TeamSpec`.
     """
 
     team: str

@@ -88,7 +88,7 @@ class Cluster:
 
     @classmethod
     def from_spec(cls, spec: object) -> Cluster:
-        """From a validated :class:`~gpuplan.plan.scheduling.schema.ClusterSpec`."""
+        """From a validated :class:`~gpuplan.scheduling.schema.ClusterSpec`."""
         node_types = getattr(spec, "node_types", None)
         if node_types:
             return cls(tuple(NodePool(n.name, n.gpus_per_node, n.nodes, n.gpu) for n in node_types))

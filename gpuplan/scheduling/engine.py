@@ -13,7 +13,7 @@ policy's order:
   the reservation does not need. At most ``backfill_depth`` jobs are tested per pass
   (Slurm ``bf_max_job_test``).
 * ``fair-share``: Slurm multifactor priority ``w_fs*F + w_age*min(1, age/max_age) +
-  w_qos*class`` with ``F`` from :mod:`gpuplan.plan.scheduling.fairshare` (classic or Fair
+  w_qos*class`` with ``F`` from :mod:`gpuplan.scheduling.fairshare` (classic or Fair
   Tree) on usage decayed with a half-life, recomputed every ``priority_calc_period_s``
   (Slurm PriorityCalcPeriod); EASY backfill like Slurm's sched/backfill.
 * ``priority``: priority classes (highest first), then submit order; strict unless
@@ -51,10 +51,10 @@ from itertools import islice
 from typing import Any
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling.cluster import Cluster
-from gpuplan.plan.scheduling.fairshare import DecayedUsage, build_tree, factors
-from gpuplan.plan.scheduling.schema import DEFAULT_PRIORITY_CLASSES
-from gpuplan.plan.scheduling.workload import Job
+from gpuplan.scheduling.cluster import Cluster
+from gpuplan.scheduling.fairshare import DecayedUsage, build_tree, factors
+from gpuplan.scheduling.schema import DEFAULT_PRIORITY_CLASSES
+from gpuplan.scheduling.workload import Job
 
 POLICIES = ("fifo", "backfill", "fair-share", "priority", "drf")
 QUOTA_MODES = ("none", "kueue", "resourcequota")
@@ -108,7 +108,7 @@ class TeamQuota:
 
 @dataclass(frozen=True, kw_only=True)
 class SimOptions:
-    """Options of :func:`gpuplan.plan.scheduling.simulate` (all keyword-only)."""
+    """Options of :func:`gpuplan.scheduling.simulate` (all keyword-only)."""
 
     policy: str = "backfill"
     #: EASY backfill on/off; None: on for backfill and fair-share, off otherwise.

@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuplan.errors import InputError
-from gpuplan.plan.scheduling.cluster import Cluster
-from gpuplan.plan.scheduling.engine import Engine, SimOptions
-from gpuplan.plan.scheduling.metrics import SimulationResult, summarize
-from gpuplan.plan.scheduling.workload import Job
+from gpuplan.scheduling.cluster import Cluster
+from gpuplan.scheduling.engine import Engine, SimOptions
+from gpuplan.scheduling.metrics import SimulationResult, summarize
+from gpuplan.scheduling.workload import Job
 
 
 def simulate(
@@ -59,7 +59,7 @@ def simulate(
     except TypeError as exc:  # an unknown keyword
         raise InputError(
             f"unknown simulation option ({exc})",
-            hint="see SimOptions in gpuplan/plan/scheduling/engine.py",
+            hint="see SimOptions in gpuplan/scheduling/engine.py",
         ) from None
     raw = Engine(jobs, cluster, opts).run(progress)
     return summarize(raw, opts, cluster, attribution=attribution)
