@@ -27,6 +27,7 @@ from typing import Any
 from gpuplan.calibration.curves import busbw_factor
 from gpuplan.calibration.units import parse_gemm_shape, parse_size_bytes, slug
 from gpuplan.errors import InputError
+from gpuplan.probes.membw import PAST_CACHE_FACTOR, catalog_llc_bytes
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 MICROBENCH_CSV = DATA_DIR / "microbench.csv"
@@ -424,6 +425,8 @@ def build_reference_documents(
                 {"name": hardware, "vendor": _vendor(hardware), "catalog_id": catalog_id}
                 for _ in range(max(max_gpus_per_node, 1))
             ]
+            if catalog_id is not None:
+                _mark_past_cache(probes.values(), catalog_llc_bytes(catalog.gpu(catalog_id)))
         source_short = source.split(" (")[0].split(" ")[0]
         # one document per (source, hardware): the same hardware string can come from two
         # files of one repository (single- and multi-node runs), hence the digest
@@ -452,6 +455,26 @@ def build_reference_documents(
         out.append(parsed.model_dump(mode="json"))
     out.sort(key=lambda d: d["host"]["machine_id"])
     return out, skipped, sorted(set(unresolved))
+
+
+def _mark_past_cache(probes: Iterable[dict[str, Any]], llc_bytes: int | None) -> None:
+    """Mark each published device-copy point past the last-level cache or not, by the rule
+    the membw probe applies to its own points (array >= ``PAST_CACHE_FACTOR`` x the catalog's
+    last-level cache: BabelStream's run rules ask for arrays 4x the largest cache).
+
+    Calibration fits HBM bandwidth only from points past the cache: a 64 MB bandwidthTest
+    copy on an H100 (50 MiB L2) measures the L2 as much as HBM.
+    """
+    if llc_bytes is None:
+        return
+    for probe in probes:
+        if probe["probe"] != "membw":
+            continue
+        probe["params"]["llc_bytes"] = llc_bytes
+        probe["params"]["llc_source"] = "catalog last_level_cache_bytes"
+        probe["params"]["past_cache_factor"] = PAST_CACHE_FACTOR
+        for meas in probe["measurements"]:
+            meas["past_cache"] = meas["size_bytes"] >= PAST_CACHE_FACTOR * llc_bytes
 
 
 def reference_file_name(doc: dict[str, Any]) -> str:
