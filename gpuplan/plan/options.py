@@ -1005,6 +1005,11 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
     node_kg = (
         ctx.cat("node", node, "weight_kg", "kg", f"{node.id} weight") if node.weight_kg else None
     )
+    rack_kg = (
+        ctx.inp(("constraints", "rack_weight_limit_kg"), "kg", "rack weight limit")
+        if c.rack_weight_limit_kg
+        else None
+    )
     racks = powmod.racks_for(
         nodes=opt.nodes,
         node_power=node_w,
@@ -1013,6 +1018,7 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         node_rack_units=node_u,
         rack_scale=bool(node.rack_scale),
         node_weight_kg=node_kg,
+        rack_weight_limit_kg=rack_kg,
     )
     it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"))
     pue = ctx.inp(("costs", "pue"), "ratio", "PUE")

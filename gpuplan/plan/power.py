@@ -216,7 +216,8 @@ def racks_for(
             )
         elif limited_by == "rack weight":
             binding = Text(
-                "one node weighs {node}, more than the {rack} a rack may carry",
+                "one node weighs {node}, more than the {rack} a rack may carry "
+                "(constraints.rack_weight_limit_kg)",
                 {"node": node_weight_kg, "rack": rack_weight_limit_kg},
             )
         else:

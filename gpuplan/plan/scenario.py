@@ -230,6 +230,12 @@ class Constraints(_Strict):
     )
     power_per_rack_kw: float | None = Field(None, gt=0, description="IT power per rack")
     rack_units_per_rack: int | None = Field(None, gt=0)
+    rack_weight_limit_kg: float | None = Field(
+        None,
+        gt=0,
+        description="most a loaded rack may weigh (the rack's static load rating or the floor's "
+        "limit per rack footprint, from your facility); nodes per rack are capped by it",
+    )
     max_racks: int | None = Field(None, gt=0)
     floor_space_m2: float | None = Field(None, gt=0)
     floor_m2_per_rack: float | None = Field(

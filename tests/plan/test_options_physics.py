@@ -90,3 +90,25 @@ def test_144_gpus_on_a_handful_of_switches(options):
     # twin-port modules on the split switch ports: 144 NIC ends + (144 + 2 x 192) / 2
     assert v(fb["transceivers"]) == 408
     assert v(fb["host_links_optical"]) == 144
+
+
+def test_scenario_rack_weight_limit_caps_nodes_per_rack(tmp_path):
+    """constraints.rack_weight_limit_kg reaches the rack sizing: a limit of 2.5 DGX B200s
+    (catalog weight) holds 2 per rack where the default 56 kW rack holds 3."""
+    node_kg = get_catalog().node("dgx-b200").weight_kg
+    limit = 2.5 * node_kg
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        SCENARIO.replace("gpus: [h100, h200, b200, gb200, mi300x]", "gpus: [b200]")
+        .replace(
+            "onprem_nodes: [dgx-h100, dgx-h200, dgx-b200, gb200-nvl72-rack, dell-xe9680-mi300x]",
+            "onprem_nodes: [dgx-b200]",
+        )
+        + f"constraints:\n  rack_weight_limit_kg: {limit}\n"
+    )
+    doc = build_plan(load_scenario(path), results_paths=[]).to_json()
+    pw = next(o for o in doc["options"] if o["id"] == "onprem/dgx-b200")["power"]
+    assert v(pw["nodes_per_rack"]) == 2
+    assert pw["racks_limited_by"] == "rack weight"
+    assert v(pw["racks"]) == 9  # 18 nodes, 2 per rack
+    assert v(pw["weight_per_full_rack_kg"]) <= limit
