@@ -233,6 +233,14 @@ class Accelerator(Row):
             " host); None = the scale-up domain"
         ),
     )
+    purchase_unit: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "accelerators in the unit the hardware is bought or deployed in when that is more"
+            " than cluster_unit (an NVL72 rack); deadline sizing reports the units to buy"
+        ),
+    )
     scale_up_in_switch_reduction: bool = Field(
         default=False, description="in-network reduction on the scale-up fabric (NVLink SHARP)"
     )

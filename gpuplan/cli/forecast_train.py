@@ -51,6 +51,17 @@ def _table(result: dict[str, Any]):
                 "tp {tp} pp {pp} cp {cp} ep {ep} dp {dp} vp {vp}, micro-batch {micro_batch}, "
                 "recompute {recompute}, zero {zero}".format(**par),
             ),
+            *(
+                [
+                    (
+                        "to buy",
+                        f"{result['purchase_units']} units of {result['purchase_unit']} GPUs = "
+                        f"{result['gpus_purchased']} GPUs ({result['gpus_idle']} idle in this job)",
+                    )
+                ]
+                if result.get("gpus_idle")
+                else []
+            ),
             ("global batch", f"{result['global_batch']} x {result['seq_len']} tokens"),
             (
                 "step time",

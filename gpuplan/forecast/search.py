@@ -582,8 +582,31 @@ def smallest_cluster(
     out["cluster_sizes_evaluated"] = [c[0] for c in curve]
     out["gpus_vs_days"] = curve
     out["cluster_unit"] = int(hw.cluster_unit or hw.node_size or 1)
+    out.update(purchase_units(n_best, hw))
     out["gpus_lower_bound"] = lower
     return out
+
+
+def purchase_units(num_gpus: int, hw: Hardware) -> dict[str, int]:
+    """What is bought for a job of ``num_gpus``: whole purchase units (an NVL72 rack).
+
+    Cluster sizes are scanned in cluster units (an NVL72 compute tray), so a job may use part
+    of its last rack; the rack is still bought whole and the rest of it idles for this job.
+    Units bought grow with the job size, so the first size that meets a date is also the one
+    that buys the fewest units.
+
+    >>> from types import SimpleNamespace
+    >>> purchase_units(6656, SimpleNamespace(purchase_unit=72, cluster_unit=4, node_size=72))
+    {'purchase_unit': 72, 'purchase_units': 93, 'gpus_purchased': 6696, 'gpus_idle': 40}
+    """
+    unit = int(hw.purchase_unit or hw.cluster_unit or hw.node_size or 1)
+    units = -(-int(num_gpus) // unit)
+    return {
+        "purchase_unit": unit,
+        "purchase_units": units,
+        "gpus_purchased": units * unit,
+        "gpus_idle": units * unit - int(num_gpus),
+    }
 
 
 def _factor_text(n: int) -> str:

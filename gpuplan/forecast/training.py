@@ -427,6 +427,9 @@ class Hardware:
     cluster_unit: int | None = None
     """Accelerators in the smallest unit a cluster is built from (an HGX node, an NVL72
     compute tray, a TPU host); None = ``node_size``. Sizing scans whole units."""
+    purchase_unit: int | None = None
+    """Accelerators in the unit the hardware is bought in when larger than ``cluster_unit``
+    (an NVL72 rack): deadline sizing reports how many to buy; None = ``cluster_unit``."""
     peaks_flops_per_s: dict[str, float] = field(default_factory=dict)
     """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
     does not model); empty means the calibration's spec peaks only."""
@@ -1444,6 +1447,7 @@ def resolve_hardware(
         generation=_get(row, "generation"),
         peaks_flops_per_s=peaks,
         cluster_unit=int(_get(row, "cluster_unit")) if _get(row, "cluster_unit") else None,
+        purchase_unit=int(_get(row, "purchase_unit")) if _get(row, "purchase_unit") else None,
         gpu_id=row.id,
         perf=perf,
         memory_bytes=float(row.memory_bytes or 0.0),
