@@ -176,7 +176,7 @@ def test_sizing_starts_at_the_flop_lower_bound():
     assert min(out["cluster_sizes_evaluated"]) >= low
 
 
-@pytest.mark.parametrize(("gpu", "unit"), [("gb200", 4), ("tpu-v5p", 4)])
+@pytest.mark.parametrize(("gpu", "unit"), [("gb200", 4), ("tpu-v5p", 64)])
 def test_rack_and_slice_chips_are_sized(gpu, unit):
     out = forecast_training(
         "llama3.1-70b", gpu, None, seq_len=8192, global_batch=2048, tokens=2e12, target_days=30
