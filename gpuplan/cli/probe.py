@@ -46,6 +46,8 @@ Examples:
   gpuplan probe --workload serve --endpoint http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B \\
       --engine vllm --catalog-model llama3.1-8b --concurrency 1,2,4,8
                                                 serving sweep of your own server (docs/probes.md)
+  gpuplan probe --workload train --model llama3.1-8b --tp 8 --seq-len 8192 --framework torchtitan
+                                                training step of the model's blocks (docs/probes.md)
 """
 
 app = make_app(HELP, single=True)
@@ -61,6 +63,7 @@ class Device(str, enum.Enum):
 
 class Workload(str, enum.Enum):
     serve = "serve"
+    train = "train"
 
 
 class Emit(str, enum.Enum):
@@ -291,12 +294,19 @@ def probe(
     ),
     # --- serving workload (gpuplan.probes.serve) -------------------------------------------
     workload: Workload = typer.Option(
-        None, "--workload", help="serve: a concurrency sweep against an OpenAI-compatible server."
+        None,
+        "--workload",
+        help="serve: a concurrency sweep against an OpenAI-compatible server; train: forward, "
+        "backward and AdamW of real transformer blocks of --model's shapes.",
     ),
     endpoint: str = typer.Option(
         None, "--endpoint", help="With --workload serve: server URL (http://host:8000)."
     ),
-    model: str = typer.Option(None, "--model", help="With --workload serve: served model name."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="With --workload serve: served model name; train: catalog model whose blocks run.",
+    ),
     concurrency: str = typer.Option(
         "1,2,4,8", "--concurrency", help="With --workload serve: requests in flight per level."
     ),
@@ -324,17 +334,60 @@ def probe(
     device_id: str = typer.Option(
         None,
         "--device-id",
-        help="With --workload serve: catalog GPU the server runs on (default: this node's GPU).",
+        help="With --workload serve|train: catalog GPU the run stands for (default: this "
+        "node's GPU).",
     ),
-    serve_tp: int = typer.Option(1, "--tp", help="With --workload serve: the server's TP."),
+    serve_tp: int = typer.Option(
+        1, "--tp", help="With --workload serve: the server's TP; train: TP group size."
+    ),
     serve_precision: str = typer.Option(
         "bf16", "--precision", help="With --workload serve: the server's weight precision."
+    ),
+    # --- training-step workload (gpuplan.probes.train) ---------------------------------------
+    framework: str = typer.Option(
+        None,
+        "--framework",
+        help="With --workload train: the framework the factor calibrates (megatron, "
+        "torchtitan ...; default pytorch-eager: used for any framework without its own).",
+    ),
+    seq_len: int = typer.Option(
+        None, "--seq-len", help="With --workload train: tokens per sequence (GPU 4096, CPU 128)."
+    ),
+    micro_batch: int = typer.Option(
+        None, "--micro-batch", help="With --workload train: sequences per micro-batch (1)."
+    ),
+    blocks: int = typer.Option(2, "--blocks", help="With --workload train: blocks stacked."),
+    scale: int = typer.Option(
+        None,
+        "--scale",
+        help="With --workload train: divide hidden/heads/ffn by this (default 1 on a GPU, "
+        "about hidden/256 on a CPU).",
     ),
     # ----------------------------------------------------------------------------------------
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     from gpuplan.errors import InputError
 
+    if workload == Workload.train:
+        _train(
+            model=model,
+            framework=framework,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            blocks=blocks,
+            scale=scale,
+            tp=serve_tp,
+            precision=serve_precision,
+            device_id=device_id,
+            device=device,
+            quick=quick,
+            out=out,
+            timeout=timeout,
+            record_hostname=record_hostname,
+            no_progress=no_progress,
+            fmt=fmt,
+        )
+        return
     if workload is not None:
         _serve(
             endpoint=endpoint,
@@ -613,9 +666,11 @@ def _run(
 ) -> None:
     from gpuplan.probes.suite import ResultNotSaved, SuiteOptions, parse_only, run_suite
 
+    work = dict(workload or {})
+    probe_name = str(work.pop("_probe", "serve"))  # the workload probe (serve, train)
     options = SuiteOptions(
-        only=("serve",) if workload else parse_only(only),
-        workload=workload or {},
+        only=(probe_name,) if work else parse_only(only),
+        workload=work,
         quick=quick,
         device=device.value,
         storage_path=storage_path,
@@ -726,4 +781,70 @@ def _serve(
         no_progress,
         fmt,
         workload=workload,
+    )
+
+
+def _train(
+    *,
+    model: str | None,
+    framework: str | None,
+    seq_len: int | None,
+    micro_batch: int | None,
+    blocks: int,
+    scale: int | None,
+    tp: int,
+    precision: str,
+    device_id: str | None,
+    device: Device,
+    quick: bool,
+    out: Path,
+    timeout: float | None,
+    record_hostname: bool,
+    no_progress: bool,
+    fmt: Format,
+) -> None:
+    """``--workload train``: the model's blocks, timed as a one-probe suite."""
+    from dataclasses import asdict
+
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.errors import InputError
+    from gpuplan.probes.train import DEFAULT_FRAMEWORK, TrainOptions, block_shape_from_catalog
+
+    if not model:
+        raise InputError(
+            "--workload train needs --model ID (a catalog model)",
+            hint="e.g. --model llama3.1-8b; 'gpuplan catalog models' lists them",
+        )
+    if timeout is not None and timeout <= 0:
+        raise InputError(f"--timeout must be positive (got {timeout:g})", hint="e.g. --timeout 300")
+    catalog = get_catalog()
+    row = catalog.model(model)
+    shape, notes = block_shape_from_catalog(row)
+    options = TrainOptions(
+        model=row.id,
+        shape=shape.as_dict(),
+        approximations=notes,
+        framework=(framework or DEFAULT_FRAMEWORK).strip().lower(),
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        tp=tp,
+        blocks=blocks,
+        scale=scale,
+        precision=precision,
+        device_id=catalog.gpu(device_id).id if device_id is not None else None,
+    )
+    shape.check_tp(tp)
+    _run(
+        quick,
+        "train",
+        device,
+        None,
+        None,
+        out,
+        2,
+        timeout,
+        record_hostname,
+        no_progress,
+        fmt,
+        workload={**asdict(options), "_probe": "train"},
     )

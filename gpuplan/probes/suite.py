@@ -58,7 +58,7 @@ from gpuplan.results.store import result_path, save_result, write_json_atomic
 PROBES: tuple[str, ...] = ("matmul", "membw", "pcie", "collectives", "storage")
 
 #: Workload probes: run only when asked for by ``--workload`` (never part of the suite).
-WORKLOADS: tuple[str, ...] = ("serve",)
+WORKLOADS: tuple[str, ...] = ("serve", "train")
 
 _MODULES = {name: f"gpuplan.probes.{name}" for name in (*PROBES, *WORKLOADS)}
 
@@ -353,10 +353,11 @@ def _run_locked(
     )
     order = list(options.only)
     if denv is not None:
-        # every rank starts the job together: run the collectives first, then rank 0
-        # alone measures its node while the other ranks are done
-        order = [p for p in order if p == "collectives"] + (
-            [p for p in order if p != "collectives"] if rank == 0 else []
+        # every rank starts the job together: run the collectives (and the training
+        # step's TP group) first, then rank 0 alone measures its node
+        every_rank = ("collectives", "train")
+        order = [p for p in order if p in every_rank] + (
+            [p for p in order if p not in every_rank] if rank == 0 else []
         )
     document_base: dict[str, Any] = {
         "schema_version": 1,
