@@ -1,6 +1,8 @@
 """Render a plan (its JSON document) as a self-contained HTML report and as Markdown.
 
-Both renderers read the plan JSON only. Every figure is printed with a reference number
+Both renderers read the plan JSON only, and both walk the same sections
+(:func:`gpuplan.report.sections.build_sections`): the HTML through the Jinja2 template, the
+Markdown through :func:`render_markdown`'s walker; neither holds report content of its own. Every figure is printed with a reference number
 ``[n]`` into the *Figures* appendix, which lists its provenance (input line, catalog row
 with source and date, calibration basis, measurement run, forecast, or the formula of a
 derived figure and the figures it used). In the HTML, every element that shows a number
@@ -18,6 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.plan.provenance import format_number, is_figure_json, is_text_json, portable_text
+from gpuplan.report.sections import (
+    BulletList,
+    Content,
+    Inline,
+    Paragraph,
+    Section,
+    Table,
+    build_sections,
+)
 
 REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "plan.json"}
 
@@ -146,15 +157,16 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         for cloud in doc["options"]:
             if cloud["kind"] != "cloud" or cloud["gpu"] != own["gpu"]:
                 continue
-            for model in ("on_demand", "spot", "reserved_1y", "reserved_3y"):
-                c = (cloud.get("costs") or {}).get(model)
-                if not c or not _ok(c.get("price_usd_per_node_hour")):
+            # every priced purchasing model of the cloud option, whichever the plan prices
+            for model, c in (cloud.get("costs") or {}).items():
+                if model == "onprem" or not c or not _ok(c.get("price_usd_per_node_hour")):
                     continue
+                label = costmod.MODEL_LABEL.get(model, model)
                 price = costmod.per_owned_node_price(
                     figure_from_json(c["price_usd_per_node_hour"]),
                     figure_from_json(cloud["gpus_per_node"]),
                     own_gpn,
-                    f"{cloud['id']} {costmod.MODEL_LABEL[model]} per {own['platform']}-sized node",
+                    f"{cloud['id']} {label} per {own['platform']}-sized node",
                 )
                 rows.append(
                     {
@@ -179,7 +191,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
     assumed and the break-even against every cloud option, what is excluded, and the risk
     band (the forecast interval against the deadline, and the ranking's robustness).
     """
-    from gpuplan.plan.cost import MODEL_LABEL
+    from gpuplan.plan.cost import COMMITTED, MODEL_LABEL
     from gpuplan.plan.ranking import metric_label
 
     sm = doc["summary"]
@@ -289,11 +301,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
             ("all training runs", cost.get("all_runs_usd")),
             (
                 "utilisation assumed"
-                + (
-                    " (paid every hour)"
-                    if model in ("reserved_1y", "reserved_3y")
-                    else " (not paid when idle)"
-                ),
+                + (" (paid every hour)" if model in COMMITTED else " (not paid when idle)"),
                 util,
             ),
         ]
@@ -375,7 +383,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------ HTML
 
 
-def _env(index: FigureIndex):
+def _env(index: FigureIndex) -> Any:
     import jinja2
     from markupsafe import Markup, escape
 
@@ -409,6 +417,14 @@ def _env(index: FigureIndex):
             f'<a class="fn" href="#fig-{n}">[{n}]</a></span>'
         )
 
+    def fig_value_html(f: Any) -> Any:
+        """A figure's value without its reference (the figures appendix)."""
+        kind = escape(f["provenance"]["kind"])
+        mark = Markup('<sup class="unv">&#8224;</sup>') if f["provenance"].get("unverified") else ""
+        return Markup(
+            f'<span class="fig k-{kind}" data-kind="{kind}">{escape(fmt(f))}{mark}</span>'
+        )
+
     def text_html(t: Any) -> Any:
         if t is None:
             return ""
@@ -439,6 +455,35 @@ def _env(index: FigureIndex):
     def idx(n: Any) -> Any:
         return Markup(f'<span class="idx" data-kind="index">{escape(str(n))}</span>')
 
+    def inline_html(i: Inline) -> Any:
+        k = i.kind
+        if k == "text":
+            return escape(i.value)
+        if k == "fig":
+            return fig_html(i.value)
+        if k == "figvalue":
+            return fig_value_html(i.value)
+        if k == "textjson":
+            return text_html(i.value)
+        if k in ("ident", "meta"):
+            inner = ident(i.value, i.data_kind) if k == "ident" else meta(i.value)
+            return Markup(f'<span class="{escape(i.css)}">{inner}</span>') if i.css else inner
+        if k == "idx":
+            return idx(i.value)
+        if k == "code":
+            return Markup(f"<code>{escape(i.value)}</code>")
+        if k == "strong":
+            return Markup(f"<strong>{escape(i.value)}</strong>")
+        if k == "link":
+            return Markup(f'<a href="{escape(i.css)}">{escape(i.value)}</a>')
+        if k == "br":
+            return Markup("<br>")
+        css = f' class="{escape(i.css)}"' if i.css else ""
+        return Markup(f"<span{css}>{escape(i.value)}</span>")
+
+    def content_html(content: Content) -> Any:
+        return Markup("").join(inline_html(i) for i in content)
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gpuplan.report", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -446,55 +491,23 @@ def _env(index: FigureIndex):
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["fig"] = fig_html
-    env.filters["text"] = text_html
-    env.filters["ident"] = ident
-    env.filters["meta"] = meta
-    env.filters["idx"] = idx
-    env.filters["prov"] = prov_text
-    env.filters["fmt"] = fmt
-    env.tests["figure"] = is_figure_json
-    env.tests["textjson"] = is_text_json
+    env.filters["content"] = content_html
+    env.filters["kind"] = lambda b: type(b).__name__
     return env
 
 
 def render_html(doc: dict[str, Any], charts: dict[str, str | None] | None = None) -> str:
-    """The self-contained HTML report (inline CSS and PNG charts; no scripts, no fetches)."""
+    """The self-contained HTML report (inline CSS and PNG charts; no scripts, no fetches):
+    the template walks the sections of :func:`gpuplan.report.sections.build_sections`."""
     if charts is None:
         from gpuplan.report.charts import all_charts
 
         charts = all_charts(doc)
-    charts = {
-        k: charts.get(k)
-        for k in (
-            "cost_by_option",
-            "time_to_train",
-            "roofline",
-            "shared_wait_vs_size",
-            "reference_wait_vs_size",
-        )
-    }
     index = FigureIndex(doc)
-    view = index.view
-    env = _env(index)
-    template = env.get_template("report.html.j2")
-    from gpuplan.plan.ranking import metric_label
-
-    html = template.render(
-        doc=doc,
-        charts=charts,
-        index=index,
-        model_label=_model_label,
-        metric_label=metric_label,
-        sv=view,
-    )
+    sections = build_sections(doc, index)
+    template = _env(index).get_template("report.html.j2")
+    html = template.render(title=doc["scenario"]["name"], sections=sections, charts=charts)
     return portable_text(html)
-
-
-def _model_label(model: str) -> str:
-    from gpuplan.report.charts import MODEL_LABEL
-
-    return MODEL_LABEL.get(model, model)
 
 
 # ------------------------------------------------------------------ Markdown
@@ -505,10 +518,11 @@ def _md_escape(s: Any) -> str:
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
-    """The same content as the HTML as Markdown: figures as ``value [n]``, appendix of
-    provenance at the end."""
+    """The same sections as the HTML (:func:`gpuplan.report.sections.build_sections`) as
+    Markdown: figures as ``value [n]`` with the provenance appendix at the end; charts and
+    the page's table of contents are HTML only."""
     index = FigureIndex(doc)
-    view = index.view
+    sections = build_sections(doc, index)
 
     def f(x: Any) -> str:
         if x is None:
@@ -533,445 +547,77 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 out.append(f(x["figures"][name]))
         return "".join(out)
 
-    from gpuplan.plan.ranking import metric_label
+    def inline(i: Inline) -> str:
+        k = i.kind
+        if k == "fig":
+            return f(i.value)
+        if k == "figvalue":
+            dag = "†" if i.value["provenance"].get("unverified") else ""
+            return _md_escape(fmt(i.value)) + dag
+        if k == "textjson":
+            return t(i.value)
+        if k == "code" or (k == "ident" and i.md_code):
+            return f"`{portable_text(str(i.value))}`"
+        if k == "strong":
+            return f"**{_md_escape(i.value)}**"
+        if k == "br":
+            return "; "
+        if i.value is None or i.value == "":
+            return ""
+        return _md_escape(i.value)
 
-    L: list[str] = []
-    sc = doc["scenario"]
-    sm = doc["summary"]
-    L.append(f"# Capacity plan: {_md_escape(sc['name'])}\n")
-    if sc.get("description"):
-        L.append(_md_escape(sc["description"]) + "\n")
-    L.append(
-        f"Scenario `{sc['path']}` (sha256 `{sc['sha256'][:12]}`), gpuplan {doc['gpuplan_version']}, created {doc['created_at']}. "
-        "Each number is followed by its entry in the *Figures* appendix; † marks catalog values still unverified.\n"
-    )
-    L.append("## Summary\n")
-    L.append(t(view["headline"]) + "\n")
-    if view["recommended"]:
-        L.append("| recommendation | |\n|---|---|")
-        L.extend(
-            f"| {_md_escape(k)} | {f(v) if is_figure_json(v) else t(v)} |"
-            for k, v in view["facts"]
-            if v is not None
-        )
-        L.append("\n| cost | |\n|---|---|")
-        L.extend(f"| {_md_escape(k)} | {f(v)} |" for k, v in view["money"])
-        L.append("\n### What sets the size\n")
-        if view.get("binding"):
-            L.append(f"Binding constraint: `{view['binding']}`.\n")
-        L.extend(f"- {t(x)}" for x in view["sized_by"])
-        L.append("\n### Risk band\n")
-        L.extend(f"- {t(x)}" for x in view["risk"])
-        L.append("\n### Excluded\n")
-        L.extend(
-            f"- {_md_escape(x)}"
-            for x in view["excluded"] or ["nothing the scenario's costs leave out"]
-        )
-        if view["break_even"]:
-            L.append("\n### Owning vs renting: break-even utilisation\n")
-            L.append(
-                "| owned | cloud option | purchasing model | rented price per owned-node-hour | break-even utilisation |\n|---|---|---|---|---|"
-            )
-            for r in view["break_even"]:
-                L.append(
-                    f"| {_md_escape(r['owned'])} | {_md_escape(r['cloud'])} | {_model_label(r['purchasing_model'])} | {f(r['price_usd_per_node_hour'])} | {f(r['break_even_utilisation'])} |"
-                )
-        L.append("")
-    if sm["binding_constraints"]:
-        L.append("### Constraints that rule options out\n")
-        L.append("| constraint | options | example |\n|---|---|---|")
-        for b in sm["binding_constraints"]:
-            L.append(
-                f"| {b['constraint']} | {_md_escape(', '.join(b['options']))} | {t(b['example'])} |"
-            )
-        L.append("")
-    for n in sm.get("notes") or []:
-        L.append(f"- {_md_escape(n)}")
-    L.append("\n## Ranking\n")
-    L.append(
-        f"Ranked by {sm['rank_by_label']}: each option at its cheapest priced purchasing model within budget.\n"
-    )
-    if doc["ranking"]:
-        L.append("| rank | option | purchasing model | metric |\n|---|---|---|---|")
-        for r in doc["ranking"]:
-            L.append(
-                f"| {r['rank']} | {_md_escape(r['option'])} | {_model_label(r['purchasing_model'])} | {f(r['metric'])}"
-                + (
-                    f" ({_md_escape(metric_label(sm['rank_by'], 'onprem'))})"
-                    if r["purchasing_model"] == "onprem"
-                    else ""
-                )
-                + " |"
-            )
-    else:
-        L.append("No option could be ranked.")
-    if doc["unranked"]:
-        L.append("\nNot ranked:\n")
-        for u in doc["unranked"]:
-            L.append(f"- {_md_escape(u['option'])}: {t(u['reason'])}")
-    L.append("\n## Options\n")
-    for o in doc["options"]:
-        L.append(f"### {_md_escape(o['label'])} (`{o['id']}`)\n")
-        L.append(f"Feasible: {'yes' if o['feasible'] else 'no'}.")
-        for b in o["binding"]:
-            L.append(f"- binding {b['constraint']}: {t(b['message'])}")
-        for e in o["errors"]:
-            L.append(f"- error: {_md_escape(e)}")
-        for n in o["notes"]:
-            L.append(f"- note: {t(n)}")
-        L.append("")
-        L.append("| fleet | value |\n|---|---|")
-        L.append(
-            f"| GPUs | {f(o['gpus'])} |\n| nodes | {f(o['nodes'])} |\n| GPUs per node | {f(o['gpus_per_node'])} |"
-        )
-        for tr in o["training"]:
-            for key, label in (
-                ("gpus", "GPUs"),
-                ("nodes", "nodes"),
-                ("time_to_train_s", "time to train"),
-                ("time_to_train_on_fabric_s", "time to train on the fabric"),
-                ("tokens_per_s", "tokens/s"),
-                ("mfu", "MFU"),
-                ("step_time_s", "step time"),
-                ("memory_per_gpu_bytes", "memory per GPU"),
-            ):
-                if tr.get(key) is not None:
-                    L.append(f"| {_md_escape(tr['name'])}: {label} | {f(tr[key])} |")
-            if tr.get("parallelism"):
-                L.append(
-                    f"| {_md_escape(tr['name'])}: parallelism | {_md_escape(tr['parallelism'])} |"
-                )
-            if tr.get("error"):
-                L.append(f"| {_md_escape(tr['name'])}: error | {_md_escape(tr['error'])} |")
-        for sv in o["inference"]:
-            for key, label in (
-                ("gpus", "GPUs"),
-                ("nodes", "nodes"),
-                ("replicas", "replicas"),
-                ("ttft_s", "TTFT"),
-                ("tpot_s", "TPOT"),
-                ("throughput_output_tokens_per_s_per_replica", "output tokens/s per replica"),
-                ("output_tokens_per_month", "output tokens per month"),
-            ):
-                if sv.get(key) is not None:
-                    L.append(f"| {_md_escape(sv['name'])}: {label} | {f(sv[key])} |")
-            if sv.get("error"):
-                L.append(f"| {_md_escape(sv['name'])}: error | {_md_escape(sv['error'])} |")
-        fb = o["fabric"]
-        L.append("\n| fabric | value |\n|---|---|")
-        L.append(f"| kind | {_md_escape(fb.get('kind'))} |")
-        for key in ("switch", "nic"):
-            if fb.get(key):
-                L.append(f"| {key} | {_md_escape(fb[key])} |")
-        for key in (
-            "tiers",
-            "leaf_switches",
-            "spine_switches",
-            "core_switches",
-            "switches",
-            "cables",
-            "transceivers",
-            "nics_per_node",
-            "per_gpu_bandwidth_worst_bytes_per_s",
-            "per_gpu_bandwidth_best_bytes_per_s",
-            "capex_usd",
-            "power_w",
-        ):
-            if fb.get(key) is not None:
-                L.append(f"| {key.replace('_', ' ')} | {f(fb[key])} |")
-        for c in fb.get("communication_check") or []:
-            L.append(
-                f"| communication check {_md_escape(c['workload'])} | {c['status']}: {t(c.get('note'))} {f(c.get('ratio')) if c.get('ratio') else ''} |"
-            )
-        st = o["storage"]
-        if st.get("capacity_bytes") is not None:
-            L.append("\n| storage | value |\n|---|---|")
-            for key in (
-                "capacity_bytes",
-                "read_bytes_per_s",
-                "checkpoint_write_bytes_per_s",
-                "checkpoint_write_s",
-                "restart_read_s",
-            ):
-                if st.get(key) is not None:
-                    L.append(f"| {key.replace('_', ' ')} | {f(st[key])} |")
-            L.append(f"| chosen tier | {_md_escape(st.get('chosen') or 'none fits')} |")
-            for tier in st.get("tiers") or []:
-                L.append(
-                    f"| tier {_md_escape(tier['tier'])} | {f(tier['provisioned_bytes'])}, read {f(tier['read_bytes_per_s'])}, write {f(tier['write_bytes_per_s'])}, {f(tier['usd_per_month'])}; {'fits' if tier['fits'] else _md_escape(tier['reason'])} |"
-                )
-            if st.get("local_nvme"):
-                ln = st["local_nvme"]
-                L.append(
-                    f"| local NVMe (trial fio) | need {f(ln['read_needed_per_node_bytes_per_s'])} per node, measured {f(ln['measured_read_per_node_bytes_per_s'])}: {'sufficient' if ln['local_nvme_sufficient'] else 'not sufficient'} |"
-                )
-        elif st.get("note"):
-            L.append(f"\nStorage: {_md_escape(st['note'])}")
-        pw = o["power"]
-        if pw.get("node_power_w") is not None:
-            L.append("\n| power | value |\n|---|---|")
-            for key in (
-                "node_power_w",
-                "nodes_per_rack",
-                "racks",
-                "it_power_w",
-                "facility_power_w",
-                "floor_area_m2",
-                "max_gpus_within_site_power",
-            ):
-                if pw.get(key) is not None:
-                    L.append(f"| {key.replace('_', ' ')} | {f(pw[key])} |")
-            L.append(f"| basis | {pw.get('basis')} |")
-        L.append(
-            "\n| purchasing model | price per node-hour | all training runs | per month | per million output tokens | goodput |\n|---|---|---|---|---|---|"
-        )
-        for m, c in o["costs"].items():
-            mtok = (
-                "; ".join(
-                    f"{_md_escape(k)} {f(v)}"
-                    for k, v in (c.get("per_million_output_tokens_usd") or {}).items()
-                )
-                or "-"
-            )
-            good = (
-                "; ".join(
-                    f"{_md_escape(k)} {f(r['goodput'])}"
-                    for k, r in (c.get("reliability") or {}).items()
-                )
-                or "-"
-            )
-            age = c.get("price_age") or {}
-            stale = (
-                f" (stale price, as of {_md_escape(str(age.get('as_of') or 'no date'))})"
-                if age.get("stale")
-                else ""
-            )
-            L.append(
-                f"| {_model_label(m)} | {f(c['price_usd_per_node_hour'])}{stale} | {f(c.get('all_runs_usd'))} | {f(c.get('per_month_usd'))} | {mtok} | {good} |"
-            )
-        if o.get("onprem_tco"):
-            tco = o["onprem_tco"]
-            L.append("\n| owned fleet | value |\n|---|---|")
-            for key in (
-                "capex_usd",
-                "capex_per_year_usd",
-                "energy_per_year_usd",
-                "operations_per_year_usd",
-                "total_per_year_usd",
-                "usd_per_node_hour",
-            ):
-                L.append(f"| {key.replace('_', ' ')} | {f(tco[key])} |")
-            if tco["excludes"]:
-                L.append(f"| excludes | {_md_escape('; '.join(tco['excludes']))} |")
-            L.append(
-                f"| break-even utilisation vs {_md_escape(o.get('break_even_against') or '-')} | {f(o.get('break_even_utilisation'))} |"
-            )
-        L.append("")
-    L.append("## Sensitivity\n")
-    sens = doc["sensitivity"]
-    if sens.get("per_option"):
-        L.append(
-            "| option | nominal | high MFU | low MFU | prices lower | prices higher | rank (nominal / if moved) |\n|---|---|---|---|---|---|---|"
-        )
-        for p in sens["per_option"]:
-            ranks = ", ".join(f"{k} {v}" for k, v in p["rank_if"].items())
-            L.append(
-                f"| {_md_escape(p['option'])} | {f(p['nominal'])} | {f(p['throughput_range'])} | {f(p['throughput_range_high'])} | {f(p['price_low'])} | {f(p['price_high'])} | {p['rank_nominal']} / {ranks} |"
-            )
-        for c in sens.get("cases") or []:
-            L.append(
-                f"- {c['case']}: winner {c['winner']}{' (order changes)' if c['order_changed'] else ''}"
-            )
-        L.append(f"\nRanking robust to these moves: {'yes' if sens.get('robust') else 'no'}.")
-    else:
-        L.append("Nothing ranked, so no sensitivity.")
-    L.append("\n## Time to train vs cluster size\n")
-    for c in doc.get("time_to_train_curves") or []:
-        L.append(
-            f"**{_md_escape(c['workload'])} on {_md_escape(c['gpu'])}** (deadline {f(c.get('deadline_days'))})\n"
-        )
-        L.append("| GPUs | time to train | MFU |\n|---|---|---|")
-        for p in c["points"]:
-            if "error" in p:
-                L.append(f"| {f(p['gpus'])} | error: {_md_escape(p['error'])} | |")
+    def content(cs: Content) -> str:
+        return "".join(inline(i) for i in cs).removesuffix("; ").strip()
+
+    def md_table(tb: Table) -> list[str]:
+        width = max([len(tb.columns), *(sum(cell.colspan for cell in r.cells) for r in tb.rows)])
+        if not tb.rows and not tb.columns:
+            return []
+        head = [content(col) for col in tb.columns] or [_md_escape(tb.caption)]
+        head += [""] * (width - len(head))
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+        for r in tb.rows:
+            cells: list[str] = []
+            for cell in r.cells:
+                cells.append(content(cell.content))
+                cells.extend([""] * (cell.colspan - 1))
+            cells += [""] * (width - len(cells))
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
+    out: list[str] = []
+
+    def walk(s: Section) -> None:
+        if s.title:
+            if s.tag == "details":
+                out.append(f"**{content(s.title)}**")
             else:
-                L.append(f"| {f(p['gpus'])} | {f(p['time_to_train_s'])} | {f(p['mfu'])} |")
-        L.append("")
-    L.append("## Trial node\n")
-    tn = doc.get("trial_node")
-    if tn:
-        L.append(
-            f"Run `{tn['run_id']}` on `{tn['machine_id']}` ({_md_escape(tn.get('accelerator_name') or tn['device'])}), file `{tn['path']}`.\n"
-        )
-        L.append("| quantity | measured | catalog spec |\n|---|---|---|")
-        spec = doc.get("roofline_spec") or {}
-        for dt, fig in (tn.get("matmul_flops_per_s") or {}).items():
-            sp = spec.get("peak_flops_per_s") if spec.get("dtype") == dt else None
-            L.append(f"| {dt} matmul | {f(fig)} | {f(sp)} |")
-        L.append(
-            f"| memory bandwidth | {f(tn.get('memory_bandwidth_bytes_per_s'))} | {f(spec.get('memory_bandwidth_bytes_per_s'))} |"
-        )
-        for key in ("gpu_power_w", "storage_read_bytes_per_s", "storage_write_bytes_per_s"):
-            if tn.get(key) is not None:
-                L.append(f"| {key.replace('_', ' ')} | {f(tn[key])} | |")
-    else:
-        L.append("No probe run of a trial node was found (run `gpuplan probe --quick`).")
-    L.append("\n## Calibration\n")
-    cal = doc.get("calibration") or {}
-    L.append(
-        f"Artifact: `{cal.get('artifact')}`"
-        + (f", created {cal['created_at']}" if cal.get("created_at") else "")
-        + ".\n"
-    )
-    for gid, qs in (cal.get("devices") or {}).items():
-        if isinstance(qs, dict) and "error" in qs:
-            L.append(f"- {gid}: {_md_escape(qs['error'])}")
-            continue
-        L.append(f"- {gid}: " + "; ".join(f"{q} {f(v)}" for q, v in qs.items()))
-    if doc.get("shared_cluster") is not None:
-        L.append("\n## Shared cluster\n")
-        shared = doc["shared_cluster"]
-        L.extend(_md_tree({k: v for k, v in shared.items() if k not in _SHARED_TABLES}, f))
-        L.extend(_md_shared_tables(shared, f))
-    L.append("\n## Inputs\n")
-    L.append("| input | value | where |\n|---|---|---|")
-    for fig in doc["inputs"]:
-        L.append(
-            f"| {_md_escape(fig['label'])} | {f(fig)} | {_md_escape(fig['provenance']['ref'])} |"
-        )
-    L.append("\n## Assumptions and provenance\n")
-    pv = doc["provenance"]
-    L.append("### Catalog rows\n")
-    L.append("| row | fields used | source | retrieved | unverified |\n|---|---|---|---|---|")
-    for r in pv["catalog_rows"]:
-        L.append(
-            f"| {r['kind']}/{r['id']} | {_md_escape(', '.join(r['fields_used']))} | {_md_escape(r['source'])} | {r['retrieved']} | {_md_escape(', '.join(r['unverified'])) or '-'} |"
-        )
-    L.append("\n### Measurements\n")
-    for m in pv["measurements"] or [{"run_id": None}]:
-        if m["run_id"] is None:
-            L.append("None.")
-        else:
-            L.append(
-                f"- run `{m['run_id']}` ({_md_escape(m.get('device'))}, {_md_escape(m.get('accelerator'))}) from `{m['path']}`, started {m['started_at']}"
-            )
-    L.append("\n### Forecasts\n")
-    for fc in pv["forecasts"]:
-        L.append(
-            f"- {_md_escape(fc['call'])}"
-            + (f": error {_md_escape(fc['error'])}" if fc.get("error") else "")
-        )
-    L.append("\n## Figures\n")
-    L.append("| # | figure | value | provenance |\n|---|---|---|---|")
-    for i, fig in enumerate(index.entries, start=1):
-        L.append(
-            f"| {i} | {_md_escape(fig['label'])} | {_md_escape(fmt(fig))}{'†' if fig['provenance'].get('unverified') else ''} | {_md_escape(prov_text(fig))} |"
-        )
-    return portable_text("\n".join(L) + "\n")
-
-
-_SHARED_TABLES = ("wait_vs_size", "smallest_cluster", "reference_curve")
-_WAIT_KEYS = ("mean", "p50", "p95", "p99", "max")
-
-
-def _md_shared_tables(sc: dict[str, Any], f: Any) -> list[str]:
-    """The shared cluster's wait-vs-size curves, smallest cluster and reference curve."""
-    L: list[str] = []
-    w = sc.get("wait_vs_size")
-    if w:
-        L.append("\n### Wait vs cluster size\n")
-        L.append(
-            f"The same jobs on smaller and larger clusters of the same nodes (teams' mean GPU "
-            f"demand {f(w.get('mean_demand_gpus'))}); sizes: {_md_escape(w.get('sizes_from'))}.\n"
-        )
-        for c in w.get("curves") or []:
-            L.append(
-                f"**{_md_escape(c['policy'])}**{' (scenario)' if c.get('scenario_policy') else ''}\n"
-            )
-            if c.get("error"):
-                L.append(f"Error: {_md_escape(c['error'])}\n")
+                out.append("#" * s.level + " " + content(s.title))
+            out.append("")
+        for b in s.body:
+            if isinstance(b, Section):
+                walk(b)
                 continue
-            teams = list(dict.fromkeys(t for p in c["points"] for t in p["per_team_p95_wait_s"]))
-            head = ["GPUs", "nodes", "GPU utilisation"] + [f"wait {k}" for k in _WAIT_KEYS]
-            head += ["starved jobs"] + [f"{_md_escape(t)} wait p95" for t in teams]
-            L.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-            for p in c["points"]:
-                cells = [f(p["gpus"]), f(p["nodes"]), f(p.get("utilization"))]
-                cells += [f(p["wait_s"].get(k)) for k in _WAIT_KEYS]
-                cells += [f(p.get("starved_jobs_count"))]
-                cells += [f(p["per_team_p95_wait_s"].get(t)) for t in teams]
-                L.append("| " + " | ".join(cells) + " |")
-            L.append("")
-    sm = sc.get("smallest_cluster")
-    if sm:
-        L.append("### Smallest cluster meeting the p95 wait target\n")
-        L.append(
-            f"Target {f(sm['target_p95_wait_s'])} on each team's p95 wait under {_md_escape(sm['policy'])} "
-            "(bisection over node counts; it assumes more nodes never lengthen the p95 wait, "
-            "which holds for strict FIFO and usually, not always, for the other policies).\n"
-        )
-        if sm.get("error"):
-            L.append(f"Error: {_md_escape(sm['error'])}\n")
-        else:
-            miss = f"not met up to {f(sm.get('largest_size_tried_gpus'))}"
-            L.append("| for | GPUs | nodes |\n|---|---|---|")
-            rows = [("every team", sm.get("overall")), *(sm.get("per_team") or {}).items()]
-            for who, e in rows:
-                if e:
-                    L.append(f"| {_md_escape(who)} | {f(e['gpus'])} | {f(e['nodes'])} |")
-                else:
-                    L.append(f"| {_md_escape(who)} | {miss} | |")
-            if sm.get("overall"):
-                waits = "; ".join(
-                    f"{_md_escape(t)} {f(v)}"
-                    for t, v in sm["overall"]["per_team_p95_wait_s"].items()
-                )
-                L.append(f"\nAt that size, p95 wait per team: {waits}.")
-            L.append("")
-    ref = sc.get("reference_curve")
-    if ref:
-        L.append("### Reference: the Microsoft Philly trace\n")
-        demand = (
-            f", mean GPU demand {f(ref['mean_demand_gpus'])}" if ref.get("mean_demand_gpus") else ""
-        )
-        L.append(
-            f"The wait-vs-size curve of a real multi-tenant GPU cluster's jobs (trace "
-            f"{_md_escape(ref['trace'])}, policy {_md_escape(ref['policy'])}{demand}).\n"
-        )
-        L.append(f"Data: {_md_escape(ref['attribution'])}\n")
-        if ref.get("error"):
-            L.append(f"Error: {_md_escape(ref['error'])}\n")
-        else:
-            head = ["GPUs", "nodes", "GPU utilisation"] + [f"wait {k}" for k in _WAIT_KEYS]
-            head += ["jobs simulated", "starved jobs"]
-            L.append("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-            for p in ref["points"]:
-                cells = [f(p["gpus"]), f(p["nodes"]), f(p.get("utilization"))]
-                cells += [f(p["wait_s"].get(k)) for k in _WAIT_KEYS]
-                cells += [f(p.get("jobs_simulated")), f(p.get("starved_jobs_count"))]
-                L.append("| " + " | ".join(cells) + " |")
-            L.append("")
-    return L
+            if isinstance(b, Paragraph):
+                if b.html_only:
+                    continue
+                out.append(content(b.content))
+            elif isinstance(b, BulletList):
+                if not b.items:
+                    continue
+                out.extend(f"- {content(item)}" for item in b.items)
+            elif isinstance(b, Table):
+                lines = md_table(b)
+                if not lines:
+                    continue
+                out.extend(lines)
+            else:  # Chart, Nav: HTML only
+                continue
+            out.append("")
 
-
-def _md_tree(obj: Any, f: Any, depth: int = 0) -> list[str]:
-    out = []
-    pad = "  " * depth
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if is_figure_json(v) or not isinstance(v, (dict, list)):
-                out.append(f"{pad}- {k}: {f(v)}")
-            else:
-                out.append(f"{pad}- {k}:")
-                out.extend(_md_tree(v, f, depth + 1))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            if is_figure_json(v) or not isinstance(v, (dict, list)):
-                out.append(f"{pad}- {f(v)}")
-            else:
-                out.append(f"{pad}- [{i}]")
-                out.extend(_md_tree(v, f, depth + 1))
-    return out
+    for s in sections:
+        walk(s)
+    return portable_text("\n".join(out).rstrip("\n") + "\n")
 
 
 # ------------------------------------------------------------------ files

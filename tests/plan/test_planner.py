@@ -319,8 +319,8 @@ def test_mixed_plan_smallest_cluster_meets_the_target_and_one_node_less_does_not
 
 
 def test_mixed_plan_philly_reference_curve_is_cited(plans):
-    from gpuplan.scheduling.workload import PHILLY_CITATION
     from gpuplan.report import render_html, render_markdown
+    from gpuplan.scheduling.workload import PHILLY_CITATION
 
     _, doc = plans["mixed-teams"]
     ref = doc["shared_cluster"]["reference_curve"]

@@ -111,8 +111,8 @@ def report_dir(tmp_path_factory) -> Path:
     """Plan SCENARIO against a synthetic H100 trial run and write the three outputs."""
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import parse_scenario
-    from gpuplan.scheduling import capacity
     from gpuplan.report import write_report
+    from gpuplan.scheduling import capacity
 
     root = tmp_path_factory.mktemp("report")
     results = root / "results"
@@ -137,8 +137,8 @@ def example_reports(tmp_path_factory) -> dict[str, Path]:
     its report written under a tmp dir; the Philly curve shortened as for ``report_dir``."""
     from gpuplan.plan.planner import build_plan
     from gpuplan.plan.scenario import load_scenario
-    from gpuplan.scheduling import capacity
     from gpuplan.report import write_report
+    from gpuplan.scheduling import capacity
 
     out = {}
     for name in EXAMPLE_NAMES:
