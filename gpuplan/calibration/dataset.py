@@ -123,8 +123,12 @@ def extract(docs: Iterable[ResultDocument], catalog: Any = None) -> Dataset:
         machine = doc.host.machine_id
         published = doc.source is not None
         for probe in doc.probes:
-            if probe.status not in ("ok", "interrupted") or probe.probe in ("inventory", "serve"):
-                continue  # serve runs go to the artifact's "serving" section (serving.py)
+            if probe.status not in ("ok", "interrupted") or probe.probe in (
+                "inventory",
+                "serve",
+                "train",
+            ):
+                continue  # serve and train runs: the "serving" and "training" sections
             device, info = device_of(doc, probe.params, catalog)
             ds.devices.setdefault(device, info)
             common = {

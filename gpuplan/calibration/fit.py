@@ -549,4 +549,10 @@ def calibrate_documents(
     serving = serving_points(documents, catalog)  # the serve probe's runs, per (device, engine)
     if serving:
         artifact["serving"] = serving
+    from gpuplan.calibration.training_step import training_points
+
+    # the train probe's runs, per (device, framework)
+    training = training_points(documents, catalog)
+    if training:
+        artifact["training"] = training
     return _round(artifact)
