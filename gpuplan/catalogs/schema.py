@@ -434,10 +434,23 @@ class Node(Row):
 
 
 class StorageTier(Row):
-    """A storage service tier or file system, sized by throughput per TiB or per node."""
+    """A storage service tier or file system, sized by throughput per TiB or per appliance.
+
+    Cloud tiers scale with provisioned capacity (``*_per_tib``); on-premises tiers are bought
+    in whole appliances (building blocks) with a datasheet's per-appliance throughput, usable
+    capacity, height and power (``*_per_appliance``). A row is one or the other. Per-client
+    figures (``*_per_node``) cap what one client node moves. Every price needs
+    ``price_as_of``; a figure no primary source gives is left empty (the plan names it).
+    """
 
     kind: ClassVar[str] = "storage"
     reportable: ClassVar[tuple[str, ...]] = ("price_usd_per_tib_month", "gpudirect_storage")
+    #: the per-appliance figures a whole-appliance sizing needs (missing ones are named)
+    APPLIANCE_SIZING: ClassVar[tuple[str, ...]] = (
+        "read_bytes_per_s_per_appliance",
+        "write_bytes_per_s_per_appliance",
+        "capacity_bytes_per_appliance",
+    )
 
     name: str
     provider: str
@@ -452,19 +465,75 @@ class StorageTier(Row):
     capacity_min_bytes: int | None = None
     capacity_max_bytes: int | None = None
     capacity_step_bytes: int | None = None
+    sold_in_appliances: bool = Field(
+        False,
+        description=(
+            "bought in whole appliances (on premises): sized from the per-appliance figures,"
+            " naming those the catalog lacks"
+        ),
+    )
+    read_bytes_per_s_per_appliance: float | None = Field(
+        None, description="sequential read of one appliance (building block), B/s"
+    )
+    write_bytes_per_s_per_appliance: float | None = Field(
+        None, description="sequential write of one appliance, B/s"
+    )
+    capacity_bytes_per_appliance: float | None = Field(
+        None, description="usable capacity of one appliance, bytes"
+    )
+    rack_units_per_appliance: float | None = Field(None, description="height of one appliance, U")
+    power_w_per_appliance: float | None = Field(
+        None, description="power of one appliance (datasheet maximum), W"
+    )
     price_usd_per_tib_month: float | None = None
+    price_usd_per_appliance: float | None = Field(
+        None, description="purchase price of one appliance (capex), USD"
+    )
+    price_usd_per_tib: float | None = Field(
+        None, description="purchase price per usable TiB (capex), USD"
+    )
     price_as_of: str | None = None
     gpudirect_storage: bool | None = None
+
+    @field_validator(
+        "read_bytes_per_s_per_appliance",
+        "write_bytes_per_s_per_appliance",
+        "capacity_bytes_per_appliance",
+        "rack_units_per_appliance",
+        "power_w_per_appliance",
+        "price_usd_per_appliance",
+        "price_usd_per_tib",
+        "price_usd_per_tib_month",
+    )
+    @classmethod
+    def _pos(cls, v: float | None) -> float | None:
+        return _positive(v, "value")
 
     @field_validator("price_as_of", mode="before")
     @classmethod
     def _as_of(cls, v: Any) -> str | None:
         return _period_text(v)
 
+    @property
+    def per_appliance(self) -> bool:
+        """True when the tier is sized in whole appliances."""
+        return self.sold_in_appliances or any(
+            getattr(self, f) is not None
+            for f in (*self.APPLIANCE_SIZING, "rack_units_per_appliance", "power_w_per_appliance")
+        )
+
     @model_validator(mode="after")
     def _price_dated(self) -> StorageTier:
-        if self.price_usd_per_tib_month is not None and self.price_as_of is None:
-            raise ValueError("price_usd_per_tib_month needs price_as_of")
+        for name in ("price_usd_per_tib_month", "price_usd_per_appliance", "price_usd_per_tib"):
+            if getattr(self, name) is not None and self.price_as_of is None:
+                raise ValueError(f"{name} needs price_as_of (when the price was published)")
+        if self.per_appliance and (
+            self.read_bytes_per_s_per_tib is not None or self.write_bytes_per_s_per_tib is not None
+        ):
+            raise ValueError(
+                "a tier is sized per TiB or per appliance, not both: drop the *_per_tib or the"
+                " *_per_appliance fields"
+            )
         return self
 
 

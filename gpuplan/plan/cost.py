@@ -525,9 +525,10 @@ class OnPremTCO:
     total_per_year_usd: Figure
     usd_per_node_hour: Figure
     excludes: list[str]
+    storage_per_year_usd: Figure | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "capex_usd": self.capex_usd,
             "capex_per_year_usd": self.capex_per_year_usd,
             "energy_per_year_usd": self.energy_per_year_usd,
@@ -536,6 +537,9 @@ class OnPremTCO:
             "usd_per_node_hour": self.usd_per_node_hour,
             "excludes": self.excludes,
         }
+        if self.storage_per_year_usd is not None:
+            out["storage_per_year_usd"] = self.storage_per_year_usd
+        return out
 
 
 def onprem_tco(
@@ -548,8 +552,15 @@ def onprem_tco(
     electricity_usd_per_kwh: Figure,
     ops_usd_per_node_per_year: Figure,
     staff_usd_per_year: Figure,
+    storage_capex_usd: Figure | None = None,
+    storage_usd_per_year: Figure | None = None,
 ) -> OnPremTCO:
-    """Total cost of ownership of an owned fleet (module docstring)."""
+    """Total cost of ownership of an owned fleet (module docstring).
+
+    Shared storage is its own line: ``storage_capex_usd`` (appliances bought) joins the
+    capex, ``storage_usd_per_year`` (a quoted monthly rate x 12) the yearly total; a storage
+    figure that is missing is listed in ``excludes``.
+    """
     excludes: list[str] = []
     node_capex = derived(
         nodes.value * node_price_usd.value if node_price_usd.ok else None,
@@ -559,15 +570,22 @@ def onprem_tco(
         [nodes, node_price_usd],
     )
     parts = [node_capex]
+    names = ["node capex"]
     if network_capex_usd.ok:
         parts.append(network_capex_usd)
+        names.append("network capex")
     else:
         excludes.append(f"network equipment ({network_capex_usd.missing or 'no price'})")
+    if storage_capex_usd is not None and storage_capex_usd.ok:
+        parts.append(storage_capex_usd)
+        names.append("storage capex")
+    elif storage_capex_usd is not None and storage_usd_per_year is None:
+        excludes.append(f"shared storage ({storage_capex_usd.missing or 'no price'})")
     capex = derived(
         sum(p.value for p in parts) if all(p.ok for p in parts) else None,
         "USD",
         "capex",
-        "node capex + network capex" if len(parts) > 1 else "node capex",
+        " + ".join(names),
         parts,
     )
     if not depreciation_years.ok:
@@ -627,12 +645,16 @@ def onprem_tco(
         ops_parts or [nodes],
     )
     total_parts = [capex_y, energy, ops]
+    total_formula = "capex per year + energy per year + operations per year"
+    if storage_usd_per_year is not None:
+        total_parts.append(storage_usd_per_year)
+        total_formula += " + storage per year"
     total_ok = all(p.ok for p in total_parts)
     total = derived(
         sum(p.value for p in total_parts) if total_ok else None,
         "USD/year",
         "owned fleet cost per year",
-        "capex per year + energy per year + operations per year",
+        total_formula,
         total_parts,
     )
     per_node_hour = derived(
@@ -642,7 +664,9 @@ def onprem_tco(
         "cost per year / (nodes x 8,760 h)",
         [total, nodes],
     )
-    return OnPremTCO(capex, capex_y, energy, ops, total, per_node_hour, excludes)
+    return OnPremTCO(
+        capex, capex_y, energy, ops, total, per_node_hour, excludes, storage_usd_per_year
+    )
 
 
 def break_even_utilisation(tco: OnPremTCO, nodes: Figure, on_demand: Figure) -> Figure:

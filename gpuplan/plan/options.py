@@ -716,17 +716,21 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.Appli
             f"no price for {t.id}: add costs.storage_usd_per_gib_month.{t.id}",
         )
     del tib
-    if any(getattr(t, name, None) for name in APPLIANCE_FIELDS):
+    if getattr(t, "per_appliance", False) or any(getattr(t, n, None) for n in APPLIANCE_FIELDS):
         # sold in whole appliances: sized by gpuplan.plan.storage.fit_appliances
+        cap_per = get(APPLIANCE_FIELDS[2], "B", "usable per appliance")
         return stomod.ApplianceTier(
             id=t.id,
             name=getattr(t, "name", t.id),
             read_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[0], "B/s", "read per appliance"),
             write_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[1], "B/s", "write per appliance"),
-            capacity_bytes_per_appliance=get(APPLIANCE_FIELDS[2], "B", "usable per appliance"),
+            capacity_bytes_per_appliance=cap_per,
             price_usd_per_gib_month=price,
             cloud=getattr(t, "provider", None),
             gpudirect_storage=getattr(t, "gpudirect_storage", None),
+            rack_units_per_appliance=get("rack_units_per_appliance", "U", "height per appliance"),
+            power_w_per_appliance=get("power_w_per_appliance", "W", "power per appliance"),
+            capex_usd_per_appliance=_appliance_capex(ctx, t, cap_per),
         )
     return stomod.StorageTier(
         id=t.id,
@@ -747,6 +751,29 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.Appli
     )
 
 
+def _appliance_capex(ctx: PlanContext, t: Any, cap_per: Figure) -> Figure:
+    """Purchase price of one appliance: the catalog's, or its price per TiB x usable TiB."""
+    if getattr(t, "price_usd_per_appliance", None):
+        return ctx.cat(
+            "storage", t, "price_usd_per_appliance", "USD", f"{t.id} price per appliance"
+        )
+    if getattr(t, "price_usd_per_tib", None) and cap_per.ok:
+        per_tib = ctx.cat("storage", t, "price_usd_per_tib", "USD/TiB", f"{t.id} price per TiB")
+        return derived(
+            per_tib.value * cap_per.value / stomod.TIB,
+            "USD",
+            f"{t.id} price per appliance",
+            "price per usable TiB x usable TiB per appliance",
+            [per_tib, cap_per],
+        )
+    return missing_fig(
+        "USD",
+        f"{t.id} price per appliance",
+        f"the catalog row storage/{t.id} has no price_usd_per_appliance or price_usd_per_tib "
+        "(no published price): quote it in costs.storage_usd_per_gib_month",
+    )
+
+
 def _writers_cap(ctx: PlanContext, opt: Option, t: Any) -> Figure | None:
     """N writers (the option's nodes) x the tier's per-client bandwidth, where the row has one."""
     for name in ("write_bytes_per_s_per_node", "read_bytes_per_s_per_node"):
@@ -754,6 +781,25 @@ def _writers_cap(ctx: PlanContext, opt: Option, t: Any) -> Figure | None:
             per_client = ctx.cat("storage", t, name, "B/s", f"{t.id} per-client bandwidth")
             return stomod.client_write_cap(opt.nodes, per_client)
     return None
+
+
+def _chosen_summary(f: stomod.TierFit) -> str:
+    """One line: the chosen tier, its size, checkpoint time against the budget, its price."""
+    parts = [f.tier.id]
+    if f.appliances is not None and f.appliances.ok:
+        parts.append(f"{int(f.appliances.value)} appliances")
+    if f.provisioned_bytes.ok:
+        parts.append(f"{f.provisioned_bytes.value / stomod.TIB:,.0f} TiB")
+    if f.checkpoint_write_s.ok:
+        budget = f" (budget {f.budget_s.value:,.0f} s)" if f.budget_s is not None else ""
+        parts.append(f"checkpoint {f.checkpoint_write_s.value:,.0f} s{budget}")
+    if f.usd_per_month.ok:
+        parts.append(f"${f.usd_per_month.value:,.0f}/month")
+    elif f.capex_usd is not None and f.capex_usd.ok:
+        parts.append(f"capex ${f.capex_usd.value:,.0f}")
+    else:
+        parts.append("no price: " + (f.usd_per_month.missing or "not priced"))
+    return ", ".join(parts)
 
 
 def build_storage(ctx: PlanContext, opt: Option) -> None:
@@ -863,15 +909,34 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
         )
         for t in _tiers_for(ctx, opt)
     ]
-    chosen = stomod.pick_tier(fits)
+    months = None
+    if opt.kind == "onprem" and sc.costs.depreciation_years:
+        years = ctx.inp(("costs", "depreciation_years"), "years", "depreciation")
+        months = derived(
+            years.value * 12, "months", "depreciation months", "depreciation years x 12", [years]
+        )
+    chosen = stomod.pick_tier(fits, months)
     out: dict[str, Any] = {
+        # one line per tier the catalog cannot size, for the top of the storage section
+        "not_sized": [f.reason for f in fits if not f.sized and f.reason],
         "workloads": per_workload,
         "capacity_bytes": cap_t,
         "read_bytes_per_s": read_t,
         "checkpoint_write_bytes_per_s": write_t,
+        "checkpoint_write_budget_s": budget_t,
         "tiers": [f.to_json() for f in fits],
         "chosen": chosen.tier.id if chosen else None,
     }
+    if chosen is not None:
+        out["chosen_summary"] = _chosen_summary(chosen)
+        for key, fig in (
+            ("capex_usd", chosen.capex_usd),
+            ("power_w", chosen.power_w),
+            ("rack_units", chosen.rack_units),
+            ("usd_per_month", chosen.usd_per_month),
+        ):
+            if fig is not None:
+                out[key] = fig
     if chosen is None:
         out["note"] = "no catalog storage tier fits: " + (
             "; ".join(f"{f.tier.id}: {f.reason}" for f in fits)
@@ -1020,7 +1085,8 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         node_weight_kg=node_kg,
         rack_weight_limit_kg=rack_kg,
     )
-    it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"))
+    storage_w = opt.storage.get("power_w") if opt.storage else None
+    it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"), storage_w)
     pue = ctx.inp(("costs", "pue"), "ratio", "PUE")
     facility = powmod.facility_power_w(it, pue)
     opt.power = {
@@ -1284,6 +1350,33 @@ def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
     return prices
 
 
+def _storage_costs(opt: Option) -> dict[str, Figure]:
+    """The chosen storage tier's capex, or its quoted monthly price x 12, for the owned TCO."""
+    st = opt.storage or {}
+    if st.get("chosen") is None:
+        return {}
+    monthly = st.get("usd_per_month")
+    if monthly is not None and monthly.ok:
+        # a quote per GiB-month: the storage is paid as it is used, not bought (no capex)
+        return {
+            "storage_usd_per_year": derived(
+                monthly.value * 12,
+                "USD/year",
+                "shared storage per year",
+                "storage cost per month x 12",
+                [monthly],
+            )
+        }
+    capex = st.get("capex_usd")
+    if capex is not None:
+        return {"storage_capex_usd": capex}
+    return {
+        "storage_capex_usd": missing_fig(
+            "USD", "storage capex", f"no price for storage tier {st['chosen']}"
+        )
+    }
+
+
 def price_option(ctx: PlanContext, opt: Option) -> None:
     """Every purchasing model of the option (see gpuplan.plan.cost)."""
     trainings, servings = _loads(opt)
@@ -1335,6 +1428,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
             ("costs", "ops_usd_per_node_per_year"), "USD/node-year", "operations per node"
         ),
         staff_usd_per_year=ctx.inp(("costs", "staff_usd_per_year"), "USD/year", "staff"),
+        **_storage_costs(opt),
     )
     rel = _reliabilities(ctx, opt, trainings, spot=False)
     opt.costs["onprem"] = costmod.price_model(

@@ -249,15 +249,27 @@ def rack_power_w(nodes_per_rack: Figure, node_power: Figure) -> Figure:
     )
 
 
-def it_power_w(nodes: Figure, node_power: Figure, network_power: Figure | None = None) -> Figure:
-    """IT power of the fleet: nodes x node power (+ network equipment where known)."""
-    if network_power is not None and network_power.ok:
+def it_power_w(
+    nodes: Figure,
+    node_power: Figure,
+    network_power: Figure | None = None,
+    storage_power: Figure | None = None,
+) -> Figure:
+    """IT power of the fleet: nodes x node power (+ network and shared storage where known)."""
+    extras = [
+        (fig, name)
+        for fig, name in ((network_power, "network power"), (storage_power, "storage power"))
+        if fig is not None and fig.ok
+    ]
+    if extras:
         return derived(
-            nodes.value * node_power.value + network_power.value,
+            nodes.value * node_power.value + sum(f.value for f, _ in extras)
+            if node_power.ok
+            else None,
             "W",
             "IT power",
-            "nodes x node power + network power",
-            [nodes, node_power, network_power],
+            "nodes x node power + " + " + ".join(n for _, n in extras),
+            [nodes, node_power, *(f for f, _ in extras)],
         )
     return derived(
         nodes.value * node_power.value if node_power.ok else None,

@@ -16,10 +16,13 @@ Method
   rounded up to the tier's increment and at least its minimum. The pipeline reads and
   the checkpoint writes are not concurrent, so each is checked on its own.
 * An appliance tier (DDN EXAScaler AI400X2-class, IBM Storage Scale System, VAST DBox,
-  WEKA backends: throughput and capacity per box, not per TiB) is bought in whole
-  appliances: n = max(ceil(capacity / usable bytes per appliance), ceil(read B/s / read
-  B/s per appliance), ceil(write B/s / write B/s per appliance)), reads and writes each
-  against the datasheet figure for that direction.
+  WEKA backends, HPE ClusterStor: throughput and capacity per box, not per TiB) is bought
+  in whole appliances: n = max(ceil(capacity / usable bytes per appliance), ceil(read B/s /
+  read B/s per appliance), ceil(min(write B/s, writers' cap) / write B/s per appliance)),
+  reads and writes each against the datasheet figure for that direction; boxes beyond what
+  the writers' links can fill are not bought. The appliances' rack units, power and capex
+  are n x the per-appliance figures where the catalog has them. A per-appliance figure the
+  catalog lacks leaves the tier "not sized" and names the field.
 * Whatever the tier delivers, a checkpoint is written by N writers (nodes), each no
   faster than its own link to storage: write B/s = min(tier write B/s, N x per-client
   B/s). The checkpoint fits when size / that rate is within ``checkpoint.write_budget_s``;
@@ -31,7 +34,7 @@ Method
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuplan.plan.provenance import Figure, derived, missing_fig
 
@@ -149,6 +152,8 @@ class ApplianceTier:
         Usually a quote from the scenario: on-premises prices are rarely published.
     gpudirect_storage:
         Whether the tier's client supports NVIDIA GPUDirect Storage.
+    rack_units_per_appliance, power_w_per_appliance, capex_usd_per_appliance:
+        Height (U), power (W) and purchase price (USD) of one appliance, where published.
     """
 
     id: str
@@ -159,6 +164,9 @@ class ApplianceTier:
     price_usd_per_gib_month: Figure
     cloud: str | None = None
     gpudirect_storage: bool | None = None
+    rack_units_per_appliance: Figure | None = None
+    power_w_per_appliance: Figure | None = None
+    capex_usd_per_appliance: Figure | None = None
 
 
 def client_write_cap(writers: Figure, per_client_bytes_per_s: Figure) -> Figure:
@@ -179,7 +187,8 @@ def client_write_cap(writers: Figure, per_client_bytes_per_s: Figure) -> Figure:
 
 def _capped_write(tier_id: str, tier_write: Figure, cap: Figure | None) -> tuple[Figure, bool]:
     """min(tier write B/s, writers cap); True when the writers are the limit."""
-    if cap is None or not cap.ok or not tier_write.ok or cap.value >= tier_write.value:
+    if cap is None or not cap.ok or not tier_write.ok or cap.value > tier_write.value * (1 + 1e-9):
+        # (a tier bought to just match the writers' cap is limited by the writers)
         return tier_write, False
     return (
         derived(
@@ -208,13 +217,29 @@ class TierFit:
     sized_by: str
     appliances: Figure | None = None
     gpudirect_storage: bool | None = None
+    capex_usd: Figure | None = None
+    rack_units: Figure | None = None
+    power_w: Figure | None = None
+    missing: list[str] = field(default_factory=list)
+    budget_s: Figure | None = None
+
+    @property
+    def sized(self) -> bool:
+        """True when every figure the sizing needs is in the catalog."""
+        return not self.missing
 
     def to_json(self) -> dict:
         return {
             "tier": self.tier.id,
             "name": self.tier.name,
             "cloud": self.tier.cloud,
+            "sized": self.sized,
+            "missing": list(self.missing),
             "appliances": self.appliances,
+            "rack_units": self.rack_units,
+            "power_w": self.power_w,
+            "capex_usd": self.capex_usd,
+            "checkpoint_write_budget_s": self.budget_s,
             "gpudirect_storage": self.gpudirect_storage,
             "provisioned_bytes": self.provisioned_bytes,
             "read_bytes_per_s": self.read_bytes_per_s,
@@ -270,6 +295,7 @@ def fit_tier(
             f.fits,
             f.reason,
         )
+        f.budget_s = budget_s
         return f
     if not per_tib_w.ok and per_tib_r.ok:
         # tiers quoted with one throughput figure serve reads and writes alike
@@ -329,9 +355,11 @@ def fit_tier(
             "B/s", f"{tier.id} write bandwidth", f"{tier.id} has no throughput figure"
         )
     ckpt_s = _checkpoint_time(tier.id, ckpt, wbw)
+    missing: list[str] = []
     if not per_tib_r.ok and not per_tib_w.ok:
         fits = False
-        reason = f"{tier.id} has no throughput per TiB or per appliance in the catalog"
+        missing = ["read_bytes_per_s_per_tib"]
+        reason = f"{tier.id} not sized: the catalog has no read_bytes_per_s_per_tib"
     wbw, ckpt_s, fits, reason = _apply_write_cap(
         tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, reason
     )
@@ -347,6 +375,8 @@ def fit_tier(
         reason,
         sized_by,
         gpudirect_storage=tier.gpudirect_storage,
+        missing=missing,
+        budget_s=budget_s,
     )
 
 
@@ -393,6 +423,14 @@ def _apply_write_cap(
     return wbw, ckpt_s, fits, reason
 
 
+#: catalog field of each per-appliance figure, named when it is missing
+APPLIANCE_FIELD = {
+    "capacity": "capacity_bytes_per_appliance",
+    "read bandwidth": "read_bytes_per_s_per_appliance",
+    "checkpoint writes": "write_bytes_per_s_per_appliance",
+}
+
+
 def fit_appliances(
     tier: ApplianceTier,
     *,
@@ -406,8 +444,9 @@ def fit_appliances(
     """Size an appliance tier in whole appliances (see the module docstring).
 
     Each need (capacity, read B/s, write B/s) asks for ceil(need / per-appliance figure)
-    appliances; the largest count is bought. A per-appliance figure that is missing
-    leaves its need unsized and the fit says so.
+    appliances; the largest count is bought. The write need counts no more than the
+    writers can push (``write_cap``): appliances past that would sit idle. A per-appliance
+    figure that is missing leaves the tier not sized and the fit names the catalog field.
     """
     cap_per = tier.capacity_bytes_per_appliance
     r_per = tier.read_bytes_per_s_per_appliance
@@ -415,35 +454,47 @@ def fit_appliances(
     if not w_per.ok and r_per.ok:
         # a datasheet with one throughput figure: it serves both directions
         w_per = r_per
+    write_need = write_bps
+    if write_cap is not None and write_cap.ok and write_cap.value < write_bps.value:
+        write_need = derived(
+            write_cap.value,
+            "B/s",
+            f"{tier.id} write bandwidth worth buying",
+            "min(checkpoint write bandwidth needed, writers x per-client bandwidth)",
+            [write_bps, write_cap],
+        )
     counts: list[tuple[int, str]] = []
     used: list[Figure] = []
     missing: list[str] = []
     for need, per, label in (
         (capacity, cap_per, "capacity"),
         (read_bps, r_per, "read bandwidth"),
-        (write_bps, w_per, "checkpoint writes"),
+        (write_need, w_per, "checkpoint writes"),
     ):
         if per.ok and per.value > 0:
             counts.append((max(1, math.ceil(need.value / per.value - 1e-9)), label))
             used += [need, per]
         else:
-            missing.append(label)
+            missing.append(APPLIANCE_FIELD[label])
+    not_sized = (
+        f"{tier.id} not sized: the catalog has no " + ", ".join(missing) if missing else None
+    )
     if not counts:
-        none = missing_fig(
-            "appliances", f"{tier.id} appliances", f"{tier.id} has no per-appliance figures"
-        )
+        why = not_sized or ""
         return TierFit(
             tier,
-            missing_fig("B", f"{tier.id} provisioned capacity", none.missing or ""),
-            missing_fig("B/s", f"{tier.id} read bandwidth", none.missing or ""),
-            missing_fig("B/s", f"{tier.id} write bandwidth", none.missing or ""),
-            missing_fig("s", f"checkpoint write time on {tier.id}", none.missing or ""),
-            missing_fig("USD/month", f"{tier.id} cost per month", none.missing or ""),
+            missing_fig("B", f"{tier.id} provisioned capacity", why),
+            missing_fig("B/s", f"{tier.id} read bandwidth", why),
+            missing_fig("B/s", f"{tier.id} write bandwidth", why),
+            missing_fig("s", f"checkpoint write time on {tier.id}", why),
+            missing_fig("USD/month", f"{tier.id} cost per month", why),
             False,
-            f"{tier.id} has no per-appliance capacity or throughput in the catalog",
+            not_sized,
             "none",
-            appliances=none,
+            appliances=missing_fig("appliances", f"{tier.id} appliances", why),
             gpudirect_storage=tier.gpudirect_storage,
+            missing=missing,
+            budget_s=budget_s,
         )
     n, sized_by = max(counts, key=lambda c: c[0])
     appliances = derived(
@@ -451,14 +502,17 @@ def fit_appliances(
         "appliances",
         f"{tier.id} appliances",
         "max(ceil(capacity / usable per appliance), ceil(read B/s / read per appliance), "
-        "ceil(write B/s / write per appliance))",
+        "ceil(min(write B/s, writers' cap) / write per appliance))"
+        + ("; the missing figures not counted" if missing else ""),
         used,
     )
 
-    def scaled(per: Figure, unit: str, label: str) -> Figure:
+    def scaled(per: Figure | None, unit: str, label: str) -> Figure | None:
+        if per is None:
+            return None
         if not per.ok:
             return missing_fig(
-                unit, f"{tier.id} {label}", f"{tier.id} has no {label} per appliance"
+                unit, f"{tier.id} {label}", per.missing or f"{tier.id} has no {label} per appliance"
             )
         return derived(
             n * per.value,
@@ -471,11 +525,11 @@ def fit_appliances(
     provisioned = scaled(cap_per, "B", "usable capacity")
     rbw = scaled(r_per, "B/s", "read bandwidth")
     wbw = scaled(w_per, "B/s", "write bandwidth")
+    assert provisioned is not None and rbw is not None and wbw is not None
     ckpt_s = _checkpoint_time(tier.id, ckpt, wbw)
     fits = not missing
-    reason = None if fits else f"{tier.id} has no per-appliance figure for: " + ", ".join(missing)
     wbw, ckpt_s, fits, reason = _apply_write_cap(
-        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, reason
+        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, not_sized
     )
     if provisioned.ok:
         usd = _monthly_cost(tier, provisioned.value, provisioned)
@@ -493,6 +547,11 @@ def fit_appliances(
         sized_by,
         appliances=appliances,
         gpudirect_storage=tier.gpudirect_storage,
+        capex_usd=scaled(tier.capex_usd_per_appliance, "USD", "capex"),
+        rack_units=scaled(tier.rack_units_per_appliance, "U", "rack units"),
+        power_w=scaled(tier.power_w_per_appliance, "W", "power"),
+        missing=missing,
+        budget_s=budget_s,
     )
 
 
@@ -573,14 +632,28 @@ def _fit_by_increment(
     )
 
 
-def pick_tier(fits: list[TierFit]) -> TierFit | None:
-    """The cheapest fitting tier; without prices, the smallest provisioned one."""
+def monthly_equivalent(fit: TierFit, months: Figure | None = None) -> float | None:
+    """USD per month to rank a tier: its monthly price, else its capex over ``months``."""
+    if fit.usd_per_month.ok:
+        return float(fit.usd_per_month.value)
+    if fit.capex_usd is not None and fit.capex_usd.ok and months is not None and months.ok:
+        return float(fit.capex_usd.value) / months.value
+    return None
+
+
+def pick_tier(fits: list[TierFit], months: Figure | None = None) -> TierFit | None:
+    """The cheapest fitting tier; without prices, the smallest provisioned one.
+
+    A tier bought outright (capex) is ranked by its capex spread over ``months`` (the
+    depreciation period), so it compares with tiers priced per month.
+    """
     ok = [f for f in fits if f.fits]
     if not ok:
         return None
-    priced = [f for f in ok if f.usd_per_month.ok]
-    if priced:
-        return min(priced, key=lambda f: f.usd_per_month.value)
+    priced = [(monthly_equivalent(f, months), f) for f in ok]
+    priced_ok = [(v, f) for v, f in priced if v is not None]
+    if priced_ok:
+        return min(priced_ok, key=lambda p: p[0])[1]
     return min(ok, key=lambda f: f.provisioned_bytes.value)
 
 

@@ -93,8 +93,70 @@ def test_writers_that_outrun_the_tier_leave_it_as_it_is():
 def test_missing_per_appliance_figures_stay_missing():
     f = st.fit_appliances(appliance(None, None, None), **needs())
     assert not f.fits and not f.appliances.ok and not f.usd_per_month.ok
+    assert not f.sized and len(f.missing) == 3
     g = st.fit_appliances(appliance(None, None, 1e15), **needs())
-    assert g.appliances.value == 10 and not g.fits and "read bandwidth" in g.reason
+    assert g.appliances.value == 10 and not g.fits
+    # the reason names the catalog fields to add, in one line
+    assert g.missing == ["read_bytes_per_s_per_appliance", "write_bytes_per_s_per_appliance"]
+    assert g.reason == (
+        "box not sized: the catalog has no read_bytes_per_s_per_appliance, "
+        "write_bytes_per_s_per_appliance"
+    )
+    assert "\n" not in g.reason
+
+
+def test_boxes_past_what_the_writers_can_fill_are_not_bought():
+    # writes alone would buy ceil(18.9e9 / 0.2e9) = 95 boxes; 4 writers x 2e9 B/s = 8e9 B/s
+    # can fill only ceil(8e9 / 0.2e9) = 40; capacity needs 10 and reads 100e9 / 20e9 = 5
+    cap = st.client_write_cap(fig(4, "nodes"), fig(2e9, "B/s"))
+    f = st.fit_appliances(appliance(20e9, 0.2e9, 1e15), **needs(), write_cap=cap)
+    assert f.appliances.value == 40 and f.sized_by == "checkpoint writes"
+    assert f.write_bytes_per_s.value == pytest.approx(8e9)  # 40 x 0.2e9, equal to the cap
+    assert f.checkpoint_write_s.value == pytest.approx(CKPT_405B / 8e9)
+    assert not f.fits and "writers" in f.reason  # 709 s > 300 s: more boxes would not help
+
+
+def test_rack_units_power_and_capex_scale_with_the_appliances():
+    tier = st.ApplianceTier(
+        id="box",
+        name="box",
+        read_bytes_per_s_per_appliance=fig(20e9),
+        write_bytes_per_s_per_appliance=fig(10e9),
+        capacity_bytes_per_appliance=fig(1e15),
+        price_usd_per_gib_month=none(),
+        rack_units_per_appliance=fig(2, "U"),
+        power_w_per_appliance=fig(1500, "W"),
+        capex_usd_per_appliance=fig(250_000, "USD"),
+    )
+    f = st.fit_appliances(tier, **needs())
+    n = f.appliances.value
+    assert n == math.ceil(TEN_PB / 1e15)
+    assert f.rack_units.value == 2 * n and f.power_w.value == 1500 * n
+    assert f.capex_usd.value == 250_000 * n
+    # ranked against a per-month tier by its capex over the depreciation months
+    assert st.monthly_equivalent(f, fig(48, "months")) == pytest.approx(250_000 * n / 48)
+    assert st.monthly_equivalent(f) is None
+
+
+def test_pick_tier_compares_capex_spread_over_months_with_monthly_prices():
+    bought = st.fit_appliances(
+        st.ApplianceTier(
+            id="bought",
+            name="bought",
+            read_bytes_per_s_per_appliance=fig(20e9),
+            write_bytes_per_s_per_appliance=fig(10e9),
+            capacity_bytes_per_appliance=fig(1e15),
+            price_usd_per_gib_month=none(),
+            capex_usd_per_appliance=fig(480_000, "USD"),
+        ),
+        **needs(),
+    )  # 10 boxes: 4.8e6 USD over 48 months = 100k USD/month
+    rented = st.fit_appliances(appliance(20e9, 10e9, 1e15, price=0.012), **needs())
+    # 10e15 B / 2**30 x 0.012 = 111.8k USD/month: buying is cheaper
+    assert rented.usd_per_month.value > 100_000
+    assert st.pick_tier([rented, bought], fig(48, "months")) is bought
+    assert st.pick_tier([rented, bought], fig(24, "months")) is rented  # 200k/month
+    assert st.pick_tier([rented, bought]) is rented  # no period: only the monthly price ranks
 
 
 # ---- the catalog's cloud tiers for the same case ------------------------------------
