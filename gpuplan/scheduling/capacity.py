@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import InputError
 from gpuplan.scheduling.cluster import Cluster, max_concurrent
 from gpuplan.scheduling.metrics import SimulationResult
 from gpuplan.scheduling.simulate import simulate
 from gpuplan.scheduling.workload import Job
+
+if TYPE_CHECKING:
+    from gpuplan.scheduling.schema import TeamSpec
 
 #: Default curve points, as multiples of the workload's mean GPU demand.
 DEFAULT_LOAD_MULTIPLES = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
@@ -66,7 +69,7 @@ def default_sizes(jobs: Sequence[Job], cluster: Cluster) -> list[int]:
 
 
 def _sized_options(
-    options: dict[str, Any], teams: Sequence[Any] | None, cluster: Cluster
+    options: dict[str, Any], teams: Sequence[TeamSpec] | None, cluster: Cluster
 ) -> dict[str, Any]:
     """Options for one cluster size: quotas re-derived from the teams when given."""
     if teams is None or options.get("quota_mode", "none") == "none":
@@ -84,7 +87,7 @@ def wait_vs_size_curve(
     *,
     progress: Callable[[int, int], None] | None = None,
     attribution: str | None = None,
-    teams: Sequence[Any] | None = None,
+    teams: Sequence[TeamSpec] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Queueing delay against cluster size for one workload and policy.
@@ -174,7 +177,7 @@ def smallest_cluster(
     *,
     max_gpus: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-    teams: Sequence[Any] | None = None,
+    teams: Sequence[TeamSpec] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Fewest nodes (of ``cluster``'s node types) whose p95 wait meets a target.

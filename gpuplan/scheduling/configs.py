@@ -92,7 +92,7 @@ def _split(total: int, weights: Sequence[float]) -> list[int]:
 
 def quota_plan(teams: Sequence[TeamSpec] | Sequence[str], cluster: Cluster) -> list[QuotaRow]:
     """Per-team quotas for ``cluster`` from team specs, or equal shares for bare names."""
-    specs = [TeamSpec(name=t) if isinstance(t, str) else t for t in teams]
+    specs = [TeamSpec.model_validate({"name": t}) if isinstance(t, str) else t for t in teams]
     if not specs:
         raise InputError("no teams to configure", hint="the workload names no team")
     nominal = derived_quotas(list(specs), cluster.total_gpus)

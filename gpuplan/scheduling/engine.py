@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -62,7 +62,7 @@ _INF = math.inf
 
 
 def _pick_victims(
-    cands: list[tuple[float, float, int]], free: int, need: int, gpus_of: dict[int, int]
+    cands: Sequence[tuple[float, float, int]], free: int, need: int, gpus_of: dict[int, int]
 ) -> tuple[int, list[int], float, float]:
     """Preempt ``cands`` (class, lost work, job), lowest first, until ``need`` GPUs are free.
 
@@ -542,7 +542,8 @@ class Engine:
             if c < fr[nd]:
                 capped.setdefault(max(c, 0), []).append(nd)
 
-        def level(f: int, exclude: set[int] | None = None):  # nodes usable with exactly f
+        def level(f: int, exclude: set[int] | None = None) -> Iterator[int]:
+            """Nodes usable with exactly ``f`` free GPUs."""
             for nd in capped.get(f, ()):
                 if exclude is None or nd not in exclude:
                     yield nd
@@ -601,8 +602,8 @@ class Engine:
     def _usage_change(self, j: int, t: float, sign: int) -> None:
         k = self.team[j]
         n = self.n[j]
-        if self.cohort_of[k] is not None:
-            c = self.cohort_of[k]
+        c = self.cohort_of[k]
+        if c is not None:
             g = self.guar[k]
             before = max(0.0, self.used[k] - g)
             after = max(0.0, self.used[k] + sign * n - g)
@@ -837,8 +838,8 @@ class Engine:
                     best = (score, p, sorted(victims))
         if best is None:
             return None
-        _, p, victims = best
-        for v in victims:
+        _, p, chosen = best
+        for v in chosen:
             self._preempt(v, t)
         return self._fit(p, need)
 
@@ -953,7 +954,7 @@ class Engine:
         self.head[lid] = h
         return h
 
-    def _order(self):  # -> Iterator[int]
+    def _order(self) -> Iterator[int]:
         """Pending jobs in policy order, as the pass consumes them.
 
         A job preempted during the pass is visited later in the same pass if it comes

@@ -18,10 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.scheduling.cluster import Cluster
 from gpuplan.scheduling.engine import RawRun, SimOptions
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
 
 #: Job classes by GPU count: (label, low, high) inclusive.
 GPU_CLASSES: tuple[tuple[str, int, float], ...] = (
@@ -59,7 +63,9 @@ def duration_class(d: float) -> str:
     return DURATION_CLASSES[-1][0]
 
 
-def stats(values: Any, *, percentiles: Sequence[int] = (50, 95, 99)) -> dict[str, float | None]:
+def stats(
+    values: ArrayLike, *, percentiles: Sequence[int] = (50, 95, 99)
+) -> dict[str, float | None]:
     """``{mean, p50, p95, p99, max}`` of ``values`` (all None when empty)."""
     import numpy as np
 
@@ -74,11 +80,16 @@ def stats(values: Any, *, percentiles: Sequence[int] = (50, 95, 99)) -> dict[str
     return out
 
 
-def _integral(starts: Any, ends: Any, weights: Any, at: Any) -> Any:
+def _integral(
+    starts: NDArray[np.float64],
+    ends: NDArray[np.float64],
+    weights: NDArray[np.float64],
+    at: NDArray[np.float64],
+) -> NDArray[np.float64]:
     """``sum_i w_i * |[s_i, e_i) intersect (-inf, t)|`` for every t in ``at`` (vectorised)."""
     import numpy as np
 
-    def part(points: Any) -> Any:
+    def part(points: NDArray[np.float64]) -> NDArray[np.float64]:
         order = np.argsort(points, kind="stable")
         p = points[order]
         w = weights[order]
@@ -90,7 +101,7 @@ def _integral(starts: Any, ends: Any, weights: Any, at: Any) -> Any:
     return part(starts) - part(ends)
 
 
-def _max_concurrent(starts: Any, ends: Any) -> int:
+def _max_concurrent(starts: NDArray[np.float64], ends: NDArray[np.float64]) -> int:
     import numpy as np
 
     if len(starts) == 0:
@@ -171,7 +182,9 @@ class SimulationResult:
         return out
 
 
-def _starvation_reason(waits: Any, durs: Any, opts: SimOptions) -> str | None:
+def _starvation_reason(
+    waits: NDArray[np.float64], durs: NDArray[np.float64], opts: SimOptions
+) -> str | None:
     """Why a group of jobs counts as starved (None if it does not)."""
     import numpy as np
 
@@ -225,7 +238,7 @@ def summarize(
     cap = cluster.total_gpus
     util = busy / (cap * span) if span > 0 and cap > 0 else 0.0
 
-    def group(mask: Any) -> dict[str, Any]:
+    def group(mask: NDArray[np.bool_]) -> dict[str, Any]:
         w, d = wait[mask], dur[mask]
         return {
             "jobs": int(mask.sum()),

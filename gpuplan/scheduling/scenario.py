@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import InputError
 from gpuplan.scheduling.cluster import Cluster
@@ -15,6 +15,9 @@ from gpuplan.scheduling.schema import (
     derived_quotas,
 )
 from gpuplan.scheduling.workload import ForecastFn, Job, generate_workload
+
+if TYPE_CHECKING:
+    from gpuplan.scheduling.metrics import SimulationResult
 
 
 def team_quotas(teams: list[TeamSpec], total_gpus: int) -> dict[str, TeamQuota]:
@@ -97,7 +100,7 @@ def run_scenario(
     policy: str | None = None,
     forecast: ForecastFn | None = None,
     **overrides: Any,
-) -> Any:
+) -> SimulationResult:
     """Simulate a scenario's teams (policy from the scenario unless given)."""
     from gpuplan.scheduling.simulate import simulate
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -272,7 +272,7 @@ class ClusterSpec(_Strict):
         total = (
             sum(n.gpus_per_node * n.nodes for n in self.node_types)
             if self.node_types
-            else self.gpus_per_node * self.nodes
+            else (self.gpus_per_node or 0) * (self.nodes or 0)  # both set: checked above
         )
         if total > limits.MAX_GPUS:
             raise ValueError(
@@ -317,7 +317,7 @@ class SharedClusterScenario(_Strict):
     """The parts of a scenario file this package reads (other top-level keys are ignored)."""
 
     teams: list[TeamSpec] = Field(min_length=1)
-    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    scheduling: SchedulingSpec = Field(default_factory=lambda: SchedulingSpec.model_validate({}))
 
     @model_validator(mode="after")
     def _consistent(self) -> SharedClusterScenario:
@@ -361,7 +361,7 @@ def _first_error(exc: ValidationError, where: str) -> SchemaError:
     )
 
 
-def parse_scenario(data: Any, *, where: str = "scenario") -> SharedClusterScenario:
+def parse_scenario(data: object, *, where: str = "scenario") -> SharedClusterScenario:
     """Validate a loaded scenario mapping (keys other than teams/scheduling are ignored).
 
     Raises
@@ -385,7 +385,7 @@ def parse_scenario(data: Any, *, where: str = "scenario") -> SharedClusterScenar
         raise _first_error(exc, where) from None
 
 
-def parse_teams(data: Any, *, where: str = "teams") -> list[TeamSpec]:
+def parse_teams(data: object, *, where: str = "teams") -> list[TeamSpec]:
     """Validate a ``teams:`` list alone (what the plan scenario embeds)."""
     return parse_scenario({"teams": data}, where=where).teams
 

@@ -24,10 +24,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import EnvironmentProblem, InputError
-from gpuplan.scheduling.schema import TeamSpec, TrainingJobSpec
+from gpuplan.scheduling.schema import (
+    EmpiricalDuration,
+    FixedDuration,
+    LognormalDuration,
+    TeamSpec,
+    TrainingJobSpec,
+    UniformDuration,
+)
+
+if TYPE_CHECKING:  # numpy is imported where it is used (the package stays light to import)
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from gpuplan.scheduling.schema import DurationDistribution
 
 #: Citation that must accompany anything published from the Philly trace (CC BY 4.0).
 PHILLY_CITATION = (
@@ -304,24 +317,25 @@ def load_philly(*, limit: int | None = None) -> list[Job]:
 
 
 # --------------------------------------------------------------------------- generation
-def _team_rng(seed: int, name: str) -> Any:
+def _team_rng(seed: int, name: str) -> np.random.Generator:
     import numpy as np
 
     # One independent stream per team, stable under adding or reordering other teams.
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
-def _durations(dist: Any, rng: Any, size: int) -> Any:
+def _durations(
+    dist: DurationDistribution, rng: np.random.Generator, size: int
+) -> NDArray[np.float64]:
     import numpy as np
 
-    kind = dist.kind
-    if kind == "fixed":
+    if isinstance(dist, FixedDuration):
         return np.full(size, float(dist.value_s))
-    if kind == "uniform":
+    if isinstance(dist, UniformDuration):
         return rng.uniform(dist.low_s, dist.high_s, size)
-    if kind == "empirical":
+    if isinstance(dist, EmpiricalDuration):
         return rng.choice(np.asarray(dist.values_s, dtype=float), size=size, replace=True)
-    if kind == "lognormal":
+    if isinstance(dist, LognormalDuration):
         out = rng.lognormal(math.log(dist.median_s), dist.sigma, size)
     else:  # exponential
         out = rng.exponential(dist.mean_s, size)
@@ -331,7 +345,7 @@ def _durations(dist: Any, rng: Any, size: int) -> Any:
     return out
 
 
-def _arrivals(team: TeamSpec, rng: Any, horizon_s: float) -> Any:
+def _arrivals(team: TeamSpec, rng: np.random.Generator, horizon_s: float) -> NDArray[np.float64]:
     """Non-homogeneous Poisson arrivals by thinning (Lewis and Shedler, 1979).
 
     Candidates come from a homogeneous process at the peak rate; each is kept with
@@ -419,15 +433,16 @@ def generate_workload(
     if horizon_s <= 0:
         raise InputError("the generation window must be positive", hint="set horizon_days > 0")
     jobs: list[Job] = []
-    cache: dict[tuple[Any, ...], float] = {}
+    cache: dict[tuple[str, str, int, float, int | None, str | None], float] = {}
     for team in teams:
         rng = _team_rng(seed, team.name)
-        if team.arrival_rate_per_hour > 0:
+        dist = team.duration_distribution  # set whenever the rate is (TeamSpec checks it)
+        if team.arrival_rate_per_hour > 0 and dist is not None:
             times = _arrivals(team, rng, horizon_s)
             sizes = np.asarray(sorted(team.gpu_count_distribution), dtype=np.int64)
             weights = np.asarray([team.gpu_count_distribution[int(s)] for s in sizes], float)
             gpus = rng.choice(sizes, size=len(times), p=weights / weights.sum())
-            durs = _durations(team.duration_distribution, rng, len(times))
+            durs = _durations(dist, rng, len(times))
             for k, (t, g, d) in enumerate(zip(times, gpus, durs, strict=True)):
                 jobs.append(
                     Job(
