@@ -292,20 +292,50 @@ class Accelerator(Row):
         return self.dense_flops_per_s.get(normalise_dtype(dtype))
 
 
+#: Purchase kinds of a cloud price, named as each cloud sells them: AWS Savings Plans and
+#: Reserved Instances, GCP committed use discounts (CUDs), Azure reservations, AWS EC2
+#: Capacity Blocks for ML. ``reserved`` is a commitment whose term the source does not state.
+PURCHASE_KINDS: tuple[str, ...] = (
+    "on_demand",
+    "spot",
+    "reserved_1y",
+    "reserved_3y",
+    "savings_plan_1y",
+    "savings_plan_3y",
+    "cud_1y",
+    "cud_3y",
+    "reserved",
+    "capacity_block",
+)
+
+PurchaseKind = Literal[
+    "on_demand",
+    "spot",
+    "reserved_1y",
+    "reserved_3y",
+    "savings_plan_1y",
+    "savings_plan_3y",
+    "cud_1y",
+    "cud_3y",
+    "reserved",
+    "capacity_block",
+]
+
+
 class PriceObservation(BaseModel):
-    """One published price of an instance, with where and when it was seen."""
+    """One published price of an instance, with where and when it was seen.
+
+    ``usd_per_hour`` is per instance-hour; it is empty only for a documented gap (a kind the
+    provider sells but whose rate no opened source gives), which then needs ``notes`` saying
+    what was looked for. Capacity blocks carry their booking rules: ``duration_increments``
+    (``[[step_days, up_to_days], ...]``: 1-day steps up to 14 days, then 7-day steps up to
+    182) and ``max_instances`` per block.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: Literal[
-        "on_demand",
-        "spot",
-        "reserved_1y",
-        "reserved_3y",
-        "reserved",  # a commitment whose term the source does not state
-        "capacity_block",
-    ]
-    usd_per_hour: float = Field(gt=0)
+    model: PurchaseKind
+    usd_per_hour: float | None = Field(gt=0)
     region: str | None
     as_of: str = Field(
         description="YYYY-MM-DD, or a period YYYY-MM / YYYY-Q1 / YYYY-H1 when undated"
@@ -313,6 +343,10 @@ class PriceObservation(BaseModel):
     source: str = Field(min_length=8)
     currency: Literal["USD"] = "USD"
     notes: str = ""
+    duration_increments: tuple[tuple[int, int], ...] | None = Field(
+        None, description="capacity block: [[step_days, up_to_days], ...] in increasing order"
+    )
+    max_instances: int | None = Field(None, gt=0, description="capacity block: instances per block")
 
     @field_validator("as_of", mode="before")
     @classmethod
@@ -322,10 +356,32 @@ class PriceObservation(BaseModel):
         period_start(str(v))
         return str(v)
 
+    @model_validator(mode="after")
+    def _gap_and_terms(self) -> PriceObservation:
+        if self.usd_per_hour is None and not self.notes.strip():
+            raise ValueError("a price with no usd_per_hour needs notes saying why it is absent")
+        if self.duration_increments is not None:
+            if self.model != "capacity_block":
+                raise ValueError("duration_increments belong to capacity_block prices")
+            last = 0
+            for step, up_to in self.duration_increments:
+                if step <= 0 or up_to <= last or up_to % step:
+                    raise ValueError(
+                        "duration_increments: each [step_days, up_to_days] needs step > 0 and"
+                        " up_to above the previous, a multiple of step"
+                    )
+                last = up_to
+        return self
+
     @property
     def as_of_date(self) -> _dt.date:
         """First day of ``as_of`` (for sorting observations by time)."""
         return period_start(self.as_of)
+
+    @property
+    def max_duration_days(self) -> int | None:
+        """The longest booking a capacity block allows (its last increment's limit)."""
+        return self.duration_increments[-1][1] if self.duration_increments else None
 
 
 class Instance(Row):
@@ -352,11 +408,24 @@ class Instance(Row):
     prices: tuple[PriceObservation, ...] = ()
 
     def price(self, model: str = "on_demand", region: str | None = None) -> PriceObservation | None:
-        """Latest price observation of ``model`` (optionally in ``region``); None if unpublished."""
+        """Latest priced observation of ``model`` (optionally in ``region``); None if unpublished."""
         obs = [
-            p for p in self.prices if p.model == model and (region is None or p.region == region)
+            p
+            for p in self.prices
+            if p.model == model
+            and p.usd_per_hour is not None
+            and (region is None or p.region == region)
         ]
         return max(obs, key=lambda p: p.as_of_date) if obs else None
+
+    def price_gap(self, model: str) -> PriceObservation | None:
+        """The latest documented gap for ``model`` (an observation with no rate and a note)."""
+        obs = [p for p in self.prices if p.model == model and p.usd_per_hour is None]
+        return max(obs, key=lambda p: p.as_of_date) if obs else None
+
+    def price_kinds(self) -> tuple[str, ...]:
+        """The purchase kinds this row has an observation of (priced or a documented gap)."""
+        return tuple(k for k in PURCHASE_KINDS if any(p.model == k for p in self.prices))
 
 
 class NicCount(BaseModel):

@@ -11,9 +11,11 @@ CSV columns (header required; ``region`` and ``notes`` may be empty)::
     instance,model,usd_per_hour,region,as_of,source,notes
     p5.48xlarge,reserved_1y,31.50,us-east-1,2026-11-20,AWS EDP quote 2026-11,
 
-``instance`` is an id or alias of a catalog instance; ``model`` one of the purchasing
-models of :class:`gpuplan.catalogs.schema.PriceObservation`; ``usd_per_hour`` per instance
-(not per GPU). An observation replaces an earlier one with the same instance, model,
+``instance`` is an id or alias of a catalog instance; ``model`` one of the purchase kinds
+of :class:`gpuplan.catalogs.schema.PriceObservation` (``on_demand``, ``spot``,
+``reserved_1y``/``_3y``, ``savings_plan_1y``/``_3y``, ``cud_1y``/``_3y``, ``capacity_block``);
+``usd_per_hour`` per instance (not per GPU; a capacity block imported here is costed with the
+catalog's booking rules for that instance). An observation replaces an earlier one with the same instance, model,
 region and ``as_of``; every other one is kept.
 
 File format history: version 1 -- ``{"version": 1, "prices": {instance_id: [observation]}}``.

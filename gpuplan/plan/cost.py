@@ -8,9 +8,20 @@ price ``p``:
 * **pay per use** (on-demand, spot): a training run costs nodes x run hours x p / goodput;
   a month costs nodes x 730 h x utilisation x p for training fleets (busy hours only) and
   nodes x serving hours x p for serving;
-* **committed** (1- and 3-year reservations, owned hardware): paid every hour of the term,
-  so a run costs nodes x run hours x p / (utilisation x goodput) (the idle share is paid
-  too) and a month costs nodes x 730 h x p;
+* **term commitments** (AWS Reserved Instances and Savings Plans, GCP committed use
+  discounts, Azure reservations: 1 or 3 years): every hour of the term is paid whether used or
+  not, so a run costs the committed spend of the whole terms it needs,
+  nodes x ceil(wall hours / term hours) x term hours x p (a 39-day run on a 3-year commitment
+  pays all 26,280 h of it; the plan says so), and a month costs nodes x 730 h x p. A term is
+  8,760 h a year (calendar, as the providers bill);
+* **capacity blocks** (AWS EC2 Capacity Blocks for ML): capacity booked ahead for a fixed
+  duration, paid up front, not interrupted by the provider: a run books the shortest
+  allowed duration covering its wall time (the catalog's ``duration_increments``: 1-day steps
+  up to 14 days, then 7-day steps up to 182) and costs nodes x booked days x 24 h x p; a run
+  longer than the longest block has no capacity-block price;
+* **owned hardware**: the hourly equivalent of the TCO is paid every hour, so a run costs
+  nodes x run hours x p / (utilisation x goodput) (its share of a cluster bought whole, the
+  idle share included) and a month costs nodes x 730 h x p;
 * **per million tokens served**: the serving fleet's monthly cost / tokens served per month.
 
 Interruptions (spot reclaims and node failures) follow the checkpoint/restart model:
@@ -41,21 +52,110 @@ from typing import Any
 
 from gpuplan.catalogs.names import name_key
 from gpuplan.catalogs.schema import period_start
-from gpuplan.plan.provenance import Figure, derived, input_fig, missing_fig
+from gpuplan.plan.provenance import Figure, Provenance, derived, input_fig, missing_fig
 
 HOURS_PER_YEAR = 8760.0  # 365 x 24 (calendar)
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0  # 730
 
-PAY_PER_USE = ("on_demand", "spot")
-COMMITTED = ("reserved_1y", "reserved_3y", "onprem")
-PURCHASING_MODELS = ("on_demand", "reserved_1y", "reserved_3y", "spot", "onprem")
+#: Years of each term commitment (the kind's name says it; AWS, GCP and Azure sell 1 and 3).
+TERM_YEARS: dict[str, int] = {
+    "reserved_1y": 1,
+    "reserved_3y": 3,
+    "savings_plan_1y": 1,
+    "savings_plan_3y": 3,
+    "cud_1y": 1,
+    "cud_3y": 3,
+}
+TERM_COMMITTED = tuple(TERM_YEARS)
+PAY_PER_USE = ("on_demand", "spot", "capacity_block")
+COMMITTED = (*TERM_COMMITTED, "onprem")
+#: Cloud purchase kinds the plan prices; ``reserved`` (a term nobody stated) is not costed.
+CLOUD_KINDS = ("on_demand", "spot", *TERM_COMMITTED, "capacity_block")
+#: Shown for every cloud option (missing when the catalog has no rate); the other kinds only
+#: where the catalog has an observation or the scenario an override.
+BASELINE_CLOUD_KINDS = ("on_demand", "spot", "reserved_1y", "reserved_3y")
+PURCHASING_MODELS = (*CLOUD_KINDS, "onprem")
 MODEL_LABEL = {
     "on_demand": "on-demand",
     "reserved_1y": "1-year commitment",
     "reserved_3y": "3-year commitment",
+    "savings_plan_1y": "1-year Savings Plan",
+    "savings_plan_3y": "3-year Savings Plan",
+    "cud_1y": "1-year committed use discount",
+    "cud_3y": "3-year committed use discount",
     "spot": "spot",
+    "capacity_block": "capacity block",
     "onprem": "owned (TCO)",
 }
+
+
+@dataclass(frozen=True)
+class PurchaseTerms:
+    """Booking rules of a capacity block, from the catalog price observation."""
+
+    #: ((step_days, up_to_days), ...) in increasing order
+    duration_increments: tuple[tuple[int, int], ...] | None = None
+    max_instances: int | None = None
+    source: str | None = None
+    #: the catalog observation the rules come from (``instance/<id> prices.capacity_block``)
+    ref: str = "capacity block booking rules"
+    as_of: str | None = None
+
+    @property
+    def max_duration_days(self) -> int | None:
+        return self.duration_increments[-1][1] if self.duration_increments else None
+
+    def rule_text(self) -> str:
+        """The increments in words: '1-day steps up to 14 days, then 7-day steps up to 182'."""
+        parts = [f"{a}-day steps up to {b} days" for a, b in self.duration_increments or ()]
+        return ", then ".join(parts) if parts else "booking rules unknown"
+
+    def _fig(self, value: Any, unit: str, label: str) -> Figure:
+        prov = Provenance("catalog", self.ref, source=self.source, retrieved=self.as_of)
+        return Figure(value, unit, label, prov)
+
+    def max_duration_fig(self) -> Figure | None:
+        if self.max_duration_days is None:
+            return None
+        return self._fig(self.max_duration_days, "days", "longest capacity block")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "booking_rule": self.rule_text(),
+            "max_duration_days": self.max_duration_fig(),
+            "max_instances_per_block": (
+                self._fig(self.max_instances, "instances", "instances per capacity block")
+                if self.max_instances
+                else None
+            ),
+        }
+
+
+def block_days(days: float, increments: tuple[tuple[int, int], ...]) -> int | None:
+    """The shortest bookable duration (days) covering ``days``, or None past the longest.
+
+    >>> inc = ((1, 14), (7, 182))
+    >>> block_days(0.4, inc), block_days(10.2, inc), block_days(14.5, inc), block_days(39, inc)
+    (1, 11, 21, 42)
+    >>> block_days(183, inc) is None
+    True
+    """
+    for step, up_to in increments:
+        if days <= up_to:
+            return max(step, math.ceil(days / step - 1e-9) * step)
+    return None
+
+
+def term_hours_fig(model: str) -> Figure:
+    """The hours of a term commitment (years x 8,760 h, calendar)."""
+    years = TERM_YEARS[model]
+    return input_fig(
+        years * HOURS_PER_YEAR,
+        "h",
+        f"{MODEL_LABEL[model]} term",
+        f"{model}: a {years}-year term, {years} x 8,760 h (every hour paid)",
+        default=True,
+    )
 
 
 # ------------------------------------------------------------------ Young / Daly
@@ -310,6 +410,12 @@ class ModelCost:
     notes: list[str] = field(default_factory=list)
     #: :func:`price_age` of the price (None when missing or derived)
     price_age: dict[str, Any] | None = None
+    #: term commitments: the term's hours and the fleet's committed spend for one term
+    term_hours: Figure | None = None
+    committed_spend_usd: Figure | None = None
+    #: capacity blocks: the booking rules and each run's booked days
+    terms: PurchaseTerms | None = None
+    booked_days: dict[str, Figure] = field(default_factory=dict)
 
     @property
     def available(self) -> bool:
@@ -337,6 +443,17 @@ class ModelCost:
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "label": MODEL_LABEL.get(self.model, self.model),
+            "pay_per_use": self.model in PAY_PER_USE,
+            "term": f"{TERM_YEARS[self.model]}-year" if self.model in TERM_YEARS else None,
+            "term_hours": self.term_hours,
+            "committed_spend_usd": self.committed_spend_usd,
+            "whole_term_costed": self.model in TERM_COMMITTED,
+            "capacity_block": (
+                {**self.terms.to_json(), "booked_days": self.booked_days}
+                if self.model == "capacity_block" and self.terms is not None
+                else None
+            ),
             "price_usd_per_node_hour": self.price_usd_per_node_hour,
             "price_age": self.price_age,
             "per_run_usd": self.per_run_usd,
@@ -359,18 +476,25 @@ def price_model(
     fleet_nodes: Figure | None = None,
     max_price_age_days: int = PRICE_MAX_AGE_DAYS,
     today: _dt.date | None = None,
+    terms: PurchaseTerms | None = None,
 ) -> ModelCost:
-    """Costs of the loads under purchasing model ``model`` at ``price`` per node-hour.
+    """Costs of the loads under purchasing model ``model`` at ``price`` per node-hour
+    (module docstring: pay per use, term commitments, capacity blocks, owned hardware).
 
     ``interruptions`` maps each training name to its :class:`Reliability` under this model
     (spot reclaims and failures for spot, failures only otherwise). ``fleet_nodes``, when it
     exceeds the workloads' nodes (a fleet grown for the teams' p95 wait target,
     :func:`gpuplan.plan.shared.fleet_parts_with_teams`), adds the extra nodes to the month
     as standing capacity paid every hour under every model; runs are not charged for them.
+    ``terms`` are a capacity block's booking rules (without them a block is charged per hour
+    used, and the notes say so).
     """
-    committed = model in COMMITTED
-    out = ModelCost(model, price, goodput=interruptions)
-    if model != "onprem":
+    term = model in TERM_COMMITTED
+    owned = model == "onprem"
+    block = model == "capacity_block"
+    paid_every_hour = term or owned
+    out = ModelCost(model, price, goodput=interruptions, terms=terms)
+    if not owned:
         out.price_age = price_age(price, max_age_days=max_price_age_days, today=today)
         if out.price_age is not None and out.price_age["stale"]:
             when = out.price_age["as_of"] or "an undated source"
@@ -379,35 +503,52 @@ def price_model(
                 f"{max_price_age_days} days (check it, or set costs.price_overrides)"
             )
     label = f"{model}"
+    term_h = term_hours_fig(model) if term else None
+    out.term_hours = term_h
+    if block and terms is None:
+        out.notes.append(
+            "capacity block booking rules unknown for this price: charged per hour used"
+        )
     month_parts: list[Figure] = []
     for t in trainings:
         rel = interruptions[t.name]
-        inputs = [t.nodes, t.run_s, price, rel.goodput]
-        if committed:
-            inputs.append(utilisation)
         ok = price.ok and rel.goodput.ok and t.run_s.ok
-        value = None
-        if ok:
-            value = t.nodes.value * t.run_s.value / 3600.0 * price.value / rel.goodput.value
-            if committed:
-                value /= utilisation.value
-        interval = None
-        if ok and t.run_s.interval is not None:
-            lo, hi = t.run_s.interval
-            scale = value / t.run_s.value
-            interval = (lo * scale, hi * scale)
-        formula = "nodes x run hours x price / goodput" + (" / utilisation" if committed else "")
-        out.per_run_usd[t.name] = derived(
-            value,
-            "USD",
-            f"{label}: cost of training run {t.name}",
-            formula,
-            inputs,
-            interval=interval,
-            missing=None if ok else (price.missing or rel.goodput.missing or t.run_s.missing),
-        )
+        run_label = f"{label}: cost of training run {t.name}"
+        why_missing = price.missing or rel.goodput.missing or t.run_s.missing
+        if term and term_h is not None:
+            out.per_run_usd[t.name] = _term_run_cost(
+                t, price, rel, term_h, run_label, ok, why_missing, out.notes, model
+            )
+        elif block and terms is not None and terms.duration_increments:
+            out.per_run_usd[t.name] = _block_run_cost(
+                t, price, rel, terms, run_label, ok, why_missing, out
+            )
+        else:
+            inputs = [t.nodes, t.run_s, price, rel.goodput]
+            if owned:
+                inputs.append(utilisation)
+            value = None
+            if ok:
+                value = t.nodes.value * t.run_s.value / 3600.0 * price.value / rel.goodput.value
+                if owned:
+                    value /= utilisation.value
+            interval = None
+            if ok and t.run_s.interval is not None:
+                lo, hi = t.run_s.interval
+                scale = value / t.run_s.value
+                interval = (lo * scale, hi * scale)
+            formula = "nodes x run hours x price / goodput" + (" / utilisation" if owned else "")
+            out.per_run_usd[t.name] = derived(
+                value,
+                "USD",
+                run_label,
+                formula,
+                inputs,
+                interval=interval,
+                missing=None if ok else why_missing,
+            )
         if price.ok:
-            if committed:
+            if paid_every_hour:
                 part = derived(
                     t.nodes.value * HOURS_PER_MONTH * price.value,
                     "USD/month",
@@ -442,14 +583,22 @@ def price_model(
                 "USD/Mtok", f"{label}: {s.name} per million output tokens", price.missing or ""
             )
             continue
-        if committed:
+        if paid_every_hour or block:
             monthly = derived(
                 s.nodes.value * HOURS_PER_MONTH * price.value,
                 "USD/month",
                 f"{label}: serving fleet {s.name} per month",
-                "nodes x 730 h x price (paid every hour of the term)",
+                "nodes x 730 h x price (paid every hour of the term)"
+                if not block
+                else "nodes x 730 h x price (a booked block is paid every hour)",
                 [s.nodes, price],
             )
+            if block and terms is not None and terms.max_duration_days:
+                out.notes.append(
+                    f"a service on capacity blocks rebooks them at least every "
+                    f"{terms.max_duration_days} days; capacity for the next block is not "
+                    "guaranteed"
+                )
         else:
             monthly = derived(
                 s.nodes.value * s.hours_per_month.value * price.value,
@@ -494,6 +643,10 @@ def price_model(
                     [kept, price],
                 )
             )
+    if term and term_h is not None:
+        out.committed_spend_usd = _committed_spend(
+            model, price, term_h, fleet_nodes, workload_nodes
+        )
     if month_parts:
         if all(p.ok for p in month_parts):
             out.per_month_usd = derived(
@@ -509,6 +662,138 @@ def price_model(
                 "USD/month", f"{label}: fleet cost per month", bad.missing or "", month_parts
             )
     return out
+
+
+def _wall_hours(t: TrainingLoad, rel: Reliability, run_s: float) -> float:
+    return run_s / 3600.0 / rel.goodput.value
+
+
+def _term_run_cost(
+    t: TrainingLoad,
+    price: Figure,
+    rel: Reliability,
+    term_h: Figure,
+    run_label: str,
+    ok: bool,
+    why_missing: str | None,
+    notes: list[str],
+    model: str,
+) -> Figure:
+    """A run on a term commitment pays the whole terms it needs (committed spend)."""
+    inputs = [t.nodes, t.run_s, rel.goodput, term_h, price]
+    if not ok:
+        return derived(None, "USD", run_label, "missing", inputs, missing=why_missing)
+
+    def cost(run_s: float) -> float:
+        terms_needed = max(1, math.ceil(_wall_hours(t, rel, run_s) / term_h.value - 1e-9))
+        return t.nodes.value * terms_needed * term_h.value * price.value
+
+    wall = _wall_hours(t, rel, t.run_s.value)
+    interval = None
+    if t.run_s.interval is not None:
+        interval = (cost(t.run_s.interval[0]), cost(t.run_s.interval[1]))
+    used = wall / term_h.value
+    if used < 1.0:
+        notes.append(
+            f"{MODEL_LABEL[model]}: run {t.name} takes {wall / 24.0:,.1f} days, "
+            f"{used:.1%} of the {term_h.value / 24.0:,.0f}-day term; the whole term is costed "
+            "(committed spend), the rest is idle unless other work uses it"
+        )
+    return derived(
+        cost(t.run_s.value),
+        "USD",
+        run_label,
+        "nodes x ceil(wall hours / term hours) x term hours x price "
+        "(wall hours = run hours / goodput; the whole commitment is paid)",
+        inputs,
+        interval=interval,
+    )
+
+
+def _block_run_cost(
+    t: TrainingLoad,
+    price: Figure,
+    rel: Reliability,
+    terms: PurchaseTerms,
+    run_label: str,
+    ok: bool,
+    why_missing: str | None,
+    out: ModelCost,
+) -> Figure:
+    """A run on capacity blocks books the shortest allowed duration covering its wall time."""
+    assert terms.duration_increments
+    inc = terms.duration_increments
+    rule = terms.max_duration_fig()
+    assert rule is not None
+    inputs = [t.nodes, t.run_s, rel.goodput, price, rule]
+    if not ok:
+        return derived(None, "USD", run_label, "missing", inputs, missing=why_missing)
+    wall_days = _wall_hours(t, rel, t.run_s.value) / 24.0
+    days = block_days(wall_days, inc)
+    if days is None:
+        reason = (
+            f"run {t.name} needs {wall_days:,.1f} days; a capacity block (with its "
+            f"extensions) lasts at most {terms.max_duration_days} days"
+        )
+        out.notes.append(reason)
+        return derived(None, "USD", run_label, "missing", inputs, missing=reason)
+    booked = derived(
+        days,
+        "days",
+        f"capacity block booked for {t.name}",
+        f"shortest bookable duration >= run hours / goodput / 24 ({terms.rule_text()})",
+        [t.run_s, rel.goodput, rule],
+    )
+    out.booked_days[t.name] = booked
+    if terms.max_instances and t.nodes.value > terms.max_instances:
+        blocks = math.ceil(t.nodes.value / terms.max_instances)
+        out.notes.append(
+            f"run {t.name} needs {t.nodes.value:g} instances: {blocks} capacity blocks of at "
+            f"most {terms.max_instances} instances each"
+        )
+
+    def cost(run_s: float) -> float | None:
+        d = block_days(_wall_hours(t, rel, run_s) / 24.0, inc)
+        return None if d is None else t.nodes.value * d * 24.0 * price.value
+
+    interval = None
+    if t.run_s.interval is not None:
+        lo, hi = cost(t.run_s.interval[0]), cost(t.run_s.interval[1])
+        if lo is not None and hi is not None:
+            interval = (lo, hi)
+    return derived(
+        t.nodes.value * days * 24.0 * price.value,
+        "USD",
+        run_label,
+        "nodes x booked days x 24 h x price (booked up front, paid whether used or not)",
+        [t.nodes, booked, price],
+        interval=interval,
+    )
+
+
+def _committed_spend(
+    model: str,
+    price: Figure,
+    term_h: Figure,
+    fleet_nodes: Figure | None,
+    workload_nodes: list[Figure],
+) -> Figure:
+    """The fleet's spend over one term of the commitment: nodes x term hours x price."""
+    if fleet_nodes is not None and fleet_nodes.ok:
+        value, src = fleet_nodes.value, [fleet_nodes]
+    else:
+        value, src = sum(n.value for n in workload_nodes if n.ok), workload_nodes
+    label = f"{MODEL_LABEL[model]}: committed spend for the term"
+    if not price.ok or value <= 0:
+        reason = price.missing or "no nodes sized"
+        return derived(None, "USD", label, "missing", [price, term_h, *src], missing=reason)
+    return derived(
+        value * term_h.value * price.value,
+        "USD",
+        label,
+        "fleet nodes x term hours x price (paid whether used or not)",
+        [*src, term_h, price],
+    )
 
 
 # ------------------------------------------------------------------ on premises

@@ -1315,30 +1315,73 @@ def _reliabilities(
     return out
 
 
-def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
+def _cloud_kinds(inst: Any, override: Any) -> list[str]:
+    """The purchase kinds priced for a cloud instance: the baseline kinds, every kind the
+    catalog has an observation of (a rate or a documented gap) and every kind overridden."""
+    kinds = list(costmod.BASELINE_CLOUD_KINDS)
+    extra = set(inst.price_kinds())
+    if override is not None:
+        extra |= {k for k in costmod.CLOUD_KINDS if getattr(override[1], k, None) is not None}
+    kinds += [k for k in costmod.CLOUD_KINDS if k in extra and k not in kinds]
+    return kinds
+
+
+def _block_terms(inst: Any) -> costmod.PurchaseTerms | None:
+    """A capacity block's booking rules from the catalog (they hold for negotiated rates too)."""
+    obs = [p for p in inst.prices if p.model == "capacity_block" and p.duration_increments]
+    if not obs:
+        return None
+    o = max(obs, key=lambda p: p.as_of_date)
+    return _terms_of(inst, o)
+
+
+def _terms_of(inst: Any, o: Any) -> costmod.PurchaseTerms:
+    return costmod.PurchaseTerms(
+        o.duration_increments,
+        o.max_instances,
+        o.source,
+        ref=f"catalog instance/{inst.id} prices.capacity_block ({o.region or 'any region'})",
+        as_of=o.as_of,
+    )
+
+
+def _cloud_prices(
+    ctx: PlanContext, opt: Option
+) -> dict[str, tuple[Figure, costmod.PurchaseTerms | None]]:
+    """Price per node-hour of every purchase kind of a cloud option (with a capacity block's
+    booking rules): the scenario's negotiated rate, else the catalog's latest in the
+    region, else a commitment discount off on-demand (reserved kinds), else missing with
+    the catalog's note or what to add."""
     inst = opt.platform
     region = ctx.scenario.constraints.region_for(inst.cloud)
     override = costmod.find_override(ctx.scenario.costs.price_overrides, inst)
-    prices: dict[str, Figure] = {}
-    for model in ("on_demand", "spot", "reserved_1y", "reserved_3y"):
+    prices: dict[str, tuple[Figure, costmod.PurchaseTerms | None]] = {}
+    for model in _cloud_kinds(inst, override):
         obs = inst.price(model, region)
         label = f"{inst.id} {model} price"
-        if override is not None and getattr(override[1], model) is not None:
+        terms = _block_terms(inst) if model == "capacity_block" else None
+        if override is not None and getattr(override[1], model, None) is not None:
             path = ("costs", "price_overrides", override[0], model)
-            prices[model] = ctx.quote(path, "USD/node-hour", f"{label} (negotiated)")
+            prices[model] = (ctx.quote(path, "USD/node-hour", f"{label} (negotiated)"), terms)
             continue
         if obs is not None:
-            prices[model] = ctx.price(inst, obs, label)
+            if model == "capacity_block" and obs.duration_increments:
+                terms = _terms_of(inst, obs)
+            prices[model] = (ctx.price(inst, obs, label), terms)
             continue
         where = f" in {region}" if region else ""
         reason = f"the catalog has no {model} price for {inst.id}{where}"
+        gap = inst.price_gap(model)
+        if gap is not None:
+            reason += f": {gap.notes.strip()} ({gap.as_of})"
         if model in ("reserved_1y", "reserved_3y"):
             disc = getattr(ctx.scenario.costs.commitment_discounts, model)
-            if disc is not None and prices.get("on_demand") is not None and prices["on_demand"].ok:
+            od = prices.get("on_demand")
+            if disc is not None and od is not None and od[0].ok:
                 d = ctx.inp(
                     ("costs", "commitment_discounts", model), "fraction", f"{model} discount"
                 )
-                prices[model] = costmod.discounted_price(prices["on_demand"], d, model)
+                prices[model] = (costmod.discounted_price(od[0], d, model), None)
                 continue
             reason += f" (add costs.commitment_discounts.{model} to derive one from on-demand)"
         elif region and inst.price(model) is not None:
@@ -1346,7 +1389,9 @@ def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, Figure]:
                 f" (prices exist in other regions; set constraints.regions.{inst.cloud}"
                 f" or costs.price_overrides.{inst.id}.{model})"
             )
-        prices[model] = missing_fig("USD/node-hour", label, reason)
+        elif gap is None:
+            reason += f" (set costs.price_overrides.{inst.id}.{model} to a quoted rate)"
+        prices[model] = (missing_fig("USD/node-hour", label, reason), None)
     return prices
 
 
@@ -1383,7 +1428,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
     util = ctx.inp(("costs", "utilisation"), "fraction", "utilisation")
     if opt.kind == "cloud":
         prices = _cloud_prices(ctx, opt)
-        for model, price in prices.items():
+        for model, (price, terms) in prices.items():
             rel = _reliabilities(ctx, opt, trainings, spot=model == "spot")
             opt.costs[model] = costmod.price_model(
                 model,
@@ -1394,6 +1439,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
                 interruptions=rel,
                 fleet_nodes=opt.nodes,
                 max_price_age_days=ctx.scenario.costs.price_max_age_days,
+                terms=terms,
             )
         return
     node = opt.platform

@@ -241,6 +241,7 @@ def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float],
                 utilisation=util,
                 interruptions=rel,
                 fleet_nodes=opt.nodes,  # as the option was priced: the teams' nodes included
+                terms=mc.terms,
             )
             fig = rankmod.model_metric(again, metric, opt)
             if fig is not None and fig.ok and (best is None or fig.value < best.value):
@@ -471,6 +472,7 @@ def build_plan(
         "calibration": calibration,
         "options": [o.to_json() for o in options],
         "ranking": ranking_json,
+        "purchase_options": rankmod.rank_purchases(options, metric),
         "unranked": unranked,
         "sensitivity": sens,
         "time_to_train_curves": curves,

@@ -4,7 +4,9 @@ The ranking metric is the scenario's ``rank_by``: cost of all training runs (``r
 fleet cost per month (``month``) or cost per million output tokens served (``mtok``); with
 ``auto``, ``run`` for training-only scenarios, ``mtok`` for serving-only ones and ``month``
 when both are present. Each option is represented by its cheapest purchasing model that is
-priced and within budget; infeasible options are not ranked.
+priced and within budget; infeasible options are not ranked. :func:`rank_purchases` lists
+every priced purchase kind of every feasible option by the same metric (the plan's
+``purchase_options``).
 
 Sensitivity, for each factor the ranking is recomputed and reported with the winner:
 
@@ -150,6 +152,40 @@ def rank(options: list[Any], metric: str) -> tuple[list[Entry], list[dict[str, A
         ranked.append(e)
     ranked.sort(key=lambda e: (e.metric.value, e.option.id))
     return ranked, unranked
+
+
+def rank_purchases(options: list[Any], metric: str) -> list[dict[str, Any]]:
+    """One row per feasible option and purchase kind with a priced, within-budget metric
+    (on-demand, each commitment with its term and committed spend, spot, capacity block,
+    owned), cheapest first by the same metric as :func:`rank`."""
+    rows = []
+    for opt in options:
+        if not opt.feasible:
+            continue
+        for model, mc in opt.costs.items():
+            if opt.within_budget and not opt.within_budget.get(model, True):
+                continue
+            fig = model_metric(mc, metric, opt)
+            if fig is None or not fig.ok:
+                continue
+            rows.append(
+                {
+                    "option": opt.id,
+                    "purchasing_model": model,
+                    "label": costmod.MODEL_LABEL.get(model, model),
+                    "metric_label": metric_label(metric, model),
+                    "metric": fig,
+                    "price_usd_per_node_hour": mc.price_usd_per_node_hour,
+                    "term_hours": mc.term_hours,
+                    "committed_spend_usd": mc.committed_spend_usd,
+                    "max_duration_days": (
+                        mc.terms.max_duration_fig() if mc.terms is not None else None
+                    ),
+                    "stale_price": bool(mc.price_age and mc.price_age.get("stale")),
+                }
+            )
+    rows.sort(key=lambda r: (r["metric"].value, r["option"], r["purchasing_model"]))
+    return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
 def _order(values: dict[str, float]) -> list[str]:

@@ -305,8 +305,13 @@ class PriceOverride(_Strict):
     spot: Quote | None = None
     reserved_1y: Quote | None = None
     reserved_3y: Quote | None = None
+    savings_plan_1y: Quote | None = None
+    savings_plan_3y: Quote | None = None
+    cud_1y: Quote | None = None
+    cud_3y: Quote | None = None
+    capacity_block: Quote | None = None
 
-    @field_validator("on_demand", "spot", "reserved_1y", "reserved_3y", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
     def _quote(cls, v: Any) -> Any:
         return _as_quote(v)

@@ -245,9 +245,12 @@ def test_instance_references_and_prices(inst) -> None:
     if inst.nic_id is not None:
         CAT.nic(inst.nic_id)
     for p in inst.prices:
-        assert p.usd_per_hour > 0
         assert dt.date(2020, 1, 1) <= period_start(p.as_of) <= TODAY
         assert p.source and p.currency == "USD"
+        if p.usd_per_hour is None:  # a documented gap: no rate found, the note says so
+            assert p.notes.strip()
+            continue
+        assert p.usd_per_hour > 0
         # price per accelerator-hour within a physical range (0.05 to 30 USD)
         assert 0.05 <= p.usd_per_hour / inst.accelerators_per_node <= 30, p
     if inst.network_bandwidth_bits_per_s is not None:

@@ -113,8 +113,11 @@ def test_pay_per_use_and_committed_by_hand():
         utilisation=util,
         interruptions={"t": _rel(nodes)},
     )
-    # committed: the idle share is paid: 10 x 100 x 35 / 0.8 = 43,750; month 12 x 730 x 35
-    assert r1.per_run_usd["t"].value == pytest.approx(43_750)
+    # a 1-year commitment: a 100 h run pays the whole term, 10 x 8,760 h x 35 = 3,066,000
+    # (utilisation no longer scales it: every hour of the term is paid); month 12 x 730 x 35
+    assert r1.per_run_usd["t"].value == pytest.approx(3_066_000)
+    assert r1.committed_spend_usd.value == pytest.approx(12 * 8760 * 35)  # both fleets
+    assert any("whole term is costed" in n for n in r1.notes)
     assert r1.per_month_usd.value == pytest.approx(12 * 730 * 35)
     spot = c.price_model(
         "spot",

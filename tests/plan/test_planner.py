@@ -193,7 +193,11 @@ def test_missing_prices_stay_missing(plans):
     od = az["costs"]["on_demand"]
     assert od["price_usd_per_node_hour"]["value"] is None
     assert "no on_demand price" in od["price_usd_per_node_hour"]["missing"]
-    assert any(u["option"] == az["id"] for u in doc["unranked"])
+    # the catalog's documented gap is quoted; only the 3-year reservation has a rate
+    assert "no pay-as-you-go rate" in od["price_usd_per_node_hour"]["missing"]
+    assert az["costs"]["reserved_3y"]["price_usd_per_node_hour"]["value"] is not None
+    ranked = [e for e in doc["ranking"] if e["option"] == az["id"]]
+    assert all(e["purchasing_model"] != "on_demand" for e in ranked)
 
 
 def test_serving_plan(plans):
