@@ -13,6 +13,7 @@ when it is.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -125,7 +126,12 @@ def test_no_table_is_wider_than_the_printable_width(browser, report_html):
             " const r = t.getBoundingClientRect(); return [r.left, r.right,"
             " t.rows[0].cells.length]; })()"
         )
-        assert rec[0] >= 0 and rec[1] <= width + 0.5 and rec[2] == 6
+        # one column per purchasing model the plan prices (the five baseline ones and any
+        # other the options list), none cut off
+        doc = json.loads((report_html.parent / "plan.json").read_text())
+        models = {"on_demand", "reserved_1y", "reserved_3y", "spot", "onprem"}
+        models |= {m for o in doc["options"] for m in o.get("costs") or {}}
+        assert rec[0] >= 0 and rec[1] <= width + 0.5 and rec[2] == 1 + len(models)
     finally:
         _screen_layout(browser)
 
