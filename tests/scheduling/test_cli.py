@@ -213,3 +213,31 @@ def test_progress_goes_to_stderr_only(run_cli, tmp_path):
     assert r.returncode == 0
     json.loads(r.stdout)
     assert "simulating" in r.stderr
+
+
+def test_scenario_training_jobs_take_the_forecast_handed_in_by_the_cli(run_cli, tmp_path):
+    """``gpuplan schedule --scenario`` hands the simulator the training forecast (the
+    simulator itself does not import it): the run's job time is the forecast's time to
+    train, computed here in-process with the same arguments."""
+    from gpuplan.forecast.training import forecast_training
+
+    sc = tmp_path / "train.yaml"
+    job = {"model": "llama3.1-8b", "tokens": 1.0e11, "gpus": 64, "gpu": "h100"}
+    sc.write_text(
+        yaml.safe_dump(
+            {
+                "teams": [{"name": "llm", "training_jobs": [{**job, "submit_at_s": [0]}]}],
+                "scheduling": {
+                    "cluster": {"gpus_per_node": 8, "nodes": 8},
+                    "horizon_days": 1,
+                    "policy": "fifo",
+                },
+            }
+        )
+    )
+    r = run_cli("schedule", "--scenario", str(sc), "--no-progress", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    team = json.loads(r.stdout)["per_team"]["llm"]
+    expected = forecast_training(model="llama3.1-8b", gpu="h100", num_gpus=64, tokens=1.0e11)
+    assert team["jobs"] == 1 and team["wait_s"]["max"] == 0.0
+    assert abs(team["jct_s"]["mean"] - expected["time_to_train_s"]) <= 1e-6 * team["jct_s"]["mean"]
