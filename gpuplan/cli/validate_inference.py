@@ -19,13 +19,19 @@ from gpuplan.cli._common import (
 
 HELP = """Forecast every published serving run shipped with gpuplan (TensorRT-LLM v0.9.0
 performance tables: static-batch output tokens/s per GPU and batch-1 first-token latency
-on A100, H100 and H200; and the engines' serving-benchmark bursts, whose mean TTFT and
-median TPOT are scored as metrics of their own) and compare like with like. Prints coverage, median and p90
-absolute percentage error, signed bias and how often the forecast interval contains the
-published value, per source, per table and overall.
+on A100, H100 and H200; and the serving-benchmark runs of vLLM 0.5.4 / 0.6.0 and SGLang
+0.3.0 on A100 and H100: bursts scored on output throughput, mean TTFT and median TPOT,
+online runs at a fixed rate on median TTFT and TPOT) and compare like with like. Prints
+coverage, median and p90 absolute percentage error, signed bias and how often the forecast
+interval contains the published value, per source, per table, per metric, per engine
+profile and overall.
 
-Every row is scored with framework constants fitted WITHOUT it: by default without its
-model (--scheme leave-one-model-out), or without its GPU (leave-one-gpu-out).
+Every row is scored with constants fitted WITHOUT it: by default without its model
+(--scheme leave-one-model-out), or without its GPU (leave-one-gpu-out, the static-batch
+table). An engine profile with >= 10 rows of its own is scored with its time scale fitted
+on its other models' rows; one with fewer, with the pooled time scale of every engine's
+other models; the "other engines' fit" column scores each profile with the constants of
+the other engines alone (held out by engine).
 
 \b
 Examples:
@@ -75,6 +81,48 @@ def _table(result: dict[str, Any], show_rows: bool):
                 if key == "by_metric":
                     for name, what in result.get("metrics", {}).items():
                         console.print(f"  {name}: {what}")
+        if result.get("profiles"):
+
+            def med(sc: dict[str, Any] | None) -> str:
+                return "-" if not sc else _pct(sc.get("median_abs_pct_error"))
+
+            prow = []
+            for name, p in result["profiles"].items():
+                t = p["throughput"]
+                prow.append(
+                    (
+                        name,
+                        p["rows"],
+                        _pct(t.get("median_abs_pct_error")),
+                        _pct(t.get("p90_abs_pct_error")),
+                        _pct(t.get("bias_pct")),
+                        f"{100 * t['interval_coverage']:.0f}%" if "interval_coverage" in t else "-",
+                        med(p.get("ttft")),
+                        med(p.get("tpot")),
+                        med(p.get("leave_one_engine_out")),
+                    )
+                )
+            console.print(
+                simple_table(
+                    "Per engine profile: throughput |err| held out by model (med = median, "
+                    "p90, bias, in = in interval); TTFT and TPOT median |err|; LOEO = median |err| "
+                    "with only the other engines' constants",
+                    [
+                        "profile",
+                        "rows",
+                        "med",
+                        "p90",
+                        "bias",
+                        "in",
+                        "TTFT",
+                        "TPOT",
+                        "LOEO",
+                    ],
+                    prow,
+                )
+            )
+            for name, p in result["profiles"].items():
+                console.print(f"  {name}: {p['constants']}")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

@@ -361,7 +361,7 @@ def _single_layout(
     utilization: float,
     engine: str = "modern",
 ) -> dict[str, Any]:
-    params = fitted.params
+    params = fitted.params_for(engine, arch.is_moe)
     sh = shard(arch, layout, prec)
     rates = DeviceRates(perf, gpu, sh, engine=engine)
     req = float(input_tokens + output_tokens)
@@ -697,9 +697,10 @@ def _base_info(
         "engine": engine,
         "engine_profile": engine_profile(engine).describe(),
         "framework_constants": {
-            **fitted.params.as_dict(),
+            **fitted.params_for(engine, arch.is_moe).as_dict(),
             "fitted_on": fitted.record.get("fitted_on"),
             "held_out": fitted.record.get("held_out", {}).get("leave-one-model-out"),
+            "engine_time_scale": (fitted.engine_constants(engine) or {}).get("basis"),
         },
     }
 
@@ -1353,7 +1354,7 @@ def build_candidates(
 
     Returns the candidates and the (gpu, tp) layouts left out with the reason.
     """
-    params = fitted.params
+    params = fitted.params_for(engine, arch.is_moe)
     cands: list[Candidate] = []
     dropped: list[dict[str, Any]] = []
     req_mean = inputs.mean + outputs.mean
@@ -1637,7 +1638,7 @@ def _size_for_load(
     rates: Any = best.extra["rates"]
     decode_parts = combine(
         continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
-        fitted.params,
+        fitted.params_for(engine, arch.is_moe),
     )
     per_mtok, per_mtok_how = cost_per_million_output_tokens(
         best.usd_per_gpu_hour, best.replicas * gpr, qps, outputs.mean

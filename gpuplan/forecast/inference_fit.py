@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -271,20 +271,52 @@ def widen(
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FittedOverheads:
-    """The shipped framework constants and the held-out error quantiles per metric."""
+    """The shipped framework constants, the held-out error quantiles per metric, and the
+    engine profiles' own constants (``engines``: ``time_scale`` and quantiles per profile
+    fitted on that engine's serving rows, plus ``pooled`` for profiles with fewer rows)."""
 
     params: OverheadParams
     quantiles: dict[str, tuple[float, float]]
     record: dict[str, Any]
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def engine_constants(self, engine: str | None) -> dict[str, Any] | None:
+        """The fitted constants a profile uses: its own (calibrated), the pooled ones (a
+        profile with fewer than ``MIN_ROWS_CALIBRATED`` rows of its own), or None (the
+        TensorRT-LLM v0.9 constants as they are)."""
+        if engine is None:
+            return None
+        from gpuplan.forecast.inference_step import engine_profile
+
+        prof = engine_profile(engine)
+        if prof.calibrated and prof.name in self.engines:
+            return self.engines[prof.name]
+        if prof.fitted_on == "pooled":
+            return self.engines.get("pooled")
+        return None
+
+    def params_for(self, engine: str | None, moe: bool = False) -> OverheadParams:
+        """:attr:`params` with the engine profile's ``time_scale`` applied, times its
+        ``moe_time_scale`` for a mixture-of-experts model (``moe``)."""
+        rec = self.engine_constants(engine)
+        if rec is None:
+            return self.params
+        ts = float(rec["time_scale"]) * (float(rec.get("moe_time_scale", 1.0)) if moe else 1.0)
+        return replace(self.params, time_scale=ts)
 
     def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
-        """Log-space model-error quantiles for ``metric``; wider for an engine profile whose
-        constants are transferred from another engine (``TRANSFER_INTERVAL_WIDEN``)."""
+        """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from
+        its held-out rows); wider for a profile whose constants are transferred or pooled
+        from other engines (``TRANSFER_INTERVAL_WIDEN``)."""
         lo, hi = self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
         if engine is not None:
             from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
 
             prof = engine_profile(engine)
+            rec = self.engine_constants(engine)
+            own = (rec or {}).get("log_residual_quantiles", {})
+            if metric in own:
+                lo, hi = float(own[metric][0]), float(own[metric][1])
             if not prof.calibrated and prof.family != "modern":
                 lo, hi = lo * TRANSFER_INTERVAL_WIDEN, hi * TRANSFER_INTERVAL_WIDEN
         return lo, hi
@@ -301,7 +333,7 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
     q = {
         k: (float(v[0]), float(v[1])) for k, v in doc["interval"]["log_residual_quantiles"].items()
     }
-    return FittedOverheads(params, q, doc)
+    return FittedOverheads(params, q, doc, dict(doc.get("engine_constants", {})))
 
 
 def write_overheads(doc: dict[str, Any], path: Path | None = None) -> Path:

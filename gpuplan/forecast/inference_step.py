@@ -95,7 +95,11 @@ class EngineProfile:
 
     @property
     def basis(self) -> str:
-        return "calibrated" if self.calibrated else f"transferred from {self.fitted_on}"
+        if self.calibrated:
+            return "calibrated"
+        if self.fitted_on == "pooled":
+            return POOLED_BASIS
+        return f"transferred from {self.fitted_on}"
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -123,12 +127,20 @@ MIN_ROWS_CALIBRATED = 10
 #: Factor on the log-space model-error quantiles of the interval when a profile's constants
 #: are transferred from another engine (it has fewer than MIN_ROWS_CALIBRATED rows).
 TRANSFER_INTERVAL_WIDEN = 2.0
+#: What a profile with fewer than MIN_ROWS_CALIBRATED rows of its own runs on.
+POOLED_BASIS = (
+    "pooled fallback (fewer than 10 rows of its own): time scale fitted on every engine's "
+    "published serving rows"
+)
 
 _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_seqs 256)"
 
 #: Engine profiles (``family@version``). The shipped framework constants are fitted on the
-#: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``); every other profile transfers them and says
-#: so. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
+#: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``). A profile with at least MIN_ROWS_CALIBRATED
+#: published serving rows of its own (``vllm@0.5.4``) adds its own ``time_scale`` fitted on
+#: them (``fitted_on`` = its name); one with fewer (``vllm@0.6.0``, ``sglang@0.3.0``) uses
+#: the pooled ``time_scale`` of every engine's serving rows (``fitted_on`` = ``pooled``);
+#: the rest transfer the v0.9 constants as they are, and every result says which. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
 #: per KV head (kernel files
 #: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``
 #: in NVIDIA/TensorRT-LLM; the 0.10.0 release notes, PR #1734, name Llama-2-70B as the XQA
@@ -171,7 +183,12 @@ ENGINES: dict[str, EngineProfile] = {
         family="vllm",
         version="0.5.4",
         max_running_requests=256,
-        sources=(_VLLM_DOCS, "vllm-project/vllm PR 2192 (custom all-reduce)"),
+        fitted_on="vllm@0.5.4",
+        sources=(
+            _VLLM_DOCS,
+            "vllm-project/vllm PR 2192 (custom all-reduce)",
+            "LambdaLabsML/vllm-benchmark raw benchmark_serving JSON (the fitted rows)",
+        ),
     ),
     "vllm@0.6.0": EngineProfile(
         "vllm@0.6.0",
@@ -181,7 +198,12 @@ ENGINES: dict[str, EngineProfile] = {
         family="vllm",
         version="0.6.0",
         max_running_requests=256,
-        sources=(_VLLM_DOCS, "https://blog.vllm.ai/2024/09/05/perf-update.html"),
+        fitted_on="pooled",
+        sources=(
+            _VLLM_DOCS,
+            "https://blog.vllm.ai/2024/09/05/perf-update.html",
+            "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (scored rows)",
+        ),
     ),
     "sglang@0.3.0": EngineProfile(
         "sglang@0.3.0",
@@ -190,7 +212,10 @@ ENGINES: dict[str, EngineProfile] = {
         "chunked prefill, RadixAttention off for unique prompts",
         family="sglang",
         version="0.3.0",
-        sources=("sgl-project/sglang benchmark/benchmark_vllm_060/README.md (launch flags)",),
+        fitted_on="pooled",
+        sources=(
+            "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (launch flags, scored rows)",
+        ),
     ),
 }
 #: Names that resolve to a profile: the family alone is its newest profile here.
@@ -275,6 +300,12 @@ class OverheadParams:
         heads per KV head: 0 when the kernel reuses each KV head for its whole group (as
         XQA/FlashInfer kernels for GQA do), 1 when every query head streams its KV head
         again (a per-head masked-attention kernel without reuse).
+    time_scale:
+        Factor on the whole pass time: the engine profile's constant, fitted on that engine's
+        own published serving runs (:mod:`gpuplan.forecast.validation_inference`); 1 for the
+        TensorRT-LLM v0.9 tables that fitted the others. Scaling every iteration by the same
+        factor scales a burst's duration, TTFT and TPOT by it exactly, so the fit is the
+        median log ratio (closed form).
     """
 
     gemm_efficiency: float = 1.0
@@ -285,6 +316,7 @@ class OverheadParams:
     comm_efficiency: float = 1.0
     kv_group_exponent: float = 0.0
     vector_attention_efficiency: float = 1.0
+    time_scale: float = 1.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -391,6 +423,11 @@ def combine(parts: PassParts, params: OverheadParams) -> PassTime:
     total = gemm + attn + ew + comm + ovh
     comp = (parts.gemm_count * gc).sum(axis=-1) + ac
     mem = (parts.gemm_count * gm).sum(axis=-1) + am + ew
+    k = params.time_scale
+    if k != 1.0:
+        total, gemm, attn, ew, comm, ovh, comp, mem = (
+            x * k for x in (total, gemm, attn, ew, comm, ovh, comp, mem)
+        )
     return PassTime(total, gemm, attn, ew, comm, ovh, comp, mem)
 
 
@@ -851,7 +888,9 @@ class StepCostModel:
         ew = grid[None, :] * sh.elementwise_bytes_per_token() / bw
         comm = rates.comm(grid)[0] * params.comm_efficiency
         ovh = sh.layers_per_stage * params.overhead_per_layer_s + params.overhead_per_step_s
-        base = gemm + ew + comm + ovh
+        ts = params.time_scale
+        base = (gemm + ew + comm + ovh) * ts
+        lm = lm * ts
         # attention: decode streams KV (memory side), prefill is compute-bound
         group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
         kv = sh.kv_bytes_per_ctx_token_stage()
@@ -865,9 +904,9 @@ class StepCostModel:
             d_comp = dflops / vrate / params.vector_attention_efficiency
         else:
             d_comp = dflops / drate / params.gemm_efficiency
-        attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb)
-        attn_pf = 1.0 / prate / params.gemm_efficiency
-        kv_pf = kv / bwv
+        attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb) * ts
+        attn_pf = ts / prate / params.gemm_efficiency
+        kv_pf = ts * kv / bwv
         _, hop, _ = rates.comm(1.0)
         lay = sh.layout
         return cls(

@@ -843,6 +843,9 @@ def evaluate_layouts(
 
     compute_mb = gemm_time + attn_time + mem_time + launch
     fwd_mb = gemm_fwd_c + attn_fwd + mem_fwd + launch * 0.25
+    # the training-step probe's measured/forecast factor (forecast/train_calibration.py)
+    step_f = np.asarray(c.get("compute_time_factor", [1.0, 1.0, 1.0]), dtype=float).reshape(3, 1)
+    compute_mb, fwd_mb = compute_mb * step_f, fwd_mb * step_f
     bwd_mb = np.maximum(compute_mb - fwd_mb, 0.0)
 
     # ---- tensor parallel
@@ -853,7 +856,7 @@ def evaluate_layouts(
         perf, act_bytes, tp, node, sequence_parallel=sp, inter_node_bandwidth_bytes_per_s=nic
     )
     # tp_layer is a standard layer's two blocks; a hybrid layer is one block
-    tp_mb = tp_layer * layers_per_stage * (2.0 + full) * (arch.blocks_per_layer / 2.0)
+    tp_mb = tp_layer * layers_per_stage * (2.0 + full) * (arch.blocks_per_layer / 2.0) * step_f
     if fw.tp_overlap:
         tp_mb = np.maximum(tp_mb - gemm_time, 0.0)
 
@@ -1657,6 +1660,9 @@ def forecast_training(
                 hint="e.g. --memory-headroom 0.1 keeps 10% of HBM free",
             )
         c = {**c, "memory_headroom_fraction": float(memory_headroom)}
+    from gpuplan.forecast.train_calibration import apply_training_step
+
+    c, step_cal = apply_training_step(artifact, hw, fw.name, c)  # probe --workload train
     common: dict[str, Any] = dict(
         seq_len=int(seq_len),
         global_batch=gbs,
@@ -1727,6 +1733,8 @@ def forecast_training(
     }
     if out.get("ep_comm_s"):
         out["ep_comm_s"]["ep_overlap"] = fw.ep_overlap
+    if step_cal is not None:
+        out["calibration"] = {"training_step": step_cal}
     return out
 
 

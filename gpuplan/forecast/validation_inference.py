@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,64 @@ def _group_scores(
     return out
 
 
+def engine_profile_table(
+    result: dict[str, Any], engines: dict[str, Any], transfer: dict[str, Any]
+) -> dict[str, Any]:
+    """One entry per engine profile with published rows: throughput (median / p90 / bias /
+    interval coverage), TTFT and TPOT errors apart, held out by model (and, for the serving
+    engines, by engine: ``leave_one_engine_out``), and what its constants are."""
+    from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED, engine_profile
+
+    out: dict[str, Any] = {}
+    bm = result.get("by_metric", {})
+    if "throughput_per_gpu" in bm:
+        prof = engine_profile("trtllm@0.9")
+        out[prof.name] = {
+            "rows": bm["throughput_per_gpu"]["rows"],
+            "throughput": bm["throughput_per_gpu"],
+            "ttft": bm.get("ttft"),
+            "tpot": None,
+            "calibrated": bool(bm["throughput_per_gpu"]["rows"] >= MIN_ROWS_CALIBRATED),
+            "constants": prof.basis + " (every framework constant, static-batch tables)",
+            "held_out": result["scheme"],
+            "leave_one_engine_out": None,
+        }
+    for name, p in engines.get("profiles", {}).items():
+        thr = {
+            k: p[k]
+            for k in p
+            if k
+            in (
+                "rows",
+                "forecast",
+                "coverage",
+                "median_abs_pct_error",
+                "p90_abs_pct_error",
+                "bias_pct",
+                "interval_coverage",
+            )
+        }
+        loeo = transfer.get("profiles", {}).get(name, {})
+        out[name] = {
+            "rows": p["rows"],
+            "throughput": thr,
+            "ttft": p.get("ttft"),
+            "tpot": p.get("tpot"),
+            "calibrated": p["calibrated"],
+            "constants": p["constants"],
+            "models": p["models"],
+            "held_out": engines["scheme"],
+            "leave_one_engine_out": {
+                k: loeo[k]
+                for k in ("median_abs_pct_error", "p90_abs_pct_error", "bias_pct")
+                if k in loeo
+            }
+            or None,
+            "note": p["note"],
+        }
+    return out
+
+
 def validate_inference(
     data: str | Path | None = None,
     *,
@@ -324,19 +383,30 @@ def validate_inference(
     result["by_table"] = _group_scores(cases.table, cases, pred, by_tab_skip)
     result["by_metric"] = _group_scores(cases.metric, cases, pred, [])
     engines = validate_engines(catalog=catalog, perf_for=perf_for)
+    transfer = validate_engines(catalog=catalog, perf_for=perf_for, scheme="leave-one-engine-out")
     result["by_metric"].update(engines.get("by_metric", {}))
+    result["profiles"] = engine_profile_table(result, engines, transfer)
+    result["engine_rows"] = engines["rows"]
+    result["engine_skipped"] = engines["skipped"]
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
         "ttft_mean_burst": (
-            f"mean TTFT of a request burst, ttft_mean_ms ({engines['data']}; every row held "
-            "out: no constant is fitted on these rows)"
+            f"mean TTFT of a request burst, ttft_mean_ms ({engines['data']}; scored with the "
+            "profile's time scale fitted without the row's model)"
         ),
         "tpot_median_burst": (
-            f"median TPOT of a request burst, tpot_median_ms ({engines['data']}; every row "
-            "held out)"
+            f"median TPOT of a request burst, tpot_median_ms ({engines['data']}; held out "
+            "like the bursts' throughput)"
+        ),
+        "ttft_median_online": (
+            f"median TTFT at a fixed Poisson request rate, ttft_median_ms ({engines['data']})"
+        ),
+        "tpot_median_online": (
+            f"median TPOT at a fixed Poisson request rate, tpot_median_ms ({engines['data']})"
         ),
     }
+    result["metrics"] = {k: v for k, v in result["metrics"].items() if k in result["by_metric"]}
     result["by_model"] = _group_scores(cases.model, cases, pred, [])
     result["by_gpu"] = _group_scores(cases.gpu, cases, pred, [])
     per_row = []
@@ -375,6 +445,32 @@ def validate_inference(
 # ---------------------------------------------------------------------------------------------
 ENGINE_CSV_PATH = DATA_DIR / "inference_engine_runs.csv"
 
+#: The exact ShareGPT trace (vLLM ``benchmark_serving``, 80 prompts, Llama-3 tokenizer) whose
+#: shape stands in for rows that publish only mean lengths: its prompt and answer lengths are
+#: rescaled to the row's means (answers that returned no token are dropped first).
+SHAREGPT_SHAPE_ROW = "lambda_vllm054_llama3-8b_H100_tp1_sharegpt80"
+#: Requests simulated for a row that publishes only mean lengths: a saturated burst reaches
+#: its steady state long before, and an online run at a fixed rate is stationary.
+SIM_MAX_REQUESTS = 600
+#: seed of the Poisson arrivals of an online row (the benchmark's own arrivals are not
+#: published; sglang.bench_serving draws exponential gaps the same way)
+ONLINE_SEED = 0
+
+#: metrics of the engine rows: (column, unit scale, name in ``by_metric``, row kind).
+#: Throughput is scored on bursts only: an online run at a fixed rate outputs what is offered.
+ENGINE_METRICS = (
+    ("out_tokens_per_s_total", 1.0, "throughput", "burst"),
+    ("ttft_mean_ms", 1e-3, "ttft_mean_burst", "burst"),
+    ("tpot_median_ms", 1e-3, "tpot_median_burst", "burst"),
+    ("ttft_median_ms", 1e-3, "ttft_median_online", "online"),
+    ("tpot_median_ms", 1e-3, "tpot_median_online", "online"),
+)
+#: the latency metrics alone
+ENGINE_LATENCY_METRICS = tuple(m for m in ENGINE_METRICS if m[2] != "throughput")
+#: which TTFT metric a profile's TTFT interval quantiles come from
+_TIME_METRICS = {"ttft_mean_burst", "tpot_median_burst", "ttft_median_online", "tpot_median_online"}
+ENGINE_SCHEMES = ("leave-one-model-out", "leave-one-engine-out")
+
 
 def load_engine_rows(path: str | Path | None = None) -> list[dict[str, str]]:
     """Rows of the engines' published serving benchmarks (``inference_engine_runs.csv``)."""
@@ -392,43 +488,93 @@ def _trace(text: str | None, name: str) -> np.ndarray:
         raise InputError(f"{name} must be space-separated token counts") from None
 
 
-def forecast_engine_row(
-    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
-) -> tuple[float, float, float]:
-    """Forecast one serving-benchmark row: ``(value, low, high)`` output tokens/s (replica).
+def row_kind(row: dict[str, str]) -> str:
+    """``burst`` (request rate inf) or ``online`` (a fixed Poisson rate)."""
+    rate = (row.get("request_rate") or "").strip().lower()
+    if rate == "inf":
+        return "burst"
+    if _num(rate) is None or float(rate) <= 0:
+        raise InputError(
+            f"{row.get('run_id')}: request_rate {rate!r} is neither inf nor a positive rate",
+            hint="give requests/s, or inf for a burst",
+        )
+    return "online"
 
-    A burst (``request_rate`` inf, vLLM ``benchmark_serving``): every request of the row's
-    own trace arrives at 0 and the discrete-event simulation of continuous batching runs
-    them with the profile's scheduler cap (``max_num_seqs``); output throughput is the
-    total output tokens over the time the last one finishes, the benchmark's definition.
-    Requests that returned no token are not simulated (they cost the server ~nothing).
+
+def row_requests(
+    row: dict[str, str], shape: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(arrivals s, prompt lengths, answer lengths)`` a row's benchmark sent.
+
+    A row with its exact traces (``trace_input_lens``/``trace_output_lens``) sends those;
+    answers of 0 tokens (the request returned nothing) are dropped. A row with only mean
+    lengths (``mean_input_len``/``mean_output_len``) sends ``min(num_requests,
+    SIM_MAX_REQUESTS)`` requests of the ShareGPT shape (``shape``, the exact trace of
+    :data:`SHAREGPT_SHAPE_ROW`) rescaled to those means. A burst arrives at 0; an online row
+    at Poisson times of its rate (seed :data:`ONLINE_SEED`).
     """
-    return forecast_engine_row_all(row, fitted=fitted, catalog=catalog, perf_for=perf_for)[
-        "throughput"
-    ]
+    rid = row.get("run_id")
+    kind = row_kind(row)
+    if (row.get("trace_input_lens") or "").strip():
+        lin = _trace(row.get("trace_input_lens"), "trace_input_lens")
+        lout = _trace(row.get("trace_output_lens"), "trace_output_lens")
+        if lin.size == 0 or lin.size != lout.size:
+            raise InputError(f"{rid}: input and output traces differ in length")
+        keep = lout > 0
+        lin, lout = lin[keep], lout[keep]
+    else:
+        mi, mo = _num(row.get("mean_input_len")), _num(row.get("mean_output_len"))
+        n = int(_num(row.get("num_requests")) or 0)
+        if not mi or not mo or n <= 0 or shape is None:
+            raise InputError(
+                f"{rid}: neither request traces nor mean lengths and a request count",
+                hint="give trace_input_lens/trace_output_lens or mean_input_len/mean_output_len",
+            )
+        n = min(n, SIM_MAX_REQUESTS)
+        si, so = (np.resize(a.astype(float), n) for a in shape)
+        lin = np.maximum(np.rint(si * mi / si.mean()), 1).astype(np.int64)
+        lout = np.maximum(np.rint(so * mo / so.mean()), 1).astype(np.int64)
+    if kind == "burst":
+        arrivals = np.zeros(lin.size)
+    else:
+        rate = float(row["request_rate"])
+        gaps = np.random.default_rng(ONLINE_SEED).exponential(1.0 / rate, lin.size)
+        arrivals = np.cumsum(gaps) - gaps[0]
+    return arrivals, lin, lout
 
 
-#: latency metrics of the engine rows: (column, unit scale to s, name in ``by_metric``)
-ENGINE_LATENCY_METRICS = (
-    ("ttft_mean_ms", 1e-3, "ttft_mean_burst"),
-    ("tpot_median_ms", 1e-3, "tpot_median_burst"),
-)
+def _shape(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray] | None:
+    ref = next((r for r in rows if r.get("run_id") == SHAREGPT_SHAPE_ROW), None)
+    if ref is None:
+        ref = next((r for r in load_engine_rows() if r.get("run_id") == SHAREGPT_SHAPE_ROW), None)
+    if ref is None:
+        return None
+    _, lin, lout = row_requests(ref)
+    return lin, lout
 
 
-def forecast_engine_row_all(
-    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
-) -> dict[str, tuple[float, float, float]]:
-    """One simulation of an engine row, every metric: ``throughput`` (output tokens/s of the
-    replica, :func:`forecast_engine_row`), ``ttft_mean_burst`` (mean TTFT over the burst's
-    requests, s) and ``tpot_median_burst`` (median TPOT, s), each ``(value, low, high)``.
+def simulate_engine_row(
+    row: dict[str, str],
+    *,
+    time_scale: float | None = None,
+    fitted: Any = None,
+    catalog: Any = None,
+    perf_for: Any = None,
+    shape: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """One row's benchmark replayed through the continuous-batching simulation.
 
-    TTFT and TPOT follow vLLM ``benchmark_serving``: arrival (all at 0) to first token, and
-    (last token - first token) / (output tokens - 1) per request. Their intervals: the
-    simulation at the calibration's slow and fast ends, widened by the held-out TTFT
-    quantiles and (TPOT, the inverse of a decode rate) the throughput quantiles.
+    Returns ``[value, slow, fast]`` per metric the row's kind has: ``throughput`` (total
+    output tokens over the time the last request finishes: vLLM ``benchmark_serving`` and
+    ``sglang.bench_serving``), ``ttft_mean_burst`` / ``ttft_median_online`` (arrival to first
+    token) and ``tpot_median_burst`` / ``tpot_median_online`` ((last - first token) /
+    (answer - 1), per request). ``time_scale`` replaces the profile's fitted one.
     """
+    from dataclasses import replace
+
     from gpuplan.forecast.inference import build_candidates, device_perf_for
     from gpuplan.forecast.inference_arch import arch_from
+    from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
     from gpuplan.forecast.serving import LengthDist, simulate_requests
 
@@ -437,29 +583,27 @@ def forecast_engine_row_all(
 
         catalog = get_catalog()
     fitted = fitted or load_overheads()
-    if (row.get("request_rate") or "").strip().lower() != "inf":
-        raise InputError(f"{row.get('run_id')}: only bursts (request_rate inf) are modelled")
-    lin = _trace(row.get("trace_input_lens"), "trace_input_lens")
-    lout = _trace(row.get("trace_output_lens"), "trace_output_lens")
-    if lin.size == 0 or lin.size != lout.size:
-        raise InputError(f"{row.get('run_id')}: input and output traces differ in length")
-    keep = lout > 0
-    lin, lout = lin[keep], lout[keep]
     engine = engine_profile(row["engine"]).name
-    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 256)
+    if time_scale is not None:
+        fitted = FittedOverheads(
+            replace(fitted.params, time_scale=float(time_scale)), fitted.quantiles, fitted.record
+        )
+    kind = row_kind(row)
+    arrivals, lin, lout = row_requests(row, shape if shape is not None else _shape([row]))
+    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 0)
     arch = arch_from(catalog.model(row["model"]))
     gpu = catalog.gpu(row["gpu_type"])
     cands, dropped = build_candidates(
         arch=arch,
         gpus=[gpu],
         precision=(row.get("precision") or "bf16").lower(),
-        kv_precision=None,
+        kv_precision=(row.get("kv_precision") or "").strip().lower() or None,
         tp=int(_num(row.get("tp")) or 1),
         pp=1,
         ep=1,
         inputs=LengthDist.from_trace(lin),
         outputs=LengthDist.from_trace(lout),
-        batch=cap,
+        batch=cap or None,
         fitted=fitted,
         get_perf=perf_for or (lambda gid: device_perf_for(gid)),
         catalog=catalog,
@@ -469,137 +613,414 @@ def forecast_engine_row_all(
     )
     if not cands:
         raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
-    rep = cands[0].replica
-    out, ttft, tpot = [], [], []
+    # the scheduler's cap, else memory's (the largest candidate cap)
+    rep = max(cands, key=lambda c: c.replica.max_batch).replica
+    out: dict[str, list[float]] = {}
     for scn in (VALUE, SLOW, FAST):
-        sim = simulate_requests(
-            rep, np.zeros(lin.size), lin, lout, max_queue=lin.size + 1, scenario=scn
-        )
-        out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
-        ttft.append(float(np.mean(sim.ttft_s)) if sim.ttft_s.size else math.nan)
-        tpot.append(float(np.median(sim.tpot_s)) if sim.tpot_s.size else math.nan)
+        sim = simulate_requests(rep, arrivals, lin, lout, max_queue=lin.size + 1, scenario=scn)
+        if kind == "burst":
+            thr = sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan
+            out.setdefault("throughput", []).append(thr)
+            out.setdefault("ttft_mean_burst", []).append(
+                float(np.mean(sim.ttft_s)) if sim.ttft_s.size else math.nan
+            )
+            out.setdefault("tpot_median_burst", []).append(
+                float(np.median(sim.tpot_s)) if sim.tpot_s.size else math.nan
+            )
+        else:
+            out.setdefault("ttft_median_online", []).append(
+                float(np.median(sim.ttft_s)) if sim.ttft_s.size else math.nan
+            )
+            out.setdefault("tpot_median_online", []).append(
+                float(np.median(sim.tpot_s)) if sim.tpot_s.size else math.nan
+            )
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _catalog_or_default(catalog: Any) -> Any:
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        return get_catalog()
+    return catalog
+
+
+def _with_interval(
+    v3: np.ndarray, name: str, q_thr: tuple[float, float], q_ttft: tuple[float, float]
+) -> tuple[float, float, float]:
+    """``(value, low, high)``: the calibration's slow/fast ends widened by the model-error
+    quantiles (TPOT, the inverse of a decode rate, by the throughput quantiles mirrored)."""
+    if name == "throughput":
+        lo, hi = widen(v3[VALUE], v3[1], v3[2], *q_thr)
+    elif name.startswith("ttft"):
+        lo, hi = widen(v3[VALUE], v3[2], v3[1], *q_ttft)
+    else:
+        lo, hi = widen(v3[VALUE], v3[2], v3[1], -q_thr[1], -q_thr[0])
+    return float(v3[VALUE]), float(lo), float(hi)
+
+
+def forecast_engine_row_all(
+    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
+) -> dict[str, tuple[float, float, float]]:
+    """Every metric of one engine row with the shipped constants of its profile, each
+    ``(value, low, high)`` (:func:`simulate_engine_row`, intervals as new forecasts get)."""
+    from gpuplan.forecast.inference_arch import arch_from
+    from gpuplan.forecast.inference_step import engine_profile
+
+    fitted = fitted or load_overheads()
+    engine = engine_profile(row["engine"]).name
+    sims = simulate_engine_row(
+        row,
+        time_scale=fitted.params_for(
+            engine, arch_from(_catalog_or_default(catalog).model(row["model"])).is_moe
+        ).time_scale,
+        fitted=fitted,
+        catalog=catalog,
+        perf_for=perf_for,
+    )
     q = fitted.interval_quantiles("throughput_per_gpu", engine)
     q_ttft = fitted.interval_quantiles("ttft", engine)
+    return {name: _with_interval(v3, name, q, q_ttft) for name, v3 in sims.items()}
 
-    def interval(
-        v: list[float], lo_i: int, hi_i: int, qq: tuple[float, float]
-    ) -> tuple[float, float, float]:
-        lo, hi = widen(np.array([v[0]]), np.array([v[lo_i]]), np.array([v[hi_i]]), *qq)
-        return v[0], float(lo[0]), float(hi[0])
 
-    return {
-        "throughput": interval(out, 1, 2, q),
-        # times: the slow end is the high one
-        "ttft_mean_burst": interval(ttft, 2, 1, q_ttft),
-        "tpot_median_burst": interval(tpot, 2, 1, (-q[1], -q[0])),
-    }
+def forecast_engine_row(
+    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
+) -> tuple[float, float, float]:
+    """Output tokens/s of the replica for a burst row: ``(value, low, high)``."""
+    return forecast_engine_row_all(row, fitted=fitted, catalog=catalog, perf_for=perf_for)[
+        "throughput"
+    ]
+
+
+def _q(r: np.ndarray) -> tuple[float, float]:
+    a = (1 - INTERVAL_LEVEL) / 2
+    if r.size == 0:
+        return 0.0, 0.0
+    return float(np.quantile(r, a)), float(np.quantile(r, 1 - a))
+
+
+def fit_time_scale(log_ratio: np.ndarray) -> float:
+    """A profile constant: ``exp(median(log(forecast at scale 1 / published)))`` of the
+    fitting rows' throughput (robust to one odd row). Exact for bursts: every iteration
+    scaled by ``s`` scales the duration by ``s``, so throughput becomes ``forecast / s``."""
+    return float(np.exp(np.median(log_ratio))) if log_ratio.size else 1.0
+
+
+class _EngineData:
+    """The engine rows simulated once at ``time_scale`` 1, the basis of every fit."""
+
+    def __init__(self, rows: list[dict[str, str]], catalog: Any, perf_for: Any) -> None:
+        from gpuplan.forecast.inference_arch import arch_from
+        from gpuplan.forecast.inference_step import engine_profile
+
+        self.catalog, self.perf_for = catalog, perf_for
+        self.shape = _shape(rows)
+        self.rows: list[dict[str, str]] = []
+        self.engine: list[str] = []
+        self.model: list[str] = []
+        self.moe: list[bool] = []
+        self.base: list[dict[str, np.ndarray]] = []
+        self.skipped: list[dict[str, Any]] = []
+        for row in rows:
+            rid = row.get("run_id", "?")
+            try:
+                engine = engine_profile(row["engine"]).name
+                model = catalog.model(row["model"]).id
+                moe = arch_from(catalog.model(row["model"])).is_moe
+                sims = simulate_engine_row(
+                    row, time_scale=1.0, catalog=catalog, perf_for=perf_for, shape=self.shape
+                )
+            except (GpuplanError, KeyError, ValueError) as exc:
+                reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
+                self.skipped.append({"run_id": rid, "reason": reason})
+                continue
+            self.rows.append(row)
+            self.engine.append(engine)
+            self.model.append(model)
+            self.moe.append(bool(moe))
+            self.base.append(sims)
+
+    def published(self, i: int, name: str) -> float | None:
+        col, scale = next((c, s) for c, s, n, _ in ENGINE_METRICS if n == name)
+        v = _num(self.rows[i].get(col))
+        return v * scale if v and v > 0 else None
+
+    def scale(self, i: int, f: dict[str, Any]) -> float:
+        """The time scale row ``i`` runs at under the constants ``f``."""
+        return float(f["time_scale"]) * (float(f["moe_time_scale"]) if self.moe[i] else 1.0)
+
+    def log_ratios(self, idx: list[int], f: dict[str, Any]) -> dict[str, np.ndarray]:
+        """``log(forecast / published)`` per metric over rows ``idx`` under constants ``f``."""
+        out: dict[str, list[float]] = {}
+        for i in idx:
+            s = self.scale(i, f)
+            for name, v3 in self.base[i].items():
+                pub = self.published(i, name)
+                if pub is None or not math.isfinite(v3[VALUE]):
+                    continue
+                v = v3[VALUE] / s if name == "throughput" else v3[VALUE] * s
+                out.setdefault(name, []).append(math.log(v / pub))
+        return {k: np.array(v) for k, v in out.items()}
+
+    def fit(self, idx: list[int]) -> dict[str, Any]:
+        """Constants fitted on rows ``idx``: ``time_scale`` on the dense models' burst
+        throughput (every model's when none is dense), ``moe_time_scale`` on what is left of
+        the mixture-of-experts models' (1 without one: the expert GEMMs of an engine's MoE
+        kernel reach a different fraction of the roofline than its dense GEMMs), and the
+        90% quantiles of the fitting rows' residuals (throughput; TTFT)."""
+        one = {"time_scale": 1.0, "moe_time_scale": 1.0}
+        dense = [i for i in idx if not self.moe[i]]
+        moe = [i for i in idx if self.moe[i]]
+        lr_d = self.log_ratios(dense or idx, one).get("throughput", np.array([]))
+        ts = fit_time_scale(lr_d)
+        lr_m = self.log_ratios(moe, {"time_scale": ts, "moe_time_scale": 1.0}).get(
+            "throughput", np.array([])
+        )
+        f = {"time_scale": ts, "moe_time_scale": fit_time_scale(lr_m)}
+        res = self.log_ratios(idx, f)
+        ttft = np.concatenate([res[k] for k in res if k.startswith("ttft")] or [np.array([])])
+        thr = res.get("throughput", np.array([]))
+        return {
+            **f,
+            "rows": int(thr.size),
+            "moe_rows": int(lr_m.size),
+            "log_residual_quantiles": {
+                "throughput_per_gpu": list(_q(thr)),
+                "ttft": list(_q(ttft)),
+            },
+        }
+
+
+def _train_rows(data: _EngineData, i: int, scheme: str) -> tuple[list[int], str]:
+    """The rows that fit the constants scoring row ``i``, and what they are."""
+    from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED
+
+    eng, mod = data.engine[i], data.model[i]
+    n = len(data.rows)
+    if scheme == "leave-one-engine-out":
+        return [j for j in range(n) if data.engine[j] != eng], "other engines' rows"
+    own = [j for j in range(n) if data.engine[j] == eng and "throughput" in data.base[j]]
+    if len(own) >= MIN_ROWS_CALIBRATED:
+        return [j for j in own if data.model[j] != mod], f"{eng} rows of other models"
+    return [j for j in range(n) if data.model[j] != mod], "every engine's rows of other models"
 
 
 def validate_engines(
-    data: str | Path | None = None, *, catalog: Any = None, perf_for: Any = None
+    data: str | Path | None = None,
+    *,
+    catalog: Any = None,
+    perf_for: Any = None,
+    scheme: str = "leave-one-model-out",
 ) -> dict[str, Any]:
-    """Held-out error of each engine profile on its published serving rows.
+    """Held-out error of each engine profile on the published serving rows.
 
-    No constant is fitted on these rows (every profile except ``trtllm@0.9`` transfers the
-    constants fitted on the TensorRT-LLM v0.9 tables), so every row is held out: by model
-    and by engine at once. A profile with fewer than ``MIN_ROWS_CALIBRATED`` rows is
-    reported ``calibrated: false`` and forecasts with widened intervals.
+    ``leave-one-model-out`` (default): a profile with at least ``MIN_ROWS_CALIBRATED``
+    burst rows of its own scores each row with the time scale fitted on its rows of the
+    other models; a profile with fewer, with the pooled time scale of every engine's rows of
+    the other models. ``leave-one-engine-out``: with the time scale of every other engine's
+    rows (the transfer to an engine never seen). Interval quantiles come from the fitting
+    rows' residuals. Throughput, TTFT and TPOT are scored apart (``by_metric``).
     """
     from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED, engine_profile
 
-    rows = load_engine_rows(data)
-    per_row: list[dict[str, Any]] = []
-    by_engine: dict[str, list[int]] = {}
-    published: list[float] = []
-    pred: list[tuple[float, float, float]] = []
-    skipped: list[dict[str, Any]] = []
-    latency: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
-    for row in rows:
-        rid = row.get("run_id", "?")
-        try:
-            all_m = forecast_engine_row_all(row, catalog=catalog, perf_for=perf_for)
-            v, lo, hi = all_m["throughput"]
-            pub = float(row["out_tokens_per_s_total"])
-            engine = engine_profile(row["engine"]).name
-        except (GpuplanError, KeyError, ValueError) as exc:
-            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
-            skipped.append({"run_id": rid, "reason": reason})
-            continue
-        by_engine.setdefault(engine, []).append(len(published))
-        published.append(pub)
-        pred.append((v, lo, hi))
-        per_row.append(
-            {
-                "run_id": rid,
-                "engine": engine,
-                "model": row.get("model"),
-                "gpu": row.get("gpu_type"),
-                "tp": row.get("tp"),
-                "published": pub,
-                "forecast": v,
-                "interval": [lo, hi],
-                "error_pct": (v - pub) / pub * 100,
-            }
+    if scheme not in ENGINE_SCHEMES:
+        raise InputError(
+            f"unknown scheme {scheme!r} for the engine rows",
+            hint=f"use one of {', '.join(ENGINE_SCHEMES)}",
         )
-        for col, scale, name in ENGINE_LATENCY_METRICS:
-            pub_l = _num(row.get(col))
-            if pub_l is None or pub_l <= 0:
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    rows = load_engine_rows(data)
+    d = _EngineData(rows, catalog, perf_for)
+    fits: dict[tuple[int, ...], dict[str, Any]] = {}
+    per_row: list[dict[str, Any]] = []
+    points: dict[tuple[str, str], list[tuple[float, tuple[float, float, float]]]] = {}
+    for i, row in enumerate(d.rows):
+        train, basis = _train_rows(d, i, scheme)
+        key = tuple(train)
+        if key not in fits:
+            fits[key] = d.fit(train)
+        f = fits[key]
+        q = f["log_residual_quantiles"]
+        q_thr = (float(q["throughput_per_gpu"][0]), float(q["throughput_per_gpu"][1]))
+        q_ttft = (float(q["ttft"][0]), float(q["ttft"][1]))
+        sims = simulate_engine_row(
+            row, time_scale=d.scale(i, f), catalog=catalog, perf_for=perf_for, shape=d.shape
+        )
+        rec: dict[str, Any] = {
+            "run_id": row.get("run_id"),
+            "engine": d.engine[i],
+            "model": d.model[i],
+            "gpu": row.get("gpu_type"),
+            "tp": row.get("tp"),
+            "kind": row_kind(row),
+            "time_scale": d.scale(i, f),
+            "fitted_on": f"{f['rows']} {basis}",
+        }
+        for name, v3 in sims.items():
+            pub = d.published(i, name)
+            if pub is None:
                 continue
-            lv, llo, lhi = all_m[name]
-            latency.setdefault(name, []).append((pub_l * scale, (lv, llo, lhi)))
-            per_row[-1][name] = {
-                "published_s": pub_l * scale,
-                "forecast_s": lv,
-                "interval_s": [llo, lhi],
-                "error_pct": (lv - pub_l * scale) / (pub_l * scale) * 100,
-            }
-    pub_a = np.array(published, dtype=float)
-    pred_a = np.array(pred, dtype=float).reshape(-1, 3)
+            v, lo, hi = _with_interval(v3, name, q_thr, q_ttft)
+            points.setdefault((d.engine[i], name), []).append((pub, (v, lo, hi)))
+            if name == "throughput":
+                rec.update(
+                    published=pub, forecast=v, interval=[lo, hi], error_pct=(v - pub) / pub * 100
+                )
+            else:
+                rec[name] = {
+                    "published_s": pub,
+                    "forecast_s": v,
+                    "interval_s": [lo, hi],
+                    "error_pct": (v - pub) / pub * 100,
+                }
+        per_row.append(rec)
+
+    def sc(pts: list[tuple[float, tuple[float, float, float]]], total: int) -> dict[str, Any]:
+        return score(
+            np.array([p for p, _ in pts], dtype=float),
+            np.array([f for _, f in pts], dtype=float).reshape(-1, 3),
+            total,
+        )
+
+    skipped_ids = {s["run_id"] for s in d.skipped}
     profiles: dict[str, Any] = {}
-    for engine, idx in sorted(by_engine.items()):
-        n_total = len(idx) + sum(
+    for engine in sorted(set(d.engine) | {engine_profile(r["engine"]).name for r in rows}):
+        prof = engine_profile(engine)
+        thr_pts = points.get((engine, "throughput"), [])
+        n_thr = sum(
             1
             for r in rows
-            if r.get("engine") == engine and r.get("run_id") in {s["run_id"] for s in skipped}
+            if engine_profile(r["engine"]).name == engine
+            and _num(r.get("out_tokens_per_s_total"))
+            and (r.get("request_rate") or "").strip().lower() == "inf"
         )
-        sc = score(pub_a[idx], pred_a[idx], n_total)
-        prof = engine_profile(engine)
-        sc.update(
-            models=sorted({per_row[i]["model"] for i in idx}),
-            calibrated=bool(prof.calibrated and len(idx) >= MIN_ROWS_CALIBRATED),
+        entry: dict[str, Any] = sc(thr_pts, n_thr) if thr_pts else {"rows": n_thr, "forecast": 0}
+        entry["latency"] = {
+            name: sc(pts, len(pts))
+            for (e, name), pts in sorted(points.items())
+            if e == engine and name != "throughput"
+        }
+        for what in ("ttft", "tpot"):
+            pts = [
+                p for (e, n), ps in points.items() if e == engine and n.startswith(what) for p in ps
+            ]
+            entry[what] = sc(pts, len(pts)) if pts else None
+        calibrated = prof.calibrated and n_thr >= MIN_ROWS_CALIBRATED
+        entry.update(
+            models=sorted({d.model[i] for i in range(len(d.rows)) if d.engine[i] == engine}),
+            rows_total=sum(1 for r in rows if engine_profile(r["engine"]).name == engine),
+            skipped=sum(
+                1
+                for r in rows
+                if engine_profile(r["engine"]).name == engine and r.get("run_id") in skipped_ids
+            ),
+            calibrated=bool(calibrated),
             constants=prof.basis,
             note=(
-                f"{len(idx)} rows < {MIN_ROWS_CALIBRATED}: not claimed calibrated; constants "
+                "calibrated: time scale fitted on its own rows"
+                if calibrated
+                else f"{n_thr} throughput rows < {MIN_ROWS_CALIBRATED}: not claimed calibrated; "
                 f"{prof.basis}, interval widened"
-                if len(idx) < MIN_ROWS_CALIBRATED
-                else "calibrated"
             ),
         )
-        profiles[engine] = sc
+        profiles[engine] = entry
+    by_metric: dict[str, Any] = {}
+    for _, _, name, _ in ENGINE_METRICS:
+        if name == "throughput":
+            continue
+        pts = [p for (e, n), ps in points.items() if n == name for p in ps]
+        if pts:
+            by_metric[name] = sc(pts, len(pts))
+    thr_all = [p for (e, n), ps in points.items() if n == "throughput" for p in ps]
+    n_thr_all = sum(
+        1
+        for r in rows
+        if _num(r.get("out_tokens_per_s_total"))
+        and (r.get("request_rate") or "").strip().lower() == "inf"
+    )
     return {
         "data": str(Path(data) if data else ENGINE_CSV_PATH.name),
-        "scheme": "every row held out (no constant fitted on engine rows); by model and engine",
+        "scheme": scheme,
         "convention": (
-            "burst rows: output tokens/s of the whole replica for the row's own request "
-            "trace sent at once (vLLM benchmark_serving --request-rate inf)"
+            "burst rows: output tokens/s of the whole replica for the row's requests sent at "
+            "once (vLLM benchmark_serving / sglang.bench_serving --request-rate inf); online "
+            "rows: median TTFT and TPOT at the row's Poisson rate; rows with mean lengths only "
+            "replay the ShareGPT shape of " + SHAREGPT_SHAPE_ROW + " rescaled to them"
         ),
         "profiles": profiles,
-        # every row that publishes the latency counts, forecast or not
-        "by_metric": {
-            name: score(
-                np.array([p for p, _ in pts], dtype=float),
-                np.array([f for _, f in pts], dtype=float).reshape(-1, 3),
-                sum(1 for r in rows if (_num(r.get(col)) or 0) > 0),
-            )
-            for col, _, name in ENGINE_LATENCY_METRICS
-            if (pts := latency.get(name))
-        },
-        "overall": score(pub_a, pred_a, len(rows))
-        if published
-        else {"rows": len(rows), "forecast": 0},
+        "by_metric": by_metric,
+        "overall": sc(thr_all, n_thr_all) if thr_all else {"rows": n_thr_all, "forecast": 0},
         "rows": per_row,
-        "skipped": skipped,
+        "skipped": d.skipped,
     }
+
+
+def _engine_is(name: str, r: dict[str, Any]) -> bool:
+    return bool(r["engine"] == name)
+
+
+def fit_engine_constants(
+    data: str | Path | None = None, *, catalog: Any = None, perf_for: Any = None
+) -> dict[str, Any]:
+    """The shipped engine constants: each calibrated profile's time scale fitted on all its
+    rows, and the ``pooled`` one on every engine's rows; interval quantiles from the
+    held-out (leave-one-model-out) residuals of :func:`validate_engines`."""
+    from gpuplan.forecast.inference_step import ENGINES, MIN_ROWS_CALIBRATED
+
+    if catalog is None:
+        from gpuplan.catalogs import get_catalog
+
+        catalog = get_catalog()
+    rows = load_engine_rows(data)
+    d = _EngineData(rows, catalog, perf_for)
+    held = validate_engines(data, catalog=catalog, perf_for=perf_for)
+
+    def held_q(select: Callable[[dict[str, Any]], bool]) -> dict[str, list[float]]:
+        thr = [
+            math.log(r["forecast"] / r["published"])
+            for r in held["rows"]
+            if select(r) and "forecast" in r
+        ]
+        ttft = [
+            math.log(r[k]["forecast_s"] / r[k]["published_s"])
+            for r in held["rows"]
+            if select(r)
+            for k in r
+            if k.startswith("ttft_")
+        ]
+        return {
+            "throughput_per_gpu": list(_q(np.array(thr))),
+            "ttft": list(_q(np.array(ttft))),
+        }
+
+    out: dict[str, Any] = {}
+    all_idx = list(range(len(d.rows)))
+    f = d.fit(all_idx)
+    out["pooled"] = {
+        "time_scale": f["time_scale"],
+        "moe_time_scale": f["moe_time_scale"],
+        "rows": f["rows"],
+        "basis": f"pooled: fitted on {f['rows']} burst rows of every engine",
+        "log_residual_quantiles": held_q(lambda r: True),
+    }
+    for name, prof in ENGINES.items():
+        if not prof.calibrated or name == "trtllm@0.9":
+            continue
+        idx = [i for i in all_idx if d.engine[i] == name]
+        f = d.fit(idx)
+        if f["rows"] < MIN_ROWS_CALIBRATED:
+            continue
+        out[name] = {
+            "time_scale": f["time_scale"],
+            "moe_time_scale": f["moe_time_scale"],
+            "rows": f["rows"],
+            "basis": f"calibrated: fitted on {f['rows']} {name} burst rows",
+            "log_residual_quantiles": held_q(partial(_engine_is, name)),
+        }
+    return out
 
 
 def refit(
@@ -647,6 +1068,7 @@ def refit(
         },
         "held_out": held,
         "engines": validate_engines(perf_for=perf_for).get("profiles", {}),
+        "engine_constants": fit_engine_constants(perf_for=perf_for),
         "regenerate": "python -m gpuplan.forecast.validation_inference --write",
     }
     if write:

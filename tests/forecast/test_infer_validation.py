@@ -37,12 +37,14 @@ def test_per_source_and_table_scores(lomo):
     assert len(lomo["by_source"]) == 1  # one publication: the TensorRT-LLM v0.9.0 tables
     assert len(lomo["by_table"]) == 6  # throughput and latency pages for A100, H100, H200
     assert sum(v["rows"] for v in lomo["by_table"].values()) == 108
-    # the published table's two metrics, and the engine bursts' TTFT and TPOT apart
+    # the published table's two metrics, and the engine runs' TTFT and TPOT apart
     assert set(lomo["by_metric"]) == {
         "throughput_per_gpu",
         "ttft",
         "ttft_mean_burst",
         "tpot_median_burst",
+        "ttft_median_online",
+        "tpot_median_online",
     }
     for row in lomo["rows"]:
         lo, hi = row["interval"]

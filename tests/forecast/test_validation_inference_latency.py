@@ -22,12 +22,24 @@ def test_json_has_throughput_ttft_and_tpot_apart(run_cli) -> None:
     doc = json.loads(proc.stdout)
     by_metric = doc["by_metric"]
     assert {"throughput_per_gpu", "ttft", "ttft_mean_burst", "tpot_median_burst"} <= set(by_metric)
+    assert {"ttft_median_online", "tpot_median_online"} <= set(by_metric)
     assert set(doc["metrics"]) == set(by_metric)
     engine_rows = load_engine_rows()
-    for col, _, name in ENGINE_LATENCY_METRICS:
-        published = [r for r in engine_rows if float(r[col] or 0) > 0]
+    for col, _, name, kind in ENGINE_LATENCY_METRICS:
+        published = [
+            r
+            for r in engine_rows
+            if float(r[col] or 0) > 0 and (r["request_rate"] == "inf") == (kind == "burst")
+        ]
         assert by_metric[name]["rows"] == len(published) >= 4
         assert by_metric[name]["forecast"] == by_metric[name]["rows"]
+    # the per-profile table: throughput, TTFT and TPOT apart, for every engine with rows
+    profiles = doc["profiles"]
+    assert {"trtllm@0.9", "vllm@0.5.4", "vllm@0.6.0", "sglang@0.3.0"} <= set(profiles)
+    for name, p in profiles.items():
+        assert p["throughput"]["rows"] == p["rows"]
+        if name != "trtllm@0.9":
+            assert p["ttft"]["forecast"] >= 1 and p["tpot"]["forecast"] >= 1
     # the overall score stays the published-table one (throughput + batch-1 TTFT rows)
     assert (
         doc["overall"]["rows"]
@@ -37,9 +49,12 @@ def test_json_has_throughput_ttft_and_tpot_apart(run_cli) -> None:
 
 def test_latency_errors_are_forecast_against_the_published_column() -> None:
     res = validate_engines()
-    for name in ("ttft_mean_burst", "tpot_median_burst"):
+    for name in ("ttft_mean_burst", "tpot_median_burst", "ttft_median_online"):
         errs = [r[name]["error_pct"] for r in res["rows"] if name in r]
+        assert errs
         for r in res["rows"]:
+            if name not in r:
+                continue
             m = r[name]
             assert m["error_pct"] == pytest.approx(
                 (m["forecast_s"] - m["published_s"]) / m["published_s"] * 100
@@ -62,4 +77,6 @@ def test_table_lists_the_latency_metrics(run_cli) -> None:
     proc = run_cli("validate", "inference")
     assert proc.returncode == 0, proc.stderr
     assert "tpot_median_burst" in proc.stdout and "ttft_mean_burst" in proc.stdout
+    assert "Per engine profile" in proc.stdout
+    assert "vllm@0.5.4" in proc.stdout and "sglang@0.3.0" in proc.stdout
     assert "Traceback" not in proc.stderr
