@@ -29,11 +29,16 @@ parallel layout; with --tokens the time to train and GPU-hours; with --tokens an
 Any parallel size left out (--tp --pp --cp --ep --vp --micro-batch --recompute --zero) is
 searched over every valid value; layouts that do not fit in memory are pruned.
 
+--framework picks the framework profile whose constants were fitted on that framework's
+published runs (default from the chip and layout; the output says framework_basis and
+whether the profile is fitted or falls back to the pooled constants).
+
 \b
 Examples:
   gpuplan forecast train --model llama3.1-405b --gpu h100 --gpus 16384 --tokens 15.6e12
   gpuplan forecast train --model llama3.1-70b --gpu h100 --gpus 1024 --tp 8 --pp 4 --top 5
   gpuplan forecast train --model llama3.1-8b --gpu a100-80gb --tokens 2e12 --target-days 30
+  gpuplan forecast train --model llama3.1-8b --gpu h100 --gpus 256 --fsdp --framework torchtitan
   gpuplan forecast train --layers 32 --hidden 4096 --heads 32 --ffn-hidden 11008 \\
       --vocab 32000 --gpu h100 --gpus 64 --seq-len 4096 --format json
 """
@@ -63,6 +68,11 @@ def _table(result: dict[str, Any]):
                 else []
             ),
             ("global batch", f"{result['global_batch']} x {result['seq_len']} tokens"),
+            (
+                "framework",
+                f"{result['framework']} ({result['framework_basis']}; profile "
+                f"{result['framework_profile']}: {result['profile_basis']})",
+            ),
             (
                 "step time",
                 f"{fmt_duration(result['step_time_s'])}  [{fmt_duration(lo)} .. {fmt_duration(hi)}]",
@@ -245,6 +255,15 @@ def register(app: typer.Typer) -> None:
             None, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer).", bound="non_negative"
         ),
         fsdp: bool = typer.Option(False, "--fsdp", help="PyTorch FSDP (ZeRO-3, no pipeline)."),
+        framework: str | None = typer.Option(
+            None,
+            "--framework",
+            help=(
+                "Framework profile: megatron|nemo|torchtitan|fsdp|deepspeed|maxtext|neuronx "
+                "(default from the chip and layout: TPU maxtext, Trainium neuronx, "
+                "--fsdp/--zero 3 with tp=pp=1 fsdp, else megatron; nemo shares megatron's)."
+            ),
+        ),
         ep_overlap: str | None = typer.Option(
             None,
             "--ep-overlap",
@@ -383,6 +402,7 @@ def register(app: typer.Typer) -> None:
                 moe_act_cache=moe_act_cache,
                 memory_headroom=memory_headroom,
                 hsdp_shard_size=hsdp_shard_size,
+                framework_name=framework,
                 node=node,
                 instance=instance,
                 progress=tick,

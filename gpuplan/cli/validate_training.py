@@ -21,7 +21,11 @@ HELP = """Forecast every published training run shipped with gpuplan that has a 
 configuration (Megatron-LM papers, NVIDIA NeMo, MosaicML llm-foundry) and compare like
 with like: step time, tokens/s per GPU, or TFLOP/s with the source's own FLOP convention.
 Prints coverage, median and p90 absolute percentage error, signed bias and how often the
-forecast interval contains the published value, per source and overall.
+forecast interval contains the published value, per publication, per framework profile
+(megatron incl. NeMo, fsdp, deepspeed...), per source and overall.
+
+Each row is forecast with its framework profile's constants: fitted on that profile's rows
+from the other publications where there are at least 10, else the pooled constants.
 
 By default each row is forecast with framework-efficiency constants fitted WITHOUT its
 publication (--scheme leave-one-source-out); --scheme shipped uses the shipped constants,
@@ -76,6 +80,25 @@ def _table(result: dict[str, Any], show_rows: bool):
                 ["publication", *cols],
                 rows,
                 caption=caption,
+            )
+        )
+        prof_rows = [
+            (*line(k, v), "own fit" if v.get("own_constants") else "pooled")
+            for k, v in result.get("per_profile", {}).items()
+        ]
+        members = "; ".join(
+            f"{k}: {', '.join(v.get('frameworks', []))}"
+            for k, v in result.get("per_profile", {}).items()
+        )
+        console.print(
+            simple_table(
+                "Per framework profile (held out by publication)",
+                ["profile", *cols, "constants"],
+                prof_rows,
+                caption=(
+                    "own fit = the profile's rows (>= 10) fit its own constants; pooled = "
+                    f"fewer rows, the pooled constants. Frameworks: {members}"
+                ),
             )
         )
         src_rows = [line(_short(k), v) for k, v in result["per_source"].items()]

@@ -306,6 +306,79 @@ def default_constants() -> dict[str, Any]:
     return dict(_load_constants_file("training_constants.json"))
 
 
+# ------------------------------------------------------------------ framework profiles
+FRAMEWORK_CHOICES = ("megatron", "nemo", "torchtitan", "fsdp", "deepspeed", "maxtext", "neuronx")
+"""Values of ``forecast train --framework``."""
+
+PROFILE_OF_FRAMEWORK = {
+    # NeMo trains through Megatron-core (the same kernels, distributed optimizer and
+    # overlap), so its rows and the megatron rows fit one profile.
+    "megatron": "megatron",
+    "nemo": "megatron",
+    "fsdp": "fsdp",
+    "composer-fsdp": "fsdp",  # MosaicML Composer wraps PyTorch FSDP (FULL/SHARD_GRAD_OP)
+    "pytorch-fsdp": "fsdp",
+    "torchtitan": "torchtitan",
+    "torchtitan-fsdp2": "torchtitan",
+    "deepspeed": "deepspeed",
+    "maxtext": "maxtext",
+    "jax": "maxtext",
+    "neuronx": "neuronx",
+}
+"""Framework (``training_runs.csv`` ``framework`` column or ``--framework``) -> profile."""
+
+MIN_PROFILE_ROWS = 10
+"""A profile gets its own fitted constants with at least this many published rows."""
+
+PROFILE_FIT_KEYS = (
+    "gemm_time_factor",
+    "attention_time_factor",
+    "nongemm_traffic_factor",
+    "layer_overhead_s",
+    "residual_ratio_quantiles",
+)
+
+
+def profile_of(framework: str) -> str:
+    """The profile a framework name belongs to (unknown names are their own profile)."""
+    key = framework.strip().lower()
+    return PROFILE_OF_FRAMEWORK.get(key, key)
+
+
+def default_framework(hw: Hardware, parallelism: dict[str, Any], fsdp: bool) -> str:
+    """The framework a layout on ``hw`` most likely runs under.
+
+    TPU -> maxtext (JAX), Trainium -> neuronx, ZeRO-3/FSDP without tensor or pipeline
+    parallelism -> fsdp, anything else -> megatron.
+    """
+    gen = str(hw.generation or "").lower()
+    gid = hw.gpu_id.lower()
+    if gen.startswith("tpu") or gid.startswith("tpu"):
+        return "maxtext"
+    if gen.startswith("trainium") or gid.startswith("trainium"):
+        return "neuronx"
+    zero3 = fsdp or parallelism.get("zero") == 3
+    if zero3 and int(parallelism.get("tp", 1)) == 1 and int(parallelism.get("pp", 1)) == 1:
+        return "fsdp"
+    return "megatron"
+
+
+def profile_constants(constants: dict[str, Any], framework: str) -> tuple[dict[str, Any], str]:
+    """``constants`` with the framework profile's fitted values, and the basis in words.
+
+    A profile fitted on at least :data:`MIN_PROFILE_ROWS` published rows of its framework
+    (``profiles`` in ``training_constants.json``) replaces the pooled step-model constants;
+    otherwise the pooled ones stay and the basis says how many rows the profile has.
+    """
+    profile = profile_of(framework)
+    entry = (constants.get("profiles") or {}).get(profile) or {}
+    rows = int(entry.get("rows", 0))
+    if rows >= MIN_PROFILE_ROWS and all(k in entry for k in PROFILE_FIT_KEYS):
+        out = {**constants, **{k: entry[k] for k in PROFILE_FIT_KEYS}}
+        return out, f"fitted ({rows} rows)"
+    return dict(constants), f"pooled ({rows} rows < {MIN_PROFILE_ROWS})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Framework:
     """What the training framework does that changes the step time or memory."""
@@ -1513,6 +1586,7 @@ def forecast_training(
     moe_act_cache: str | None = None,
     memory_headroom: float | None = None,
     hsdp_shard_size: int | None = None,
+    framework_name: str | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1557,6 +1631,11 @@ def forecast_training(
     memory_headroom:
         Share of HBM kept free, in [0, 1): a layout fits when its peak is at most
         ``(1 - memory_headroom) x capacity``; default the constants' 0.
+    framework_name:
+        One of :data:`FRAMEWORK_CHOICES`: selects the framework profile's fitted constants
+        (:func:`profile_constants`); ``None`` = :func:`default_framework` of the chip and
+        the layout. The output says ``framework``, ``framework_basis`` (``default`` or
+        ``given``), ``framework_profile`` and ``profile_basis``.
 
     Returns
     -------
@@ -1660,9 +1739,20 @@ def forecast_training(
                 hint="e.g. --memory-headroom 0.1 keeps 10% of HBM free",
             )
         c = {**c, "memory_headroom_fraction": float(memory_headroom)}
+    if framework_name is not None:
+        fname = str(framework_name).strip().lower()
+        if fname not in FRAMEWORK_CHOICES:
+            raise InputError(
+                f"unknown --framework {framework_name!r}",
+                hint="use one of " + ", ".join(FRAMEWORK_CHOICES),
+            )
+        fbasis = "given"
+    else:
+        fname, fbasis = default_framework(hw, par, fsdp), "default"
+    c, profile_basis = profile_constants(c, fname)
     from gpuplan.forecast.train_calibration import apply_training_step
 
-    c, step_cal = apply_training_step(artifact, hw, fw.name, c)  # probe --workload train
+    c, step_cal = apply_training_step(artifact, hw, fname, c)  # probe --workload train
     common: dict[str, Any] = dict(
         seq_len=int(seq_len),
         global_batch=gbs,
@@ -1704,6 +1794,10 @@ def forecast_training(
         out["parallelism"]["hsdp_shard_size"] = fw.hsdp_shard_size
     out.setdefault("time_to_train_s", None)
     out.setdefault("gpu_hours", None)
+    out["framework"] = fname
+    out["framework_basis"] = fbasis
+    out["framework_profile"] = profile_of(fname)
+    out["profile_basis"] = profile_basis
     out["model"] = arch.name
     out["gpu"] = hw.gpu_id
     out["precision"] = precision

@@ -31,6 +31,7 @@ all rows: in-sample, reported for transparency only).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -45,11 +46,14 @@ from gpuplan.forecast.flops import ModelArch, arch_from_catalog, megatron_flops_
 from gpuplan.forecast.memory import RECOMPUTE_CODES
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
+    MIN_PROFILE_ROWS,
+    PROFILE_FIT_KEYS,
     Framework,
     Hardware,
     default_constants,
     evaluate_layouts,
     layouts_from_dict,
+    profile_of,
     resolve_hardware,
 )
 
@@ -85,16 +89,21 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         zero=0,
         family="gpt",
     ),
-    # DeepSpeed ZeRO-3 baseline of the same table (prefetching overlaps the gathers;
-    # stage3_max_live_parameters defaults to 1e9, DeepSpeed configuration docs).
+    # DeepSpeed ZeRO-3 baseline of the same table, run with DeepSpeed's defaults: the
+    # gradient reduction is not overlapped with the backward (``overlap_comm`` default
+    # false, microsoft/DeepSpeed docs/_pages/config-json.md) and ZeRO-3 fetches parameters
+    # in units of ``stage3_prefetch_bucket_size`` = 5e7 elements (the default in
+    # deepspeed/runtime/zero/config.py; both retrieved 2026-12-01), each unit one
+    # collective over all 384-2240 ranks. See docs/forecast-training.md, "DeepSpeed ZeRO-3
+    # (Narayanan 2021 Table 2)" for what is still missing.
     "narayanan2021_zero3": dict(
         framework=Framework(
             name="deepspeed-zero3",
             sequence_parallel=False,
             flash_attention=False,
-            dp_overlap=True,
+            dp_overlap=False,
             grad_reduce_bytes=2.0,
-            zero3_unit_params=1e9,
+            zero3_unit_params=5e7,
         ),
         zero=3,
         family="gpt",
@@ -141,6 +150,35 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         family="mpt",
     ),
 }
+
+# The framework a row runs under when the table has no ``framework`` column.
+_FRAMEWORK_OF_KEY = {
+    "narayanan2021": "megatron",
+    "narayanan2021_zero3": "deepspeed",
+    "korthikanti2022": "megatron",
+    "nemo": "nemo",
+    "mosaicml": "composer-fsdp",
+    "pytorch_fsdp": "pytorch-fsdp",
+}
+
+FRAMEWORKS["pytorch_fsdp"] = dict(
+    # PyTorch FSDP (FSDP1) as IBM's fms-fsdp runs it: SDPA FlashAttention-2, forward and
+    # backward prefetch overlapping the gathers, the bfSixteen mixed-precision policy
+    # (16-bit weights gathered and gradients reduced in bf16), FULL_SHARD or HYBRID_SHARD
+    # over the 8 GPUs of a node (foundation-model-stack/fms-fsdp fms_fsdp/policies/
+    # mixed_precision.py and utils/train_utils.py at cf6e42c, retrieved 2026-12-01).
+    framework=Framework(
+        name="pytorch-fsdp",
+        sequence_parallel=False,
+        flash_attention=True,
+        attention_kernel="flash-attention-2",
+        dp_overlap=True,
+        grad_reduce_bytes=2.0,
+        fp8_param_gather=False,
+    ),
+    zero=3,
+    family=None,
+)
 
 # Row model names -> catalog model ids (only names that are the same model).
 CATALOG_NAMES = {
@@ -240,9 +278,18 @@ class RowConfig:
     published_step_time_s: float = float("nan")
     searched: list[str] = field(default_factory=list)
     arch_from: str = ""
+    framework_name: str = ""
+    """The row's ``framework`` column (megatron, nemo, composer-fsdp, deepspeed...)."""
+    profile: str = ""
+    """Its framework profile (:func:`gpuplan.forecast.training.profile_of`)."""
+    inter_node_bandwidth_bytes_per_s: float | None = None
+    """Scale-out bandwidth per GPU per direction where the publication states it (column
+    ``inter_node_gbytes_per_s_per_gpu``); None = the catalog node's."""
 
 
 def _framework_key(row: dict[str, str]) -> str:
+    if (row.get("framework") or "").strip().lower() == "pytorch-fsdp":
+        return "pytorch_fsdp"
     group = publication(row["source"])
     if group.startswith("Narayanan"):
         return (
@@ -308,6 +355,8 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
         complete=False,
         framework=fw,
     )
+    cfg.framework_name = (row.get("framework") or "").strip().lower() or _FRAMEWORK_OF_KEY[fkey]
+    cfg.profile = profile_of(cfg.framework_name)
     notes = row.get("notes") or ""
     # --- architecture: row values, completed from the catalog model of the same name
     base = _catalog_model(row["model"], catalog)
@@ -363,6 +412,8 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
         gbs = round(gbt / cfg.seq_len)
     cfg.global_batch = gbs or 0
     cfg.precision = _precision(row.get("precision") or "")
+    bw = _num(row.get("inter_node_gbytes_per_s_per_gpu"))
+    cfg.inter_node_bandwidth_bytes_per_s = bw * 1e9 if bw else None
     if not (cfg.num_gpus and cfg.seq_len and cfg.global_batch):
         cfg.reason = "GPU count, sequence length or global batch not published"
         return cfg
@@ -380,7 +431,12 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
         v = _int(row.get(col))
         if v is not None:
             fixed[key] = v
-    if fkey == "mosaicml":
+    if fkey == "pytorch_fsdp":
+        fixed.update(tp=1, pp=1, cp=1, dp=cfg.num_gpus, zero=3)
+        m_hsdp = re.search(r"HYBRID_SHARD\((\d+)\)", (row.get("fsdp_or_zero") or "").upper())
+        if m_hsdp:
+            cfg.framework = dataclasses.replace(fw, hsdp_shard_size=int(m_hsdp.group(1)))
+    elif fkey == "mosaicml":
         fixed.update(tp=1, pp=1, cp=1, dp=cfg.num_gpus)
         sharding = (row.get("fsdp_or_zero") or "").upper()
         fixed["zero"] = 2 if "SHARD_GRAD_OP" in sharding else 3
@@ -402,6 +458,11 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
     fixed.setdefault("ep", 1)
     if fixed["pp"] == 1:
         fixed["vp"] = 1
+    if (row.get("act_recompute") or "").strip().lower().startswith("blockwise"):
+        # fms-fsdp's "selective" checkpointing recomputes every k-th block in full; with k
+        # unpublished the step cannot be modelled (none, selective and full all differ).
+        cfg.reason = "activation checkpointing of every k-th block, k not published"
+        return cfg
     rc = _recompute(row.get("act_recompute") or "", fkey)
     if rc is not None:
         fixed["recompute"] = rc
@@ -585,6 +646,16 @@ class Context:
     hardware: Callable[[str], Hardware]
 
 
+def row_hardware(ctx: Context, cfg: RowConfig) -> Hardware:
+    """The row's GPU, with the scale-out bandwidth the publication states where it does."""
+    hw = ctx.hardware(cfg.gpu)
+    if cfg.inter_node_bandwidth_bytes_per_s:
+        hw = dataclasses.replace(
+            hw, inter_node_bandwidth_bytes_per_s=cfg.inter_node_bandwidth_bytes_per_s
+        )
+    return hw
+
+
 def default_context(artifact: Any = None) -> Context:
     from gpuplan.catalogs import get_catalog
 
@@ -598,7 +669,9 @@ def default_context(artifact: Any = None) -> Context:
     return Context(catalog=get_catalog(), hardware=hardware)
 
 
-def _row_result(e: RowEval, constants: dict[str, Any], held_out_from: str) -> dict[str, Any]:
+def _row_result(
+    e: RowEval, constants: dict[str, Any], held_out_from: str, profile_basis: str = ""
+) -> dict[str, Any]:
     cfg = e.cfg
     r_lo, r_hi = constants["residual_ratio_quantiles"]
     step = float(e.step3[0])
@@ -610,6 +683,9 @@ def _row_result(e: RowEval, constants: dict[str, Any], held_out_from: str) -> di
         "run_id": cfg.run_id,
         "source": cfg.source,
         "group": cfg.group,
+        "framework": cfg.framework_name,
+        "profile": cfg.profile,
+        "profile_basis": profile_basis,
         "metric": cfg.metric,
         "published": cfg.published,
         "forecast": pred,
@@ -651,9 +727,15 @@ def validate(
 ) -> dict[str, Any]:
     """Forecast every published row with a complete configuration and report the error.
 
-    Returns ``{"scheme", "overall", "per_source", "per_group", "rows", "incomplete",
-    "constants"}``; ``overall`` has coverage, median/p90 absolute percentage error
-    (fractions), signed bias (mean signed error), interval coverage.
+    Held out (the default scheme), each publication's rows are forecast with the constants
+    of their framework profile fitted without that publication (:func:`fit_profiles`: the
+    profile's own fit where the other publications give it at least
+    :data:`MIN_PROFILE_ROWS` rows, else the pooled fit); each row says which
+    (``profile_basis``).
+
+    Returns ``{"scheme", "overall", "per_source", "per_group", "per_profile", "rows",
+    "incomplete", "constants"}``; ``overall`` has coverage, median/p90 absolute percentage
+    error (fractions), signed bias (mean signed error), interval coverage.
     """
     if scheme not in ("leave-one-source-out", "shipped"):
         raise InputError(f"unknown scheme {scheme!r}", hint="use leave-one-source-out or shipped")
@@ -675,7 +757,7 @@ def validate(
             if lay is None:
                 continue  # its layout could not be built (recorded in failures)
             try:
-                e = evaluate_row(cfg, ctx.hardware(cfg.gpu), constants, lay)
+                e = evaluate_row(cfg, row_hardware(ctx, cfg), constants, lay)
             except InputError as exc:
                 failures.append(
                     {"run_id": cfg.run_id, "source": cfg.source, "reason": exc.one_line()}
@@ -695,7 +777,10 @@ def validate(
     results: list[dict[str, Any]] = []
     fold_constants: dict[str, dict[str, Any]] = {}
     if scheme == "shipped":
-        results = [_row_result(e, shipped, "none (in-sample)") for e in base]
+        for e in base:
+            c, basis = shipped_profile_constants(shipped, e.cfg.profile)
+            ev = evaluate_row(e.cfg, row_hardware(ctx, e.cfg), c, e.layout)
+            results.append(_row_result(ev, c, "none (in-sample)", basis))
     else:
         groups = sorted({c.group for c in complete_ok})
         for g in groups:
@@ -703,15 +788,36 @@ def validate(
                 progress(g)
             train = [c for c in complete_ok if c.group != g]
             test = [c for c in complete_ok if c.group == g]
-
-            def evals_train(c: dict[str, Any], train: list[RowConfig] = train) -> list[RowEval]:
-                return evals_for(train, c)
-
-            fitted = fit_constants(evals_train, shipped)
-            fold_constants[g] = {k: fitted[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")}
-            results.extend(_row_result(e, fitted, g) for e in evals_for(test, fitted))
+            fits = fit_profiles(train, evals_for, shipped, {c.profile for c in test})
+            fold_constants[g] = {
+                p: {
+                    "basis": f["basis"],
+                    **{k: f["constants"][k] for k in PROFILE_FIT_KEYS},
+                }
+                for p, f in fits.items()
+            }
+            for prof in sorted(fits):
+                f = fits[prof]
+                test_p = [c for c in test if c.profile == prof]
+                results.extend(
+                    _row_result(e, f["constants"], g, f["basis"])
+                    for e in evals_for(test_p, f["constants"])
+                )
     results.sort(key=lambda r: r["run_id"])
     n_total = len(rows)
+    per_profile: dict[str, Any] = {}
+    for prof in sorted({c.profile for c in cfgs}):
+        prof_rows = [r for r in results if r["profile"] == prof]
+        stats = _stats(
+            prof_rows,
+            sum(1 for c in complete if c.profile == prof),
+            sum(1 for c in cfgs if c.profile == prof),
+        )
+        stats["frameworks"] = sorted({c.framework_name for c in cfgs if c.profile == prof})
+        stats["publications"] = sorted({c.group for c in cfgs if c.profile == prof})
+        stats["own_constants"] = stats["rows_forecast"] >= MIN_PROFILE_ROWS
+        stats["profile_basis"] = sorted({r["profile_basis"] for r in prof_rows})
+        per_profile[prof] = stats
     by_source: dict[str, dict[str, Any]] = {}
     for key_name, key_fn in (("per_source", lambda c: c.source), ("per_group", lambda c: c.group)):
         table: dict[str, Any] = {}
@@ -728,6 +834,7 @@ def validate(
         "overall": _stats(results, len(complete), n_total),
         "per_source": by_source["per_source"],
         "per_group": by_source["per_group"],
+        "per_profile": per_profile,
         "rows": results,
         "incomplete": incomplete,
         "failed": failures,
@@ -736,6 +843,56 @@ def validate(
             "folds": fold_constants,
         },
     }
+
+
+def fit_profiles(
+    train: list[RowConfig],
+    evals_for: Callable[[Iterable[RowConfig], dict[str, Any]], list[RowEval]],
+    start: dict[str, Any],
+    profiles: Iterable[str],
+) -> dict[str, dict[str, Any]]:
+    """The constants each framework profile in ``profiles`` is forecast with, fitted on ``train``.
+
+    The pooled constants are fitted on every row of ``train`` (:func:`fit_constants`); a
+    profile with at least :data:`MIN_PROFILE_ROWS` rows of its own in ``train`` gets the
+    same bounded least squares on those rows only (started from the pooled solution),
+    and the residual band of its own rows. Returns ``{profile: {"constants", "rows",
+    "basis", "publications"}}``, plus ``"(pooled)"``.
+    """
+
+    def evals(subset: list[RowConfig]) -> Callable[[dict[str, Any]], list[RowEval]]:
+        return lambda c: evals_for(subset, c)
+
+    pooled = fit_constants(evals(train), start)
+    out: dict[str, dict[str, Any]] = {
+        "(pooled)": {
+            "constants": pooled,
+            "rows": len(train),
+            "basis": f"pooled ({len(train)} rows)",
+            "publications": sorted({c.group for c in train}),
+        }
+    }
+    for prof in sorted(set(profiles)):
+        sub = [c for c in train if c.profile == prof]
+        entry: dict[str, Any] = {
+            "rows": len(sub),
+            "publications": sorted({c.group for c in sub}),
+        }
+        if len(sub) >= MIN_PROFILE_ROWS:
+            entry["constants"] = fit_constants(evals(sub), pooled)
+            entry["basis"] = f"fitted ({len(sub)} rows)"
+        else:
+            entry["constants"] = pooled
+            entry["basis"] = f"pooled ({len(sub)} rows < {MIN_PROFILE_ROWS})"
+        out[prof] = entry
+    return out
+
+
+def shipped_profile_constants(shipped: dict[str, Any], profile: str) -> tuple[dict[str, Any], str]:
+    """The shipped constants of ``profile`` (its fitted section, or the pooled ones)."""
+    from gpuplan.forecast.training import profile_constants
+
+    return profile_constants(shipped, profile)
 
 
 def key_fn_row(r: dict[str, Any], key_name: str) -> str:
@@ -760,7 +917,7 @@ def choose_layouts(
     neutral = neutral_constants()
     for cfg in cfgs:
         try:
-            layouts[cfg.run_id] = _choose_layout(cfg, ctx.hardware(cfg.gpu), neutral)
+            layouts[cfg.run_id] = _choose_layout(cfg, row_hardware(ctx, cfg), neutral)
         except InputError as exc:
             failures.append({"run_id": cfg.run_id, "source": cfg.source, "reason": exc.one_line()})
 
@@ -768,7 +925,12 @@ def choose_layouts(
 def fit_shipped_constants(
     *, data: Any = None, artifact: Any = None, context: Context | None = None
 ) -> dict[str, Any]:
-    """Fit the constants on every complete row (what ships in training_constants.json)."""
+    """Fit the constants on every complete row (what ships in training_constants.json).
+
+    The pooled constants are fitted on all rows; ``profiles`` holds each framework
+    profile's own fit on its rows (:func:`fit_profiles`), or only its row count where it
+    has fewer than :data:`MIN_PROFILE_ROWS`.
+    """
     ctx = context or default_context(artifact)
     rows = load_rows(data)
     complete = [c for c in (row_config(r, ctx.catalog) for r in rows) if c.complete]
@@ -776,18 +938,34 @@ def fit_shipped_constants(
     layouts: dict[str, dict[str, int]] = {}
     choose_layouts(complete, ctx, layouts, [])
 
-    def evals(c: dict[str, Any]) -> list[RowEval]:
+    def evals_for(subset: Iterable[RowConfig], c: dict[str, Any]) -> list[RowEval]:
         out = []
-        for cfg in complete:
+        for cfg in subset:
             try:
-                e = evaluate_row(cfg, ctx.hardware(cfg.gpu), c, layouts.get(cfg.run_id))
+                e = evaluate_row(cfg, row_hardware(ctx, cfg), c, layouts.get(cfg.run_id))
             except InputError:
                 continue
             layouts[cfg.run_id] = e.layout
             out.append(e)
         return out
 
-    return fit_constants(evals, start)
+    ok = {e.cfg.run_id for e in evals_for(complete, start)}
+    train = [c for c in complete if c.run_id in ok]
+    fits = fit_profiles(train, evals_for, start, {c.profile for c in train})
+    pooled = dict(fits.pop("(pooled)")["constants"])
+    profiles: dict[str, Any] = {}
+    for prof, f in fits.items():
+        entry: dict[str, Any] = {
+            "rows": f["rows"],
+            "frameworks": sorted({c.framework_name for c in train if c.profile == prof}),
+            "sources": f["publications"],
+            "basis": f["basis"],
+        }
+        if f["rows"] >= MIN_PROFILE_ROWS:
+            entry.update({k: f["constants"][k] for k in PROFILE_FIT_KEYS})
+        profiles[prof] = entry
+    pooled["profiles"] = profiles
+    return pooled
 
 
 def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -> None:
@@ -810,6 +988,17 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
         text = Path(data).read_bytes()
     out = dict(default_constants())  # keep the sourced tables (attention kernels, overhead)
     out.update({k: constants[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")})
+    today = _dt.date.today().isoformat()
+    if "profiles" in constants:
+        out["profiles"] = {
+            p: {**entry, "fitted_at": today} for p, entry in sorted(constants["profiles"].items())
+        }
+        out["profiles_note"] = (
+            "per framework profile: the same bounded least squares (fit_constants) on that "
+            f"profile's rows only, where it has >= {MIN_PROFILE_ROWS}; other profiles use the "
+            "pooled top-level constants (forecast train says profile_basis). NeMo shares the "
+            "megatron profile: it trains through Megatron-core."
+        )
     out["provenance"] = {
         "method": "bounded linear least squares on relative step-time error, every publication "
         "weighted equally, 4 refits (gpuplan.forecast.validation_training.fit_constants); "
@@ -817,7 +1006,7 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
         "fitted_on": "every row of training_runs.csv with a complete configuration "
         "(in-sample: 'gpuplan validate training' reports leave-one-source-out error instead)",
         "training_data_sha256": hashlib.sha256(text).hexdigest(),
-        "fitted_at": _dt.date.today().isoformat(),
+        "fitted_at": today,
         "calibration": "default shipped artifact",
     }
     write_atomic(Path(path), json.dumps(out, indent=2) + "\n", make_parents=False)
