@@ -551,6 +551,9 @@ class StorageTier(Row):
         None, description="usable capacity of one appliance, bytes"
     )
     rack_units_per_appliance: float | None = Field(None, description="height of one appliance, U")
+    min_appliances: int | None = Field(
+        None, ge=1, description="fewest appliances the vendor sells as one system"
+    )
     power_w_per_appliance: float | None = Field(
         None, description="power of one appliance (datasheet maximum), W"
     )

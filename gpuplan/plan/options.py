@@ -731,6 +731,11 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.Appli
             rack_units_per_appliance=get("rack_units_per_appliance", "U", "height per appliance"),
             power_w_per_appliance=get("power_w_per_appliance", "W", "power per appliance"),
             capex_usd_per_appliance=_appliance_capex(ctx, t, cap_per),
+            min_appliances=(
+                get("min_appliances", "appliances", "minimum system")
+                if getattr(t, "min_appliances", None)
+                else None
+            ),
         )
     return stomod.StorageTier(
         id=t.id,

@@ -20,7 +20,8 @@ Method
   in whole appliances: n = max(ceil(capacity / usable bytes per appliance), ceil(read B/s /
   read B/s per appliance), ceil(min(write B/s, writers' cap) / write B/s per appliance)),
   reads and writes each against the datasheet figure for that direction; boxes beyond what
-  the writers' links can fill are not bought. The appliances' rack units, power and capex
+  the writers' links can fill are not bought, and never fewer than the vendor's minimum
+  system (``min_appliances``). The appliances' rack units, power and capex
   are n x the per-appliance figures where the catalog has them. A per-appliance figure the
   catalog lacks leaves the tier "not sized" and names the field.
 * Whatever the tier delivers, a checkpoint is written by N writers (nodes), each no
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuplan.plan.provenance import Figure, derived, missing_fig
 
@@ -167,6 +169,7 @@ class ApplianceTier:
     rack_units_per_appliance: Figure | None = None
     power_w_per_appliance: Figure | None = None
     capex_usd_per_appliance: Figure | None = None
+    min_appliances: Figure | None = None
 
 
 def client_write_cap(writers: Figure, per_client_bytes_per_s: Figure) -> Figure:
@@ -228,7 +231,7 @@ class TierFit:
         """True when every figure the sizing needs is in the catalog."""
         return not self.missing
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "tier": self.tier.id,
             "name": self.tier.name,
@@ -479,8 +482,13 @@ def fit_appliances(
     not_sized = (
         f"{tier.id} not sized: the catalog has no " + ", ".join(missing) if missing else None
     )
-    if not counts:
+    if missing:
+        # a partial count would read as a sizing: report the tier as not sized, and what
+        # the figures the catalog does have would ask for
         why = not_sized or ""
+        if counts:
+            part = max(counts, key=lambda c: c[0])
+            why += f" (the {part[1]} figure alone asks for {part[0]} appliances)"
         return TierFit(
             tier,
             missing_fig("B", f"{tier.id} provisioned capacity", why),
@@ -489,7 +497,7 @@ def fit_appliances(
             missing_fig("s", f"checkpoint write time on {tier.id}", why),
             missing_fig("USD/month", f"{tier.id} cost per month", why),
             False,
-            not_sized,
+            why,
             "none",
             appliances=missing_fig("appliances", f"{tier.id} appliances", why),
             gpudirect_storage=tier.gpudirect_storage,
@@ -497,13 +505,19 @@ def fit_appliances(
             budget_s=budget_s,
         )
     n, sized_by = max(counts, key=lambda c: c[0])
+    floor = ""
+    mini = tier.min_appliances
+    if mini is not None and mini.ok:
+        used.append(mini)
+        floor = ", at least the vendor's minimum system"
+        if mini.value > n:
+            n, sized_by = int(mini.value), "tier minimum"
     appliances = derived(
         n,
         "appliances",
         f"{tier.id} appliances",
         "max(ceil(capacity / usable per appliance), ceil(read B/s / read per appliance), "
-        "ceil(min(write B/s, writers' cap) / write per appliance))"
-        + ("; the missing figures not counted" if missing else ""),
+        "ceil(min(write B/s, writers' cap) / write per appliance))" + floor,
         used,
     )
 
@@ -527,9 +541,8 @@ def fit_appliances(
     wbw = scaled(w_per, "B/s", "write bandwidth")
     assert provisioned is not None and rbw is not None and wbw is not None
     ckpt_s = _checkpoint_time(tier.id, ckpt, wbw)
-    fits = not missing
     wbw, ckpt_s, fits, reason = _apply_write_cap(
-        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, fits, not_sized
+        tier.id, wbw, ckpt_s, ckpt, write_cap, budget_s, True, None
     )
     if provisioned.ok:
         usd = _monthly_cost(tier, provisioned.value, provisioned)
@@ -555,7 +568,9 @@ def fit_appliances(
     )
 
 
-def _monthly_cost(tier: object, size_bytes: float, provisioned: Figure) -> Figure:
+def _monthly_cost(
+    tier: StorageTier | ApplianceTier, size_bytes: float, provisioned: Figure
+) -> Figure:
     """The tier's price per month for ``size_bytes`` provisioned, or a missing figure."""
     price = tier.price_usd_per_gib_month
     if price.ok:
@@ -637,7 +652,7 @@ def monthly_equivalent(fit: TierFit, months: Figure | None = None) -> float | No
     if fit.usd_per_month.ok:
         return float(fit.usd_per_month.value)
     if fit.capex_usd is not None and fit.capex_usd.ok and months is not None and months.ok:
-        return float(fit.capex_usd.value) / months.value
+        return float(fit.capex_usd.value) / float(months.value)
     return None
 
 
@@ -657,7 +672,9 @@ def pick_tier(fits: list[TierFit], months: Figure | None = None) -> TierFit | No
     return min(ok, key=lambda f: f.provisioned_bytes.value)
 
 
-def local_nvme_check(read_bps: Figure, nodes: Figure, fio_read_bps_per_node: Figure) -> dict:
+def local_nvme_check(
+    read_bps: Figure, nodes: Figure, fio_read_bps_per_node: Figure
+) -> dict[str, Any]:
     """Can node-local NVMe (as the trial node's fio measured it) feed the pipeline?"""
     per_node = derived(
         read_bps.value / nodes.value,

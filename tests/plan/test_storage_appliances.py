@@ -95,12 +95,12 @@ def test_missing_per_appliance_figures_stay_missing():
     assert not f.fits and not f.appliances.ok and not f.usd_per_month.ok
     assert not f.sized and len(f.missing) == 3
     g = st.fit_appliances(appliance(None, None, 1e15), **needs())
-    assert g.appliances.value == 10 and not g.fits
-    # the reason names the catalog fields to add, in one line
+    # no partial count that would read as a sizing: not sized, and why, in one line
+    assert not g.appliances.ok and not g.fits and not g.checkpoint_write_s.ok
     assert g.missing == ["read_bytes_per_s_per_appliance", "write_bytes_per_s_per_appliance"]
     assert g.reason == (
         "box not sized: the catalog has no read_bytes_per_s_per_appliance, "
-        "write_bytes_per_s_per_appliance"
+        "write_bytes_per_s_per_appliance (the capacity figure alone asks for 10 appliances)"
     )
     assert "\n" not in g.reason
 

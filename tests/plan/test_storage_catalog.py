@@ -41,6 +41,7 @@ def appliance_tier(row) -> st.ApplianceTier:
         price_usd_per_gib_month=missing_fig("USD/GiB-month", "p", "no price"),
         rack_units_per_appliance=get("rack_units_per_appliance", "U"),
         power_w_per_appliance=get("power_w_per_appliance", "W"),
+        min_appliances=fig(row.min_appliances) if row.min_appliances else None,
     )
 
 
@@ -80,7 +81,36 @@ def test_lustre_appliances_for_10_pb_and_a_405b_checkpoint():
     assert f.fits and f.sized
 
 
-@pytest.mark.parametrize("row_id", ["ddn-exascaler-ai400x2-turbo", "wekafs", "vast-data"])
+def test_weka_servers_for_10_pb_and_never_fewer_than_its_minimum_system():
+    row = CAT.storage_tier("WEKApod")
+    assert row.min_appliances and row.power_w_per_appliance
+    big = st.fit_appliances(
+        appliance_tier(row),
+        capacity=fig(TEN_PB),
+        read_bps=fig(1e11),
+        write_bps=fig(CKPT_405B / BUDGET_S),
+        ckpt=fig(CKPT_405B),
+        budget_s=fig(BUDGET_S),
+    )
+    n = math.ceil(TEN_PB / row.capacity_bytes_per_appliance)  # capacity binds at 10 PB
+    assert n > row.min_appliances and big.appliances.value == n and big.sized_by == "capacity"
+    assert big.power_w.value == n * row.power_w_per_appliance
+    assert big.rack_units.value == n * row.rack_units_per_appliance
+    small = st.fit_appliances(
+        appliance_tier(row),
+        capacity=fig(1e12),
+        read_bps=fig(1e9),
+        write_bps=fig(1e9),
+        ckpt=fig(1e12),
+        budget_s=fig(BUDGET_S),
+    )  # one server would do: the vendor sells no fewer than its minimum system
+    assert small.appliances.value == row.min_appliances and small.sized_by == "tier minimum"
+    assert small.provisioned_bytes.value == row.min_appliances * row.capacity_bytes_per_appliance
+
+
+@pytest.mark.parametrize(
+    "row_id", ["ddn-exascaler-ai400x2-turbo", "vast-data", "ibm-storage-scale"]
+)
 def test_on_prem_tiers_without_datasheet_figures_name_what_is_missing(row_id):
     row = CAT.storage_tier(row_id)
     f = st.fit_appliances(

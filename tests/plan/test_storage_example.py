@@ -149,8 +149,13 @@ def test_on_prem_lustre_is_sized_in_appliances_from_the_catalog(plan):
     assert val(lustre["checkpoint_write_s"]) == pytest.approx(
         ckpt / (n * row.write_bytes_per_s_per_appliance)
     )
-    assert s["chosen"] == row.id
-    assert s["chosen_summary"].startswith(f"{row.id}, {n} appliances")
+    # no on-prem tier has a price: the smallest fitting one is chosen, in one summary line
+    fitting = [x for x in s["tiers"] if x["fits"]]
+    smallest = min(fitting, key=lambda x: val(x["provisioned_bytes"]))
+    assert s["chosen"] == smallest["tier"]
+    assert s["chosen_summary"].startswith(
+        f"{smallest['tier']}, {int(val(smallest['appliances']))} appliances"
+    )
     # no published price: named, and the owned TCO lists the storage as excluded
     assert "costs.storage_usd_per_gib_month" in lustre["usd_per_month"]["missing"]
     excludes = option(plan, "onprem/")["onprem_tco"]["excludes"]
@@ -164,6 +169,7 @@ def test_on_prem_tiers_without_figures_are_listed_first_naming_the_field(plan):
     assert t["ddn-exascaler-ai400x2-turbo"]["gpudirect_storage"] is True
     assert next(iter(s)) == "not_sized"  # first key of the storage record
     lines = s["not_sized"]
+    assert len(lines) == sum(1 for row in t.values() if not row["sized"])
     for tid in ("wekafs", "ibm-storage-scale", "vast-data", "ddn-exascaler-ai400x2-turbo"):
         row = CAT.storage_tier(tid)
         absent = [
@@ -175,9 +181,33 @@ def test_on_prem_tiers_without_figures_are_listed_first_naming_the_field(plan):
             )
             if getattr(row, f) is None
         ]
-        (line,) = [ln for ln in lines if ln.startswith(tid + " not sized")]
+        named = [ln for ln in lines if ln.startswith(tid + " not sized")]
+        if not absent:  # the catalog has every figure: the tier is sized, not listed
+            assert not named and t[tid]["sized"] and t[tid]["missing"] == []
+            continue
+        (line,) = named
         assert all(f in line for f in absent) and "\n" not in line
         assert not t[tid]["fits"] and sorted(t[tid]["missing"]) == sorted(absent)
+
+
+def test_weka_is_sized_on_premises_with_its_power_in_the_it_power(plan):
+    o = option(plan, "onprem/")
+    s = o["storage"]
+    row = CAT.storage_tier("wekafs")
+    weka = tiers(s)["wekafs"]
+    n = max(
+        row.min_appliances,
+        math.ceil(val(s["capacity_bytes"]) / row.capacity_bytes_per_appliance),
+        math.ceil(val(s["read_bytes_per_s"]) / row.read_bytes_per_s_per_appliance),
+        math.ceil(val(s["checkpoint_write_bytes_per_s"]) / row.write_bytes_per_s_per_appliance),
+    )
+    assert weka["sized"] and val(weka["appliances"]) == n
+    assert val(weka["power_w"]) == n * row.power_w_per_appliance
+    assert val(weka["checkpoint_write_s"]) <= 300
+    chosen = tiers(s)[s["chosen"]]
+    if chosen.get("power_w") and chosen["power_w"]["value"] is not None:
+        # the chosen tier's power is its own term of the IT power, not folded into the nodes
+        assert "storage power" in o["power"]["it_power_w"]["provenance"]["formula"]
 
 
 def test_a_quote_overrides_the_catalog_price_and_prices_on_prem_storage(quoted):
