@@ -26,8 +26,8 @@ from typing import Any
 
 from gpuplan.calibration.curves import busbw_factor
 from gpuplan.calibration.units import parse_gemm_shape, parse_size_bytes, slug
+from gpuplan.catalogs.cache import PAST_CACHE_FACTOR, catalog_llc_bytes, is_past_cache
 from gpuplan.errors import InputError
-from gpuplan.probes.membw import PAST_CACHE_FACTOR, catalog_llc_bytes
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 MICROBENCH_CSV = DATA_DIR / "microbench.csv"
@@ -474,7 +474,7 @@ def _mark_past_cache(probes: Iterable[dict[str, Any]], llc_bytes: int | None) ->
         probe["params"]["llc_source"] = "catalog last_level_cache_bytes"
         probe["params"]["past_cache_factor"] = PAST_CACHE_FACTOR
         for meas in probe["measurements"]:
-            meas["past_cache"] = meas["size_bytes"] >= PAST_CACHE_FACTOR * llc_bytes
+            meas["past_cache"] = is_past_cache(meas["size_bytes"], llc_bytes)
 
 
 def reference_file_name(doc: dict[str, Any]) -> str:

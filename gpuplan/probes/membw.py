@@ -28,14 +28,13 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from gpuplan.catalogs.cache import PAST_CACHE_FACTOR, catalog_llc_bytes
 from gpuplan.probes.base import ProbeContext, import_torch, timer_for
 from gpuplan.probes.inventory import available_memory_bytes, cpu_llc_bytes
 from gpuplan.probes.timing import TimingConfig, measure
 
 PROBE_VERSION = 1
 _FALLBACK_LLC_BYTES = 32 << 20  # used only when the cache size cannot be read (recorded)
-#: an array at least this many times the last-level cache measures main memory
-PAST_CACHE_FACTOR = 4
 #: smallest "largest array" on GPUs (a sizing choice, not a device figure): past any
 #: cache up to 256 MB by 4x even when neither torch nor the catalog knows the cache
 GPU_MIN_TOP_BYTES = {True: 1 << 30, False: 2 << 30}  # keyed by quick
@@ -70,15 +69,6 @@ def sizes(
     if limit_bytes is not None:
         out = [s for s in out if s <= limit_bytes] or [min(out)]
     return out
-
-
-def catalog_llc_bytes(row: Any) -> int | None:
-    """``last_level_cache_bytes`` of a catalog accelerator row (None where the row has none).
-
-    Read with a fallback: rows written before the field existed simply lack it.
-    """
-    value = getattr(row, "last_level_cache_bytes", None) if row is not None else None
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def device_llc_bytes(

@@ -14,7 +14,7 @@ import pytest
 
 from gpuplan.calibration.fit import calibrate_documents
 from gpuplan.calibration.reference import build_reference_documents, read_microbench
-from gpuplan.probes.membw import PAST_CACHE_FACTOR
+from gpuplan.catalogs.cache import PAST_CACHE_FACTOR
 
 #: an H200 measures about 4.3 TB/s with a large device copy counting bytes read + written
 #: (issue 18's figure; no H200 row is in the published table this test reads)
