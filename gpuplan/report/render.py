@@ -2,8 +2,10 @@
 
 Both renderers read the plan JSON only, and both walk the same sections
 (:func:`gpuplan.report.sections.build_sections`): the HTML through the Jinja2 template, the
-Markdown through :func:`render_markdown`'s walker; neither holds report content of its own. Every figure is printed with a reference number
-``[n]`` into the *Figures* appendix, which lists its provenance (input line, catalog row
+Markdown through :func:`render_markdown`'s walker; neither holds report content of its
+own. This module keeps what the sections are built from (the figure index, the summary
+view, the break-even rows) and the two renderers. Every figure is printed with a reference
+number ``[n]`` into the *Figures* appendix, which lists its provenance (input line, catalog row
 with source and date, calibration basis, measurement run, forecast, or the formula of a
 derived figure and the figures it used). In the HTML, every element that shows a number
 carries a ``data-kind`` attribute naming where the number comes from; the tests walk the
