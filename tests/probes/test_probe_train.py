@@ -156,3 +156,70 @@ def test_shrink_keeps_tp_divisible():
         assert b.head_dim == s.head_dim and b.hidden == s.hidden // cpu_scale(s)
     with pytest.raises(InputError, match="--blocks"):
         TrainOptions(model=MODEL, shape=s.as_dict(), blocks=0)
+
+
+def _tp_rank(rank: int, world: int, port: int, shape: dict, out: str) -> None:
+    """One gloo rank: the TP=2 shards of a TP=1 block give the same output and gradients."""
+    import torch
+    import torch.distributed as dist
+
+    from gpuplan.probes.train import BlockShape, build_blocks
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        s = BlockShape(**shape)
+        torch.manual_seed(0)
+        full = build_blocks(torch, s, 1, 1, torch.device("cpu"))
+        part = build_blocks(torch, s, world, 1, torch.device("cpu"))
+        d, hl, kl, fl = s.head_dim, s.heads // world, s.kv_heads // world, s.ffn_hidden // world
+        q0, k0, v0 = rank * hl * d, s.heads * d + rank * kl * d, (s.heads + s.kv_heads) * d
+        f_full, p_full = full[0].state_dict(), {}
+        p_full["norm1.weight"] = f_full["norm1.weight"]
+        p_full["norm2.weight"] = f_full["norm2.weight"]
+        w = f_full["qkv.weight"]
+        p_full["qkv.weight"] = torch.cat(
+            [w[q0 : q0 + hl * d], w[k0 : k0 + kl * d], w[v0 + rank * kl * d :][: kl * d]]
+        )
+        p_full["proj.weight"] = f_full["proj.weight"][:, q0 : q0 + hl * d]
+        w = f_full["fc1.weight"]
+        p_full["fc1.weight"] = torch.cat(
+            [w[rank * fl : (rank + 1) * fl], w[s.ffn_hidden + rank * fl :][:fl]]
+        )
+        p_full["fc2.weight"] = f_full["fc2.weight"][:, rank * fl : (rank + 1) * fl]
+        part[0].load_state_dict(p_full)
+        x = torch.randn(2, 16, s.hidden, generator=torch.Generator().manual_seed(1))
+        dy = torch.randn(2, 16, s.hidden, generator=torch.Generator().manual_seed(2))
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        ref, got = full(xs[0]), part(xs[1])
+        ref.backward(dy)
+        got.backward(dy)
+        errs = [
+            float((got - ref).abs().max()),
+            float((xs[1].grad - xs[0].grad).abs().max()),
+            float(
+                (part[0].fc2.weight.grad - full[0].fc2.weight.grad[:, rank * fl :][:, :fl])
+                .abs()
+                .max()
+            ),
+        ]
+        if rank == 0:
+            with open(out, "w") as fh:
+                json.dump(errs, fh)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tensor_parallel_shards_compute_the_unsharded_block(tmp_path):
+    """Megatron column/row splits with the f/g all-reduces reproduce the TP=1 block:
+    forward output, input gradient and a row-parallel weight's gradient."""
+    import torch.multiprocessing as tmp
+
+    from gpuplan.probes.collectives import free_port
+
+    shape = BlockShape(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn_hidden=96).as_dict()
+    out = tmp_path / "errs.json"
+    tmp.spawn(_tp_rank, args=(2, free_port(), shape, str(out)), nprocs=2, join=True)
+    errs = json.loads(out.read_text())
+    assert max(errs) < 1e-5, errs
