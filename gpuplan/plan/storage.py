@@ -333,7 +333,9 @@ def fit_tier(
         fits = False
         reason = (
             f"needs {need / TIB:.4g} TiB, the tier's maximum is "
-            f"{tier.max_capacity_bytes.value / TIB:.4g} TiB"
+            f"{tier.max_capacity_bytes.value / TIB:.4g} TiB per file system "
+            f"({math.ceil(need / tier.max_capacity_bytes.value)} file systems would hold it, "
+            "with the data split between them)"
         )
     if per_tib_r.ok:
         rbw = derived(

@@ -130,6 +130,9 @@ def test_azure_managed_lustre_is_too_small_for_10_pb(plan):
             row = CAT.storage_tier(tier["tier"])
             assert "maximum" in tier["reason"]
             assert val(a["capacity_bytes"]) > row.capacity_max_bytes
+            # the reason says how many of the tier's largest file systems would hold the data
+            need = val(tier["provisioned_bytes"])
+            assert f"({math.ceil(need / row.capacity_max_bytes)} file systems" in tier["reason"]
 
 
 def test_on_prem_lustre_is_sized_in_appliances_from_the_catalog(plan):
