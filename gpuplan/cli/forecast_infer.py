@@ -41,6 +41,7 @@ Examples:
       --output-tokens 256 --ttft-slo-s 1 --tpot-slo-s 0.05 --format json
   gpuplan forecast infer --model mixtral-8x7b --gpu h100,h200,a100 --qps 50 \\
       --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
+  gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
 """
 
 
@@ -236,8 +237,10 @@ def register(app: typer.Typer) -> None:
             "--engine",
             help=(
                 "Serving engine profile: modern (default), trtllm, vllm, sglang, or a version "
-                "such as trtllm@0.9, vllm@0.6.0, sglang@0.3.0 (the JSON says whether it is "
-                "calibrated or transferred)."
+                "such as trtllm@0.9, vllm@0.5.4, vllm@0.6.0, sglang@0.3.0. vllm@0.5.4 has a "
+                "time scale fitted on its own published runs; vllm@0.6.0 and sglang@0.3.0 "
+                "(fewer than 10 runs) the pooled one; the JSON's engine_profile.constants "
+                "says which."
             ),
         ),
         allow_cross_node_tp: bool = typer.Option(

@@ -30,7 +30,7 @@ Every row is scored with constants fitted WITHOUT it: by default without its mod
 (--scheme leave-one-model-out), or without its GPU (leave-one-gpu-out, the static-batch
 table). An engine profile with >= 10 rows of its own is scored with its time scale fitted
 on its other models' rows; one with fewer, with the pooled time scale of every engine's
-other models; the "other engines' fit" column scores each profile with the constants of
+other models; the LOEO column scores each profile with the constants of
 the other engines alone (held out by engine).
 
 \b

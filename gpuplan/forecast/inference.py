@@ -425,26 +425,29 @@ def _single_layout(
         it = combine(it_parts, params)
         tpot3 = pp * it.total_s + (pp - 1) * hop
         thr3 = b / tpot3
-        # a new request: wait for the running iteration, then the iteration holding its prompt
+        # a new request: wait for the running iteration, then the iterations holding its
+        # prompt, one chunk each. The chunks' causal attention adds up to the whole prompt's
+        # (chunk i of c tokens attends to i*c cached ones: sum = s**2/2, FlashAttention
+        # counts), so each carries 1/chunks of it and of the KV written, not all of it.
+        chunks = math.ceil(input_tokens / chunk_tokens)
         new_parts, _ = pass_parts(
             rates,
             tokens=b / pp + min(input_tokens, chunk_tokens),
             logit_rows=b / pp + 1,
             attn_flops=float(
-                sh.attention_flops_prefill(input_tokens)
+                sh.attention_flops_prefill(input_tokens) / chunks
                 + b
                 / pp
                 * (input_tokens + output_tokens / 2)
                 * sh.attention_flops_decode_per_ctx_token()
             ),
-            attn_bytes=input_tokens * sh.kv_bytes_per_ctx_token_stage(),
+            attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
             kv_read_bytes=b
             / pp
             * (input_tokens + output_tokens / 2)
             * sh.kv_bytes_per_ctx_token_stage(),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
         )
-        chunks = math.ceil(input_tokens / chunk_tokens)
         ttft3 = 0.5 * tpot3 + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
         mem_pass = min(chunk_tokens, b + input_tokens)
         phase_ttft, phase_tpot = combine(new_parts, params), it
