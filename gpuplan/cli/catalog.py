@@ -216,19 +216,31 @@ def _models_table(rows: list[Any]) -> Any:
 
 def _storage_table(rows: list[Any]) -> Any:
     def cap(r: Any) -> str:
+        if r.capacity_bytes_per_appliance is not None:
+            return f"{fmt_bytes(r.capacity_bytes_per_appliance)} per appliance"
         if r.capacity_min_bytes is None and r.capacity_max_bytes is None:
             return "-"
         return f"{fmt_bytes(r.capacity_min_bytes)} .. {fmt_bytes(r.capacity_max_bytes)}"
 
     return simple_table(
         "Storage tiers",
-        ["id", "provider", "type", "read per TiB", "read per node", "capacity", "GDS"],
+        [
+            "id",
+            "provider",
+            "type",
+            "read per TiB",
+            "read per appliance",
+            "read per node",
+            "capacity",
+            "GDS",
+        ],
         [
             [
                 r.id,
                 r.provider,
                 r.kind_of_storage,
                 _bps(r.read_bytes_per_s_per_tib),
+                _bps(r.read_bytes_per_s_per_appliance),
                 _bps(r.read_bytes_per_s_per_node),
                 cap(r),
                 {True: "yes", False: "no", None: "-"}[r.gpudirect_storage],
@@ -408,6 +420,7 @@ def _show_value(v: Any, key: str = "") -> str:
         ("flops_per_s", "FLOP/s"),
         ("bytes_per_s_per_tib", "B/s per TiB"),
         ("bytes_per_s_per_node", "B/s per node"),
+        ("bytes_per_s_per_appliance", "B/s per appliance"),
         ("bytes_per_s", "B/s"),
         ("bits_per_s", "b/s"),
     ]
@@ -416,8 +429,12 @@ def _show_value(v: Any, key: str = "") -> str:
             return fmt_si(v, unit)
     if key.endswith("_bytes"):
         return f"{fmt_bytes(v)} ({v:,} B)" if isinstance(v, int) else fmt_bytes(v)
+    if key.endswith("_bytes_per_appliance"):
+        return f"{fmt_bytes(v)} per appliance"
     if key.endswith("_w"):
         return fmt_si(v, "W")
+    if key.endswith("_w_per_appliance"):
+        return fmt_si(v, "W") + " per appliance"
     if key in ("published_params", "published_active_params", "params_total", "params_active"):
         return fmt_si(v, "")
     return f"{v:.6g}" if isinstance(v, float) else str(v)
