@@ -113,7 +113,9 @@ class Cases:
 
     @classmethod
     def build(cls, rows: list[dict[str, Any]], runs: list[StaticRunParts]) -> Cases:
-        col = lambda k: np.array([r[k] for r in rows])  # noqa: E731
+        def col(k: str) -> np.ndarray:
+            return np.array([r[k] for r in rows])
+
         return cls(
             ids=tuple(r["run_id"] for r in rows),
             metric=col("metric"),
@@ -186,7 +188,7 @@ def fit_params(
     def resid(z: np.ndarray) -> np.ndarray:
         p = _to_params(lo + z * scale, base)
         pred = predict_cases(sub, p)[:, VALUE]
-        return np.log(pred / pub)
+        return np.asarray(np.log(pred / pub), dtype=float)
 
     best = None
     # a few starts: the smooth roofline makes the loss mildly non-convex
@@ -214,7 +216,7 @@ def _subset(cases: Cases, sel: np.ndarray) -> Cases:
             attn_vector_compute_s=np.asarray(p.attn_vector_compute_s)[sel],
             elementwise_s=p.elementwise_s[sel],
             comm_s=p.comm_s[sel],
-            layers=np.asarray(p.layers)[sel],  # type: ignore[arg-type]
+            layers=np.asarray(p.layers)[sel],
         )
 
     return Cases(

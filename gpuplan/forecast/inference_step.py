@@ -695,7 +695,9 @@ def pass_parts(
     return parts, hop
 
 
-def prefill_pass(rates: DeviceRates, batch: float, seq_len: float, prefix: float = 0.0):
+def prefill_pass(
+    rates: DeviceRates, batch: float, seq_len: float, prefix: float = 0.0
+) -> tuple[PassParts, np.ndarray]:
     """Parts of the prefill of ``batch`` prompts of ``seq_len`` tokens (after ``prefix`` cached)."""
     sh = rates.sharded
     kv = sh.kv_bytes_per_ctx_token_stage()
@@ -710,7 +712,7 @@ def prefill_pass(rates: DeviceRates, batch: float, seq_len: float, prefix: float
     )
 
 
-def decode_pass(rates: DeviceRates, batch: float, ctx: float):
+def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts, np.ndarray]:
     """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each."""
     sh = rates.sharded
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
@@ -799,7 +801,7 @@ def static_run_time(run: StaticRunParts, params: OverheadParams) -> StaticRunTim
 
 def continuous_iteration(
     rates: DeviceRates, batch: float, input_tokens: float, output_tokens: float
-):
+) -> tuple[PassParts, np.ndarray]:
     """Parts of the average continuous-batching iteration with ``batch`` running requests.
 
     In steady state (Orca, Yu et al. 2022; vLLM) each iteration decodes one token of every

@@ -161,7 +161,7 @@ def prepare(
 
         catalog = get_catalog()
     perfs: dict[str, Any] = {}
-    rates_cache: dict[tuple, Any] = {}
+    rates_cache: dict[tuple[Any, ...], Any] = {}
     kept: list[dict[str, Any]] = []
     runs = []
     skipped: list[dict[str, Any]] = []
@@ -214,7 +214,7 @@ def prepare(
 
 def cross_validate(
     cases: Cases, scheme: str = "leave-one-model-out", base: OverheadParams | None = None
-):
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Held-out forecasts ``(R, 3)`` with widened intervals, and the fold records."""
     if scheme not in SCHEMES:
         raise InputError(f"unknown scheme {scheme!r}", hint=f"use one of {', '.join(SCHEMES)}")
