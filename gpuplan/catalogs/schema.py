@@ -586,6 +586,17 @@ class StorageTier(Row):
     def _as_of(cls, v: Any) -> str | None:
         return _period_text(v)
 
+    def missing_fields(self) -> list[str]:
+        """Unpublished fields; for an appliance tier also the per-appliance sizing figures."""
+        out = super().missing_fields()
+        if self.per_appliance:
+            # bought, not rented: the price that matters is per appliance (or per TiB)
+            out = [f for f in out if f != "price_usd_per_tib_month"]
+            if self.price_usd_per_appliance is None and self.price_usd_per_tib is None:
+                out.append("price_usd_per_appliance")
+            out += [f for f in self.APPLIANCE_SIZING if getattr(self, f) is None]
+        return out
+
     @property
     def per_appliance(self) -> bool:
         """True when the tier is sized in whole appliances."""

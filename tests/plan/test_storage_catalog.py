@@ -128,6 +128,19 @@ def test_on_prem_tiers_without_datasheet_figures_name_what_is_missing(row_id):
     assert all(name in f.reason for name in absent)
 
 
+def test_appliance_rows_list_their_missing_sizing_figures_and_price():
+    vast = CAT.storage_tier("vast-data")
+    missing = vast.missing_fields()
+    for f in st.APPLIANCE_FIELD.values():
+        assert (f in missing) == (getattr(vast, f) is None)
+    assert "price_usd_per_appliance" in missing  # bought: the per-TiB-month rent does not apply
+    assert "price_usd_per_tib_month" not in missing
+    weka = CAT.storage_tier("wekafs")
+    assert not [f for f in weka.missing_fields() if f in st.APPLIANCE_FIELD.values()]
+    fsx = CAT.storage_tier("fsx-lustre-persistent2-250")
+    assert "price_usd_per_tib_month" in fsx.missing_fields()
+
+
 def test_catalog_storage_prices_are_dated():
     priced = [r for r in CAT.storage if r.price_usd_per_tib_month is not None]
     assert priced, "no storage tier has a catalog price"
