@@ -5,7 +5,8 @@ model's shapes (hidden, query and key/value heads, head dimension, MLP width) an
 for a few warm-up and then timed iterations, each phase of a training step on them:
 
 * **forward**: pre-norm attention block (RMSNorm, fused QKV projection,
-  ``torch.nn.functional.scaled_dot_product_attention`` with the causal mask, output
+  ``torch.nn.functional.scaled_dot_product_attention`` with the causal mask -- the kernel
+  PyTorch's dispatcher picks for these shapes is recorded as ``attention_backend`` --, output
   projection, residual) and MLP block (RMSNorm, SwiGLU or GELU MLP, residual);
 * **backward**: ``out.backward(dy)`` with a fixed random output gradient (the block's
   gradients, no loss kernel), input gradient included as for a middle layer of a model;
@@ -307,15 +308,31 @@ _BACKEND_OPS = (
 )
 
 
+_CHOICES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+
+
 def attention_backend(
     torch: Any, shape: BlockShape, tp: int, tokens: tuple[int, int], dev: Any, dtype: Any
 ) -> str:
-    """Which SDPA kernel PyTorch dispatches these shapes to (profiler op names)."""
-    from torch.profiler import ProfilerActivity, profile
+    """Which SDPA kernel PyTorch dispatches these shapes to.
 
+    The dispatcher's own choice (``torch._fused_sdp_choice``, what
+    ``scaled_dot_product_attention`` calls to pick its kernel) where torch has it, else the
+    op names a profiled call ran (``flash (cpu)`` is the CPU flash kernel)."""
     b, s = tokens
     heads_l = shape.heads // tp
     q = torch.randn(b, heads_l, s, shape.head_dim, device=dev, dtype=dtype)
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is not None:
+        try:
+            code = int(choose(q, q, q, None, 0.0, True))
+        except (RuntimeError, TypeError):
+            code = None
+        if code in _CHOICES:
+            label = _CHOICES[int(code)]
+            return f"{label} (cpu)" if label == "flash" and dev.type == "cpu" else label
+    from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     names = [e.key for e in prof.key_averages()]
