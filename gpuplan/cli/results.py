@@ -215,7 +215,9 @@ def _point_text(probe: str, m: dict[str, Any]) -> tuple[str, str]:
             f"{fmt_duration(m.get('ttft_p50_s'))} p99 {fmt_duration(m.get('ttft_p99_s'))}, "
             f"TPOT p50 {fmt_duration(m.get('tpot_p50_s'))}",
         )
-    return "", ""
+    from gpuplan.results.summary import point_text
+
+    return point_text(probe, m) or ("", "")
 
 
 @app.command("show")
@@ -246,6 +248,10 @@ def show(
             markup=False,
         )
         console.print(f"file {path}", markup=False)
+        from gpuplan.results.summary import health_line
+
+        if health_line(doc):
+            console.print(health_line(doc), markup=False)
         for p in doc.probes:
             variant = " ".join(
                 str(p.params[k]) for k in ("dtype", "device", "backend") if p.params.get(k)

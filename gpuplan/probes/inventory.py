@@ -5,6 +5,11 @@ NVML (``pynvml``, the ``nvidia-ml-py`` package) on NVIDIA GPUs, from ``amdsmi`` 
 when it is installed, and otherwise from what torch reports. Every field is best effort:
 an unanswered query leaves ``None``, never stops the run.
 
+Node health (issue 18): each accelerator row carries ``health`` (ECC counters, remapped rows,
+retired pages: :func:`nvml_health`, :func:`amdsmi_health`) and ``numa_node``; the host carries
+``nics`` (NICs/HCAs with PCI address, NUMA node, link rate, state and GPU affinity) and
+``gpudirect_rdma`` (:mod:`gpuplan.probes.nics`). The verdict is the ``health`` probe's.
+
 Privacy: the machine is identified by :func:`machine_id`, a hash of ``/etc/machine-id``
 that cannot be turned back into it; the hostname is recorded only on request; the
 environment is filtered by ``gpuplan.results.privacy.ENV_ALLOWLIST``.
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import InputError
+from gpuplan.probes.nics import gpudirect_rdma, nic_inventory, pci_numa_node
 from gpuplan.probes.procs import run_child
 from gpuplan.units import parse_size_bytes
 
@@ -253,6 +259,153 @@ def _nvml_mig(nvml: Any, h: Any) -> dict[str, Any] | None:
     }
 
 
+def _why(fn: Any, *args: Any) -> tuple[Any, str | None]:
+    """(answer, None), or (None, why) where the query raised (not supported, no permission)."""
+    try:
+        return fn(*args), None
+    except Exception as exc:
+        return None, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+
+
+def nvml_health(nvml: Any, h: Any) -> dict[str, Any]:
+    """ECC counters, remapped rows and retired pages of one NVIDIA GPU (NVML).
+
+    ``ecc``: ``nvmlDeviceGetTotalEccErrors`` for corrected/uncorrected errors, volatile (since
+    the driver loaded) and aggregate (the board's lifetime); ``remapped_rows``:
+    ``nvmlDeviceGetRemappedRows`` (A100 and later: rows remapped after corrected/uncorrected
+    errors, a remap ``pending`` until the GPU is reset, ``failure`` when no spare row was
+    left); ``retired_pages``: ``nvmlDeviceGetRetiredPages`` by cause and
+    ``nvmlDeviceGetRetiredPagesPendingStatus`` (pre-A100 dynamic page retirement). A field
+    the board does not answer is None and ``unreadable`` says why (NVML API reference,
+    "Device Queries: ECC", https://docs.nvidia.com/deploy/nvml-api/).
+    """
+    unreadable: dict[str, str] = {}
+    ecc: dict[str, Any] = {}
+    for key, err, counter in (
+        ("volatile_corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
+        ("volatile_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+        ("aggregate_corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
+        ("aggregate_uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
+    ):
+        value, why = _why(
+            getattr(nvml, "nvmlDeviceGetTotalEccErrors", _absent),
+            h,
+            getattr(nvml, err, 1 if "UNCORRECTED" in err else 0),
+            getattr(nvml, counter, 1 if "AGGREGATE" in counter else 0),
+        )
+        ecc[key] = int(value) if isinstance(value, int) else None
+        if why:
+            unreadable[f"ecc.{key}"] = why
+    rows, why = _why(getattr(nvml, "nvmlDeviceGetRemappedRows", _absent), h)
+    remapped = None
+    if isinstance(rows, (list, tuple)) and len(rows) >= 4:
+        remapped = {
+            "corrected": int(rows[0]),
+            "uncorrected": int(rows[1]),
+            "pending": bool(rows[2]),
+            "failure": bool(rows[3]),
+        }
+    else:
+        unreadable["remapped_rows"] = why or "no answer"
+    retired: dict[str, Any] | None = {}
+    for key, cause in (
+        ("single_bit", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+        ("double_bit", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
+    ):
+        pages, why = _why(
+            getattr(nvml, "nvmlDeviceGetRetiredPages", _absent),
+            h,
+            getattr(nvml, cause, 1 if "DOUBLE" in cause else 0),
+        )
+        if isinstance(pages, (list, tuple)):
+            retired[key] = len(pages)  # type: ignore[index]
+        else:
+            unreadable[f"retired_pages.{key}"] = why or "no answer"
+    pending, why = _why(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", _absent), h)
+    if pending is not None:
+        retired["pending"] = bool(pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1))  # type: ignore[index]
+    else:
+        unreadable["retired_pages.pending"] = why or "no answer"
+    return {
+        "source": "nvml",
+        "ecc": ecc,
+        "remapped_rows": remapped,
+        "retired_pages": retired or None,
+        "unreadable": unreadable,
+    }
+
+
+def amdsmi_health(smi: Any, h: Any) -> dict[str, Any]:
+    """ECC counts and retired (bad) pages of one AMD GPU (amdsmi).
+
+    ``amdsmi_get_gpu_total_ecc_count`` gives correctable, uncorrectable and deferred counts
+    since the driver loaded (AMD SMI API reference, "ECC Information",
+    https://rocm.docs.amd.com/projects/amdsmi/); ``amdsmi_get_gpu_bad_page_info`` lists the
+    retired pages with their status (``PENDING`` until the GPU is reset). AMD has no row
+    remapping counter: ``remapped_rows`` is None with the reason.
+    """
+    unreadable: dict[str, str] = {
+        "remapped_rows": "AMD GPUs report retired pages, not remapped rows"
+    }
+    counts, why = _why(getattr(smi, "amdsmi_get_gpu_total_ecc_count", _absent), h)
+    ecc: dict[str, Any] = {
+        "volatile_corrected": None,
+        "volatile_uncorrected": None,
+        "aggregate_corrected": None,
+        "aggregate_uncorrected": None,
+        "deferred": None,
+    }
+    if isinstance(counts, dict):
+        ecc["volatile_corrected"] = _int_or_zero(counts.get("correctable_count"))
+        ecc["volatile_uncorrected"] = _int_or_zero(counts.get("uncorrectable_count"))
+        ecc["deferred"] = _int_or_zero(counts.get("deferred_count"))
+        unreadable["ecc.aggregate"] = "amdsmi reports counts since the driver loaded only"
+    else:
+        unreadable["ecc"] = why or "no answer"
+    pages, why = _why(getattr(smi, "amdsmi_get_gpu_bad_page_info", _absent), h)
+    retired = None
+    if isinstance(pages, (list, tuple)):
+        statuses = [str(p.get("status", "")).upper() if isinstance(p, dict) else "" for p in pages]
+        retired = {"total": len(pages), "pending": any("PENDING" in s for s in statuses)}
+    else:
+        unreadable["retired_pages"] = why or "no answer"
+    return {
+        "source": "amdsmi",
+        "ecc": ecc,
+        "remapped_rows": None,
+        "retired_pages": retired,
+        "unreadable": unreadable,
+    }
+
+
+def _int_or_zero(value: Any) -> int | None:
+    """amdsmi counts: an int (0 included), None for "N/A"."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def health_counters() -> dict[int, dict[str, Any]]:
+    """Health of every GPU now, by management index (NVML first, then amdsmi); {} without.
+
+    The health probe reads it at the end of a run to see what changed during the run.
+    """
+    nvml = _nvml()
+    if nvml is not None:
+        with contextlib.suppress(Exception):
+            return {
+                i: nvml_health(nvml, nvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(nvml.nvmlDeviceGetCount())
+            }
+    smi = _amdsmi()
+    if smi is not None:
+        with contextlib.suppress(Exception):
+            return {
+                i: amdsmi_health(smi, h) for i, h in enumerate(smi.amdsmi_get_processor_handles())
+            }
+    return {}
+
+
 def nvml_accelerators(nvml: Any) -> list[dict[str, Any]]:
     """One dict per NVIDIA GPU with the ``Accelerator`` fields of the result schema.
 
@@ -301,13 +454,14 @@ def nvml_accelerators(nvml: Any) -> list[dict[str, Any]]:
                 "ecc": None if ecc is None else bool(ecc[0] == nvml.NVML_FEATURE_ENABLED),
                 "mig": _nvml_mig(nvml, h),
                 "energy_counter": _q(nvml.nvmlDeviceGetTotalEnergyConsumption, h) is not None,
+                "health": nvml_health(nvml, h),
             }
         )
     return out
 
 
 def _absent(*args: Any) -> Any:
-    raise NotImplementedError
+    raise NotImplementedError("this library version has no such query")
 
 
 def _amdsmi() -> Any | None:
@@ -362,6 +516,7 @@ def amdsmi_accelerators(smi: Any) -> list[dict[str, Any]]:
                 "pcie_gen_current": gen_now,
                 "pcie_width_current": _int_or_none(metric.get("pcie_width")),
                 "energy_counter": isinstance(energy, dict),
+                "health": amdsmi_health(smi, h),
             }
         )
     return out
@@ -549,6 +704,9 @@ def accelerators(torch: Any | None) -> tuple[list[dict[str, Any]], dict[str, Any
     for acc in accs:
         row = catalog_gpu(acc["name"])
         acc["catalog_id"] = getattr(row, "id", None)
+        acc["numa_node"], why = pci_numa_node(acc.get("pci_bus_id"))
+        if why:
+            acc["numa_node_unknown"] = why
     return accs, extras
 
 
@@ -560,6 +718,8 @@ def topology() -> str | None:
 def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> dict[str, Any]:
     """The ``host`` object of the result document (DESIGN.md 3.1)."""
     accs, extras = accelerators(torch)
+    nics = nic_inventory(accs)
+    vendor = next((a.get("vendor") for a in accs if a.get("vendor")), None)
     facts: dict[str, Any] = {
         "machine_id": machine_id(),
         "hostname": socket.gethostname() if record_hostname else None,
@@ -569,6 +729,8 @@ def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> di
         "cpu_llc_bytes": cpu_llc_bytes(),
         "numa_nodes": _numa_nodes(),
         "accelerators": accs,
+        "nics": nics,
+        "gpudirect_rdma": gpudirect_rdma(vendor, nics),
         "driver_version": extras.pop("driver_version", None),
         "fio_version": fio_version(),
         "os": platform.platform(),

@@ -55,7 +55,15 @@ from gpuplan.results.schema import ResultDocument
 from gpuplan.results.store import result_path, save_result, write_json_atomic
 
 #: Probe names a user can ask for, in the order they run.
-PROBES: tuple[str, ...] = ("matmul", "membw", "pcie", "collectives", "storage")
+PROBES: tuple[str, ...] = (
+    "matmul",
+    "membw",
+    "pcie",
+    "p2p",
+    "collectives",
+    "storage",
+    "health",  # last: reads the run's flags and re-reads the health counters
+)
 
 #: Workload probes: run only when asked for by ``--workload`` (never part of the suite).
 WORKLOADS: tuple[str, ...] = ("serve", "train")

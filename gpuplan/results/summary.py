@@ -6,9 +6,11 @@ These are display helpers only; calibration reads the raw measurements.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from gpuplan.results.schema import ProbeResult, ResultDocument
+from gpuplan.units import fmt_si
 
 
 def _best(measurements: list[dict[str, Any]], key: str, **match: Any) -> dict[str, Any] | None:
@@ -25,7 +27,10 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
 
     matmul: best FLOP/s over the shapes; membw: copy bandwidth at the largest size (past
     the caches); pcie: best pinned host-to-device bandwidth; collectives: best all-reduce
-    bus bandwidth; storage: best read bandwidth; serve: best output-token throughput.
+    bus bandwidth; storage: best read bandwidth; serve: best output-token throughput;
+    pcie_concurrent: the all-GPUs h2d aggregate (else the best bidirectional figure); p2p:
+    the median one-direction pair with the count of flagged pairs; health: the verdict
+    with the number of reasons.
     """
     ms = probe.measurements
     if not ms:
@@ -69,6 +74,28 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
                 "value": m["bw_bytes_per_s"],
                 "unit": "B/s",
             }
+    elif probe.probe == "pcie_concurrent":
+        every = _best(ms, "bytes_per_s", mode="all_gpus", direction="h2d")
+        m = every or _best(ms, "bytes_per_s", mode="bidirectional")
+        if m:
+            label = "all GPUs h2d" if every else "bidirectional"
+            return {"label": label, "value": m["bytes_per_s"], "unit": "B/s"}
+    elif probe.probe == "p2p":
+        uni = [m["bytes_per_s"] for m in ms if m.get("mode") == "unidirectional"]
+        if uni:
+            flagged = sum(bool(m.get("below_median")) for m in ms)
+            return {
+                "label": f"median GPU->GPU, {flagged} flagged",
+                "value": statistics.median(uni),
+                "unit": "B/s",
+            }
+    elif probe.probe == "health":
+        m = ms[-1]
+        return {
+            "label": m.get("verdict", "?"),
+            "value": len(m.get("reasons") or []),
+            "unit": "reasons",
+        }
     elif probe.probe == "serve":
         m = _best(ms, "output_throughput_tokens_per_s")
         if m:
@@ -92,3 +119,45 @@ def status_counts(doc: ResultDocument) -> dict[str, int]:
     for p in doc.probes:
         counts[p.status] = counts.get(p.status, 0) + 1
     return counts
+
+
+def point_text(probe: str, m: dict[str, Any]) -> tuple[str, str] | None:
+    """(point, figure) of one node-health measurement for ``results show``; None for others."""
+    if probe == "pcie_concurrent":
+        devices = ",".join(str(d) for d in m.get("devices") or [])
+        ratio = m.get("vs_alone")
+        return (
+            f"{m['mode']} {m['direction']} GPU {devices} {m['size_bytes'] >> 20} MiB",
+            f"{_si(m['bytes_per_s'])}"
+            + ("" if ratio is None else f", {ratio:.2f} x the copies alone"),
+        )
+    if probe == "p2p":
+        arrow = "->" if m["mode"] == "unidirectional" else "<->"
+        flags = [] if m.get("peer_access") is not False else ["no peer access"]
+        if m.get("below_median"):
+            flags.append(f"FLAGGED {m.get('median_fraction', 0):.0%} of median")
+        return (
+            f"GPU {m['src']}{arrow}{m['dst']} {m['size_bytes'] >> 20} MiB",
+            _si(m["bytes_per_s"]) + (f" ({'; '.join(flags)})" if flags else ""),
+        )
+    if probe == "health":
+        parts = [str(m.get("verdict"))]
+        parts += [f"reason: {r}" for r in m.get("reasons") or []]
+        parts += [f"note: {n}" for n in m.get("notes") or []]
+        parts += [f"unchecked: {u}" for u in m.get("unchecked") or []]
+        return "verdict", "; ".join(parts)
+    return None
+
+
+def health_line(doc: ResultDocument) -> str | None:
+    """``health: degraded (reason; reason)`` for the run's health probe, or None."""
+    for p in reversed(doc.probe("health")):
+        if p.measurements:
+            m = p.measurements[-1]
+            reasons = m.get("reasons") or []
+            return f"health: {m.get('verdict')}" + (f" ({'; '.join(reasons)})" if reasons else "")
+    return None
+
+
+def _si(value: float) -> str:
+    return fmt_si(value, "B/s")
