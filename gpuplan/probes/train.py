@@ -223,7 +223,7 @@ def _tp_functions(torch: Any, group_size: int) -> tuple[Any, Any]:
     forward, identity backward) operators (Shoeybi et al. 2019, figure 3)."""
     import torch.distributed as dist
 
-    class CopyToTP(torch.autograd.Function):
+    class CopyToTP(torch.autograd.Function):  # type: ignore[misc]
         @staticmethod
         def forward(ctx: Any, x: Any) -> Any:
             return x
@@ -234,7 +234,7 @@ def _tp_functions(torch: Any, group_size: int) -> tuple[Any, Any]:
             dist.all_reduce(grad)
             return grad
 
-    class ReduceFromTP(torch.autograd.Function):
+    class ReduceFromTP(torch.autograd.Function):  # type: ignore[misc]
         @staticmethod
         def forward(ctx: Any, x: Any) -> Any:
             x = x.contiguous()
@@ -520,7 +520,7 @@ def run_spawned(
     from gpuplan.probes.procs import register_child
 
     out_queue = tmp.get_context("spawn").Queue()
-    procs = tmp.start_processes(
+    procs = tmp.start_processes(  # type: ignore[attr-defined,no-untyped-call]
         _worker,
         args=(world, f"tcp://127.0.0.1:{free_port()}", spec, gpu, out_queue, os.getpid()),
         nprocs=world,
