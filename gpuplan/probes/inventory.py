@@ -307,7 +307,7 @@ def nvml_health(nvml: Any, h: Any) -> dict[str, Any]:
         }
     else:
         unreadable["remapped_rows"] = why or "no answer"
-    retired: dict[str, Any] | None = {}
+    retired: dict[str, Any] = {}
     for key, cause in (
         ("single_bit", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
         ("double_bit", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
@@ -318,12 +318,12 @@ def nvml_health(nvml: Any, h: Any) -> dict[str, Any]:
             getattr(nvml, cause, 1 if "DOUBLE" in cause else 0),
         )
         if isinstance(pages, (list, tuple)):
-            retired[key] = len(pages)  # type: ignore[index]
+            retired[key] = len(pages)
         else:
             unreadable[f"retired_pages.{key}"] = why or "no answer"
     pending, why = _why(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", _absent), h)
     if pending is not None:
-        retired["pending"] = bool(pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1))  # type: ignore[index]
+        retired["pending"] = bool(pending == getattr(nvml, "NVML_FEATURE_ENABLED", 1))
     else:
         unreadable["retired_pages.pending"] = why or "no answer"
     return {

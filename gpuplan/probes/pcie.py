@@ -317,7 +317,7 @@ def _all_gpus(
 
         timed = measure(all_at_once, WallTimer(sync=sync_all), ctx.timing)
         bps = n * size / timed.median_s
-        ref = [alone.get((i, direction)) for i in range(n)]
+        ref = [alone.get((i, direction)) or 0.0 for i in range(n)]
         rec.add(
             {
                 "mode": "all_gpus",
@@ -328,7 +328,7 @@ def _all_gpus(
                 "bytes_moved": n * size,
                 **timed.as_dict(),
                 "bytes_per_s": bps,
-                "vs_alone": bps / sum(ref) if all(ref) else None,  # type: ignore[arg-type]
+                "vs_alone": bps / sum(ref) if all(ref) else None,
             }
         )
         task.advance()

@@ -368,3 +368,20 @@ def test_results_show_prints_the_verdict_and_the_matrix(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "health: degraded (mlx5_1 port 1 is DOWN)" in out
     assert "GPU 0->1 1024 MiB" in out and "FLAGGED 50% of median" in out and "no peer access" in out
+
+
+def test_the_suite_runs_p2p_and_health_on_this_cpu(tmp_path):
+    """The real suite on this machine's CPU: p2p is skipped, health ends the run with a verdict."""
+    from gpuplan.probes.suite import PROBES, SuiteOptions, run_suite
+
+    assert PROBES.index("p2p") == PROBES.index("pcie") + 1 and PROBES[-1] == "health"
+    outcome = run_suite(
+        SuiteOptions(only=("p2p", "health"), quick=True, device="cpu", out_dir=str(tmp_path))
+    )
+    got = {p.probe: p for p in outcome.document.probes}
+    assert got["p2p"].status == "skipped" and "no GPU" in got["p2p"].error
+    assert got["health"].status == "ok" and got["health"].measurements[0]["verdict"] in (
+        "healthy",
+        "degraded",
+    )
+    assert outcome.document.host.gpudirect_rdma is not None and outcome.path is not None

@@ -78,7 +78,7 @@ def test_flagging_is_per_mode_and_relative_to_the_median():
         {"mode": "bidirectional", "src": 0, "dst": 1, "bytes_per_s": 89.0},
     ]
     warnings = p2p.flag_pairs(rows, fraction=0.9)
-    # median of one direction is 95: 89 < 85.5? no; alone in its mode, 89 is its own median
+    # one direction: median 95, and 89 >= 0.9 x 95; both ways: one pair, its own median
     assert [r["below_median"] for r in rows] == [False, False, False, False]
     assert warnings == []
     rows[2]["bytes_per_s"] = 85.0  # 85 < 0.9 x 95
