@@ -148,7 +148,8 @@ def gpu_bus_id(ctx: ProbeContext, index: int) -> str | None:
     with contextlib.suppress(Exception):
         from gpuplan.probes.inventory import torch_devices
 
-        return torch_devices(import_torch())[index]["pci_bus_id"]
+        bus = torch_devices(import_torch())[index]["pci_bus_id"]
+        return str(bus) if bus else None
     return None
 
 
