@@ -223,3 +223,33 @@ def test_tensor_parallel_shards_compute_the_unsharded_block(tmp_path):
     tmp.spawn(_tp_rank, args=(2, free_port(), shape, str(out)), nprocs=2, join=True)
     errs = json.loads(out.read_text())
     assert max(errs) < 1e-5, errs
+
+
+def test_torchrun_ranks_are_the_tp_group(tmp_path):
+    """One torchrun agent with two CPU ranks (a node's TP group): both ranks run the
+    blocks over gloo, rank 0 alone writes the result."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpuplan.probes.collectives import free_port
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+        "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+        "-m", "gpuplan", "probe", "--workload", "train", "--model", MODEL, "--tp", "2",
+        "--seq-len", "64", "--quick", "--device", "cpu", "--out", str(out), "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = sorted(out.rglob("*.json"))
+    doc = ResultDocument.model_validate(json.loads(path.read_text()))
+    [probe] = doc.probe("train")
+    assert probe.status == "ok", probe.error
+    assert (probe.params["launcher"], probe.params["ranks"]) == ("torchrun", 2)
+    [m] = probe.measurements
+    assert m["tp"] == 2 and m["params_per_block"] == _params_per_block(probe.params["block"], 2)
