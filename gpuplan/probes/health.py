@@ -14,15 +14,19 @@ https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
 
 ``degraded`` when any of: an uncorrectable ECC error since the driver loaded; a row remap
 pending (the GPU needs a reset) or failed (no spare row: the GPU needs service); a retired page
-pending; corrected ECC errors that grew during the run; a P2P pair flagged; an RDMA port that
-is not ACTIVE; RDMA devices present while GPUDirect RDMA is not enabled. ``notes`` hold what is
+pending; corrected ECC errors that grew during the run; a P2P pair flagged; a GPU with fewer
+active NVLinks than the others; a GPU whose pinned host copies are below
+:data:`PCIE_FLAG_FRACTION` of the node's median; an RDMA port that is not ACTIVE; RDMA devices
+present while GPUDirect RDMA is not enabled. ``notes`` hold what is
 worth knowing but not a fault (lifetime ECC counts, a GPU with no NIC under its PCIe switch,
-host memory that could not be bound to the GPU's node). ``unchecked`` names each check that
+host memory that could not be bound to the GPU's node, a PCIe link capped by its slot or
+narrower than the other GPUs'). ``unchecked`` names each check that
 could not be made, with the reason, so that ``healthy`` never hides a check that was not run.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +149,61 @@ def fabric_findings(
     return reasons, notes, unchecked
 
 
+#: A GPU whose pinned host-copy bandwidth is below this fraction of the node's median is a
+#: reason: the GPUs of one node have the same link, so a GPU at 0.9 or less has a link
+#: trained down (a Gen5 x16 link at Gen4 halves it; x8 halves it) or a congested switch.
+PCIE_FLAG_FRACTION = 0.9
+
+
+def link_findings(
+    accelerators: list[dict[str, Any]], recorders: list[ProbeRecorder]
+) -> tuple[list[str], list[str]]:
+    """(reasons, notes) from the GPUs' links: NVLinks down, PCIe capped by the slot, and the
+    run's pinned host copies of one GPU well below the others'."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    links = [(k, a.get("nvlink_links")) for k, a in enumerate(accelerators)]
+    counts = [n for _, n in links if isinstance(n, int)]
+    if counts and max(counts) > 0:
+        top = max(counts)
+        for k, n in links:
+            if isinstance(n, int) and n < top:
+                reasons.append(f"{_gpu_label(accelerators[k], k)}: {n} of {top} NVLinks active")
+    for k, acc in enumerate(accelerators):
+        gen, gpu_max = acc.get("pcie_gen"), acc.get("pcie_gen_gpu_max")
+        if isinstance(gen, int) and isinstance(gpu_max, int) and gen < gpu_max:
+            notes.append(
+                f"{_gpu_label(acc, k)}: the slot caps PCIe at Gen{gen} (the GPU supports Gen{gpu_max})"
+            )
+    widths = [a.get("pcie_width") for a in accelerators if isinstance(a.get("pcie_width"), int)]
+    for k, acc in enumerate(accelerators):
+        w = acc.get("pcie_width")
+        if widths and isinstance(w, int) and w < max(widths):
+            notes.append(f"{_gpu_label(acc, k)}: PCIe x{w} where other GPUs have x{max(widths)}")
+    pcie = [r for r in recorders if r.probe == "pcie" and r.measurements]
+    if len(pcie) >= 2:
+        top_size = max(m["size_bytes"] for r in pcie for m in r.measurements)
+        for direction in ("h2d", "d2h"):
+            per_gpu = {
+                str(r.params.get("device")): m["bytes_per_s"]
+                for r in pcie
+                for m in r.measurements
+                if m.get("memory") == "pinned"
+                and m.get("direction") == direction
+                and m.get("size_bytes") == top_size
+            }
+            if len(per_gpu) < 2:
+                continue
+            median = statistics.median(per_gpu.values())
+            for device, bps in per_gpu.items():
+                if median and bps < PCIE_FLAG_FRACTION * median:
+                    reasons.append(
+                        f"{device}: pinned {direction} at {bps / 1e9:.1f} GB/s is "
+                        f"{bps / median:.0%} of the node's median {median / 1e9:.1f} GB/s"
+                    )
+    return reasons, notes
+
+
 def probe_findings(recorders: list[ProbeRecorder]) -> tuple[list[str], list[str]]:
     """(reasons, notes) from this run's probes: flagged P2P pairs, NUMA binding failures."""
     reasons: list[str] = []
@@ -179,13 +238,14 @@ def verdict(
     r1, n1, u1 = gpu_findings(accelerators, now)
     r2, n2, u2 = fabric_findings(nics, rdma, len(accelerators))
     r3, n3 = probe_findings(recorders)
-    reasons = r1 + r2 + r3
+    r4, n4 = link_findings(accelerators, recorders)
+    reasons = r1 + r2 + r3 + r4
     if not accelerators:
         u1 = ["GPU memory health: no accelerator in the inventory"]
     return {
         "verdict": "degraded" if reasons else "healthy",
         "reasons": reasons,
-        "notes": n1 + n2 + n3,
+        "notes": n1 + n2 + n3 + n4,
         "unchecked": u1 + u2,
         "gpus": len(accelerators),
         "rdma_devices": sum(n.get("kind") == "rdma" for n in nics),

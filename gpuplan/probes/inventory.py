@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import InputError
-from gpuplan.probes.nics import gpudirect_rdma, nic_inventory, pci_numa_node
+from gpuplan.probes.nics import gpudirect_rdma, nearest_nics, nic_inventory, pci_numa_node
 from gpuplan.probes.procs import run_child
 from gpuplan.units import parse_size_bytes
 
@@ -719,6 +719,8 @@ def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> di
     """The ``host`` object of the result document (DESIGN.md 3.1)."""
     accs, extras = accelerators(torch)
     nics = nic_inventory(accs)
+    for acc in accs:
+        acc["nearest_nics"] = nearest_nics(acc, nics)
     vendor = next((a.get("vendor") for a in accs if a.get("vendor")), None)
     facts: dict[str, Any] = {
         "machine_id": machine_id(),

@@ -249,6 +249,29 @@ def net_devices(root: Path | str = "/") -> list[dict[str, Any]]:
     return out
 
 
+def gpu_id(gpu: dict[str, Any]) -> int | None:
+    """A GPU's number in these rows: its torch index when torch sees it, else NVML/amdsmi's."""
+    idx = gpu.get("torch_index")
+    return int(idx) if idx is not None else gpu.get("mgmt_index")
+
+
+def nearest_nics(gpu: dict[str, Any], nics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The RDMA devices closest to ``gpu`` (same relation, best first), from ``nic_inventory``
+    rows: what ``NCCL_IB_HCA`` would pair with that GPU."""
+    me = gpu_id(gpu)
+    found = []
+    for nic in nics:
+        if nic.get("kind") != "rdma":
+            continue
+        for a in nic.get("gpu_affinity") or []:
+            if a.get("gpu") == me and a.get("relation"):
+                found.append({"name": nic["name"], "relation": a["relation"]})
+    if not found:
+        return []
+    best = min(_RANK.get(f["relation"], 9) for f in found)
+    return [f for f in found if _RANK.get(f["relation"], 9) == best]
+
+
 def nic_inventory(
     gpus: list[dict[str, Any]] | None = None, root: Path | str = "/"
 ) -> list[dict[str, Any]]:
@@ -279,7 +302,8 @@ def nic_inventory(
             rel, why = relation(gpu.get("pci_bus_id"), row["pci_bus_id"], root)
             affinity.append(
                 {
-                    "gpu": gpu.get("torch_index", gpu.get("mgmt_index")),
+                    "gpu": gpu_id(gpu),
+                    "mgmt_index": gpu.get("mgmt_index"),
                     "pci_bus_id": gpu.get("pci_bus_id"),
                     "relation": rel,
                     **({} if rel else {"unknown": why}),

@@ -385,3 +385,42 @@ def test_the_suite_runs_p2p_and_health_on_this_cpu(tmp_path):
         "degraded",
     )
     assert outcome.document.host.gpudirect_rdma is not None and outcome.path is not None
+
+
+def test_links_nvlinks_down_slow_host_link_and_capped_slot():
+    accs = [
+        dict(g, health=CLEAN, nvlink_links=18, pcie_gen=5, pcie_gen_gpu_max=5, pcie_width=16)
+        for g in GPUS
+    ]
+    accs[1]["nvlink_links"] = 16
+    accs[2]["pcie_gen"] = 4  # a Gen5 GPU in a Gen4 slot
+    recs = []
+    for i, h2d in enumerate((55e9, 54e9, 27e9)):
+        rec = ProbeRecorder("pcie", 2, params={"device": f"cuda:{i}"})
+        for direction, bps in (("h2d", h2d), ("d2h", 50e9)):
+            rec.add(
+                {
+                    "direction": direction,
+                    "memory": "pinned",
+                    "size_bytes": 1 << 30,
+                    "bytes_per_s": bps,
+                }
+            )
+        rec.add({"direction": "h2d", "memory": "pinned", "size_bytes": 1 << 20, "bytes_per_s": 1e9})
+        recs.append(rec)
+    got = health.verdict(accs, [], None, recs)
+    assert got["verdict"] == "degraded"
+    assert "GPU 1: 16 of 18 NVLinks active" in got["reasons"]
+    (slow,) = [r for r in got["reasons"] if "pinned" in r]
+    assert slow.startswith("cuda:2: pinned h2d at 27.0 GB/s is 50% of the node's median 54.0 GB/s")
+    assert "GPU 2: the slot caps PCIe at Gen4 (the GPU supports Gen5)" in got["notes"]
+
+
+def test_each_gpu_knows_its_nearest_hca(tmp_path):
+    root = fake_sys(tmp_path)
+    found = nics.nic_inventory(GPUS, root)
+    assert nics.nearest_nics(GPUS[0], found) == [{"name": "mlx5_0", "relation": "PIX"}]
+    assert nics.nearest_nics(GPUS[2], found) == [{"name": "mlx5_1", "relation": "PHB"}]
+    hidden = dict(GPUS[1], torch_index=None)  # a GPU torch does not see: its NVML index
+    row = next(r for r in found if r["name"] == "mlx5_0")
+    assert nics.gpu_id(hidden) == 1 and row["gpu_affinity"][1]["mgmt_index"] == 1
