@@ -175,11 +175,12 @@ def link_findings(
             notes.append(
                 f"{_gpu_label(acc, k)}: the slot caps PCIe at Gen{gen} (the GPU supports Gen{gpu_max})"
             )
-    widths = [a.get("pcie_width") for a in accelerators if isinstance(a.get("pcie_width"), int)]
+    widths = [int(a["pcie_width"]) for a in accelerators if isinstance(a.get("pcie_width"), int)]
+    widest = max(widths) if widths else 0
     for k, acc in enumerate(accelerators):
         w = acc.get("pcie_width")
-        if widths and isinstance(w, int) and w < max(widths):
-            notes.append(f"{_gpu_label(acc, k)}: PCIe x{w} where other GPUs have x{max(widths)}")
+        if isinstance(w, int) and w < widest:
+            notes.append(f"{_gpu_label(acc, k)}: PCIe x{w} where other GPUs have x{widest}")
     pcie = [r for r in recorders if r.probe == "pcie" and r.measurements]
     if len(pcie) >= 2:
         top_size = max(m["size_bytes"] for r in pcie for m in r.measurements)

@@ -297,7 +297,7 @@ def nic_inventory(
             row["state"] = (
                 "ACTIVE" if active else (row["ports"][0]["state"] if row["ports"] else None)
             )
-        affinity = []
+        affinity: list[dict[str, Any]] = []
         for gpu in gpus or []:
             rel, why = relation(gpu.get("pci_bus_id"), row["pci_bus_id"], root)
             affinity.append(
@@ -309,7 +309,7 @@ def nic_inventory(
                     **({} if rel else {"unknown": why}),
                 }
             )
-        affinity.sort(key=lambda a: _RANK.get(a["relation"] or "", 9))
+        affinity.sort(key=lambda a: _RANK.get(str(a["relation"] or ""), 9))
         row["gpu_affinity"] = affinity
         known = [a for a in affinity if a["relation"]]
         best = known[0]["relation"] if known else None
