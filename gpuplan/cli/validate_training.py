@@ -18,8 +18,8 @@ from gpuplan.cli._common import (
 )
 
 HELP = """Forecast every published training run shipped with gpuplan that has a complete
-configuration (Megatron-LM papers, NVIDIA NeMo, MosaicML llm-foundry) and compare like
-with like: step time, tokens/s per GPU, or TFLOP/s with the source's own FLOP convention.
+configuration (Megatron-LM papers, NVIDIA NeMo, MosaicML llm-foundry, IBM fms-fsdp) and
+compare like with like: step time, tokens/s per GPU, or TFLOP/s with the source's own FLOP convention.
 Prints coverage, median and p90 absolute percentage error, signed bias and how often the
 forecast interval contains the published value, per publication, per framework profile
 (megatron incl. NeMo, fsdp, deepspeed...), per source and overall.

@@ -7,7 +7,7 @@ project's shared data) mixes conventions; every row is compared *like with like*
 metric used                 rows
 ==========================  ===============================================================
 ``step_time_s``             the row gives an iteration time (Korthikanti et al. 2022 Table 5)
-``tokens_per_s_per_gpu``    the row gives measured throughput (NeMo, MosaicML)
+``tokens_per_s_per_gpu``    the row gives measured throughput (NeMo, MosaicML, IBM fms-fsdp)
 ``megatron_tflops_per_gpu`` Narayanan et al. 2021: TFLOP/s counted with their eq. 3, which
                             includes the recomputed forward (HFU-like); the forecast step
                             time is converted with the same equation
@@ -22,7 +22,10 @@ and interleaving are searched (the authors tuned them), context/expert parallel 
 1, ZeRO follows the framework.
 
 The four framework-efficiency constants of the step model are fitted here
-(:func:`fit_constants`). ``validate`` reports each row's error *held out*: with
+(:func:`fit_constants`), pooled over every row and per framework profile (the table's
+``framework`` column mapped by :data:`gpuplan.forecast.training.PROFILE_OF_FRAMEWORK`;
+:func:`fit_profiles`): a profile with at least ``MIN_PROFILE_ROWS`` rows gets its own fit,
+the others use the pooled constants. ``validate`` reports each row's error *held out*: with
 ``scheme="leave-one-source-out"`` (the default) the constants used for a row are fitted on
 the other publications only; ``scheme="shipped"`` uses the shipped constants (fitted on
 all rows: in-sample, reported for transparency only).
