@@ -99,8 +99,7 @@ def test_scenario_rack_weight_limit_caps_nodes_per_rack(tmp_path):
     limit = 2.5 * node_kg
     path = tmp_path / "s.yaml"
     path.write_text(
-        SCENARIO.replace("gpus: [h100, h200, b200, gb200, mi300x]", "gpus: [b200]")
-        .replace(
+        SCENARIO.replace("gpus: [h100, h200, b200, gb200, mi300x]", "gpus: [b200]").replace(
             "onprem_nodes: [dgx-h100, dgx-h200, dgx-b200, gb200-nvl72-rack, dell-xe9680-mi300x]",
             "onprem_nodes: [dgx-b200]",
         )
