@@ -236,8 +236,14 @@ def net_devices(root: Path | str = "/") -> list[dict[str, Any]]:
             continue
         speed = _read(dev / "speed")
         speed_mbps = int(speed) if speed and speed.lstrip("-").isdigit() else None
+        rate_why = (
+            None
+            if speed_mbps and speed_mbps > 0
+            else f"speed reads {speed!r} (link down, or a virtual NIC that reports none)"
+        )
         out.append(
             {
+                **({"rate_unknown": rate_why} if rate_why else {}),
                 "name": dev.name,
                 "kind": "net",
                 "pci_bus_id": bus,
@@ -286,6 +292,8 @@ def nic_inventory(
     rdma_buses = {r["pci_bus_id"] for r in rows if r["pci_bus_id"]}
     rows += [n for n in net_devices(root) if n["pci_bus_id"] not in rdma_buses]
     for row in rows:
+        if row["pci_bus_id"] is None:
+            row["pci_unknown"] = "no PCI function above the device (a software RDMA device?)"
         node, why = pci_numa_node(row["pci_bus_id"], root)
         row["numa_node"] = node
         if node is None:
@@ -294,6 +302,8 @@ def nic_inventory(
             active = [p for p in row["ports"] if p["state"] == "ACTIVE"]
             rates = [p["rate_gbps"] for p in active if p["rate_gbps"]]
             row["rate_gbps"] = max(rates) if rates else None
+            if not rates:
+                row["rate_unknown"] = "no ACTIVE port with a readable rate"
             row["state"] = (
                 "ACTIVE" if active else (row["ports"][0]["state"] if row["ports"] else None)
             )

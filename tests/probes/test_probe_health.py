@@ -143,7 +143,8 @@ def test_nic_inventory_with_rate_state_numa_and_gpu_affinity(tmp_path):
     assert rows["mlx5_1"]["nearest_gpus"] == [2] and rows["mlx5_1"]["numa_node"] == 1
     eth = rows["eth0"]
     assert eth["kind"] == "net" and eth["pci_bus_id"] == "0000:00:03.0"
-    assert eth["rate_gbps"] is None and eth["state"] == "UP"
+    assert eth["rate_gbps"] is None and eth["state"] == "UP" and "'-1'" in eth["rate_unknown"]
+    assert "rate_unknown" not in hca
 
 
 def test_gpudirect_rdma_state(tmp_path):
