@@ -425,3 +425,10 @@ def test_each_gpu_knows_its_nearest_hca(tmp_path):
     hidden = dict(GPUS[1], torch_index=None)  # a GPU torch does not see: its NVML index
     row = next(r for r in found if r["name"] == "mlx5_0")
     assert nics.gpu_id(hidden) == 1 and row["gpu_affinity"][1]["mgmt_index"] == 1
+
+
+def test_nics_docstring_examples():
+    import doctest
+
+    failures, tried = doctest.testmod(nics, verbose=False)
+    assert tried > 0 and failures == 0
