@@ -40,6 +40,8 @@ Examples:
   gpuplan probe --only matmul,membw --device cpu
   gpuplan probe --storage-path /mnt/nvme --storage-size 8G
   gpuplan probe --quick --format json > run.json
+  gpuplan probe --soak 10                       10 min of matmul on every GPU: clocks, temperature,
+                                                power, energy and throttle reasons every second
   gpuplan probe --emit slurm --nodes 2 --gpus-per-node 8 --fabric ib   sbatch script, 2 nodes
   gpuplan probe --emit k8s --nodes 4 --fabric ib --image registry/gpuplan:0.1 \\
       --cpus-per-task 96 --memory 1800Gi --queue team-a --results-s3 s3://bucket/gpuplan
@@ -363,10 +365,36 @@ def probe(
         help="With --workload train: divide hidden/heads/ffn by this (default 1 on a GPU, "
         "about hidden/256 on a CPU).",
     ),
+    # --- soak (gpuplan.probes.soak) ---------------------------------------------------------
+    soak: float = typer.Option(
+        None,
+        "--soak",
+        help="Minutes of sustained matmul on every GPU at once, sampling clocks, temperature, "
+        "power, energy and throttle reasons (instead of the suite).",
+    ),
+    soak_interval: float = typer.Option(
+        1.0, "--soak-interval", help="With --soak: seconds between two samples."
+    ),
     # ----------------------------------------------------------------------------------------
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     from gpuplan.errors import InputError
+
+    if soak is not None:
+        _soak(
+            soak,
+            soak_interval,
+            workload=workload,
+            only=only,
+            emitting=emit_kind is not None,
+            device=device,
+            out=out,
+            timeout=timeout,
+            record_hostname=record_hostname,
+            no_progress=no_progress,
+            fmt=fmt,
+        )
+        return
 
     if workload == Workload.train:
         _train(
@@ -683,7 +711,11 @@ def _run(
     )
     try:
         with progress(enabled=not no_progress) as bar:
-            outcome = run_suite(options, progress=_BarAdapter(bar) if not no_progress else None)
+            outcome = run_suite(
+                options,
+                progress=_BarAdapter(bar) if not no_progress else None,
+                on_plan=lambda budget: info(f"gpuplan: {budget.text()}"),
+            )
     except ResultNotSaved as exc:
         if exc.rescue is None:  # nowhere on disk: the run goes to stdout, never lost
             _print_document(exc.document)
@@ -847,4 +879,58 @@ def _train(
         no_progress,
         fmt,
         workload={**asdict(options), "_probe": "train"},
+    )
+
+
+#: the longest soak (minutes): a day; longer runs are a burn-in, not a trial-node probe
+MAX_SOAK_MIN = 24 * 60
+
+
+def _soak(
+    minutes: float,
+    interval_s: float,
+    *,
+    workload: Any,
+    only: str | None,
+    emitting: bool,
+    device: Device,
+    out: Path,
+    timeout: float | None,
+    record_hostname: bool,
+    no_progress: bool,
+    fmt: Format,
+) -> None:
+    """``--soak MINUTES``: :mod:`gpuplan.probes.soak` as a one-probe suite."""
+    from gpuplan.errors import InputError
+
+    if workload is not None or only is not None or emitting:
+        raise InputError(
+            "--soak runs on its own: drop --workload, --only and --emit",
+            hint="run the suite and the soak as two commands",
+        )
+    if not 0 < minutes <= MAX_SOAK_MIN:
+        raise InputError(
+            f"--soak must be between 0 and {MAX_SOAK_MIN} minutes (got {minutes:g})",
+            hint="e.g. --soak 10",
+        )
+    if not 0 < interval_s <= minutes * 60:
+        raise InputError(
+            f"--soak-interval must be positive and at most the soak (got {interval_s:g} s)",
+            hint="e.g. --soak-interval 1",
+        )
+    if timeout is not None and timeout <= 0:
+        raise InputError(f"--timeout must be positive (got {timeout:g})", hint="e.g. --timeout 300")
+    _run(
+        False,
+        "soak",
+        device,
+        None,
+        None,
+        out,
+        2,
+        timeout,
+        record_hostname,
+        no_progress,
+        fmt,
+        workload={"_probe": "soak", "duration_s": minutes * 60.0, "interval_s": interval_s},
     )

@@ -42,10 +42,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplan.probes import pergpu
 from gpuplan.probes.base import ProbeContext, import_torch, timer_for
 from gpuplan.probes.timing import measure
 
-PROBE_VERSION = 1
+#: 2: every point says which device it ran on (``device_index``, ``uuid``, ``pci_bus_id``,
+#: ``concurrent``); a ``params.scope: "per_device"`` result holds the per-GPU loop
+PROBE_VERSION = 2
 
 #: Tolerance of max|C - C_ref| / max|C_ref| per precision. The reference uses the same
 #: rounded inputs, so the error is accumulation plus output rounding: fp32 ~ 2^-23 sqrt(k),
@@ -284,7 +287,8 @@ def rocm_gemm_tuning(torch: Any, cache_dir: Any) -> Iterator[dict[str, Any]]:
                 tunable.enable(True)
                 tunable.tuning_enable(True)
         with contextlib.suppress(Exception):
-            info["blas_library"] = "hipblaslt" if "lt" in str(pref()).lower() else str(pref())
+            if pref is not None:
+                info["blas_library"] = "hipblaslt" if "lt" in str(pref()).lower() else str(pref())
         info["tunableop"] = bool(tunable is not None and _q(tunable.is_enabled))
         info["tunableop_file"] = _q(tunable.get_filename) if tunable is not None else None
         yield info
@@ -401,12 +405,17 @@ def device_warmup(torch: Any, device: Any, seconds: float) -> float:
     return time.perf_counter() - start
 
 
-def gpu_timer(ctx: ProbeContext, torch: Any, device: Any) -> tuple[Any, dict[str, Any]]:
-    """The flushed event timer of GPU 0 and what it does (recorded in ``params``)."""
-    from gpuplan.probes.membw import catalog_llc_bytes, device_llc_bytes
+def gpu_timer(
+    ctx: ProbeContext, torch: Any, device: Any, index: int = 0
+) -> tuple[Any, dict[str, Any]]:
+    """The flushed event timer of GPU ``index`` and what it does (recorded in ``params``)."""
+    from gpuplan.catalogs.cache import catalog_llc_bytes
+    from gpuplan.probes.membw import device_llc_bytes
     from gpuplan.probes.timing import FlushedEventTimer
 
-    llc, source = device_llc_bytes(torch, True, catalog_bytes=catalog_llc_bytes(ctx.catalog_row(0)))
+    llc, source = device_llc_bytes(
+        torch, True, index=index, catalog_bytes=catalog_llc_bytes(ctx.catalog_row(index))
+    )
     size = flush_bytes(llc)
     cache = torch.empty(size // 4, dtype=torch.int32, device=device)
     timer = FlushedEventTimer(torch, device, cache.zero_)
@@ -438,6 +447,10 @@ def run(ctx: ProbeContext) -> None:
         else:
             timer = timer_for(ctx.device, 0)
         _run_sweep(ctx, torch, gpu, device, sweep, precs, timer, extra)
+        _free(torch, gpu)
+        if gpu:
+            del timer  # its flush buffer
+        run_per_device(ctx, torch, precs, {k: v for k, v in tuning.items()})
 
 
 def _run_sweep(
@@ -477,6 +490,7 @@ def _run_sweep(
                     task.advance()
                     continue
                 point["spec_flops_per_s"] = spec
+                point.update(pergpu.identity(ctx.accelerators, 0, gpu), concurrent=False)
                 rec.add(point)
                 if not point["correct"]:
                     rec.warn(
@@ -491,6 +505,82 @@ def _run_sweep(
             rec.fail(f"incorrect results at {', '.join(wrong)}")
         else:
             rec.ok()
+
+
+def per_device_point(
+    torch: Any, precs: list[tuple[Precision, str | None]], *, gpu: bool
+) -> tuple[Gemm, Precision] | None:
+    """The GEMM each device runs alone and all together: 8192^3 in bf16 (fp16 where bf16
+    is unsupported) on GPUs, a size in mamf-finder's flat region, long enough (~1 ms)
+    that launch and dispatch do not count; 1024^3 fp32 on CPUs (bf16 GEMMs are slow on
+    CPUs without AMX). None when no such precision is supported."""
+    supported = {p.name: p for p, why in precs if why is None}
+    if not gpu:
+        return Gemm(1024, 1024, 1024, "per-device 1024"), supported["fp32"]
+    for name in ("bf16", "fp16"):
+        if name in supported:
+            return Gemm(8192, 8192, 8192, "per-device 8192"), supported[name]
+    return None
+
+
+def run_per_device(
+    ctx: ProbeContext,
+    torch: Any,
+    precs: list[tuple[Precision, str | None]],
+    extra: dict[str, Any],
+) -> None:
+    """One GEMM on every device alone, then on all at once (:mod:`gpuplan.probes.pergpu`):
+    one ``ProbeResult`` with ``params.scope: "per_device"``, the spread per phase in
+    ``params.spread`` and an ``outlier`` flag on every point."""
+    gpu = ctx.device.is_gpu
+    devices = list(range(ctx.device.count)) if gpu else [0]
+    chosen = per_device_point(torch, precs, gpu=gpu)
+    if chosen is None:
+        rec = ctx.record("matmul", PROBE_VERSION, scope="per_device")
+        rec.skip("neither bf16 nor fp16 is supported: no per-device GEMM")
+        return
+    gemm, prec = chosen
+    rec = ctx.record(
+        "matmul",
+        PROBE_VERSION,
+        scope="per_device",
+        dtype=prec.dtype_name,
+        precision=prec.name,
+        device="cuda:all" if gpu else "cpu:all",
+        devices=devices,
+        concurrency="threads, one stream per device, released by a barrier",
+        outlier_threshold=pergpu.OUTLIER_BELOW_MEDIAN,
+        threads=None if gpu else torch.get_num_threads(),
+        tolerance=TOLERANCE[prec.name],
+        **extra,
+    )
+    task = ctx.progress.task("matmul per GPU", total=2 * len(devices))
+
+    def measure_on(index: int) -> dict[str, Any]:
+        ctx.check_deadline()
+        if gpu:
+            device = torch.device("cuda", index)
+            with torch.cuda.device(index), torch.cuda.stream(torch.cuda.Stream(device)):
+                timer, _ = gpu_timer(ctx, torch, device, index)
+                point = _measure_point(ctx, torch, gemm, prec, device, timer)
+                del timer
+        else:
+            point = _measure_point(
+                ctx, torch, gemm, prec, torch.device("cpu"), timer_for(ctx.device)
+            )
+        spec = ctx.spec_lookup(index, prec.name) if (gpu and ctx.spec_lookup) else None
+        point.update(pergpu.identity(ctx.accelerators, index, gpu), spec_flops_per_s=spec)
+        task.advance()
+        return point
+
+    with ctx.power_sampling(rec, devices if gpu else []), _float32_mode(torch, prec.name):
+        pergpu.run_phases(ctx, rec, devices, measure_on, value="flops_per_s", group="label")
+    _free(torch, gpu)
+    wrong = [f"device {m['device_index']}" for m in rec.measurements if m["correct"] is False]
+    if wrong:
+        rec.fail(f"incorrect results on {', '.join(wrong)}")
+    else:
+        rec.ok()
 
 
 def _oom_errors(torch: Any) -> tuple[type[BaseException], ...]:

@@ -29,11 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.catalogs.cache import PAST_CACHE_FACTOR, catalog_llc_bytes
+from gpuplan.probes import pergpu
 from gpuplan.probes.base import ProbeContext, import_torch, timer_for
 from gpuplan.probes.inventory import available_memory_bytes, cpu_llc_bytes
 from gpuplan.probes.timing import TimingConfig, measure
 
-PROBE_VERSION = 1
+#: 2: every point says which device it ran on (``device_index``, ``uuid``, ``pci_bus_id``,
+#: ``concurrent``); a ``params.scope: "per_device"`` result holds the per-GPU loop
+PROBE_VERSION = 2
 _FALLBACK_LLC_BYTES = 32 << 20  # used only when the cache size cannot be read (recorded)
 #: smallest "largest array" on GPUs (a sizing choice, not a device figure): past any
 #: cache up to 256 MB by 4x even when neither torch nor the catalog knows the cache
@@ -141,6 +144,7 @@ def run(ctx: ProbeContext) -> None:
                 ctx.check_deadline()
                 point = measure_point(torch, op, a, b, c, timer, ctx.timing, method=method)
                 point["past_cache"] = size >= PAST_CACHE_FACTOR * llc
+                point.update(pergpu.identity(ctx.accelerators, 0, gpu), concurrent=False)
                 if not point.pop("correct"):
                     rec.warn(f"{op} ({method}) {size} bytes: result incorrect")
                 rec.add(point)
@@ -153,6 +157,78 @@ def run(ctx: ProbeContext) -> None:
         rec.fail("; ".join(w for w in rec.warnings if "incorrect" in w))
     else:
         rec.ok()
+    past = [s for s in points if s >= PAST_CACHE_FACTOR * llc]
+    run_per_device(ctx, torch, max(past or points), llc)
+
+
+#: what each device runs alone and all together: BabelStream's Copy kernel and the triad
+PER_DEVICE_OPS = (("copy", "kernel"), ("triad", "kernel"))
+
+
+def run_per_device(ctx: ProbeContext, torch: Any, size: int, llc: int) -> None:
+    """Copy (kernel) and triad with arrays of ``size`` bytes (the sweep's largest past the
+    cache) on every device alone, then on all at once (:mod:`gpuplan.probes.pergpu`):
+    one ``ProbeResult`` with ``params.scope: "per_device"``, the spread per op and phase
+    in ``params.spread``, an ``outlier`` flag on every point."""
+    gpu = ctx.device.is_gpu
+    devices = list(range(ctx.device.count)) if gpu else [0]
+    if gpu:  # the same size everywhere, or the devices are not compared like for like
+        size = min([size] + [_fit(torch.cuda.mem_get_info(i)[0] // 4) for i in devices])
+    rec = ctx.record(
+        "membw",
+        PROBE_VERSION,
+        scope="per_device",
+        device="cuda:all" if gpu else "cpu:all",
+        devices=devices,
+        dtype="float32",
+        size_bytes=size,
+        llc_bytes=llc,
+        past_cache_factor=PAST_CACHE_FACTOR,
+        concurrency="threads, one stream per device, released by a barrier",
+        outlier_threshold=pergpu.OUTLIER_BELOW_MEDIAN,
+        threads=None if gpu else torch.get_num_threads(),
+    )
+    task = ctx.progress.task("membw per GPU", total=2 * len(devices) * len(PER_DEVICE_OPS))
+
+    def measure_on(index: int) -> dict[str, Any]:
+        ctx.check_deadline()
+        device = torch.device("cuda", index) if gpu else torch.device("cpu")
+        out = []
+        ident = pergpu.identity(ctx.accelerators, index, gpu)
+        if gpu:
+            stack: Any = torch.cuda.stream(torch.cuda.Stream(device))
+            scope: Any = torch.cuda.device(index)
+        else:
+            import contextlib
+
+            stack = scope = contextlib.nullcontext()
+        with scope, stack:
+            a, b, c = arrays(torch, size // 4, device)
+            timer = timer_for(ctx.device, index)
+            for op, method in PER_DEVICE_OPS:
+                point = measure_point(torch, op, a, b, c, timer, ctx.timing, method=method)
+                point["past_cache"] = size >= PAST_CACHE_FACTOR * llc
+                point.update(ident)
+                if not point.pop("correct"):
+                    rec.warn(f"{op} ({method}) on device {index}: result incorrect")
+                out.append(point)
+                task.advance()
+            del a, b, c
+            if gpu:
+                torch.cuda.empty_cache()
+        return {"points": out}
+
+    with ctx.power_sampling(rec, devices if gpu else []):
+        pergpu.run_phases(ctx, rec, devices, measure_on, value="bytes_per_s", group="op")
+    if any("incorrect" in w for w in rec.warnings):
+        rec.fail("; ".join(w for w in rec.warnings if "incorrect" in w))
+    else:
+        rec.ok()
+
+
+def _fit(limit: int) -> int:
+    """The largest power of two at or below ``limit`` bytes."""
+    return 1 << max(12, limit.bit_length() - 1)
 
 
 SCALAR = 3.0

@@ -66,7 +66,7 @@ PROBES: tuple[str, ...] = (
 )
 
 #: Workload probes: run only when asked for by ``--workload`` (never part of the suite).
-WORKLOADS: tuple[str, ...] = ("serve", "train")
+WORKLOADS: tuple[str, ...] = ("serve", "train", "soak")
 
 _MODULES = {name: f"gpuplan.probes.{name}" for name in (*PROBES, *WORKLOADS)}
 
@@ -261,6 +261,7 @@ def run_suite(
     *,
     progress: Progress | None = None,
     on_probe: Callable[[str], None] | None = None,
+    on_plan: Callable[[Any], None] | None = None,
 ) -> SuiteOutcome:
     """Run the suite and write the result document (rank 0).
 
@@ -277,6 +278,9 @@ def run_suite(
         Receives one task per probe (the CLI draws bars on stderr).
     on_probe:
         Called with each probe's name before it runs.
+    on_plan:
+        Called once before the first probe with the planned duration
+        (:class:`gpuplan.probes.budget.SuiteBudget`; the CLI prints it).
 
     Raises
     ------
@@ -311,6 +315,7 @@ def run_suite(
             holds_lock=holds_lock,
             progress=progress,
             on_probe=on_probe,
+            on_plan=on_plan,
         )
 
 
@@ -323,6 +328,7 @@ def _run_locked(
     holds_lock: bool,
     progress: Progress | None,
     on_probe: Callable[[str], None] | None,
+    on_plan: Callable[[Any], None] | None = None,
 ) -> SuiteOutcome:
     from gpuplan.probes.inventory import host_facts
 
@@ -382,6 +388,19 @@ def _run_locked(
             "num_nodes": denv.num_nodes,
             "local_world_size": denv.local_world_size,
         }
+    from gpuplan.probes.budget import plan as plan_budget
+    from gpuplan.probes.budget import with_actuals
+
+    budget = plan_budget(
+        order,
+        quick=options.quick,
+        gpus=device.count if device.is_gpu else 0,
+        timing=ctx.timing,
+        soak_s=options.workload.get("duration_s") if "soak" in order else None,
+    )
+    document_base["budget"] = with_actuals(budget, {})
+    if on_plan is not None and rank == 0:
+        on_plan(budget)
     interrupted = False
     writes = options.write and rank == 0
     checkpoint = _Checkpoint(options.out_dir, document_base, ctx) if writes else None
@@ -413,9 +432,13 @@ def _run_locked(
                 break
         # from here on a signal only marks the run interrupted: the document gets written
         signals.deferring = True
+        durations: dict[str, float] = {}
+        for r in ctx.recorders:
+            durations[r.probe] = durations.get(r.probe, 0.0) + (r.duration_s or 0.0)
         doc = ResultDocument.model_validate(
             {
                 **document_base,
+                "budget": with_actuals(budget, durations),
                 "ended_at": _now(),
                 "probes": [r.as_dict() for r in ctx.recorders],
                 "interrupted": interrupted,

@@ -120,7 +120,9 @@ def test_ctrl_c_still_writes_what_was_measured(tmp_path):
     assert proc.returncode == 130, stderr
     doc = json.loads(stdout)
     assert doc["interrupted"] is True
-    membw, storage = doc["probes"]
+    membw, storage = (
+        next(p for p in doc["probes"] if p["probe"] == n) for n in ("membw", "storage")
+    )
     assert membw["status"] == "ok" and membw["measurements"]
     assert storage["status"] == "interrupted"
     assert storage["error"].startswith("interrupted by SIGINT (Ctrl-C)")

@@ -86,7 +86,8 @@ def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
     monkeypatch.setattr(membw, "device_llc_bytes", lambda torch, gpu, **kw: (1 << 20, "test"))
     ctx = ProbeContext(device=CPU, quick=True, timing=FAST)
     membw.run(ctx)
-    (rec,) = ctx.recorders
+    rec, per_device = ctx.recorders  # the sweep, then the per-device loop
+    assert per_device.params["scope"] == "per_device" and "scope" not in rec.params
     result = ProbeResult.model_validate(rec.as_dict())
     assert result.status == "ok", result.error
     assert result.params["llc_bytes"] == 1 << 20
@@ -106,6 +107,23 @@ def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
         assert m["past_cache"] is (m["size_bytes"] >= 4 << 20)
     assert any(m["past_cache"] for m in result.measurements)
     assert any(not m["past_cache"] for m in result.measurements)
+    assert {m["device_index"] for m in result.measurements} == {0}
+    # the per-device loop measured the sweep's largest past-cache size, on the CPU for real
+    loop = ProbeResult.model_validate(per_device.as_dict())
+    assert loop.status == "ok", loop.error
+    top = max(m["size_bytes"] for m in result.measurements)
+    assert {(m["op"], m["size_bytes"], m["concurrent"]) for m in loop.measurements} == {
+        (op, top, together) for op in ("copy", "triad") for together in (False, True)
+    }
+    for m in loop.measurements:
+        assert m["bytes_moved"] == {"copy": 2, "triad": 3}[m["op"]] * top
+        assert m["outlier"] is False and m["rel_to_median"] == 0.0  # one device: its own median
+    assert set(loop.params["spread"]) == {
+        "copy alone",
+        "triad alone",
+        "copy together",
+        "triad together",
+    }
 
 
 class _Props:
@@ -253,3 +271,117 @@ def test_rocm_tuning_is_set_recorded_and_restored(tmp_path):
         assert info["tunableop_file"].startswith(str(tmp_path / "cache"))
     assert (state["enabled"], state["tuning"], state["blas"]) == (False, False, "cublas")
     assert "write" in calls
+
+
+def test_per_device_matmul_loop_runs_on_the_cpu_for_real():
+    ctx = ProbeContext(device=CPU, quick=True, timing=FAST)
+    precs = matmul.precisions(torch, gpu=False)
+    matmul.run_per_device(ctx, torch, precs, {})
+    (rec,) = ctx.recorders
+    result = ProbeResult.model_validate(rec.as_dict())
+    assert result.status == "ok", result.error
+    assert result.probe_version == 2 and result.params["scope"] == "per_device"
+    assert result.params["device"] == "cpu:all" and result.params["devices"] == [0]
+    alone, together = result.typed()
+    assert (alone.concurrent, together.concurrent) == (False, True)
+    for m in (alone, together):
+        assert m.device_index == 0 and m.correct is True and m.outlier is False
+        assert m.flops_per_s == pytest.approx(2 * 1024**3 / m.median_s)
+    spread = result.params["spread"]
+    assert spread["per-device 1024 alone"]["devices"] == 1
+    assert spread["per-device 1024 together"]["rel_spread"] == 0.0
+
+
+def _fake_node(rates_alone, rates_together, log=None):
+    """A measure function standing in for the GPU edge (no GPU here): device i returns
+    its rate; ``log`` collects (index, start, end) to check the concurrent phase."""
+    import time
+
+    calls = {"n": 0}
+
+    def measure(i):
+        calls["n"] += 1
+        together = calls["n"] > len(rates_alone)
+        start = time.perf_counter()
+        time.sleep(0.05 if together else 0.0)
+        if log is not None and together:
+            log.append((i, start, time.perf_counter()))
+        rate = (rates_together if together else rates_alone)[i]
+        return {"label": "per-device 8192", "flops_per_s": rate, "uuid": f"GPU-{i}",
+                "device_index": i}  # fmt: skip
+
+    return measure
+
+
+def test_a_slow_gpu_of_eight_is_flagged_alone_and_together():
+    from gpuplan.probes import pergpu
+    from gpuplan.probes.base import ProbeRecorder
+
+    alone = {i: 700e12 for i in range(8)}
+    alone[5] = 700e12 * 0.90  # 10 % slow
+    alone[2] = 700e12 * 0.96  # 4 % slow: inside the 5 % threshold
+    together = {i: 650e12 for i in range(8)}
+    together[5] = 650e12 * 0.80
+    log: list = []
+    rec = ProbeRecorder("matmul", 2, params={})
+    ctx = ProbeContext(device=DeviceInfo(kind="cuda", count=8))
+    pergpu.run_phases(
+        ctx, rec, list(range(8)), _fake_node(alone, together, log),
+        value="flops_per_s", group="label",
+    )  # fmt: skip
+    assert len(rec.measurements) == 16
+    flagged = {(m["device_index"], m["concurrent"]) for m in rec.measurements if m["outlier"]}
+    assert flagged == {(5, False), (5, True)}
+    s = rec.params["spread"]["per-device 8192 alone"]
+    assert (s["min"], s["median"], s["max"]) == (alone[5], 700e12, 700e12)
+    assert s["rel_spread"] == pytest.approx(0.10)
+    assert s["outliers"] == [5]
+    slow = next(m for m in rec.measurements if m["device_index"] == 5 and m["concurrent"])
+    assert slow["rel_to_median"] == pytest.approx(-0.20)
+    assert len(rec.warnings) == 2 and all("device 5 (GPU-5)" in w for w in rec.warnings)
+    # all at once means at once: every device started before any finished
+    assert len(log) == 8 and max(start for _, start, _ in log) < min(end for _, _, end in log)
+
+
+def test_outlier_threshold_is_below_the_median_only():
+    from gpuplan.probes import pergpu
+
+    t = pergpu.OUTLIER_BELOW_MEDIAN
+    assert pergpu.outliers({0: 100.0, 1: 100.0, 2: 100.0 * (1 - t) + 1e-9}) == {}
+    got = pergpu.outliers({0: 100.0, 1: 100.0, 2: 100.0 * (1 - t) - 0.01})
+    assert list(got) == [2]
+    assert pergpu.outliers({0: 100.0, 1: 100.0, 2: 150.0}) == {}  # fast is not a defect
+
+
+def test_a_device_that_fails_all_at_once_is_a_warning_and_the_others_are_kept():
+    import threading
+
+    from gpuplan.probes import pergpu
+    from gpuplan.probes.base import ProbeRecorder
+
+    def measure(i):
+        together = threading.current_thread() is not threading.main_thread()
+        if i == 1 and together:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        return {"label": "x", "flops_per_s": 1.0, "device_index": i}
+
+    rec = ProbeRecorder("matmul", 2, params={})
+    ctx = ProbeContext(device=DeviceInfo(kind="cuda", count=2))
+    pergpu.run_phases(ctx, rec, [0, 1], measure, value="flops_per_s", group="label")
+    assert [(m["device_index"], m["concurrent"]) for m in rec.measurements] == [
+        (0, False), (1, False), (0, True)
+    ]  # fmt: skip
+    assert any("device 1 (all at once): RuntimeError" in w for w in rec.warnings)
+
+
+def test_device_identity_comes_from_the_matched_inventory():
+    from gpuplan.probes import pergpu
+
+    accs = [
+        {"name": "H100", "uuid": "GPU-b", "pci_bus_id": "0000:1b:00.0", "torch_index": 1},
+        {"name": "H100", "uuid": "GPU-a", "pci_bus_id": "0000:0a:00.0", "torch_index": 0},
+    ]
+    assert pergpu.identity(accs, 1, True) == {
+        "device_index": 1, "uuid": "GPU-b", "pci_bus_id": "0000:1b:00.0"
+    }  # fmt: skip
+    assert pergpu.identity(accs, 0, False)["uuid"] is None
