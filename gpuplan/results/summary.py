@@ -155,7 +155,16 @@ def health_line(doc: ResultDocument) -> str | None:
         if p.measurements:
             m = p.measurements[-1]
             reasons = m.get("reasons") or []
-            return f"health: {m.get('verdict')}" + (f" ({'; '.join(reasons)})" if reasons else "")
+            unchecked = len(m.get("unchecked") or [])
+            return (
+                f"health: {m.get('verdict')}"
+                + (f" ({'; '.join(reasons)})" if reasons else "")
+                + (
+                    f"; {unchecked} check{'s' if unchecked != 1 else ''} not made"
+                    if unchecked
+                    else ""
+                )
+            )
     return None
 
 

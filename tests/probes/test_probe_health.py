@@ -362,6 +362,9 @@ def test_results_show_prints_the_verdict_and_the_matrix(tmp_path, capsys):
         }
     )
     assert health_line(doc) == "health: degraded (mlx5_1 port 1 is DOWN)"
+    unchecked = doc.model_copy(deep=True)
+    unchecked.probes[1].measurements[0].update(verdict="healthy", reasons=[], unchecked=["x"])
+    assert health_line(unchecked) == "health: healthy; 1 check not made"
     assert headline(doc.probes[1]) == {"label": "degraded", "value": 1, "unit": "reasons"}
     assert headline(doc.probes[0])["label"] == "median GPU->GPU, 1 flagged"
     path = save_result(doc, tmp_path)
