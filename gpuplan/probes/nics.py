@@ -37,8 +37,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+_BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 
 #: Kernel modules that give NVIDIA GPUs GPUDirect RDMA, in the order they are looked for.
 NVIDIA_PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem", "efa_nv_peermem")
