@@ -82,8 +82,8 @@ def outliers(values: dict[int, float], threshold: float = OUTLIER_BELOW_MEDIAN) 
     devices the median is the mean of two (or the one value), so a single slow GPU of two
     is flagged when it is more than twice the threshold below the other.
 
-    >>> outliers({0: 100.0, 1: 99.0, 2: 101.0, 3: 90.0})
-    {3: -0.1}
+    >>> {i: round(r, 4) for i, r in outliers({0: 100.0, 1: 99.0, 2: 101.0, 3: 90.0}).items()}
+    {3: -0.0955}
     >>> outliers({0: 100.0})
     {}
     """

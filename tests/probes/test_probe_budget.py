@@ -95,3 +95,13 @@ def test_the_suite_plans_for_the_gpus_it_finds_and_records_plan_and_actuals(tmp_
     assert row["probe"] == "membw"
     assert row["planned_s"] == pytest.approx(got.probes[0].planned_s, abs=0.05)
     assert row["actual_s"] is not None and row["actual_s"] >= 0.0
+
+
+@pytest.mark.parametrize("name", ["budget", "pergpu", "soak"])
+def test_docstring_examples_of_the_new_modules(name):
+    import doctest
+    import importlib
+
+    module = importlib.import_module(f"gpuplan.probes.{name}")
+    failures, tried = doctest.testmod(module, verbose=False)
+    assert tried > 0 and failures == 0
