@@ -385,3 +385,89 @@ def test_device_identity_comes_from_the_matched_inventory():
         "device_index": 1, "uuid": "GPU-b", "pci_bus_id": "0000:1b:00.0"
     }  # fmt: skip
     assert pergpu.identity(accs, 0, False)["uuid"] is None
+
+
+class _CpuAsCuda:
+    """torch with a fake ``torch.cuda`` edge (no GPU here): ``count`` "GPUs" whose tensors
+    are CPU tensors, so the probes' GPU branches (device sizing, per-device streams and
+    contexts, identities, ``cuda:all``) run with real kernels underneath. Everything but
+    ``cuda`` and ``device`` is the real torch."""
+
+    def __init__(self, count: int, free_bytes: list[int]) -> None:
+        import contextlib
+        import types
+
+        self._free = free_bytes
+        self.cuda = types.SimpleNamespace(
+            mem_get_info=lambda i=0: (self._free[i], 80 << 30),
+            Stream=lambda device=None: None,
+            stream=lambda s: contextlib.nullcontext(),
+            device=lambda index: contextlib.nullcontext(),
+            synchronize=lambda device=None: None,
+            empty_cache=lambda: None,
+        )
+
+    def device(self, kind: str, index: int | None = None):
+        return torch.device("cpu")
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+def test_per_device_membw_on_a_fake_4_gpu_node_sizes_alike_and_names_each_gpu(monkeypatch):
+    from gpuplan.probes.timing import WallTimer
+
+    monkeypatch.setattr(membw, "timer_for", lambda device, index=0: WallTimer())
+    # GPU 2 has the least free memory: every GPU gets arrays that fit on it
+    fake = _CpuAsCuda(4, [8 << 20, 8 << 20, 3 << 20, 8 << 20])
+    accs = [
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": f"GPU-{i}",
+            "pci_bus_id": f"0000:{i}a:00.0",
+            "torch_index": 3 - i,
+        }
+        for i in range(4)
+    ]
+    ctx = ProbeContext(device=DeviceInfo(kind="cuda", count=4), timing=FAST, accelerators=accs)
+    membw.run_per_device(ctx, fake, 64 << 20, 1 << 20)
+    (rec,) = ctx.recorders
+    result = ProbeResult.model_validate(rec.as_dict())
+    assert result.status == "ok", result.error
+    assert result.params["device"] == "cuda:all" and result.params["devices"] == [0, 1, 2, 3]
+    size = 512 << 10  # the largest power of two <= 3 MiB / 4 (three arrays and headroom)
+    assert result.params["size_bytes"] == size
+    assert {m["size_bytes"] for m in result.measurements} == {size}
+    assert len(result.measurements) == 16  # 2 kernels x 4 GPUs x (alone, together)
+    for m in result.measurements:  # torch index i is the inventory row with torch_index i
+        assert m["uuid"] == f"GPU-{3 - m['device_index']}"
+    assert set(result.params["spread"]) == {
+        "copy alone", "triad alone", "copy together", "triad together"
+    }  # fmt: skip
+    assert all(s["devices"] == 4 for s in result.params["spread"].values())
+
+
+def test_per_device_matmul_on_a_fake_4_gpu_node_takes_each_gpus_peak(monkeypatch):
+    from gpuplan.probes.timing import WallTimer
+
+    monkeypatch.setattr(matmul, "gpu_timer", lambda ctx, torch, device, index=0: (WallTimer(), {}))
+    small = matmul.Gemm(128, 128, 128, "per-device 128")
+    monkeypatch.setattr(
+        matmul,
+        "per_device_point",
+        lambda torch, precs, gpu: (small, matmul.Precision("fp32", "float32")),
+    )
+    ctx = ProbeContext(
+        device=DeviceInfo(kind="cuda", count=4),
+        timing=FAST,
+        spec_lookup=lambda index, precision: 1e12 * (index + 1),
+    )
+    matmul.run_per_device(ctx, _CpuAsCuda(4, [1 << 30] * 4), [], {})
+    (rec,) = ctx.recorders
+    result = ProbeResult.model_validate(rec.as_dict())
+    assert result.status == "ok", result.error
+    assert sorted((m.device_index, m.concurrent) for m in result.typed()) == sorted(
+        (i, c) for i in range(4) for c in (False, True)
+    )
+    for m in result.typed():
+        assert m.spec_flops_per_s == 1e12 * (m.device_index + 1) and m.correct is True
