@@ -718,7 +718,8 @@ def topology() -> str | None:
 def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> dict[str, Any]:
     """The ``host`` object of the result document (DESIGN.md 3.1)."""
     accs, extras = accelerators(torch)
-    nics = nic_inventory(accs)
+    topo = topology() if accs else None
+    nics = nic_inventory(accs, topo=topo)
     for acc in accs:
         acc["nearest_nics"] = nearest_nics(acc, nics)
     vendor = next((a.get("vendor") for a in accs if a.get("vendor")), None)
@@ -751,5 +752,5 @@ def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> di
                     ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
                 )
     if accs:
-        facts["topology"] = topology()
+        facts["topology"] = topo
     return facts

@@ -278,16 +278,57 @@ def nearest_nics(gpu: dict[str, Any], nics: list[dict[str, Any]]) -> list[dict[s
     return [f for f in found if _RANK.get(f["relation"], 9) == best]
 
 
+def parse_topo_matrix(text: str | None) -> dict[tuple[int, str], str]:
+    r"""``nvidia-smi topo -m`` as {(NVML GPU index, NIC name): PIX|PXB|PHB|NODE|SYS}.
+
+    The matrix has one column per GPU and NIC, then the CPU/NUMA affinity columns; NICs are
+    named by their RDMA device (``mlx5_0``) or, in newer drivers, ``NIC<k>`` with a
+    ``NIC Legend`` (``NIC0: mlx5_0``) below. Other cells (``X``, ``NV18``) are not relations
+    to a NIC and are left out.
+
+    >>> parse_topo_matrix("\tGPU0\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\t0-7\n"
+    ...                   "NIC0\tPIX\t X\n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    {(0, 'mlx5_0'): 'PIX'}
+    """
+    if not text:
+        return {}
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return {}
+    header: list[str] = []
+    for token in lines[0].split():
+        if token == "CPU":  # "CPU Affinity", "NUMA Affinity", "GPU NUMA ID" follow
+            break
+        header.append(token)
+    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
+    out: dict[tuple[int, str], str] = {}
+    for line in lines[1:]:
+        cells = line.split()
+        m = re.fullmatch(r"GPU(\d+)", cells[0]) if cells else None
+        if not m:
+            continue
+        for col, value in zip(header, cells[1 : 1 + len(header)], strict=False):
+            if col.startswith("GPU") or value not in _RANK:
+                continue
+            out[(int(m.group(1)), legend.get(col, col))] = value
+    return out
+
+
 def nic_inventory(
-    gpus: list[dict[str, Any]] | None = None, root: Path | str = "/"
+    gpus: list[dict[str, Any]] | None = None,
+    root: Path | str = "/",
+    topo: str | None = None,
 ) -> list[dict[str, Any]]:
     """NICs and HCAs with PCI address, NUMA node, link rate, state and the GPUs nearest them.
 
     ``gpus`` are inventory rows (``pci_bus_id``, ``torch_index``/``mgmt_index``). An RDMA
     device and the network interface of the same PCI function are one row (``netdevs``);
     interfaces without RDMA follow as their own rows. ``gpu_affinity`` lists every GPU with
-    its relation, nearest first; ``nearest_gpus`` those at the closest relation.
+    its relation, nearest first (``source``: ``sysfs``, or ``nvidia-smi topo -m`` where the
+    PCI paths cannot be read and ``topo``, that command's output, names the pair);
+    ``nearest_gpus`` those at the closest relation.
     """
+    matrix = parse_topo_matrix(topo)
     rows = rdma_devices(root)
     rdma_buses = {r["pci_bus_id"] for r in rows if r["pci_bus_id"]}
     rows += [n for n in net_devices(root) if n["pci_bus_id"] not in rdma_buses]
@@ -310,12 +351,17 @@ def nic_inventory(
         affinity: list[dict[str, Any]] = []
         for gpu in gpus or []:
             rel, why = relation(gpu.get("pci_bus_id"), row["pci_bus_id"], root)
+            source = "sysfs" if rel else None
+            if rel is None and gpu.get("mgmt_index") is not None:
+                rel = matrix.get((int(gpu["mgmt_index"]), row["name"]))
+                source = "nvidia-smi topo -m" if rel else None
             affinity.append(
                 {
                     "gpu": gpu_id(gpu),
                     "mgmt_index": gpu.get("mgmt_index"),
                     "pci_bus_id": gpu.get("pci_bus_id"),
                     "relation": rel,
+                    "source": source,
                     **({} if rel else {"unknown": why}),
                 }
             )

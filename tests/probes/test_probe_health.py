@@ -435,3 +435,34 @@ def test_nics_docstring_examples():
 
     failures, tried = doctest.testmod(nics, verbose=False)
     assert tried > 0 and failures == 0
+
+
+# the layout of `nvidia-smi topo -m` (tab-separated matrix, legend, NIC legend), made up here
+TOPO = (
+    "\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV18\tPIX\tSYS\t0-31\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \tSYS\tPXB\t32-63\t1\t\tN/A\n"
+    "NIC0\tPIX\tSYS\t X \tSYS\n"
+    "NIC1\tSYS\tPXB\tSYS\t X \n\n"
+    "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n\n"
+    "NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n"
+)
+
+
+def test_topo_matrix_fills_in_where_sysfs_cannot(tmp_path):
+    assert nics.parse_topo_matrix(TOPO) == {
+        (0, "mlx5_0"): "PIX",
+        (0, "mlx5_1"): "SYS",
+        (1, "mlx5_0"): "SYS",
+        (1, "mlx5_1"): "PXB",
+    }
+    old_style = "\tGPU0\tmlx5_0\tCPU Affinity\nGPU0\t X \tNODE\t0-7\nmlx5_0\tNODE\t X \n"
+    assert nics.parse_topo_matrix(old_style) == {(0, "mlx5_0"): "NODE"}
+    assert nics.parse_topo_matrix(None) == {} and nics.parse_topo_matrix("garbage") == {}
+    root = fake_sys(tmp_path)
+    # GPU 1's PCI address is not in this sysfs tree (a container that hides it): topo says PXB
+    gpus = [GPUS[0], dict(GPUS[1], pci_bus_id="0000:c1:00.0")]
+    rows = {r["name"]: r for r in nics.nic_inventory(gpus, root, topo=TOPO)}
+    by_gpu = {a["gpu"]: a for a in rows["mlx5_1"]["gpu_affinity"]}
+    assert by_gpu[1]["relation"] == "PXB" and by_gpu[1]["source"] == "nvidia-smi topo -m"
+    assert by_gpu[0]["relation"] == "SYS" and by_gpu[0]["source"] == "sysfs"  # sysfs first
