@@ -28,6 +28,7 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
     matmul: best FLOP/s over the shapes; membw: copy bandwidth at the largest size (past
     the caches); pcie: best pinned host-to-device bandwidth; collectives: best all-reduce
     bus bandwidth; storage: best read bandwidth; serve: best output-token throughput;
+    train: forward + backward + optimizer time per block;
     pcie_concurrent: the all-GPUs h2d aggregate (else the best bidirectional figure); p2p:
     the median one-direction pair with the count of flagged pairs; health: the verdict
     with the number of reasons.
@@ -104,6 +105,13 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
                 "value": m["output_throughput_tokens_per_s"],
                 "unit": "tok/s",
             }
+    elif probe.probe == "train":
+        m = ms[0]
+        return {
+            "label": f"step per block, {m['tokens']} tokens, tp {m['tp']}",
+            "value": m["step_per_block_s"],
+            "unit": "s",
+        }
     return None
 
 

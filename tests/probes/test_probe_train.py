@@ -25,6 +25,7 @@ from gpuplan.probes.train import (
     shrink,
 )
 from gpuplan.results.schema import ResultDocument, TrainStepMeasurement
+from gpuplan.results.summary import headline
 
 MODEL = "llama3.1-8b"
 
@@ -97,6 +98,8 @@ def test_single_rank_record(run_cli, full_shape):
     assert m["memory_method"].startswith(("rss_peak_delta", "ru_maxrss"))
     assert m["peak_memory_bytes"] > 0
     assert m["attention_backend"] and not m["attention_backend"].startswith("unknown")
+    head = headline(probe)  # what 'probe' and 'results ls' print
+    assert head["value"] == m["step_per_block_s"] and head["unit"] == "s"
 
 
 def test_two_rank_gloo_tensor_parallel(run_cli):
