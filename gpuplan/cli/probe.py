@@ -32,11 +32,13 @@ included. The result file goes to --out (never overwriting); --format json print
 same document on stdout. While it runs, <file>.partial.json beside it holds what is
 finished (a killed run leaves it; 'gpuplan results ls' lists it). One probe run per
 machine at a time: a second one is refused and told which run holds the machine.
+Before the first probe the planned duration (per probe, for the GPUs found) is printed
+on stderr and kept in the result beside what each probe took.
 
 \b
 Examples:
-  gpuplan probe --quick                         the whole suite in about a minute
-  gpuplan probe                                 the full sweep (about 10 min on 8 GPUs)
+  gpuplan probe --quick                         the whole suite (planned ~3 min on 8 GPUs)
+  gpuplan probe                                 the full sweep (planned ~21 min on 8 GPUs)
   gpuplan probe --only matmul,membw --device cpu
   gpuplan probe --storage-path /mnt/nvme --storage-size 8G
   gpuplan probe --quick --format json > run.json
@@ -54,7 +56,8 @@ Examples:
 
 app = make_app(HELP, single=True)
 
-PROBE_NAMES = ("matmul", "membw", "pcie", "collectives", "storage")
+#: the suite's probes (gpuplan.probes.suite.PROBES, not imported here: a light --help)
+PROBE_NAMES = ("matmul", "membw", "pcie", "p2p", "collectives", "storage", "health")
 
 
 class Device(str, enum.Enum):
@@ -164,7 +167,7 @@ def _summary_table(doc: Any, path: Path | None) -> Any:
     )
 
 
-@app.command()
+@app.command(help=HELP)
 def probe(
     quick: bool = typer.Option(
         False, "--quick", help="Short sweeps: the whole suite in about a minute."

@@ -105,3 +105,9 @@ def test_docstring_examples_of_the_new_modules(name):
     module = importlib.import_module(f"gpuplan.probes.{name}")
     failures, tried = doctest.testmod(module, verbose=False)
     assert tried > 0 and failures == 0
+
+
+def test_the_cli_names_the_suites_probes():
+    from gpuplan.cli import probe as cli_probe
+
+    assert cli_probe.PROBE_NAMES == PROBES
