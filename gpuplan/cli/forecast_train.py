@@ -100,6 +100,17 @@ def _table(result: dict[str, Any]):
                 )
             )
             rows.append(("GPU-hours", fmt_si(result["gpu_hours"], "GPU-h")))
+        step_cal = (result.get("calibration") or {}).get("training_step")
+        if step_cal:  # probe --workload train (forecast/train_calibration.py)
+            rows.append(
+                (
+                    "training-step calibration",
+                    f"compute x {step_cal['factor']:.4g} [{step_cal['low']:.4g} .. "
+                    f"{step_cal['high']:.4g}] ({step_cal['matched']} blocks on {step_cal['device']})"
+                    if step_cal.get("applied")
+                    else f"not applied: {step_cal['reason']}",
+                )
+            )
         console.print(simple_table("Training forecast", ["", "value"], rows))
         br = result["breakdown_s"]
         total = result["step_time_s"]

@@ -215,6 +215,14 @@ def _point_text(probe: str, m: dict[str, Any]) -> tuple[str, str]:
             f"{fmt_duration(m.get('ttft_p50_s'))} p99 {fmt_duration(m.get('ttft_p99_s'))}, "
             f"TPOT p50 {fmt_duration(m.get('tpot_p50_s'))}",
         )
+    if probe == "train":
+        return (
+            f"{m['blocks']} blocks, {m['micro_batch']} x {m['seq_len']} tokens, tp {m['tp']}",
+            f"per block: fwd {fmt_duration(m['forward_per_block_s'])}, bwd "
+            f"{fmt_duration(m['backward_per_block_s'])}, AdamW "
+            f"{fmt_duration(m['optimizer_per_block_s'])}; peak "
+            f"{fmt_bytes(m.get('peak_memory_bytes'))}; SDPA {m.get('attention_backend')}",
+        )
     from gpuplan.results.summary import point_text
 
     return point_text(probe, m) or ("", "")

@@ -176,3 +176,18 @@ def test_a_bad_section_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2
     assert "training.h100-sxm5-80gb.megatron.points[0].seq_len" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_the_table_says_it_is_calibrated(tmp_path):
+    art = _artifact(megatron=[_point(0.05)])
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(art))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "forecast", "train", "--model", MODEL, "--gpu", GPU,
+         "--gpus", "8", "--calibration", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    factor = _forecast(art)["calibration"]["training_step"]["factor"]
+    assert "training-step calibration" in proc.stdout and f"compute x {factor:.4g}" in proc.stdout

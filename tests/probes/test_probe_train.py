@@ -100,6 +100,9 @@ def test_single_rank_record(run_cli, full_shape):
     assert m["attention_backend"] and not m["attention_backend"].startswith("unknown")
     head = headline(probe)  # what 'probe' and 'results ls' print
     assert head["value"] == m["step_per_block_s"] and head["unit"] == "s"
+    show = run_cli("results", "show", doc.run_id, env={"COLUMNS": "200"})
+    assert show.returncode == 0, show.stderr
+    assert f"{m['blocks']} blocks, 1 x 128 tokens, tp 1" in show.stdout
 
 
 def test_two_rank_gloo_tensor_parallel(run_cli):
