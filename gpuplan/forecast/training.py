@@ -121,6 +121,14 @@ SECONDS_PER_DAY = 86400.0
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
 EP_OVERLAP_MODES = ("none", "dualpipe", "1f1b-overlap")
 EP_KERNELS = ("auto", "nccl", "deepep")
+CP_COMM_MODES = ("p2p", "a2a")
+# FLOPs of a fused-attention backward over its forward: dQ, dK, dV and the recomputed
+# scores (QK^T) and probabilities, five matmuls against the forward's two (the
+# convention of Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py,
+# flops(): "bwd" = 2.5 x "fwd"; retrieved 2026-12-01). An unfused attention stores its
+# scores and its backward is two data/weight-gradient pairs: 2 x forward.
+FLASH_ATTENTION_BWD_FLOPS_RATIO = 2.5
+UNFUSED_ATTENTION_BWD_FLOPS_RATIO = 2.0
 FP8_TILE_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
 """One fp32 scale per 1x128 activation tile (DeepSeek-AI 2024, arXiv 2412.19437, section
 3.3.2 "Fine-Grained Quantization"): the overhead of an FP8 dispatch per element."""
@@ -396,6 +404,24 @@ class Framework:
     """Gradient reduce-scatter overlapped with the backward and parameter all-gather with
     the next forward (Megatron-core overlap_grad_reduce / overlap_param_gather; FSDP
     prefetch)."""
+    grad_reduce_overlap: bool = True
+    """With ``dp_overlap``, whether the gradient reduce-scatter (or all-reduce) also runs
+    behind the backward. FSDP2 and Megatron-core overlap both directions; DeepSpeed ZeRO-3
+    prefetches the parameter all-gathers but, with its default ``overlap_comm: false``,
+    reduces the gradients on the critical path (microsoft/DeepSpeed
+    docs/_pages/config-json.md, "overlap_comm", retrieved 2026-12-01)."""
+    cp_load_balance: bool = True
+    """Context parallel with a causal mask: the sequence is cut into ``2*cp`` chunks and
+    rank ``i`` holds chunks ``i`` and ``2cp-1-i`` ("zig-zag"), so every rank computes the
+    same share of the unmasked blocks (Megatron-core / Transformer Engine context
+    parallel; Brandon et al. 2023, "Striped Attention", arXiv 2311.09431, for the imbalance
+    of the plain split). False: contiguous chunks, the last rank attends to the whole
+    prefix and sets the pace (:func:`cp_causal_imbalance`)."""
+    cp_comm: str = "p2p"
+    """Context-parallel exchange: ``p2p`` (ring attention, K/V blocks passed around the CP
+    ring; Liu et al. 2023, "Ring Attention with Blockwise Transformers", arXiv 2310.01889)
+    or ``a2a`` (DeepSpeed-Ulysses: all-to-all of Q, K, V and the output between the
+    sequence and the head split; Jacobs et al. 2023, arXiv 2309.14509)."""
     tp_overlap: bool = False
     """TP collectives overlapped with GEMMs (Transformer Engine userbuffers)."""
     grad_reduce_bytes: float = 4.0
@@ -468,6 +494,11 @@ class Framework:
             raise InputError(
                 f"unknown --recompute-modules {', '.join(sorted(bad))}",
                 hint="use any of " + ", ".join(RECOMPUTE_MODULES),
+            )
+        if self.cp_comm not in CP_COMM_MODES:
+            raise InputError(
+                f"unknown cp_comm {self.cp_comm!r}",
+                hint="use one of " + ", ".join(CP_COMM_MODES),
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
@@ -643,6 +674,60 @@ def ep_exposed_time(
         return c
     f = min(max(float(comm_sm_fraction), 0.0), 1.0)
     return np.minimum(np.maximum(c - np.asarray(overlapped_compute_s, dtype=float), f * c), c)
+
+
+def cp_causal_imbalance(cp: Any, load_balance: Any) -> Any:
+    """Attention time of the slowest CP rank over the balanced share, causal mask.
+
+    With contiguous chunks rank ``i`` (of ``cp``) attends to ``i`` full blocks and one
+    diagonal half block, the last rank to ``cp - 1/2`` blocks while the average is
+    ``cp/2``: the step waits ``(2cp-1)/cp`` times the balanced time. The zig-zag split
+    (``load_balance``) gives every rank the same work: 1 (Brandon et al. 2023, "Striped
+    Attention", arXiv 2311.09431, section 3; Megatron-core context parallel).
+
+    >>> [float(cp_causal_imbalance(c, False)) for c in (1, 2, 8)]
+    [1.0, 1.5, 1.875]
+    >>> float(cp_causal_imbalance(8, True))
+    1.0
+    """
+    c = np.maximum(np.asarray(cp, dtype=float), 1.0)
+    return np.where(np.asarray(load_balance, dtype=bool), 1.0, (2.0 * c - 1.0) / c)
+
+
+def ring_attention_exposed(step_comm: Any, block_compute: Any, cp: Any, passes: Any = 1.0) -> Any:
+    """Exposed time of the ring exchange of one layer's attention pass.
+
+    The ring runs ``cp`` steps; in each of the first ``cp - 1`` a rank sends the K/V block
+    it holds to the next rank while it computes attention against that block, so only the
+    part of a transfer longer than one block's attention is exposed:
+    ``(cp - 1) * max(step_comm - block_compute, 0)`` (Liu et al. 2023, "Ring Attention with
+    Blockwise Transformers", arXiv 2310.01889, section 3: overlap requires the block
+    compute to outlast the block transfer). ``block_compute`` is one step's attention (the
+    rank's pass over ``cp``); ``passes`` multiplies (forward, backward, recompute).
+
+    >>> float(ring_attention_exposed(2.0, 0.5, 4))
+    4.5
+    >>> float(ring_attention_exposed(0.5, 2.0, 4))
+    0.0
+    """
+    steps = np.maximum(np.asarray(cp, dtype=float) - 1.0, 0.0)
+    return passes * steps * np.maximum(np.asarray(step_comm) - np.asarray(block_compute), 0.0)
+
+
+def ulysses_all_to_all_bytes(tokens: Any, q_width: Any, kv_width: Any) -> Any:
+    """Bytes one rank passes to one all-to-all set of a DeepSpeed-Ulysses attention layer.
+
+    Ulysses swaps the sequence split for a head split before the attention core and back
+    after it: Q, K, V in (``q_width + kv_width`` per token, K and V together) and the
+    output out (``q_width``), 16-bit, ``tokens`` being the rank's sequence shard (Jacobs
+    et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509, section 3.1). The buffer is the
+    rank's whole input (nccl-tests size convention); the collective model charges the
+    ``(cp-1)/cp`` that leaves the rank.
+
+    >>> float(ulysses_all_to_all_bytes(1024, 4096, 1024))
+    19922944.0
+    """
+    return np.asarray(tokens, dtype=float) * (2.0 * q_width + kv_width) * 2.0
 
 
 def dualpipe_bubble(pp: Any, fb_s: Any, b_s: Any, w_s: Any) -> Any:
@@ -847,8 +932,15 @@ def evaluate_layouts(
         scores = mb * (arch.heads / tp) * (s / cp) * s * layers_per_stage
         per_elem = 4.0 + (5.0 if arch.dropout else 0.0)  # softmax r/w; dropout r/w + mask
         score_bytes = scores * per_elem
-    attn_fwd = c["attention_time_factor"] * attn_fwd_flops / attn_rate
-    attn_bwd = 2.0 * attn_fwd + any_rc * attn_fwd
+    # A causal mask split over CP ranks without the zig-zag order leaves the last rank
+    # most of the unmasked blocks (cp_causal_imbalance); its attention sets the pace.
+    imbalance = np.where(cp > 1, cp_causal_imbalance(cp, fw.cp_load_balance), 1.0)
+    attn_fwd_balanced = c["attention_time_factor"] * attn_fwd_flops / attn_rate
+    attn_fwd = attn_fwd_balanced * imbalance
+    bwd_ratio = (
+        FLASH_ATTENTION_BWD_FLOPS_RATIO if fw.flash_attention else UNFUSED_ATTENTION_BWD_FLOPS_RATIO
+    )
+    attn_bwd = bwd_ratio * attn_fwd + any_rc * attn_fwd
     attn_time = attn_fwd + attn_bwd
 
     # ---- non-GEMM traffic (bytes) per micro-batch per stage.
@@ -940,9 +1032,39 @@ def evaluate_layouts(
         kv_width = arch.n_kv_heads * (arch.qk_head_dim + arch.v_head_dim)
     kv_bytes = tokens * kv_width * 2.0 / tp * arch.attention_fraction
     same_node_cp = tp * cp <= node
-    cp_p2p = comm_mod.p2p_time3(perf, kv_bytes, same_node_cp, inter_node_bandwidth_bytes_per_s=nic)
-    cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
-    cp_mb = np.where(cp > 1, np.maximum(cp_total - attn_time, 0.0), 0.0)
+    n_layers = np.maximum(layers_per_stage, 1.0)
+    if fw.cp_comm == "a2a":
+        # DeepSpeed-Ulysses: one all-to-all set before and after the attention core in the
+        # forward, the same for the gradients in the backward, again under recompute; on
+        # the critical path (the core needs the whole sequence of its heads).
+        q_width = arch.heads * arch.qk_head_dim
+        a2a_bytes = ulysses_all_to_all_bytes(tokens, q_width, kv_width) / tp
+        a2a_bytes = a2a_bytes * arch.attention_fraction
+        cp_a2a = comm_mod.collective_time3(
+            perf,
+            "all_to_all",
+            a2a_bytes,
+            cp,
+            ranks_per_node=comm_mod.group_ranks_per_node(cp, tp, node),
+            inter_node_bandwidth_bytes_per_s=nic,
+        )
+        cp_total = cp_a2a * layers_per_stage * (2.0 + any_rc)
+        cp_mb = np.where(cp > 1, cp_total, 0.0)
+    else:
+        # Ring attention: per layer and pass, cp-1 block transfers each hidden behind one
+        # block's attention (ring_attention_exposed). Forward (and its recompute): K and V;
+        # backward: K and V again plus their gradients dK, dV (twice the bytes) against the
+        # backward block. Blocks are the balanced share; imbalance is in attn_time.
+        cp_p2p = comm_mod.p2p_time3(
+            perf, kv_bytes, same_node_cp, inter_node_bandwidth_bytes_per_s=nic
+        )
+        blk_fwd = attn_fwd_balanced / n_layers / np.maximum(cp, 1.0)
+        cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
+        cp_mb = layers_per_stage * (
+            ring_attention_exposed(cp_p2p, blk_fwd, cp, 1.0 + any_rc)
+            + ring_attention_exposed(2.0 * cp_p2p, bwd_ratio * blk_fwd, cp)
+        )
+        cp_mb = np.where(cp > 1, cp_mb, 0.0)
 
     # ---- expert parallel: all-to-all dispatch and combine per MoE layer, forward and
     # backward (the backward of a dispatch is a combine and vice versa), again under full
@@ -1082,12 +1204,19 @@ def evaluate_layouts(
     # forward prefetching; FSDP2 issues them on separate streams). Megatron-core's
     # distributed optimizer overlaps its one reduce-scatter / all-gather per step with the
     # last backward / first forward (overlap_grad_reduce / overlap_param_gather).
-    if fw.dp_overlap:
+    # With ``grad_reduce_overlap`` off (DeepSpeed ZeRO-3's default) only the gathers are
+    # prefetched; every gradient reduction waits on the critical path.
+    if fw.dp_overlap and fw.grad_reduce_overlap:
         once = np.maximum(grad_t - bwd_mb, 0.0) + np.maximum(param_t - fwd_mb, 0.0)
         per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t + grad_t - bwd_mb, 0.0)
         first_layer = param_t / np.maximum(layers_per_stage, 1.0)
         dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once)
         dp_exposed = dp_exposed + np.maximum(replica_ar - bwd_mb, 0.0)
+    elif fw.dp_overlap:
+        once = grad_t + np.maximum(param_t - fwd_mb, 0.0)
+        per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t - bwd_mb, 0.0) + grad_t
+        first_layer = param_t / np.maximum(layers_per_stage, 1.0)
+        dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once) + replica_ar
     else:
         dp_exposed = np.where(z3, m_micro * (2.0 * param_t + grad_t), grad_t + param_t)
         dp_exposed = dp_exposed + replica_ar
@@ -1099,6 +1228,22 @@ def evaluate_layouts(
     optimizer = (
         local_params * adam_step_bytes_per_param(fw.optimizer_dtype, fw.master_weights) / membw
     )
+    # Gradient clipping needs the global gradient norm: one fp32 all-reduce of the squared
+    # local norms over every rank holding a distinct gradient shard (the model-parallel
+    # group, and the data-parallel group when the gradients are sharded), issued after the
+    # last reduction and before the update, so nothing hides it (Megatron-core
+    # optimizer/clip_grads.py get_grad_norm_fp32; PyTorch FSDP clip_grad_norm_). Its cost
+    # is the collective's latency (alpha) at that group size from the calibration.
+    world = tp * pp * cp * dp
+    norm_grp = np.where(zero >= 1, world, tp * pp * cp)
+    grad_norm = comm_mod.collective_time3(
+        perf,
+        "all_reduce",
+        4.0 * np.ones_like(world),
+        norm_grp,
+        ranks_per_node=np.minimum(node, norm_grp),
+        inter_node_bandwidth_bytes_per_s=nic,
+    )
 
     breakdown = {
         "compute": m_micro * compute_mb,
@@ -1108,7 +1253,7 @@ def evaluate_layouts(
         "pp_bubble": bubble,
         "pp_comm": pp_comm,
         "dp_comm_exposed": dp_exposed,
-        "optimizer": optimizer * np.ones_like(bubble),
+        "optimizer": optimizer * np.ones_like(bubble) + grad_norm,
     }
     step = sum(breakdown.values())
     detail = {
@@ -1129,6 +1274,16 @@ def evaluate_layouts(
             + (counts["expert"] * expert_gather_per_param if arch.is_moe else 0.0),
             "grad_reduce": (counts["dense"] + counts["expert"]) * fw.grad_reduce_bytes,
         },
+        # Costs that do not shrink with the work per GPU: what a small step exposes.
+        "fixed_costs_s": {
+            "layer_overhead": m_micro * launch * np.ones_like(gemm_time),
+            "zero3_first_gather": np.where(
+                z3 & bool(fw.dp_overlap), param_t / np.maximum(layers_per_stage, 1.0), 0.0
+            ),
+            "grad_norm_all_reduce": grad_norm,
+            "optimizer_step": optimizer * np.ones_like(bubble),
+        },
+        "cp_comm_detail_s": {"total": m_micro * cp_total, "exposed": m_micro * cp_mb},
         "ep_comm_detail_s": {
             "total": m_micro * ep_total_mb,
             "exposed": m_micro * ep_mb,
@@ -1750,6 +1905,9 @@ def forecast_training(
     else:
         fname, fbasis = default_framework(hw, par, fsdp), "default"
     c, profile_basis = profile_constants(c, fname)
+    if fname == "deepspeed" and framework is None:
+        # DeepSpeed ZeRO-3 defaults: gathers prefetched, reductions not overlapped.
+        fw = dataclasses.replace(fw, grad_reduce_overlap=False)
     from gpuplan.forecast.train_calibration import apply_training_step
 
     c, step_cal = apply_training_step(artifact, hw, fname, c)  # probe --workload train

@@ -93,8 +93,10 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         family="gpt",
     ),
     # DeepSpeed ZeRO-3 baseline of the same table, run with DeepSpeed's defaults: the
-    # gradient reduction is not overlapped with the backward (``overlap_comm`` default
-    # false, microsoft/DeepSpeed docs/_pages/config-json.md) and ZeRO-3 fetches parameters
+    # parameter all-gathers are prefetched behind compute (ZeRO-3's prefetch coordinator,
+    # ``stage3_prefetch_bucket_size``) but the gradient reduction is not overlapped with
+    # the backward (``overlap_comm`` default false, microsoft/DeepSpeed
+    # docs/_pages/config-json.md) and ZeRO-3 fetches parameters
     # in units of ``stage3_prefetch_bucket_size`` = 5e7 elements (the default in
     # deepspeed/runtime/zero/config.py; both retrieved 2026-12-01), each unit one
     # collective over all 384-2240 ranks. See docs/forecast-training.md, "DeepSpeed ZeRO-3
@@ -104,7 +106,8 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
             name="deepspeed-zero3",
             sequence_parallel=False,
             flash_attention=False,
-            dp_overlap=False,
+            dp_overlap=True,
+            grad_reduce_overlap=False,
             grad_reduce_bytes=2.0,
             zero3_unit_params=5e7,
         ),
