@@ -129,17 +129,17 @@ MIN_ROWS_CALIBRATED = 10
 TRANSFER_INTERVAL_WIDEN = 2.0
 #: What a profile with fewer than MIN_ROWS_CALIBRATED rows of its own runs on.
 POOLED_BASIS = (
-    "pooled fallback (fewer than 10 rows of its own): time scale fitted on every engine's "
-    "published serving rows"
+    "pooled fallback (fewer than 10 rows of its own): per-layer overhead and time scales "
+    "fitted on every engine's published serving rows"
 )
 
 _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_seqs 256)"
 
 #: Engine profiles (``family@version``). The shipped framework constants are fitted on the
 #: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``). A profile with at least MIN_ROWS_CALIBRATED
-#: published serving rows of its own (``vllm@0.5.4``) adds its own ``time_scale`` fitted on
-#: them (``fitted_on`` = its name); one with fewer (``vllm@0.6.0``, ``sglang@0.3.0``) uses
-#: the pooled ``time_scale`` of every engine's serving rows (``fitted_on`` = ``pooled``);
+#: published serving rows of its own (``vllm@0.5.4``) has its own per-layer overhead,
+#: ``time_scale`` and ``moe_time_scale`` fitted on them (``fitted_on`` = its name); one with fewer (``vllm@0.6.0``, ``sglang@0.3.0``) uses
+#: the pooled ones of every engine's serving rows (``fitted_on`` = ``pooled``);
 #: the rest transfer the v0.9 constants as they are, and every result says which. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
 #: per KV head (kernel files
 #: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``

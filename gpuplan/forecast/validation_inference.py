@@ -557,6 +557,7 @@ def simulate_engine_row(
     row: dict[str, str],
     *,
     time_scale: float | None = None,
+    overhead_per_layer_s: float | None = None,
     fitted: Any = None,
     catalog: Any = None,
     perf_for: Any = None,
@@ -568,7 +569,8 @@ def simulate_engine_row(
     output tokens over the time the last request finishes: vLLM ``benchmark_serving`` and
     ``sglang.bench_serving``), ``ttft_mean_burst`` / ``ttft_median_online`` (arrival to first
     token) and ``tpot_median_burst`` / ``tpot_median_online`` ((last - first token) /
-    (answer - 1), per request). ``time_scale`` replaces the profile's fitted one.
+    (answer - 1), per request). ``time_scale`` and ``overhead_per_layer_s`` replace the
+    profile's fitted ones.
     """
     from dataclasses import replace
 
@@ -584,10 +586,14 @@ def simulate_engine_row(
         catalog = get_catalog()
     fitted = fitted or load_overheads()
     engine = engine_profile(row["engine"]).name
-    if time_scale is not None:
-        fitted = FittedOverheads(
-            replace(fitted.params, time_scale=float(time_scale)), fitted.quantiles, fitted.record
-        )
+    if time_scale is not None or overhead_per_layer_s is not None:
+        base = fitted.params_for(engine, arch_from(catalog.model(row["model"])).is_moe)
+        over: dict[str, float] = {}
+        if time_scale is not None:
+            over["time_scale"] = float(time_scale)
+        if overhead_per_layer_s is not None:
+            over["overhead_per_layer_s"] = float(overhead_per_layer_s)
+        fitted = FittedOverheads(replace(base, **over), fitted.quantiles, fitted.record)
     kind = row_kind(row)
     arrivals, lin, lout = row_requests(row, shape if shape is not None else _shape([row]))
     cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 0)
@@ -669,11 +675,13 @@ def forecast_engine_row_all(
 
     fitted = fitted or load_overheads()
     engine = engine_profile(row["engine"]).name
+    params = fitted.params_for(
+        engine, arch_from(_catalog_or_default(catalog).model(row["model"])).is_moe
+    )
     sims = simulate_engine_row(
         row,
-        time_scale=fitted.params_for(
-            engine, arch_from(_catalog_or_default(catalog).model(row["model"])).is_moe
-        ).time_scale,
+        time_scale=params.time_scale,
+        overhead_per_layer_s=params.overhead_per_layer_s,
         fitted=fitted,
         catalog=catalog,
         perf_for=perf_for,
@@ -706,8 +714,16 @@ def fit_time_scale(log_ratio: np.ndarray) -> float:
     return float(np.exp(np.median(log_ratio))) if log_ratio.size else 1.0
 
 
+#: Per-layer overhead values (s) an engine profile's fit chooses from. The TensorRT-LLM v0.9
+#: tables fit 112 us per layer and pass (no CUDA graphs in its gptSessionBenchmark); engines
+#: that capture decode in CUDA graphs, but schedule in Python every step, pay another.
+OVERHEAD_GRID_S = (0.0, 20e-6, 40e-6, 60e-6, 80e-6, 112e-6)
+
+
 class _EngineData:
-    """The engine rows simulated once at ``time_scale`` 1, the basis of every fit."""
+    """The engine rows simulated at ``time_scale`` 1 for every per-layer overhead of
+    :data:`OVERHEAD_GRID_S`, the basis of every fit (a burst scales exactly with the time
+    scale, so these are all the simulations a fit needs)."""
 
     def __init__(self, rows: list[dict[str, str]], catalog: Any, perf_for: Any) -> None:
         from gpuplan.forecast.inference_arch import arch_from
@@ -719,7 +735,7 @@ class _EngineData:
         self.engine: list[str] = []
         self.model: list[str] = []
         self.moe: list[bool] = []
-        self.base: list[dict[str, np.ndarray]] = []
+        self.base: list[dict[float, dict[str, np.ndarray]]] = []
         self.skipped: list[dict[str, Any]] = []
         for row in rows:
             rid = row.get("run_id", "?")
@@ -727,9 +743,17 @@ class _EngineData:
                 engine = engine_profile(row["engine"]).name
                 model = catalog.model(row["model"]).id
                 moe = arch_from(catalog.model(row["model"])).is_moe
-                sims = simulate_engine_row(
-                    row, time_scale=1.0, catalog=catalog, perf_for=perf_for, shape=self.shape
-                )
+                sims = {
+                    o: simulate_engine_row(
+                        row,
+                        time_scale=1.0,
+                        overhead_per_layer_s=o,
+                        catalog=catalog,
+                        perf_for=perf_for,
+                        shape=self.shape,
+                    )
+                    for o in OVERHEAD_GRID_S
+                }
             except (GpuplanError, KeyError, ValueError) as exc:
                 reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
                 self.skipped.append({"run_id": rid, "reason": reason})
@@ -754,7 +778,7 @@ class _EngineData:
         out: dict[str, list[float]] = {}
         for i in idx:
             s = self.scale(i, f)
-            for name, v3 in self.base[i].items():
+            for name, v3 in self.base[i][f["overhead_per_layer_s"]].items():
                 pub = self.published(i, name)
                 if pub is None or not math.isfinite(v3[VALUE]):
                     continue
@@ -763,20 +787,28 @@ class _EngineData:
         return {k: np.array(v) for k, v in out.items()}
 
     def fit(self, idx: list[int]) -> dict[str, Any]:
-        """Constants fitted on rows ``idx``: ``time_scale`` on the dense models' burst
-        throughput (every model's when none is dense), ``moe_time_scale`` on what is left of
-        the mixture-of-experts models' (1 without one: the expert GEMMs of an engine's MoE
-        kernel reach a different fraction of the roofline than its dense GEMMs), and the
-        90% quantiles of the fitting rows' residuals (throughput; TTFT)."""
-        one = {"time_scale": 1.0, "moe_time_scale": 1.0}
+        """Constants fitted on rows ``idx`` from their burst throughput: for each per-layer
+        overhead of :data:`OVERHEAD_GRID_S`, ``time_scale`` is the median log ratio over the
+        dense models' rows (every model's when none is dense); the overhead kept is the one
+        whose dense residuals have the least absolute sum (robust, like the median). Then
+        ``moe_time_scale``, the median over the mixture-of-experts rows after those (1
+        without one: an engine's MoE kernel against its dense GEMMs), and the 90% quantiles
+        of the fitting rows' residuals (throughput; TTFT)."""
         dense = [i for i in idx if not self.moe[i]]
         moe = [i for i in idx if self.moe[i]]
-        lr_d = self.log_ratios(dense or idx, one).get("throughput", np.array([]))
-        ts = fit_time_scale(lr_d)
-        lr_m = self.log_ratios(moe, {"time_scale": ts, "moe_time_scale": 1.0}).get(
-            "throughput", np.array([])
-        )
-        f = {"time_scale": ts, "moe_time_scale": fit_time_scale(lr_m)}
+        best: tuple[float, float, float] | None = None
+        for o in OVERHEAD_GRID_S:
+            one = {"time_scale": 1.0, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
+            lr_d = self.log_ratios(dense or idx, one).get("throughput", np.array([]))
+            ts = fit_time_scale(lr_d)
+            loss = float(np.abs(lr_d - math.log(ts)).sum()) if lr_d.size else 0.0
+            if best is None or loss < best[0] - 1e-12:
+                best = (loss, o, ts)
+        assert best is not None
+        _, o, ts = best
+        f: dict[str, Any] = {"time_scale": ts, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
+        lr_m = self.log_ratios(moe, f).get("throughput", np.array([]))
+        f["moe_time_scale"] = fit_time_scale(lr_m)
         res = self.log_ratios(idx, f)
         ttft = np.concatenate([res[k] for k in res if k.startswith("ttft")] or [np.array([])])
         thr = res.get("throughput", np.array([]))
@@ -799,7 +831,11 @@ def _train_rows(data: _EngineData, i: int, scheme: str) -> tuple[list[int], str]
     n = len(data.rows)
     if scheme == "leave-one-engine-out":
         return [j for j in range(n) if data.engine[j] != eng], "other engines' rows"
-    own = [j for j in range(n) if data.engine[j] == eng and "throughput" in data.base[j]]
+    own = [
+        j
+        for j in range(n)
+        if data.engine[j] == eng and "throughput" in data.base[j][OVERHEAD_GRID_S[0]]
+    ]
     if len(own) >= MIN_ROWS_CALIBRATED:
         return [j for j in own if data.model[j] != mod], f"{eng} rows of other models"
     return [j for j in range(n) if data.model[j] != mod], "every engine's rows of other models"
@@ -847,7 +883,12 @@ def validate_engines(
         q_thr = (float(q["throughput_per_gpu"][0]), float(q["throughput_per_gpu"][1]))
         q_ttft = (float(q["ttft"][0]), float(q["ttft"][1]))
         sims = simulate_engine_row(
-            row, time_scale=d.scale(i, f), catalog=catalog, perf_for=perf_for, shape=d.shape
+            row,
+            time_scale=d.scale(i, f),
+            overhead_per_layer_s=f["overhead_per_layer_s"],
+            catalog=catalog,
+            perf_for=perf_for,
+            shape=d.shape,
         )
         rec: dict[str, Any] = {
             "run_id": row.get("run_id"),
@@ -857,6 +898,7 @@ def validate_engines(
             "tp": row.get("tp"),
             "kind": row_kind(row),
             "time_scale": d.scale(i, f),
+            "overhead_per_layer_s": f["overhead_per_layer_s"],
             "fitted_on": f"{f['rows']} {basis}",
         }
         for name, v3 in sims.items():
@@ -1002,6 +1044,7 @@ def fit_engine_constants(
     out["pooled"] = {
         "time_scale": f["time_scale"],
         "moe_time_scale": f["moe_time_scale"],
+        "overhead_per_layer_s": f["overhead_per_layer_s"],
         "rows": f["rows"],
         "basis": f"pooled: fitted on {f['rows']} burst rows of every engine",
         "log_residual_quantiles": held_q(lambda r: True),
@@ -1016,6 +1059,7 @@ def fit_engine_constants(
         out[name] = {
             "time_scale": f["time_scale"],
             "moe_time_scale": f["moe_time_scale"],
+            "overhead_per_layer_s": f["overhead_per_layer_s"],
             "rows": f["rows"],
             "basis": f"calibrated: fitted on {f['rows']} {name} burst rows",
             "log_residual_quantiles": held_q(partial(_engine_is, name)),

@@ -67,23 +67,33 @@ def test_shipped_engine_constants_are_the_fit_on_every_row() -> None:
     fresh = fit_engine_constants()
     assert set(fresh) == set(shipped) == {"pooled", "vllm@0.5.4"}
     for k in fresh:
-        assert shipped[k]["time_scale"] == pytest.approx(fresh[k]["time_scale"], rel=1e-6)
-        assert shipped[k]["moe_time_scale"] == pytest.approx(fresh[k]["moe_time_scale"], rel=1e-6)
+        for c in ("time_scale", "moe_time_scale", "overhead_per_layer_s"):
+            assert shipped[k][c] == pytest.approx(fresh[k][c], rel=1e-6), (k, c)
 
 
-def test_profile_time_scale_reaches_the_forecast() -> None:
-    """A calibrated profile's time scale multiplies every pass: TPOT at batch 1 scales by it
-    (its MoE factor on top for a mixture-of-experts model)."""
+def test_profile_constants_reach_the_forecast() -> None:
+    """A calibrated profile's constants (time scale, per-layer overhead; the MoE factor on
+    top for a mixture-of-experts model) are what its forecast runs on: the same forecast
+    with those constants passed in by hand matches, and differs from the v0.9 ones."""
+    from dataclasses import replace
+
+    from gpuplan.forecast.inference_fit import FittedOverheads
+
     fitted = load_overheads()
     rec = fitted.engines["vllm@0.5.4"]
-    base = forecast_inference("llama3.1-8b", "h100", batch=1, engine="modern")
-    v = forecast_inference("llama3.1-8b", "h100", batch=1, engine="vllm@0.5.4")
-    assert v["tpot_s"] / base["tpot_s"] == pytest.approx(rec["time_scale"], rel=1e-6)
-    bm = forecast_inference("mixtral-8x7b", "h100", tp=2, batch=1, engine="modern")
-    vm = forecast_inference("mixtral-8x7b", "h100", tp=2, batch=1, engine="vllm@0.5.4")
-    assert vm["tpot_s"] / bm["tpot_s"] == pytest.approx(
-        rec["time_scale"] * rec["moe_time_scale"], rel=1e-6
-    )
+    for model, tp, moe in (("llama3.1-8b", 1, False), ("mixtral-8x7b", 2, True)):
+        p = fitted.params_for("vllm@0.5.4", moe)
+        assert p.time_scale == pytest.approx(
+            rec["time_scale"] * (rec["moe_time_scale"] if moe else 1.0)
+        )
+        assert p.overhead_per_layer_s == rec["overhead_per_layer_s"]
+        by_hand = FittedOverheads(p, fitted.quantiles, fitted.record)
+        v = forecast_inference(model, "h100", tp=tp, batch=1, engine="vllm@0.5.4")
+        h = forecast_inference(model, "h100", tp=tp, batch=1, engine="modern", overheads=by_hand)
+        base = forecast_inference(model, "h100", tp=tp, batch=1, engine="modern")
+        assert v["tpot_s"] == pytest.approx(h["tpot_s"], rel=1e-9)
+        assert v["tpot_s"] != pytest.approx(base["tpot_s"], rel=1e-3)
+    assert fitted.params_for("modern") == replace(fitted.params)
 
 
 def test_transferred_profile_has_the_wider_interval() -> None:
@@ -212,12 +222,6 @@ def test_calibrated_profiles_meet_the_p90_and_coverage_targets_held_out(engines)
             assert f"{name} rows of other models" in r["fitted_on"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16 median target not met: vllm@0.5.4 held-out median |err| 12.3% > 12% on "
-    "its 21 rows (A100 rows +9% to +29%, H100 small models at TP 4/8 -12% to -19%); see "
-    "docs/forecast-inference.md. Strict: passes, and then fails here, once the target is met.",
-)
 def test_calibrated_profiles_meet_the_median_target_held_out(engines) -> None:
     """Issue 16: per profile with >= 10 rows, held out by model, median |err| <= 12%."""
     for name, _, _, err, _ in _calibrated_rows(engines):
