@@ -17,7 +17,12 @@ def test_calibrate_writes_artifact_and_prints_report(run_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # only JSON on stdout
     assert data["artifact"] == str(out) and out.exists()
-    assert data["inputs"] == 29
+    # every published reference document (no local results in the isolated results dir)
+    from gpuplan.calibration.reference import build_reference_documents, read_microbench
+    from gpuplan.catalogs import get_catalog
+
+    reference, _, _ = build_reference_documents(read_microbench(), catalog=get_catalog())
+    assert data["inputs"] == len(reference)
     assert data["held_out_error"]["matmul_bf16"]["scheme"] == "group k-fold by machine"
     loo = data["leave_one_device_out"]
     assert {r["device"] for r in loo["rows"]} >= {"h100-sxm5-80gb", "mi300x"}
