@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuplan.forecast.band import Band
 from gpuplan.plan.provenance import (
     Figure,
     Ledger,
@@ -20,7 +21,18 @@ from gpuplan.plan.provenance import (
     forecast_fig,
     input_fig,
 )
-from gpuplan.plan.scenario import LoadedScenario, dotted_path
+from gpuplan.plan.scenario import LoadedScenario, Scenario, dotted_path
+
+if TYPE_CHECKING:
+    from gpuplan.errors import GpuplanError
+    from gpuplan.forecast.infer import ServingFleet
+    from gpuplan.forecast.train import TrainForecast
+    from gpuplan.scheduling.workload import Job
+
+#: Key of a cached training forecast: workload, GPU, GPUs, target days, platform, bandwidth.
+TrainKey = tuple[str, str, int | None, float | None, tuple[str, str] | None, float | None]
+TrainEntry = tuple["TrainForecast | None", str | None]
+ServingEntry = tuple["ServingFleet | None", str | None]
 
 
 def _get(obj: Any, path: tuple[Any, ...]) -> Any:
@@ -52,10 +64,15 @@ class PlanContext:
     ledger: Ledger = field(default_factory=Ledger)
     inputs: dict[str, Figure] = field(default_factory=dict)
     on_progress: Callable[[str], None] | None = None
-    forecast_cache: dict[tuple, Any] = field(default_factory=dict)
+    training_cache: dict[TrainKey, TrainEntry] = field(default_factory=dict)
+    serving_cache: dict[tuple[str, str], ServingEntry] = field(default_factory=dict)
+    shared_jobs: dict[tuple[float, int], list[Job]] = field(default_factory=dict)
+    shared_smallest: dict[tuple[object, ...], dict[str, Any] | GpuplanError] = field(
+        default_factory=dict
+    )
 
     @property
-    def scenario(self):  # -> Scenario
+    def scenario(self) -> Scenario:
         return self.loaded.scenario
 
     def progress(self, message: str) -> None:
@@ -156,22 +173,21 @@ class PlanContext:
     # ----------------------------------------------------------- forecasts
     def fc(
         self,
-        result: dict[str, Any],
+        value: Band | float | None,
         key: str,
         unit: str,
         label: str,
         ref: str,
+        *,
+        interval: tuple[float, float] | None = None,
     ) -> Figure:
-        """A forecast field (DESIGN.md 3.3) with its interval where the forecast gives one."""
-        value = result.get(key)
-        interval = None
-        intervals = result.get("intervals") or {}
-        if key in intervals and intervals[key] is not None:
-            lo, hi = intervals[key]
-            interval = (float(lo), float(hi))
-        elif key == "step_time_s" and result.get("step_time_interval_s"):
-            lo, hi = result["step_time_interval_s"]
-            interval = (float(lo), float(hi))
+        """A forecast field (DESIGN.md 3.3 ``key``) with its interval where the forecast
+        gives one: a :class:`~gpuplan.forecast.band.Band`'s, or ``interval``."""
+        if isinstance(value, Band):
+            interval = (value.low, value.high)
+            value = value.value
+        elif interval is not None:
+            interval = (float(interval[0]), float(interval[1]))
         src = self.artifact_path or "default calibration artifact"
         fig = forecast_fig(value, unit, label, f"{ref}: {key}", interval=interval, source=src)
         if value is None:

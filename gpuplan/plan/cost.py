@@ -429,8 +429,9 @@ class ModelCost:
             bad = next(r for r in runs if not r.ok)
             return missing_fig("USD", f"{self.model}: all training runs", bad.missing or "", runs)
         interval = None
-        if all(r.interval is not None for r in runs):
-            interval = (sum(r.interval[0] for r in runs), sum(r.interval[1] for r in runs))
+        ivs = [r.interval for r in runs if r.interval is not None]
+        if len(ivs) == len(runs):
+            interval = (sum(iv[0] for iv in ivs), sum(iv[1] for iv in ivs))
         return derived(
             sum(r.value for r in runs),
             "USD",
@@ -665,7 +666,7 @@ def price_model(
 
 
 def _wall_hours(t: TrainingLoad, rel: Reliability, run_s: float) -> float:
-    return run_s / 3600.0 / rel.goodput.value
+    return float(run_s / 3600.0 / rel.goodput.value)
 
 
 def _term_run_cost(
@@ -686,7 +687,7 @@ def _term_run_cost(
 
     def cost(run_s: float) -> float:
         terms_needed = max(1, math.ceil(_wall_hours(t, rel, run_s) / term_h.value - 1e-9))
-        return t.nodes.value * terms_needed * term_h.value * price.value
+        return float(t.nodes.value * terms_needed * term_h.value * price.value)
 
     wall = _wall_hours(t, rel, t.run_s.value)
     interval = None

@@ -43,9 +43,10 @@ twin-port 800G OSFP carries two 400G ports: ``ports_per_transceiver=2``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Topology = Literal["rail_optimized", "fat_tree"]
 
@@ -112,7 +113,7 @@ class FatTree:
     def links(self) -> int:
         return self.host_links + self.switch_links
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["switches"] = self.switches
         out["links"] = self.links
@@ -225,7 +226,8 @@ def design_fat_tree(
     endpoints = nodes * nics_per_node
     down, up = leaf_ports(radix, oversubscription)
     optical_hosts = host_links_optical and not host_links_in_rack
-    base = dict(
+    base = functools.partial(
+        FatTree,
         endpoints=endpoints,
         radix=radix,
         oversubscription=float(oversubscription),
@@ -246,8 +248,7 @@ def design_fat_tree(
     if endpoints <= radix:
         # one switch connects everything without blocking (and is trivially rail-aligned)
         trans, ports = optics(endpoints, 0)
-        return FatTree(
-            **base,
+        return base(
             tiers=1,
             leaves=1,
             spines=0,
@@ -268,8 +269,7 @@ def design_fat_tree(
     if leaves <= radix:
         spines = spines_for(leaves, up, radix)
         trans, ports = optics(endpoints, uplinks)
-        return FatTree(
-            **base,
+        return base(
             tiers=2,
             leaves=leaves,
             spines=spines,
@@ -291,8 +291,7 @@ def design_fat_tree(
             aggs += math.ceil(rest * up / half)
         cores = math.ceil(uplinks / radix)
         trans, ports = optics(endpoints, 2 * uplinks)
-        return FatTree(
-            **base,
+        return base(
             tiers=3,
             leaves=leaves,
             spines=aggs,
@@ -306,8 +305,7 @@ def design_fat_tree(
         )
 
     limit = max_endpoints(radix, oversubscription, 3)
-    return FatTree(
-        **base,
+    return base(
         tiers=0,
         leaves=leaves,
         spines=0,

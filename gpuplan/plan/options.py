@@ -19,7 +19,7 @@ from gpuplan.plan import fabric as fabmod
 from gpuplan.plan import power as powmod
 from gpuplan.plan import storage as stomod
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Figure, Text, derived, input_fig, missing_fig
+from gpuplan.plan.provenance import Binding, Figure, Text, derived, input_fig, missing_fig
 from gpuplan.plan.workloads import (
     ServingOnOption,
     TrainingOnOption,
@@ -56,9 +56,9 @@ class Option:
     tco: costmod.OnPremTCO | None = None
     break_even: Figure | None = None
     break_even_against: str | None = None
-    binding: list[dict[str, Any]] = field(default_factory=list)
+    binding: list[Binding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str | Text] = field(default_factory=list)
     within_budget: dict[str, bool] = field(default_factory=dict)
     #: what sets the fleet's size: the teams' p95 wait target (gpuplan.plan.shared)
     sizing: dict[str, Any] | None = None
@@ -66,6 +66,14 @@ class Option:
     @property
     def feasible(self) -> bool:
         return not self.binding and not self.errors
+
+    @property
+    def sized_nodes(self) -> Figure:
+        """The fleet's nodes; the fabric, storage, power and price builders run only once
+        :func:`evaluate_option` has sized them."""
+        if self.nodes is None:
+            raise RuntimeError(f"option {self.id}: the fleet is not sized yet")
+        return self.nodes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,7 +109,8 @@ class Option:
 
 def _gpu_id(catalog: Any, name: str) -> str | None:
     try:
-        return catalog.gpu(name).id
+        gpu_id: str = catalog.gpu(name).id
+        return gpu_id
     except GpuplanError:
         return None
 
@@ -186,7 +195,8 @@ def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
         platform = ("instance" if opt.kind == "cloud" else "node", opt.platform.id)
         t = size_training(ctx, w, i, opt.gpu.id, opt.gpus_per_node, platform)
         opt.training.append(t)
-        opt.binding.extend({**b, "option": opt.id} for b in t.binding)
+        for b in t.binding:
+            opt.binding.append({**b, "option": opt.id})
         opt.notes.extend(t.notes)
         if t.error and not t.binding:
             opt.errors.append(f"{w.name}: {t.error}")
@@ -384,7 +394,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
                 # a split (breakout) port: one twin-port module on the switch serves two NICs
                 split = field_name == "alt_ports"
                 tree = fabmod.design_fat_tree(
-                    nodes=int(opt.nodes.value),
+                    nodes=int(opt.sized_nodes.value),
                     nics_per_node=int(count.value),
                     radix=int(radix.value),
                     oversubscription=float(oversub.value),
@@ -392,7 +402,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
                     host_links_optical=fs.host_links == "optical",
                     ports_per_transceiver=2 if split else 1,
                 )
-                inputs = [opt.nodes, count, radix, oversub, topo]
+                inputs = [opt.sized_nodes, count, radix, oversub, topo]
                 out.update(_fabric_figures(tree, inputs, host_links, switch.id))
                 out["radix"] = radix
                 if not tree.feasible:
@@ -417,7 +427,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
 
 def _fabric_figures(
     tree: fabmod.FatTree, inputs: list[Figure], host_links: Figure, switch_id: str
-) -> dict:
+) -> dict[str, Any]:
     src = "folded-Clos fat tree (Al-Fares et al. 2008 sec. 3; gpuplan.plan.fabric)"
 
     def d(
@@ -502,7 +512,7 @@ def _fabric_figures(
 
 
 def _network_money(
-    ctx: PlanContext, opt: Option, out: dict, tree: fabmod.FatTree, switch: Any
+    ctx: PlanContext, opt: Option, out: dict[str, Any], tree: fabmod.FatTree, switch: Any
 ) -> None:
     prices = ctx.scenario.costs.network_prices_usd
     cat = ctx.catalog
@@ -563,16 +573,7 @@ def _network_money(
         )
 
 
-def _assumed_inter_node_bw(result: dict[str, Any]) -> float | None:
-    for holder in (result, result.get("provenance") or {}, result.get("assumptions") or {}):
-        for key in ("inter_node_bandwidth_bytes_per_s", "inter_node_bandwidth_per_gpu_bytes_per_s"):
-            v = holder.get(key) if isinstance(holder, dict) else None
-            if isinstance(v, (int, float)) and v > 0:
-                return float(v)
-    return None
-
-
-def _comm_check(ctx: PlanContext, opt: Option, out: dict) -> None:
+def _comm_check(ctx: PlanContext, opt: Option, out: dict[str, Any]) -> None:
     """Does the fabric give each GPU the inter-node bandwidth the forecast assumed?
 
     When it gives less (an oversubscribed leaf), the run is forecast again at the fabric's
@@ -586,14 +587,14 @@ def _comm_check(ctx: PlanContext, opt: Option, out: dict) -> None:
     for t in opt.training:
         if t.forecast is None:
             continue
-        assumed_v = _assumed_inter_node_bw(t.forecast)
+        assumed_v = t.forecast.inter_node_bandwidth_bytes_per_s
         entry: dict[str, Any] = {"workload": t.name}
         if assumed_v is None:
             entry["status"] = "unknown"
             entry["note"] = "the forecast does not report the inter-node bandwidth it used"
             checks.append(entry)
             continue
-        where = (t.forecast.get("provenance") or {}).get("inter_node_bandwidth", "")
+        where = t.forecast.inter_node_bandwidth_basis or ""
         assumed = forecast_fig(
             assumed_v,
             "B/s",
@@ -629,7 +630,7 @@ def _comm_check(ctx: PlanContext, opt: Option, out: dict) -> None:
             )
             if res is not None:
                 t.run_on_fabric_s = ctx.fc(
-                    res,
+                    res.time_to_train_s,
                     "time_to_train_s",
                     "s",
                     f"{t.name}: time to train at the fabric's bandwidth",
@@ -1081,7 +1082,7 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         else None
     )
     racks = powmod.racks_for(
-        nodes=opt.nodes,
+        nodes=opt.sized_nodes,
         node_power=node_w,
         power_per_rack_kw=rack_kw,
         rack_units_per_rack=rack_u,
@@ -1091,7 +1092,7 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         rack_weight_limit_kg=rack_kg,
     )
     storage_w = opt.storage.get("power_w") if opt.storage else None
-    it = powmod.it_power_w(opt.nodes, node_w, opt.fabric.get("power_w"), storage_w)
+    it = powmod.it_power_w(opt.sized_nodes, node_w, opt.fabric.get("power_w"), storage_w)
     pue = ctx.inp(("costs", "pue"), "ratio", "PUE")
     facility = powmod.facility_power_w(it, pue)
     opt.power = {
@@ -1183,14 +1184,14 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         draw = facility if facility.ok else it
         if draw.ok and draw.value > site.value * 1000.0:
             gpn = opt.gpus_per_node.value
-            per_node_site_w = draw.value / opt.nodes.value
+            per_node_site_w = draw.value / opt.sized_nodes.value
             max_nodes = math.floor(site.value * 1000.0 / per_node_site_w)
             fits = derived(
                 max_nodes * gpn,
                 "GPUs",
                 "largest fleet within the site power",
                 "floor(site power / facility power per node) x GPUs per node",
-                [site, draw, opt.nodes, opt.gpus_per_node],
+                [site, draw, opt.sized_nodes, opt.gpus_per_node],
             )
             opt.power["max_gpus_within_site_power"] = fits
             what = "facility power (with PUE)" if facility.ok else "IT power (no PUE given)"
@@ -1228,9 +1229,9 @@ def _time_within(ctx: PlanContext, opt: Option, gpus: int) -> dict[str, Figure]:
         res, _err = forecast_training_cached(
             ctx, w, opt.gpu.id, num_gpus=gpus, target_days=None, platform=t.platform
         )
-        if res is not None and res.get("time_to_train_s"):
+        if res is not None and res.time_to_train_s is not None and res.time_to_train_s.value:
             out[t.name] = ctx.fc(
-                res,
+                res.time_to_train_s,
                 "time_to_train_s",
                 "s",
                 f"{t.name}: time to train on the largest fleet within the site power",
@@ -1254,6 +1255,8 @@ def _loads(opt: Option) -> tuple[list[costmod.TrainingLoad], list[costmod.Servin
         )
         for s in opt.serving
         if s.nodes is not None
+        and s.output_tokens_per_month is not None
+        and s.hours_per_month is not None
     ]
     return tl, sl
 
@@ -1467,7 +1470,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
         "W", "facility power", "no power model"
     )
     opt.tco = costmod.onprem_tco(
-        nodes=opt.nodes,
+        nodes=opt.sized_nodes,
         node_price_usd=node_price,
         network_capex_usd=net,
         depreciation_years=ctx.inp(("costs", "depreciation_years"), "years", "depreciation"),
@@ -1526,7 +1529,7 @@ def link_break_even(options: list[Option]) -> None:
             "on-demand price / GPUs per instance x GPUs per owned node",
             [od_price, other.gpus_per_node, opt.gpus_per_node],
         )
-        opt.break_even = costmod.break_even_utilisation(opt.tco, opt.nodes, per_node_equiv)
+        opt.break_even = costmod.break_even_utilisation(opt.tco, opt.sized_nodes, per_node_equiv)
         opt.break_even_against = other.id
 
 

@@ -51,7 +51,8 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON types (figures become ``{value, unit, provenance...}``)."""
-        return figures_to_json(self.doc)
+        out: dict[str, Any] = figures_to_json(self.doc)
+        return out
 
 
 def _load_artifact(path: str | Path | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -166,14 +167,14 @@ def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
                     {
                         "gpus": size,
                         "time_to_train_s": ctx.fc(
-                            res,
+                            res.time_to_train_s,
                             "time_to_train_s",
                             "s",
                             f"{w.name}: time to train on {n} x {opt.gpu.id}",
                             f"forecast train {w.name} on {opt.gpu.id} x{n}",
                         ),
                         "mfu": ctx.fc(
-                            res,
+                            res.mfu,
                             "mfu",
                             "fraction",
                             f"{w.name}: MFU on {n} x {opt.gpu.id}",
@@ -278,7 +279,7 @@ def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list
 
 
 def _headline(
-    metric: str, ranked: list[rankmod.Entry], options: list[Option], binding: list[dict]
+    metric: str, ranked: list[rankmod.Entry], options: list[Option], binding: list[dict[str, Any]]
 ) -> Text:
     if ranked:
         e = ranked[0]
@@ -411,16 +412,17 @@ def build_plan(
             "probes": ctx.trial.probes,
         }
     # models must exist (NotFoundError names the closest) before any forecast runs
-    for w in [*sc.workloads.training, *sc.workloads.inference]:
-        catalog.model(w.model)
+    models = [w.model for w in sc.workloads.training] + [s.model for s in sc.workloads.inference]
+    for m in models:
+        catalog.model(m)
     _check_quote_keys(ctx)
     _check_clouds(ctx)
     _check_price_scope(ctx)
     options, cand_notes = candidate_options(ctx)
     # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
     # own arithmetic does not touch them
-    for w in [*sc.workloads.training, *sc.workloads.inference]:
-        ctx.ledger.use_row("model", catalog.model(w.model), ["architecture (forecasts)"])
+    for m in models:
+        ctx.ledger.use_row("model", catalog.model(m), ["architecture (forecasts)"])
     for gpu in {o.gpu.id: o.gpu for o in options}.values():
         ctx.ledger.use_row("accelerator", gpu, ["specs read by the forecasts and calibration"])
     for i, opt in enumerate(options):

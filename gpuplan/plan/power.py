@@ -25,8 +25,19 @@ Method
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from gpuplan.plan.provenance import Figure, Text, derived, missing_fig
+
+
+class RackFit(TypedDict):
+    """Nodes per rack and racks (:func:`racks_for`), the limit that decides and, when one
+    node does not fit a rack, the sentence saying why."""
+
+    nodes_per_rack: Figure
+    racks: Figure
+    limited_by: str | None
+    binding: Text | None
 
 
 def node_power_w(
@@ -50,15 +61,15 @@ def node_power_w(
     >>> est.value, est.label
     (9000.0, 'node power (estimated from GPU TDP + host overhead)')
     """
-    have_node = node_max_power_w is not None and node_max_power_w.ok
+    node = node_max_power_w if node_max_power_w is not None and node_max_power_w.ok else None
     if measured_gpu_power_w is not None and measured_gpu_power_w.ok:
-        if have_node and tdp_w.ok:
+        if node is not None and tdp_w.ok:
             overhead = derived(
-                max(node_max_power_w.value - tdp_w.value * gpus_per_node.value, 0.0),
+                max(node.value - tdp_w.value * gpus_per_node.value, 0.0),
                 "W",
                 "node power besides GPUs",
                 "node max power - GPU TDP x GPUs per node",
-                [node_max_power_w, tdp_w, gpus_per_node],
+                [node, tdp_w, gpus_per_node],
             )
             return derived(
                 measured_gpu_power_w.value * gpus_per_node.value + overhead.value,
@@ -74,13 +85,13 @@ def node_power_w(
             "measured GPU power x GPUs per node (no node row: host overhead not counted)",
             [measured_gpu_power_w, gpus_per_node],
         )
-    if have_node:
+    if node is not None:
         return derived(
-            node_max_power_w.value,
+            node.value,
             "W",
             "node power",
             "node catalog maximum power",
-            [node_max_power_w],
+            [node],
         )
     if tdp_w.ok and overhead_ratio is not None and overhead_ratio.ok:
         return derived(
@@ -134,7 +145,7 @@ def racks_for(
     rack_scale: bool = False,
     node_weight_kg: Figure | None = None,
     rack_weight_limit_kg: Figure | None = None,
-) -> dict:
+) -> RackFit:
     """Nodes per rack and racks, with which limit decides.
 
     Returns a dict with ``nodes_per_rack`` and ``racks`` (Figures, ``racks`` missing when a
@@ -209,18 +220,21 @@ def racks_for(
     npr = derived(int(per_rack), "nodes", "nodes per rack", formula, used_all)
     if per_rack < 1:
         if limited_by == "rack power":
+            assert power_per_rack_kw is not None  # a limit that decides was given
             binding = Text(
                 "one node draws {node}, more than the {rack} kW a rack may take "
                 "(constraints.power_per_rack_kw)",
                 {"node": node_power, "rack": power_per_rack_kw},
             )
         elif limited_by == "rack weight":
+            assert node_weight_kg is not None and rack_weight_limit_kg is not None
             binding = Text(
                 "one node weighs {node}, more than the {rack} a rack may carry "
                 "(constraints.rack_weight_limit_kg)",
                 {"node": node_weight_kg, "rack": rack_weight_limit_kg},
             )
         else:
+            assert node_rack_units is not None and rack_units_per_rack is not None
             binding = Text(
                 "one node is {node} tall, more than a {rack} rack holds "
                 "(constraints.rack_units_per_rack)",

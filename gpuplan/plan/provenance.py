@@ -30,7 +30,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from gpuplan.units import fmt_si
 
@@ -287,6 +287,25 @@ def join_texts(parts: Iterable[Text | str], sep: str = "; ") -> Text:
         else:
             template_parts.append(str(part).replace("{", "{{").replace("}", "}}"))
     return Text(sep.replace("{", "{{").replace("}", "}}").join(template_parts), figs)
+
+
+#: A plan record before :func:`figures_to_json`: JSON values whose leaves may be figures,
+#: texts or records with ``to_json``.
+FigureDict = dict[str, object]
+
+
+class _BindingKeys(TypedDict):
+    constraint: str
+    message: str | Text
+
+
+class Binding(_BindingKeys, total=False):
+    """A constraint that makes an option infeasible, with the figures on both sides."""
+
+    option: str
+    needed: Figure | None
+    limit: Figure | None
+    endpoints: Figure | None
 
 
 # ---------------------------------------------------------------- constructors

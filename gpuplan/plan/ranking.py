@@ -28,11 +28,12 @@ from typing import Any
 
 from gpuplan.plan import cost as costmod
 from gpuplan.plan.provenance import Figure, derived, input_fig, join_texts
+from gpuplan.plan.scenario import Scenario
 
 
-def rank_metric(scenario: Any) -> str:
+def rank_metric(scenario: Scenario) -> str:
     if scenario.rank_by != "auto":
-        return scenario.rank_by
+        return str(scenario.rank_by)
     has_t = bool(scenario.workloads.training)
     has_s = bool(scenario.workloads.inference)
     if has_t and not has_s:

@@ -218,17 +218,17 @@ def validate_designs(
                 "plan_notes": list(opt.notes),
             }
         )
-    gated = [c for c in checks if c.gated]
-    errors = [abs(c.error) for c in gated if c.error is not None]
+    gated_checks = [c for c in checks if c.gated]
+    errors = [abs(c.error) for c in gated_checks if c.error is not None]
     return {
         "tolerance": TOLERANCE,
         "designs": out_designs,
         "summary": {
             "designs": len(out_designs),
             "figures": len(checks),
-            "gated_figures": len(gated),
-            "within": sum(c.within for c in gated),
+            "gated_figures": len(gated_checks),
+            "within": sum(c.within for c in gated_checks),
             "max_abs_error": max(errors) if errors else None,
-            "all_within": all(c.within for c in gated),
+            "all_within": all(c.within for c in gated_checks),
         },
     }

@@ -18,6 +18,7 @@ import difflib
 import hashlib
 import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,7 +30,7 @@ from gpuplan import limits
 from gpuplan.errors import SchemaError
 from gpuplan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
-SCENARIO_VERSION = 1
+SCENARIO_VERSION: Literal[1] = 1
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
 
@@ -95,7 +96,7 @@ class TrainingWorkload(_Strict):
     epochs: float = Field(
         1.0, gt=0, description="passes over the dataset (dataset = tokens/epochs)"
     )
-    checkpoint: Checkpointing = Field(default_factory=Checkpointing)
+    checkpoint: Checkpointing = Field(default_factory=lambda: Checkpointing.model_validate({}))
     sizes: list[Annotated[int, Field(gt=0, le=limits.MAX_GPUS)]] | None = Field(
         None, description="cluster sizes (GPUs) for the time-to-train curve"
     )
@@ -320,7 +321,9 @@ class PriceOverride(_Strict):
 class Costs(_Strict):
     """Money assumptions. What is absent stays missing in the plan; nothing is invented."""
 
-    commitment_discounts: CommitmentDiscounts = Field(default_factory=CommitmentDiscounts)
+    commitment_discounts: CommitmentDiscounts = Field(
+        default_factory=lambda: CommitmentDiscounts.model_validate({})
+    )
     utilisation: float = Field(
         1.0, gt=0, le=1, description="busy fraction of a committed or owned fleet"
     )
@@ -425,16 +428,16 @@ class Scenario(_Strict):
     description: str | None = None
     workloads: Workloads
     candidates: Candidates
-    constraints: Constraints = Field(default_factory=Constraints)
-    costs: Costs = Field(default_factory=Costs)
-    fabric: FabricSpec = Field(default_factory=FabricSpec)
-    storage: StorageSpec = Field(default_factory=StorageSpec)
+    constraints: Constraints = Field(default_factory=lambda: Constraints.model_validate({}))
+    costs: Costs = Field(default_factory=lambda: Costs.model_validate({}))
+    fabric: FabricSpec = Field(default_factory=lambda: FabricSpec.model_validate({}))
+    storage: StorageSpec = Field(default_factory=lambda: StorageSpec.model_validate({}))
     rank_by: Literal["auto", "run", "month", "mtok"] = Field(
         "auto",
         description="rank options by cost per training run, per month or per million tokens "
         "(auto: run for training only, mtok for serving only, month for both)",
     )
-    sensitivity: Sensitivity = Field(default_factory=Sensitivity)
+    sensitivity: Sensitivity = Field(default_factory=lambda: Sensitivity.model_validate({}))
     teams: list[TeamSpec] | None = Field(
         None, description="teams sharing the cluster (docs/scheduling.md)"
     )
@@ -496,13 +499,15 @@ def _marks(node: yaml.Node, here: Path_, out: dict[Path_, int], where: str) -> N
                     hint="keep one of them",
                 )
             seen[key] = line
-            out[(*here, key)] = line
-            _marks(value_node, (*here, key), out, where)
-            out[(*here, key)] = line
+            child = (*here, key)
+            out[child] = line
+            _marks(value_node, child, out, where)
+            out[child] = line
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out[(*here, i)] = item.start_mark.line + 1
-            _marks(item, (*here, i), out, where)
+            child = (*here, i)
+            out[child] = item.start_mark.line + 1
+            _marks(item, child, out, where)
 
 
 @dataclass
@@ -581,7 +586,7 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
-def _format_error(err: dict[str, Any], lines: dict[Path_, int], where: str) -> str:
+def _format_error(err: Mapping[str, Any], lines: dict[Path_, int], where: str) -> str:
     loc = tuple(err.get("loc", ()))
     line = _nearest_line(lines, loc)
     field_name = dotted_path(loc)

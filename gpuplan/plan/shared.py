@@ -21,11 +21,16 @@ CC BY 4.0 licence requires.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, InputError
 from gpuplan.plan.context import PlanContext
 from gpuplan.plan.provenance import Figure, Provenance, derived, input_fig
+
+if TYPE_CHECKING:
+    from gpuplan.scheduling.cluster import Cluster
+    from gpuplan.scheduling.schema import SchedulingSpec
+    from gpuplan.scheduling.workload import Job
 
 COMPARE_POLICIES = ("fifo", "fair-share")
 #: The curve drawn next to the scenario policy's: strict FIFO, whose waits never grow with
@@ -97,34 +102,41 @@ def _summary(res: dict[str, Any], inputs: list[Figure]) -> dict[str, Any]:
     return out
 
 
-def _team_jobs(ctx: PlanContext, spec: Any) -> list[Any]:
+def _team_jobs(ctx: PlanContext, spec: SchedulingSpec) -> list[Job]:
     """The teams' seeded job draw (one per plan: sizing and the section replay the same jobs)."""
     from gpuplan.forecast.training import forecast_training
     from gpuplan.scheduling.workload import generate_workload
 
-    key = ("shared.jobs", spec.horizon_days, spec.seed)
-    if key not in ctx.forecast_cache:
-        ctx.forecast_cache[key] = generate_workload(
-            ctx.scenario.teams,
+    key = (spec.horizon_days, spec.seed)
+    if key not in ctx.shared_jobs:
+        ctx.shared_jobs[key] = generate_workload(
+            ctx.scenario.teams or [],
             horizon_s=spec.horizon_days * 86400.0,
             seed=spec.seed,
             forecast=forecast_training,
         )
-    return list(ctx.forecast_cache[key])
+    return list(ctx.shared_jobs[key])
 
 
-def _sim_options(ctx: PlanContext, spec: Any, cluster: Any) -> dict[str, Any]:
+def _sim_options(ctx: PlanContext, spec: SchedulingSpec, cluster: Cluster) -> dict[str, Any]:
     """The simulator's keyword options for the scenario's teams on ``cluster``: the same
     builder as ``gpuplan schedule --scenario``
     (:func:`gpuplan.scheduling.scenario.simulation_options`, so the same fair-share
     tree), with jobs that fit no node of the planned fleet dropped and counted."""
     from gpuplan.scheduling.scenario import simulation_options
 
-    return {**simulation_options(ctx.scenario.teams, spec, cluster), "on_unschedulable": "drop"}
+    return {
+        **simulation_options(ctx.scenario.teams or [], spec, cluster),
+        "on_unschedulable": "drop",
+    }
 
 
 def _smallest_raw(
-    ctx: PlanContext, spec: Any, jobs: list[Any], cluster: Any, options: dict[str, Any]
+    ctx: PlanContext,
+    spec: SchedulingSpec,
+    jobs: list[Job],
+    cluster: Cluster,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     """:func:`capacity.smallest_cluster` for ``cluster``'s node shape, computed once per plan.
 
@@ -135,20 +147,26 @@ def _smallest_raw(
     from gpuplan.scheduling.capacity import smallest_cluster
 
     shape = tuple((p.gpus_per_node, p.gpu) for p in cluster.pools)
-    key = ("shared.smallest", spec.horizon_days, spec.seed, spec.policy, shape)
-    if key not in ctx.forecast_cache:
+    target_s = spec.p95_wait_target_s
+    if target_s is None:  # the callers check it first
+        raise InputError(
+            "the smallest cluster needs a p95 wait target",
+            hint="add scheduling.p95_wait_target_s (seconds) to the scenario",
+        )
+    key = (spec.horizon_days, spec.seed, spec.policy, shape)
+    if key not in ctx.shared_smallest:
         try:
-            ctx.forecast_cache[key] = smallest_cluster(
+            ctx.shared_smallest[key] = smallest_cluster(
                 jobs,
                 cluster,
-                float(spec.p95_wait_target_s),
+                float(target_s),
                 spec.policy,
                 teams=ctx.scenario.teams,
                 **options,
             )
         except GpuplanError as exc:
-            ctx.forecast_cache[key] = exc
-    res = ctx.forecast_cache[key]
+            ctx.shared_smallest[key] = exc
+    res = ctx.shared_smallest[key]
     if isinstance(res, GpuplanError):
         raise res
     return dict(res)
@@ -173,7 +191,7 @@ def teams_sizing(
     from gpuplan.scheduling.schema import SchedulingSpec
 
     sc = ctx.scenario
-    spec = sc.scheduling or SchedulingSpec()
+    spec = sc.scheduling or SchedulingSpec.model_validate({})
     if not sc.teams or spec.cluster is not None or spec.p95_wait_target_s is None:
         return None
     target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
@@ -263,7 +281,7 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
     from gpuplan.scheduling.simulate import simulate
 
     sc = ctx.scenario
-    spec = sc.scheduling or SchedulingSpec()
+    spec = sc.scheduling or SchedulingSpec.model_validate({})
     if spec.cluster is not None:
         cluster = Cluster.from_spec(spec.cluster)
         where = "the scenario's scheduling.cluster"

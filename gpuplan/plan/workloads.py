@@ -14,66 +14,62 @@ recorded as the reason the option is infeasible, never raised.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuplan.errors import GpuplanError
-from gpuplan.forecast.inference import (
-    FleetSizing,
-    ServingDemand,
-    size_serving_fleet,
-)
+from gpuplan.forecast.infer import ServingFleet, size_fleet
+from gpuplan.forecast.inference import ServingDemand
 from gpuplan.forecast.inference_step import DEFAULT_ENGINE
 from gpuplan.forecast.serving import LengthDist
-from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Figure, Text, derived
+from gpuplan.forecast.train import TrainForecast, TrainRequest, forecast_train
+from gpuplan.plan.context import PlanContext, TrainKey
+from gpuplan.plan.provenance import Binding, Figure, FigureDict, Text, derived
+from gpuplan.plan.scenario import InferenceService, LengthDistribution, TrainingWorkload
 
 SECONDS_PER_DAY = 86400.0
 
 
-def _first(result: Any) -> dict[str, Any] | None:
-    if result is None:
-        return None
-    if isinstance(result, list):
-        return result[0] if result else None
-    return result
-
-
-def _args_text(kwargs: dict[str, Any]) -> str:
-    shown = {k: v for k, v in kwargs.items() if v is not None and k != "artifact"}
+def _args_text(kwargs: Mapping[str, object]) -> str:
+    shown = {k: v for k, v in kwargs.items() if v is not None}
     return ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
-def forecast_training_cached(
-    ctx: PlanContext,
-    w: Any,
+def _call_args(req: TrainRequest) -> dict[str, object]:
+    """The request's arguments in ``forecast_training``'s order (the ledger's call line)."""
+    args: dict[str, object] = dict(
+        model=req.model,
+        gpu=req.gpu,
+        num_gpus=req.num_gpus,
+        seq_len=req.seq_len,
+        global_batch=req.global_batch,
+        global_batch_tokens=req.global_batch_tokens,
+        precision=req.precision,
+        parallelism=None if req.parallelism is None else dict(req.parallelism),
+        tokens=req.tokens,
+        target_days=req.target_days,
+        top=1,
+    )
+    if req.node is not None:
+        args["node"] = req.node
+    if req.instance is not None:
+        args["instance"] = req.instance
+    if req.inter_node_bandwidth_bytes_per_s is not None:
+        args["inter_node_bandwidth_bytes_per_s"] = req.inter_node_bandwidth_bytes_per_s
+    return args
+
+
+def training_request(
+    w: TrainingWorkload,
     gpu_id: str,
     *,
     num_gpus: int | None,
     target_days: float | None,
     platform: tuple[str, str] | None = None,
     inter_node_bandwidth_bytes_per_s: float | None = None,
-) -> tuple[dict[str, Any] | None, str | None]:
-    """One training forecast (cached); returns (result, error line).
-
-    ``platform`` is ``("node", id)`` or ``("instance", id)``: the forecast then takes the
-    scale-out bandwidth per GPU from that row; ``inter_node_bandwidth_bytes_per_s``
-    overrides it (the fabric's figure when it is lower).
-    """
-    key = (
-        "train",
-        w.name,
-        gpu_id,
-        num_gpus,
-        target_days,
-        platform,
-        inter_node_bandwidth_bytes_per_s,
-    )
-    if key in ctx.forecast_cache:
-        return ctx.forecast_cache[key]
-    from gpuplan.forecast.training import forecast_training
-
-    kwargs: dict[str, Any] = dict(
+) -> TrainRequest:
+    """The forecast request of training workload ``w`` on ``gpu_id``."""
+    return TrainRequest(
         model=w.model,
         gpu=gpu_id,
         num_gpus=num_gpus,
@@ -84,18 +80,53 @@ def forecast_training_cached(
         parallelism=dict(w.parallelism) if w.parallelism else None,
         tokens=w.tokens,
         target_days=target_days,
-        top=1,
-        artifact=ctx.artifact,
+        node=platform[1] if platform is not None and platform[0] == "node" else None,
+        instance=platform[1] if platform is not None and platform[0] == "instance" else None,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
     )
-    if platform is not None:
-        kwargs[platform[0]] = platform[1]
-    if inter_node_bandwidth_bytes_per_s is not None:
-        kwargs["inter_node_bandwidth_bytes_per_s"] = inter_node_bandwidth_bytes_per_s
+
+
+def forecast_training_cached(
+    ctx: PlanContext,
+    w: TrainingWorkload,
+    gpu_id: str,
+    *,
+    num_gpus: int | None,
+    target_days: float | None,
+    platform: tuple[str, str] | None = None,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
+) -> tuple[TrainForecast | None, str | None]:
+    """One training forecast (cached); returns (forecast, error line).
+
+    ``platform`` is ``("node", id)`` or ``("instance", id)``: the forecast then takes the
+    scale-out bandwidth per GPU from that row; ``inter_node_bandwidth_bytes_per_s``
+    overrides it (the fabric's figure when it is lower).
+    """
+    key: TrainKey = (
+        w.name,
+        gpu_id,
+        num_gpus,
+        target_days,
+        platform,
+        inter_node_bandwidth_bytes_per_s,
+    )
+    hit = ctx.training_cache.get(key)
+    if hit is not None:
+        return hit
+    req = training_request(
+        w,
+        gpu_id,
+        num_gpus=num_gpus,
+        target_days=target_days,
+        platform=platform,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+    )
     ctx.progress(
         f"forecast train {w.name} on {gpu_id} ({_args_text({'num_gpus': num_gpus, 'target_days': target_days})})"
     )
+    result: TrainForecast | None
     try:
-        result, err = _first(forecast_training(**kwargs)), None
+        result, err = forecast_train(req, artifact=ctx.artifact), None
     except GpuplanError as exc:
         result, err = None, exc.one_line()
     ctx.ledger.forecasts.append(
@@ -103,15 +134,15 @@ def forecast_training_cached(
             "kind": "train",
             "workload": w.name,
             "gpu": gpu_id,
-            "call": f"forecast_training({_args_text(kwargs)})",
+            "call": f"forecast_training({_args_text(_call_args(req))})",
             "error": err,
         }
     )
-    ctx.forecast_cache[key] = (result, err)
+    ctx.training_cache[key] = (result, err)
     return result, err
 
 
-def length_dist(d: Any) -> LengthDist:
+def length_dist(d: LengthDistribution) -> LengthDist:
     """The forecast's :class:`LengthDist` of a scenario ``LengthDistribution``.
 
     The mean and the highest percentile given (p99, else p90, else p50) fix a lognormal;
@@ -126,7 +157,7 @@ def length_dist(d: Any) -> LengthDist:
     )
 
 
-def serving_demand(s: Any, gpu_id: str) -> ServingDemand:
+def serving_demand(s: InferenceService, gpu_id: str) -> ServingDemand:
     """The sizing input of scenario serving workload ``s`` on ``gpu_id``."""
     return ServingDemand(
         model=s.model,
@@ -145,16 +176,18 @@ def serving_demand(s: Any, gpu_id: str) -> ServingDemand:
 
 
 def size_serving_cached(
-    ctx: PlanContext, s: Any, gpu_id: str
-) -> tuple[FleetSizing | None, str | None]:
+    ctx: PlanContext, s: InferenceService, gpu_id: str
+) -> tuple[ServingFleet | None, str | None]:
     """One serving fleet sizing (cached per workload and GPU); returns (sizing, error line)."""
-    key = ("infer", s.name, gpu_id)
-    if key in ctx.forecast_cache:
-        return ctx.forecast_cache[key]
+    key = (s.name, gpu_id)
+    hit = ctx.serving_cache.get(key)
+    if hit is not None:
+        return hit
     demand = serving_demand(s, gpu_id)
     ctx.progress(f"forecast infer {s.name} on {gpu_id}")
+    sizing: ServingFleet | None
     try:
-        sizing, err = size_serving_fleet(demand, artifact=ctx.artifact), None
+        sizing, err = size_fleet(demand, artifact=ctx.artifact), None
     except GpuplanError as exc:
         sizing, err = None, exc.one_line()
     call = (
@@ -167,7 +200,7 @@ def size_serving_cached(
     ctx.ledger.forecasts.append(
         {"kind": "infer", "workload": s.name, "gpu": gpu_id, "call": call, "error": err}
     )
-    ctx.forecast_cache[key] = (sizing, err)
+    ctx.serving_cache[key] = (sizing, err)
     return sizing, err
 
 
@@ -185,14 +218,14 @@ class TrainingOnOption:
     step_time_s: Figure | None = None
     memory_per_gpu_bytes: Figure | None = None
     parallelism: str | None = None
-    forecast: dict[str, Any] | None = None
+    forecast: TrainForecast | None = None
     error: str | None = None
-    binding: list[dict[str, Any]] = field(default_factory=list)
+    binding: list[Binding] = field(default_factory=list)
     platform: tuple[str, str] | None = None
     run_on_fabric_s: Figure | None = None
     notes: list[Text] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "name": self.name,
             "gpus": self.gpus,
@@ -226,16 +259,14 @@ class ServingOnOption:
     cost_interval_factors: tuple[float, float] | None = None
     error: str | None = None
     gpus_for_load: Figure | None = None
-    sizing: FleetSizing | None = None
+    sizing: ServingFleet | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "name": self.name,
             "gpus": self.gpus,
             "gpus_for_load": self.gpus_for_load,
-            "layout": None
-            if self.sizing is None
-            else f"tp={self.sizing.tp} pp={self.sizing.pp} ep={self.sizing.ep}",
+            "layout": None if self.sizing is None else self.sizing.layout_text,
             "nodes": self.nodes,
             "replicas": self.replicas,
             "throughput_output_tokens_per_s_per_replica": self.throughput_per_replica,
@@ -247,31 +278,25 @@ class ServingOnOption:
             "error": self.error,
         }
 
-    def serving_calibration(self) -> dict[str, Any] | None:
+    def serving_calibration(self) -> dict[str, object] | None:
         """The serve-probe factors the sizing applied on this GPU, in short; None without."""
-        cal = None if self.sizing is None else self.sizing.result.get("serving_calibration")
-        if not cal:
+        cal = None if self.sizing is None else self.sizing.serving_calibration
+        if cal is None:
             return None
-        if not cal.get("applied"):
-            return {"applied": False, "reason": cal.get("reason")}
+        if not cal.applied:
+            return {"applied": False, "reason": cal.reason}
         return {
             "applied": True,
-            "engine": cal.get("engine"),
-            "ttft_factor": cal["ttft_factor"],
-            "tpot_factor": cal["tpot_factor"],
-            "inputs": cal.get("inputs", []),
+            "engine": cal.engine,
+            "ttft_factor": None if cal.ttft_factor is None else cal.ttft_factor.to_json(),
+            "tpot_factor": None if cal.tpot_factor is None else cal.tpot_factor.to_json(),
+            "inputs": list(cal.inputs),
         }
-
-
-def _parallelism_text(p: dict[str, Any] | None) -> str | None:
-    if not p:
-        return None
-    return " ".join(f"{k}={v}" for k, v in p.items())
 
 
 def size_training(
     ctx: PlanContext,
-    w: Any,
+    w: TrainingWorkload,
     index: int,
     gpu_id: str,
     gpus_per_node: Figure,
@@ -311,7 +336,7 @@ def size_training(
             )
             return out
         ref = f"forecast train {w.name} on {gpu_id} (target_days={w.deadline_days:g})"
-        n0 = ctx.fc(sized, "num_gpus", "GPUs", f"{w.name}: GPUs for the deadline", ref)
+        n0 = ctx.fc(sized.num_gpus, "num_gpus", "GPUs", f"{w.name}: GPUs for the deadline", ref)
         if not n0.ok:
             out.error = n0.missing
             return out
@@ -364,14 +389,18 @@ def size_training(
     out.nodes = derived(
         n // gpn, "nodes", f"{w.name}: nodes", "GPUs / GPUs per node", [gpus, gpus_per_node]
     )
-    out.run_s = ctx.fc(result, "time_to_train_s", "s", f"{w.name}: time to train", ref)
-    out.tokens_per_s = ctx.fc(result, "tokens_per_s", "tokens/s", f"{w.name}: tokens/s", ref)
-    out.mfu = ctx.fc(result, "mfu", "fraction", f"{w.name}: MFU", ref)
-    out.step_time_s = ctx.fc(result, "step_time_s", "s", f"{w.name}: step time", ref)
-    out.memory_per_gpu_bytes = ctx.fc(
-        result, "memory_per_gpu_bytes", "B", f"{w.name}: memory per GPU", ref
+    out.run_s = ctx.fc(
+        result.time_to_train_s, "time_to_train_s", "s", f"{w.name}: time to train", ref
     )
-    out.parallelism = _parallelism_text(result.get("parallelism"))
+    out.tokens_per_s = ctx.fc(
+        result.tokens_per_s, "tokens_per_s", "tokens/s", f"{w.name}: tokens/s", ref
+    )
+    out.mfu = ctx.fc(result.mfu, "mfu", "fraction", f"{w.name}: MFU", ref)
+    out.step_time_s = ctx.fc(result.step_time_s, "step_time_s", "s", f"{w.name}: step time", ref)
+    out.memory_per_gpu_bytes = ctx.fc(
+        result.memory_per_gpu_bytes, "memory_per_gpu_bytes", "B", f"{w.name}: memory per GPU", ref
+    )
+    out.parallelism = result.parallelism.text()
     if w.deadline_days is not None and out.run_s.ok:
         deadline = ctx.inp((*base, "deadline_days"), "days", f"{w.name}: deadline")
         if out.run_s.value > w.deadline_days * SECONDS_PER_DAY * (1 + 1e-9):
@@ -409,7 +438,7 @@ def size_training(
 
 
 def size_serving(
-    ctx: PlanContext, s: Any, index: int, gpu_id: str, gpus_per_node: Figure
+    ctx: PlanContext, s: InferenceService, index: int, gpu_id: str, gpus_per_node: Figure
 ) -> ServingOnOption:
     """Size serving workload ``s`` on ``gpu_id`` (module docstring)."""
     out = ServingOnOption(s.name, index)
@@ -420,12 +449,18 @@ def size_serving(
         out.error = err or "no forecast"
         return out
     out.sizing = sizing
-    result = sizing.as_dict()
     ref = f"forecast infer {s.name} on {gpu_id}"
     out.sized_at = sizing.sized_from
-    need = ctx.fc(result, "num_gpus", "GPUs", f"{s.name}: GPUs for the load and SLOs", ref)
+    need = ctx.fc(sizing.num_gpus, "num_gpus", "GPUs", f"{s.name}: GPUs for the load and SLOs", ref)
     out.gpus_for_load = need
-    out.replicas = ctx.fc(result, "replicas", "replicas", f"{s.name}: replicas", ref)
+    out.replicas = ctx.fc(
+        sizing.replicas,
+        "replicas",
+        "replicas",
+        f"{s.name}: replicas",
+        ref,
+        interval=sizing.replicas_interval,
+    )
     n = math.ceil(sizing.num_gpus / gpn) * gpn
     out.gpus = derived(
         n,
@@ -438,14 +473,14 @@ def size_serving(
         n // gpn, "nodes", f"{s.name}: nodes", "GPUs / GPUs per node", [out.gpus, gpus_per_node]
     )
     out.throughput_per_replica = ctx.fc(
-        result,
+        sizing.throughput_output_tokens_per_s,
         "throughput_output_tokens_per_s",
         "tokens/s",
         f"{s.name}: output tokens/s per replica",
         ref,
     )
-    out.ttft_s = ctx.fc(result, "ttft_s", "s", f"{s.name}: TTFT", ref)
-    out.tpot_s = ctx.fc(result, "tpot_s", "s", f"{s.name}: TPOT", ref)
+    out.ttft_s = ctx.fc(sizing.ttft_s, "ttft_s", "s", f"{s.name}: TTFT", ref)
+    out.tpot_s = ctx.fc(sizing.tpot_s, "tpot_s", "s", f"{s.name}: TPOT", ref)
     qps = ctx.inp((*base, "qps"), "requests/s", f"{s.name}: load")
     mean_out = ctx.inp((*base, "output_tokens", "mean"), "tokens", f"{s.name}: mean output")
     out.hours_per_month = ctx.inp((*base, "hours_per_month"), "h", f"{s.name}: hours per month")
