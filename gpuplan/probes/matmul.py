@@ -348,8 +348,8 @@ def check_product(torch: Any, a: Any, b: Any, c: Any) -> float:
     b64 = b[:, :cols].to(torch.float64)
     ref = a64 @ b64
     got = c[:r, :cols].to(torch.float64)
-    scale = ref.abs().max().item()
-    err = (got - ref).abs().max().item()
+    scale = float(ref.abs().max().item())
+    err = float((got - ref).abs().max().item())
     return err / scale if scale > 0 else err
 
 
