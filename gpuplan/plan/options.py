@@ -785,7 +785,7 @@ def _writers_cap(ctx: PlanContext, opt: Option, t: Any) -> Figure | None:
     for name in ("write_bytes_per_s_per_node", "read_bytes_per_s_per_node"):
         if getattr(t, name, None):
             per_client = ctx.cat("storage", t, name, "B/s", f"{t.id} per-client bandwidth")
-            return stomod.client_write_cap(opt.nodes, per_client)
+            return stomod.client_write_cap(opt.sized_nodes, per_client)
     return None
 
 
@@ -818,6 +818,8 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
     caps, reads, writes, ckpts = [], [], [], []
     per_workload = []
     for t in trainings:
+        if t.tokens_per_s is None:  # filtered above; narrows the type
+            continue
         w = sc.workloads.training[t.index]
         base = ("workloads", "training", t.index)
         model = ctx.catalog.model(w.model)
@@ -952,7 +954,7 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
         opt.notes.append(out["note"])
     if ctx.trial is not None and ctx.trial.storage_read_bytes_per_s is not None:
         out["local_nvme"] = stomod.local_nvme_check(
-            read_t, opt.nodes, ctx.trial.storage_read_bytes_per_s
+            read_t, opt.sized_nodes, ctx.trial.storage_read_bytes_per_s
         )
     # checkpoint write and restart times for the Young/Daly model
     if chosen is not None and chosen.checkpoint_write_s.ok:
