@@ -136,7 +136,7 @@ def point_text(probe: str, m: dict[str, Any]) -> tuple[str, str] | None:
         ratio = m.get("vs_alone")
         return (
             f"{m['mode']} {m['direction']} GPU {devices} {m['size_bytes'] >> 20} MiB",
-            f"{_si(m['bytes_per_s'])}"
+            fmt_si(m["bytes_per_s"], "B/s")
             + ("" if ratio is None else f", {ratio:.2f} x the copies alone"),
         )
     if probe == "p2p":
@@ -146,7 +146,7 @@ def point_text(probe: str, m: dict[str, Any]) -> tuple[str, str] | None:
             flags.append(f"FLAGGED {m.get('median_fraction', 0):.0%} of median")
         return (
             f"GPU {m['src']}{arrow}{m['dst']} {m['size_bytes'] >> 20} MiB",
-            _si(m["bytes_per_s"]) + (f" ({'; '.join(flags)})" if flags else ""),
+            fmt_si(m["bytes_per_s"], "B/s") + (f" ({'; '.join(flags)})" if flags else ""),
         )
     if probe == "health":
         parts = [str(m.get("verdict"))]
@@ -174,7 +174,3 @@ def health_line(doc: ResultDocument) -> str | None:
                 )
             )
     return None
-
-
-def _si(value: float) -> str:
-    return fmt_si(value, "B/s")
