@@ -140,6 +140,11 @@ def extract(docs: Iterable[ResultDocument], catalog: Any = None) -> Dataset:
             for m in probe.measurements:
                 if m.get("correct") is False:
                     continue
+                if m.get("concurrent"):
+                    # the per-GPU loop's all-GPUs-at-once points measure the node under a
+                    # shared power and host budget (the spread and outlier flag use them);
+                    # a device model is fitted from each device measured alone
+                    continue
                 spread = _spread(m.get("samples_s"))
                 extra = _published_extra(m)
                 if probe.probe == "matmul":

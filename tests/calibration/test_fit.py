@@ -269,3 +269,31 @@ def test_hbm_is_fitted_only_past_the_cache_and_gds_apart_from_posix(catalog):
     hbm = sorted((r.x[0], r.y) for r in records if r.quantity == "membw")
     assert hbm == [(2**31, 4.3e12), (2**32, 4.2e12)]
     assert len([r for r in records if r.quantity == "storage"]) == 1  # POSIX only
+
+
+def test_all_gpus_at_once_points_stay_out_of_the_device_fit(catalog):
+    """The per-GPU loop's concurrent points (every GPU at once, shared power and host) feed
+    the spread and the outlier flag, not the device model: only the alone points are fitted."""
+    from gpuplan.calibration.dataset import extract
+    from gpuplan.results.store import parse_result
+
+    def point(size, bw, concurrent):
+        return {
+            "op": "copy",
+            "size_bytes": size,
+            "bytes_per_s": bw,
+            "past_cache": True,
+            "device_index": 1,
+            "concurrent": concurrent,
+        }
+
+    membw = {
+        "probe": "membw",
+        "probe_version": 2,
+        "status": "ok",
+        "params": {"device": "cuda:all", "scope": "per_device"},
+        "measurements": [point(2**31, 4.2e12, False), point(2**31, 3.1e12, True)],
+    }
+    doc = make_doc(accelerators=H100, probes=[membw])
+    records = extract([parse_result(doc)], catalog).records
+    assert [r.y for r in records if r.quantity == "membw"] == [4.2e12]
