@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.catalogs.names import name_key
 from gpuplan.catalogs.schema import period_start
-from gpuplan.plan.provenance import Figure, Provenance, derived, input_fig, missing_fig
+from gpuplan.plan.provenance import Figure, FigureDict, Provenance, derived, input_fig, missing_fig
 
 HOURS_PER_YEAR = 8760.0  # 365 x 24 (calendar)
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0  # 730
@@ -119,7 +120,7 @@ class PurchaseTerms:
             return None
         return self._fig(self.max_duration_days, "days", "longest capacity block")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "booking_rule": self.rule_text(),
             "max_duration_days": self.max_duration_fig(),
@@ -222,7 +223,7 @@ class Reliability:
     young_interval_s: Figure
     goodput: Figure
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "interruptions_per_node_hour": self.rate_per_node_hour,
             "fleet_mtbf_s": self.mtbf_s,
@@ -312,7 +313,7 @@ PRICE_MAX_AGE_DAYS = 365
 
 def price_age(
     price: Figure, *, max_age_days: int = PRICE_MAX_AGE_DAYS, today: _dt.date | None = None
-) -> dict[str, Any] | None:
+) -> FigureDict | None:
     """How old a price figure is, from the date its provenance carries (a catalog
     observation's ``as_of`` or a quote's ``as_of``).
 
@@ -364,7 +365,7 @@ def price_age(
     }
 
 
-def find_override(overrides: dict[str, Any], instance: Any) -> tuple[str, Any] | None:
+def find_override(overrides: Mapping[str, Any], instance: Any) -> tuple[str, Any] | None:
     """The scenario's ``costs.price_overrides`` entry for ``instance``, matched by id or alias
     (case-insensitively, like every catalog name); ``(key as written, entry)`` or None."""
     names = {name_key(n) for n in (instance.id, *getattr(instance, "aliases", ()))}
@@ -409,7 +410,7 @@ class ModelCost:
     goodput: dict[str, Reliability] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     #: :func:`price_age` of the price (None when missing or derived)
-    price_age: dict[str, Any] | None = None
+    price_age: FigureDict | None = None
     #: term commitments: the term's hours and the fleet's committed spend for one term
     term_hours: Figure | None = None
     committed_spend_usd: Figure | None = None
@@ -441,7 +442,7 @@ class ModelCost:
             interval=interval,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "model": self.model,
             "label": MODEL_LABEL.get(self.model, self.model),
@@ -813,7 +814,7 @@ class OnPremTCO:
     excludes: list[str]
     storage_per_year_usd: Figure | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         out = {
             "capex_usd": self.capex_usd,
             "capex_per_year_usd": self.capex_per_year_usd,

@@ -19,7 +19,16 @@ from gpuplan.plan import fabric as fabmod
 from gpuplan.plan import power as powmod
 from gpuplan.plan import storage as stomod
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Binding, Figure, Text, derived, input_fig, missing_fig
+from gpuplan.plan.provenance import (
+    Binding,
+    Figure,
+    FigureDict,
+    Text,
+    derived,
+    input_fig,
+    missing_fig,
+)
+from gpuplan.plan.shared import TeamsSizing
 from gpuplan.plan.workloads import (
     ServingOnOption,
     TrainingOnOption,
@@ -61,7 +70,7 @@ class Option:
     notes: list[str | Text] = field(default_factory=list)
     within_budget: dict[str, bool] = field(default_factory=dict)
     #: what sets the fleet's size: the teams' p95 wait target (gpuplan.plan.shared)
-    sizing: dict[str, Any] | None = None
+    sizing: TeamsSizing | None = None
 
     @property
     def feasible(self) -> bool:
@@ -75,7 +84,14 @@ class Option:
             raise RuntimeError(f"option {self.id}: the fleet is not sized yet")
         return self.nodes
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def sized_gpus(self) -> Figure:
+        """The fleet's GPUs (nodes x GPUs per node), once sized."""
+        if self.gpus is None:
+            raise RuntimeError(f"option {self.id}: the fleet is not sized yet")
+        return self.gpus
+
+    def to_json(self) -> FigureDict:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -427,7 +443,7 @@ def build_fabric(ctx: PlanContext, opt: Option) -> None:
 
 def _fabric_figures(
     tree: fabmod.FatTree, inputs: list[Figure], host_links: Figure, switch_id: str
-) -> dict[str, Any]:
+) -> FigureDict:
     src = "folded-Clos fat tree (Al-Fares et al. 2008 sec. 3; gpuplan.plan.fabric)"
 
     def d(

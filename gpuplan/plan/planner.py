@@ -25,6 +25,7 @@ from gpuplan.plan.context import PlanContext
 from gpuplan.plan.options import Option, candidate_options, evaluate_option, link_break_even
 from gpuplan.plan.provenance import (
     Figure,
+    FigureDict,
     Text,
     calibration_fig,
     derived,
@@ -43,19 +44,19 @@ CURVE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 class Plan:
     """A capacity plan: the JSON document (figures inside) and what the charts need."""
 
-    doc: dict[str, Any]
+    doc: FigureDict
     options: list[Option] = field(default_factory=list)
-    curves: list[dict[str, Any]] = field(default_factory=list)
+    curves: list[FigureDict] = field(default_factory=list)
     trial: Any = None
-    roofline_spec: dict[str, Any] | None = None
+    roofline_spec: FigureDict | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         """The plan as JSON types (figures become ``{value, unit, provenance...}``)."""
-        out: dict[str, Any] = figures_to_json(self.doc)
+        out: FigureDict = figures_to_json(self.doc)
         return out
 
 
-def _load_artifact(path: str | Path | None) -> tuple[dict[str, Any] | None, str | None]:
+def _load_artifact(path: str | Path | None) -> tuple[FigureDict | None, str | None]:
     if path is None:
         return None, None
     from gpuplan.calibration import load_artifact
@@ -63,9 +64,9 @@ def _load_artifact(path: str | Path | None) -> tuple[dict[str, Any] | None, str 
     return load_artifact(path), str(path)
 
 
-def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> dict[str, Any]:
+def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> FigureDict:
     """Per candidate GPU: the calibrated summary (DESIGN.md 3.2), each with its basis."""
-    out: dict[str, Any] = {
+    out: FigureDict = {
         "artifact": ctx.artifact_path or "default artifact shipped with gpuplan",
     }
     art = ctx.artifact
@@ -84,7 +85,7 @@ def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> dict[str, 
         out["training_data_sha256"] = art.get("training_data_sha256")
         out["inputs"] = [str(x) for x in art.get("inputs", [])]
     ctx.ledger.calibration = {k: v for k, v in out.items()}
-    devices: dict[str, Any] = {}
+    devices: FigureDict = {}
     try:
         from gpuplan.calibration import calibrated_summary
     except ImportError:
@@ -123,7 +124,7 @@ def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> dict[str, 
     return out
 
 
-def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
+def _curves(ctx: PlanContext, options: list[Option]) -> list[FigureDict]:
     """Time to train vs cluster size for each training workload and candidate GPU."""
     curves = []
     seen = set()
@@ -195,7 +196,7 @@ def _curves(ctx: PlanContext, options: list[Option]) -> list[dict[str, Any]]:
     return curves
 
 
-def _roofline_spec(ctx: PlanContext) -> dict[str, Any] | None:
+def _roofline_spec(ctx: PlanContext) -> FigureDict | None:
     """Catalog spec of the trial node's accelerator (for the roofline chart), if any."""
     trial = ctx.trial
     if trial is None or not trial.catalog_id:
@@ -254,7 +255,7 @@ def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float],
 
 def _shared_cluster(
     ctx: PlanContext, ranked: list[rankmod.Entry], options: list[Option]
-) -> dict[str, Any] | None:
+) -> FigureDict | None:
     """Simulate the teams on the recommended fleet (gpuplan.plan.shared), if any teams."""
     if not ctx.scenario.teams:
         return None
@@ -287,7 +288,7 @@ def _headline(
             f"Recommended: {e.option.label}, {costmod.MODEL_LABEL.get(e.model, e.model)}: "
             f"{{gpus}} on "
             f"{{nodes}}; {rankmod.metric_label(metric, e.model)}: {{metric}}",
-            {"gpus": e.option.gpus, "nodes": e.option.nodes, "metric": e.metric},
+            {"gpus": e.option.sized_gpus, "nodes": e.option.sized_nodes, "metric": e.metric},
         )
     if binding:
         parts = [join_texts([f"{b['constraint']}: ", b["example"]], sep="") for b in binding]
@@ -449,7 +450,7 @@ def build_plan(
     ranking_json = []
     for i, e in enumerate(ranked):
         ranking_json.append({"rank": i + 1, **e.to_json()})
-    doc: dict[str, Any] = {
+    doc: FigureDict = {
         "plan_version": PLAN_VERSION,
         "gpuplan_version": __version__,
         "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

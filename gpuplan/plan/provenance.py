@@ -136,19 +136,20 @@ class Figure:
         return out
 
 
-def _plain(x: Any) -> Any:
-    if hasattr(x, "item"):
-        x = x.item()
+def _plain(x: object) -> object:
+    item = getattr(x, "item", None)
+    if callable(item):
+        x = item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: object) -> bool:
     if x is None or isinstance(x, bool):
         return False
     try:
-        return math.isfinite(float(x))
+        return math.isfinite(float(x))  # type: ignore[arg-type]  # numbers, numpy scalars
     except (TypeError, ValueError):
         return False
 
@@ -311,14 +312,14 @@ class Binding(_BindingKeys, total=False):
 # ---------------------------------------------------------------- constructors
 
 
-def input_fig(value: Any, unit: str, label: str, ref: str, *, default: bool = False) -> Figure:
+def input_fig(value: object, unit: str, label: str, ref: str, *, default: bool = False) -> Figure:
     """A value the user gave (or a schema default the user did not override)."""
     kind: Kind = "default" if default else "input"
     return Figure(value, unit, label, Provenance(kind, ref))
 
 
 def catalog_fig(
-    value: Any,
+    value: object,
     unit: str,
     label: str,
     *,
@@ -342,7 +343,7 @@ def catalog_fig(
 
 
 def measured_fig(
-    value: Any,
+    value: object,
     unit: str,
     label: str,
     ref: str,
@@ -355,7 +356,7 @@ def measured_fig(
 
 
 def forecast_fig(
-    value: Any,
+    value: object,
     unit: str,
     label: str,
     ref: str,
@@ -368,7 +369,7 @@ def forecast_fig(
 
 
 def calibration_fig(
-    value: Any,
+    value: object,
     unit: str,
     label: str,
     ref: str,
@@ -383,7 +384,7 @@ def calibration_fig(
 
 
 def derived(
-    value: Any,
+    value: object,
     unit: str,
     label: str,
     formula: str,
@@ -436,19 +437,19 @@ def figures_to_json(obj: Any) -> Any:
     return _plain(obj)
 
 
-def is_text_json(obj: Any) -> bool:
+def is_text_json(obj: object) -> bool:
     """True for the JSON form of a :class:`Text`."""
     return isinstance(obj, Mapping) and set(obj) == {"text", "template", "figures"}
 
 
-def text_plain(obj: Any) -> str:
+def text_plain(obj: object) -> str:
     """The sentence of a text's JSON form (or ``str(obj)`` for anything else)."""
-    if is_text_json(obj):
+    if isinstance(obj, Mapping) and is_text_json(obj):
         return str(obj["text"])
     return "" if obj is None else str(obj)
 
 
-def is_figure_json(obj: Any) -> bool:
+def is_figure_json(obj: object) -> bool:
     """True for the JSON form of a :class:`Figure`."""
     return (
         isinstance(obj, Mapping)
@@ -465,7 +466,7 @@ class Unsourced:
     """A number found outside any figure by :func:`find_unsourced_numbers`."""
 
     path: str
-    value: Any
+    value: float
 
 
 # Keys whose numeric values are structure, not plan figures (versions, line numbers,
@@ -484,7 +485,7 @@ STRUCTURAL_KEYS = frozenset(
 )
 
 
-def find_unsourced_numbers(doc: Any, path: str = "$") -> list[Unsourced]:
+def find_unsourced_numbers(doc: object, path: str = "$") -> list[Unsourced]:
     """Every int/float in ``doc`` (plan JSON) that is not inside a figure.
 
     Figure dicts are accepted whole (their provenance sub-dicts may hold numbers such as
@@ -554,7 +555,7 @@ class Ledger:
         }
 
 
-def _str_or_none(x: Any) -> str | None:
+def _str_or_none(x: object) -> str | None:
     return None if x is None else str(x)
 
 

@@ -23,12 +23,16 @@ Sensitivity, for each factor the ranking is recomputed and reported with the win
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from gpuplan.plan import cost as costmod
-from gpuplan.plan.provenance import Figure, derived, input_fig, join_texts
+from gpuplan.plan.provenance import Figure, FigureDict, derived, input_fig, join_texts
 from gpuplan.plan.scenario import Scenario
+
+if TYPE_CHECKING:
+    from gpuplan.plan.options import Option
 
 
 def rank_metric(scenario: Scenario) -> str:
@@ -73,7 +77,7 @@ def metric_label(metric: str, model: str) -> str:
     return METRIC_LABEL[metric]
 
 
-def model_metric(mc: costmod.ModelCost, metric: str, opt: Any) -> Figure | None:
+def model_metric(mc: costmod.ModelCost, metric: str, opt: Option) -> Figure | None:
     """The ranking figure of one purchasing model, or None when it has none."""
     if metric == "run":
         return mc.run_total()
@@ -101,11 +105,11 @@ def model_metric(mc: costmod.ModelCost, metric: str, opt: Any) -> Figure | None:
 
 @dataclass
 class Entry:
-    option: Any
+    option: Option
     model: str
     metric: Figure
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "option": self.option.id,
             "purchasing_model": self.model,
@@ -113,7 +117,7 @@ class Entry:
         }
 
 
-def best_entry(opt: Any, metric: str) -> Entry | None:
+def best_entry(opt: Option, metric: str) -> Entry | None:
     """The cheapest priced, within-budget purchasing model of an option."""
     best = None
     for model, mc in opt.costs.items():
@@ -127,7 +131,7 @@ def best_entry(opt: Any, metric: str) -> Entry | None:
     return best
 
 
-def rank(options: list[Any], metric: str) -> tuple[list[Entry], list[dict[str, Any]]]:
+def rank(options: list[Option], metric: str) -> tuple[list[Entry], list[FigureDict]]:
     """(ranked feasible entries, unranked options with the reason)."""
     ranked, unranked = [], []
     for opt in options:
@@ -155,7 +159,7 @@ def rank(options: list[Any], metric: str) -> tuple[list[Entry], list[dict[str, A
     return ranked, unranked
 
 
-def rank_purchases(options: list[Any], metric: str) -> list[dict[str, Any]]:
+def rank_purchases(options: list[Option], metric: str) -> list[FigureDict]:
     """One row per feasible option and purchase kind with a priced, within-budget metric
     (on-demand, each commitment with its term and committed spend, spot, capacity block,
     owned), cheapest first by the same metric as :func:`rank`."""
@@ -185,7 +189,13 @@ def rank_purchases(options: list[Any], metric: str) -> list[dict[str, Any]]:
                     "stale_price": bool(mc.price_age and mc.price_age.get("stale")),
                 }
             )
-    rows.sort(key=lambda r: (r["metric"].value, r["option"], r["purchasing_model"]))
+    rows.sort(
+        key=lambda r: (
+            cast(Figure, r["metric"]).value,
+            str(r["option"]),
+            str(r["purchasing_model"]),
+        )
+    )
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
 
 
@@ -193,7 +203,7 @@ def _order(values: dict[str, float]) -> list[str]:
     return [k for k, _ in sorted(values.items(), key=lambda kv: (kv[1], kv[0]))]
 
 
-def _throughput_factors(opt: Any, metric: str, widen: float) -> tuple[float, float]:
+def _throughput_factors(opt: Option, metric: str, widen: float) -> tuple[float, float]:
     """Cost multipliers (low, high) from the forecast intervals, widened by ``widen``.
 
     Costs scale as 1 / throughput; the interval of the time to train (training) or of the
@@ -223,8 +233,8 @@ def sensitivity(
     price_fraction: float,
     mfu_fraction: float,
     utilisations: list[float],
-    reprice: Any,
-) -> dict[str, Any]:
+    reprice: Callable[[Option, float], Figure | None],
+) -> FigureDict:
     """Does the ranking hold when MFU, prices or utilisation move? (module docstring)
 
     ``reprice(option, utilisation) -> Figure | None`` recomputes an option's best metric at
@@ -315,7 +325,7 @@ def sensitivity(
     flips = [
         p["option"]
         for p in per_option
-        if any(r != p["rank_nominal"] for r in p["rank_if"].values())
+        if any(r != p["rank_nominal"] for r in cast("dict[str, int]", p["rank_if"]).values())
     ]
     return {
         "cases": cases,

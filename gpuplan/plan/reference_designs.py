@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from gpuplan.errors import InputError, SchemaError
+from gpuplan.plan.provenance import FigureDict
 
 #: Largest |relative error| a compared figure may have (issue 17, "within 10%").
 TOLERANCE = 0.10
@@ -48,7 +49,7 @@ class FigureCheck:
     table: str
     note: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "design": self.design,
             "figure": self.figure,

@@ -14,6 +14,7 @@ See ``docs/plan.md`` for a commented example of every field.
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
 import hashlib
 import itertools
@@ -141,7 +142,7 @@ class LengthDistribution(_Strict):
         return getattr(self, percentile, None)
 
 
-def _as_distribution(v: Any) -> Any:
+def _as_distribution(v: object) -> object:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return {"mean": v}
     return v
@@ -174,7 +175,7 @@ class InferenceService(_Strict):
 
     @field_validator("input_tokens", "output_tokens", mode="before")
     @classmethod
-    def _scalar_is_mean(cls, v: Any) -> Any:
+    def _scalar_is_mean(cls, v: object) -> object:
         return _as_distribution(v)
 
     @field_validator("engine")
@@ -287,12 +288,12 @@ class Quote(_Strict):
 
     @field_validator("as_of", mode="before")
     @classmethod
-    def _as_of(cls, v: Any) -> Any:
+    def _as_of(cls, v: object) -> object:
         # YAML reads 2026-11-20 as a date; the plan keeps the text (dates age stale prices)
-        return v.isoformat() if hasattr(v, "isoformat") else v
+        return v.isoformat() if isinstance(v, (_dt.date, _dt.datetime)) else v
 
 
-def _as_quote(v: Any) -> Any:
+def _as_quote(v: object) -> object:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return {"usd": v}
     return v
@@ -314,7 +315,7 @@ class PriceOverride(_Strict):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _quote(cls, v: Any) -> Any:
+    def _quote(cls, v: object) -> object:
         return _as_quote(v)
 
 
@@ -371,7 +372,7 @@ class Costs(_Strict):
         "onprem_node_prices_usd", "network_prices_usd", "storage_usd_per_gib_month", mode="before"
     )
     @classmethod
-    def _quotes(cls, v: Any) -> Any:
+    def _quotes(cls, v: object) -> object:
         if isinstance(v, dict):
             return {k: _as_quote(x) for k, x in v.items()}
         return v
@@ -482,14 +483,15 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."),
 )
 
-Path_ = tuple[Any, ...]
+#: A field path in a scenario: keys and list indices.
+Path_ = tuple[str | int, ...]
 
 
 def _marks(node: yaml.Node, here: Path_, out: dict[Path_, int], where: str) -> None:
     """Record the 1-based line of every key/item; refuse duplicate keys."""
     out.setdefault(here, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value
             line = key_node.start_mark.line + 1
@@ -524,14 +526,14 @@ class LoadedScenario:
     def display_path(self) -> str:
         return str(self.path) if self.path is not None else "<scenario>"
 
-    def line(self, *path: Any) -> int | None:
+    def line(self, *path: str | int) -> int | None:
         """Line of ``path`` in the file, or None when the field was not written."""
         return self.lines.get(tuple(path))
 
-    def given(self, *path: Any) -> bool:
+    def given(self, *path: str | int) -> bool:
         return tuple(path) in self.lines
 
-    def ref(self, *path: Any) -> str:
+    def ref(self, *path: str | int) -> str:
         """``"file:LINE a.b[0].c"`` for an input, ``"default a.b"`` for a default."""
         dotted = dotted_path(path)
         line = self.line(*path)
@@ -561,7 +563,7 @@ def _nearest_line(lines: dict[Path_, int], loc: Path_) -> int | None:
 
 def _known_fields(model: type[BaseModel], loc: Path_) -> list[str]:
     """Field names valid at ``loc`` (for 'did you mean' on unknown keys)."""
-    current: Any = model
+    current: type[BaseModel] | None = model
     for part in loc:
         if isinstance(part, int) or current is None:
             continue
@@ -574,7 +576,7 @@ def _known_fields(model: type[BaseModel], loc: Path_) -> list[str]:
     return list(fields) if fields else []
 
 
-def _inner_model(annotation: Any) -> Any:
+def _inner_model(annotation: object) -> type[BaseModel] | None:
     import typing
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):

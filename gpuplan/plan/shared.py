@@ -21,13 +21,14 @@ CC BY 4.0 licence requires.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.provenance import Figure, Provenance, derived, input_fig
+from gpuplan.plan.provenance import Figure, FigureDict, Provenance, Text, derived, input_fig
 
 if TYPE_CHECKING:
+    from gpuplan.plan.options import Option
     from gpuplan.scheduling.cluster import Cluster
     from gpuplan.scheduling.schema import SchedulingSpec
     from gpuplan.scheduling.workload import Job
@@ -51,6 +52,17 @@ _SCALED_FORMULA = (
 )
 
 
+class TeamsSizing(TypedDict):
+    """:func:`teams_sizing`'s answer: the p95 wait target, the teams' nodes (None when the
+    target is missed at every size tried), whether they set the shared part of the fleet."""
+
+    constraint: str
+    target: Figure
+    nodes: Figure | None
+    binds: bool
+    message: Text
+
+
 def _fig(value: Any, unit: str, label: str, inputs: list[Figure], what: str) -> Figure | None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
@@ -63,10 +75,10 @@ def _fig(value: Any, unit: str, label: str, inputs: list[Figure], what: str) -> 
     )
 
 
-def _summary(res: dict[str, Any], inputs: list[Figure]) -> dict[str, Any]:
+def _summary(res: dict[str, Any], inputs: list[Figure]) -> FigureDict:
     pol = res.get("policy", "")
     what = f"policy {pol}"
-    out: dict[str, Any] = {
+    out: FigureDict = {
         "policy": pol,
         "utilization": _fig(
             res.get("utilization"), "fraction", f"{pol}: GPU utilisation", inputs, what
@@ -173,8 +185,8 @@ def _smallest_raw(
 
 
 def teams_sizing(
-    ctx: PlanContext, opt: Any, dedicated_nodes: Figure | None
-) -> dict[str, Any] | None:
+    ctx: PlanContext, opt: Option, dedicated_nodes: Figure | None
+) -> TeamsSizing | None:
     """The nodes the teams need on ``opt``'s nodes to meet ``scheduling.p95_wait_target_s``.
 
     The teams share the fleet's nodes other than the serving ones (module docstring), so the
@@ -186,7 +198,6 @@ def teams_sizing(
     (``message`` says so) and ``binds`` says whether the teams, not the training runs, set
     the shared part of the fleet.
     """
-    from gpuplan.plan.provenance import Text
     from gpuplan.scheduling.cluster import Cluster
     from gpuplan.scheduling.schema import SchedulingSpec
 
@@ -195,7 +206,13 @@ def teams_sizing(
     if not sc.teams or spec.cluster is not None or spec.p95_wait_target_s is None:
         return None
     target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
-    out: dict[str, Any] = {"constraint": "scheduling.p95_wait_target_s", "target": target}
+    out: TeamsSizing = {
+        "constraint": "scheduling.p95_wait_target_s",
+        "target": target,
+        "nodes": None,
+        "binds": False,
+        "message": Text(""),
+    }
     gpn = int(opt.gpus_per_node.value)
     shape = Cluster.homogeneous(1, gpn, gpu=opt.gpu.id)
     try:
@@ -204,16 +221,12 @@ def teams_sizing(
             return None
         res = _smallest_raw(ctx, spec, jobs, shape, _sim_options(ctx, spec, shape))
     except GpuplanError as exc:
-        out.update(nodes=None, binds=False, message=Text(f"teams not sized: {exc.one_line()}"))
+        out["message"] = Text(f"teams not sized: {exc.one_line()}")
         return out
     if res["overall"] is None:
-        out.update(
-            nodes=None,
-            binds=False,
-            message=Text(
-                "the teams miss the p95 wait target {target} at every cluster size tried",
-                {"target": target},
-            ),
+        out["message"] = Text(
+            "the teams miss the p95 wait target {target} at every cluster size tried",
+            {"target": target},
         )
         return out
     nodes = derived(
@@ -226,24 +239,22 @@ def teams_sizing(
         [target, opt.gpus_per_node],
     )
     binds = dedicated_nodes is None or nodes.value > dedicated_nodes.value
-    out.update(
-        nodes=nodes,
-        binds=binds,
-        message=Text(
-            "the teams need {nodes} to meet the p95 wait target {target}"
-            + (" (more than the training runs' {training})" if binds and dedicated_nodes else "")
-            + ("" if binds else " (the training runs' {training} are enough)"),
-            {"nodes": nodes, "target": target, "training": dedicated_nodes}
-            if dedicated_nodes is not None
-            else {"nodes": nodes, "target": target},
-        ),
+    out["nodes"] = nodes
+    out["binds"] = binds
+    out["message"] = Text(
+        "the teams need {nodes} to meet the p95 wait target {target}"
+        + (" (more than the training runs' {training})" if binds and dedicated_nodes else "")
+        + ("" if binds else " (the training runs' {training} are enough)"),
+        {"nodes": nodes, "target": target, "training": dedicated_nodes}
+        if dedicated_nodes is not None
+        else {"nodes": nodes, "target": target},
     )
     return out
 
 
 def fleet_parts_with_teams(
-    ctx: PlanContext, opt: Any, parts: list[Figure], formula: str
-) -> tuple[list[Figure], str, dict[str, Any] | None]:
+    ctx: PlanContext, opt: Option, parts: list[Figure], formula: str
+) -> tuple[list[Figure], str, TeamsSizing | None]:
     """The fleet's node parts once the teams' p95 wait target is counted.
 
     ``parts`` are the workloads' node counts (training and serving, side by side). When the
@@ -274,7 +285,7 @@ def fleet_parts_with_teams(
     )
 
 
-def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
+def shared_cluster_section(ctx: PlanContext, option: Option | None) -> FigureDict:
     """Simulate the scenario's teams on ``option``'s fleet (module docstring)."""
     from gpuplan.scheduling.cluster import Cluster
     from gpuplan.scheduling.schema import SchedulingSpec
@@ -319,7 +330,7 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
         return {"cluster": where, "error": exc.one_line()}
     options = _sim_options(ctx, spec, cluster)
     policies = [spec.policy, *[p for p in COMPARE_POLICIES if p != spec.policy]]
-    results = []
+    results: list[FigureDict] = []
     for pol in policies:
         ctx.progress(f"shared cluster: simulating {pol} ({len(jobs)} jobs)")
         try:
@@ -339,7 +350,7 @@ def shared_cluster_section(ctx: PlanContext, option: Any) -> dict[str, Any]:
         "(gpuplan.scheduling.workload)",
         [horizon, seed],
     )
-    out: dict[str, Any] = {
+    out: FigureDict = {
         "cluster": where,
         **shared_extra,
         "cluster_gpus": cluster_gpus,
@@ -374,7 +385,7 @@ def _point(
     formula: str,
     *,
     per_team: bool = True,
-) -> dict[str, Any]:
+) -> FigureDict:
     """One point of a wait-vs-size curve (a :func:`capacity.summary`) as figures."""
     sim = [*inputs, size]
 
@@ -384,7 +395,7 @@ def _point(
         return derived(value, unit, f"{prefix}: {what}", formula, sim)
 
     waits = p.get("wait_s") or {}
-    out: dict[str, Any] = {
+    out: FigureDict = {
         "requested_gpus": size,
         "gpus": derived(
             p["gpus"], "GPUs", f"{prefix}: cluster GPUs", _SCALED_FORMULA, [size, *scale_inputs]
@@ -411,9 +422,9 @@ def _point(
 
 def _curve_sizes(
     ctx: PlanContext,
-    spec: Any,
-    jobs: list[Any],
-    cluster: Any,
+    spec: SchedulingSpec,
+    jobs: list[Job],
+    cluster: Cluster,
     cluster_gpus: Figure,
     demand: Figure,
     cluster_inputs: list[Figure],
@@ -449,15 +460,15 @@ def _curve_sizes(
 
 def _wait_vs_size(
     ctx: PlanContext,
-    spec: Any,
-    jobs: list[Any],
-    cluster: Any,
+    spec: SchedulingSpec,
+    jobs: list[Job],
+    cluster: Cluster,
     options: dict[str, Any],
     cluster_gpus: Figure,
     jobs_fig: Figure,
     policy_fig: Figure,
     cluster_inputs: list[Figure],
-) -> dict[str, Any]:
+) -> FigureDict:
     """The teams' wait-vs-cluster-size curves (scenario policy and the FIFO baseline)."""
     from gpuplan.scheduling.capacity import mean_demand_gpus, wait_vs_size_curve
 
@@ -470,7 +481,7 @@ def _wait_vs_size(
         [jobs_fig],
     )
     sizes_from, sizes = _curve_sizes(ctx, spec, jobs, cluster, cluster_gpus, demand, cluster_inputs)
-    policies = [(spec.policy, policy_fig)]
+    policies: list[tuple[str, Figure]] = [(spec.policy, policy_fig)]
     if spec.policy != CURVE_BASELINE_POLICY:
         baseline = input_fig(
             CURVE_BASELINE_POLICY,
@@ -483,7 +494,7 @@ def _wait_vs_size(
     curves = []
     for pol, pol_fig in policies:
         ctx.progress(f"shared cluster: wait vs cluster size under {pol} ({len(sizes)} sizes)")
-        entry: dict[str, Any] = {
+        entry: FigureDict = {
             "policy": pol,
             "scenario_policy": pol == spec.policy,
             "policy_input": pol_fig,
@@ -513,17 +524,17 @@ def _wait_vs_size(
 
 def _smallest(
     ctx: PlanContext,
-    spec: Any,
-    jobs: list[Any],
-    cluster: Any,
+    spec: SchedulingSpec,
+    jobs: list[Job],
+    cluster: Cluster,
     options: dict[str, Any],
     jobs_fig: Figure,
     policy_fig: Figure,
     cluster_inputs: list[Figure],
-) -> dict[str, Any]:
+) -> FigureDict:
     """The fewest nodes whose p95 wait meets ``scheduling.p95_wait_target_s``."""
     target = ctx.inp(("scheduling", "p95_wait_target_s"), "s", "p95 wait target")
-    out: dict[str, Any] = {"policy": spec.policy, "target_p95_wait_s": target}
+    out: FigureDict = {"policy": spec.policy, "target_p95_wait_s": target}
     ctx.progress(f"shared cluster: smallest cluster meeting the p95 wait target ({spec.policy})")
     try:
         res = _smallest_raw(ctx, spec, jobs, cluster, options)
@@ -537,10 +548,10 @@ def _smallest(
     )
     by_gpus = {e["gpus"]: e for e in res["evaluations"]}
 
-    def size(entry: dict[str, Any] | None, who: str) -> dict[str, Any] | None:
+    def size(entry: dict[str, Any] | None, who: str) -> FigureDict | None:
         if entry is None:
             return None
-        sized: dict[str, Any] = {
+        sized: FigureDict = {
             "gpus": derived(
                 entry["gpus"], "GPUs", f"smallest cluster for {who}: GPUs", formula, inputs
             ),
@@ -568,7 +579,7 @@ def _smallest(
     return out
 
 
-def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
+def _reference_curve(ctx: PlanContext, spec: SchedulingSpec) -> FigureDict:
     """The wait-vs-size curve of a shipped trace (the Philly trace), with its citation."""
     from gpuplan.scheduling import capacity
     from gpuplan.scheduling.workload import PHILLY_CITATION
@@ -604,7 +615,7 @@ def _reference_curve(ctx: PlanContext, spec: Any) -> dict[str, Any]:
         )
         for i, g in enumerate(sizes)
     ]
-    out: dict[str, Any] = {
+    out: FigureDict = {
         "trace": trace,
         "policy": REFERENCE_POLICY,
         "policy_input": policy_fig,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuplan.plan.provenance import Figure, derived, measured_fig
+from gpuplan.plan.provenance import Figure, FigureDict, derived, measured_fig
 
 _DTYPE_BYTES = {
     "float32": 4,
@@ -68,7 +68,7 @@ class TrialNode:
     accelerator_name: str | None
     catalog_id: str | None
     matmul_flops_per_s: dict[str, Figure] = field(default_factory=dict)
-    matmul_points: list[dict[str, Any]] = field(default_factory=list)
+    matmul_points: list[FigureDict] = field(default_factory=list)
     memory_bandwidth_bytes_per_s: Figure | None = None
     gpu_power_w: Figure | None = None
     storage_read_bytes_per_s: Figure | None = None
@@ -87,7 +87,7 @@ class TrialNode:
             return None
         return max(self.matmul_flops_per_s, key=lambda d: self.matmul_flops_per_s[d].value)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "run_id": self.run_id,
             "path": self.path,
