@@ -21,12 +21,15 @@ from gpuplan.plan.provenance import (
     forecast_fig,
     input_fig,
 )
-from gpuplan.plan.scenario import LoadedScenario, Scenario, dotted_path
+from gpuplan.plan.scenario import LoadedScenario, Path_, Scenario, dotted_path
 
 if TYPE_CHECKING:
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import Instance, PriceObservation, Row
     from gpuplan.errors import GpuplanError
     from gpuplan.forecast.infer import ServingFleet
     from gpuplan.forecast.train import TrainForecast
+    from gpuplan.plan.trial import TrialNode
     from gpuplan.scheduling.workload import Job
 
 #: Key of a cached training forecast: workload, GPU, GPUs, target days, platform, bandwidth.
@@ -35,21 +38,18 @@ TrainEntry = tuple["TrainForecast | None", str | None]
 ServingEntry = tuple["ServingFleet | None", str | None]
 
 
-def _get(obj: Any, path: tuple[Any, ...]) -> Any:
+def _get(obj: object, path: Path_) -> object:
+    """The scenario value at ``path`` (attributes, dict keys, list indices); None if absent."""
     for part in path:
         if obj is None:
             return None
-        if isinstance(part, int) or isinstance(obj, dict):
-            obj = obj[part] if isinstance(obj, (list, tuple, dict)) and _has(obj, part) else None
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(part, int):
+            obj = obj[part] if isinstance(obj, (list, tuple)) and 0 <= part < len(obj) else None
         else:
             obj = getattr(obj, part, None)
     return obj
-
-
-def _has(obj: Any, key: Any) -> bool:
-    if isinstance(obj, dict):
-        return key in obj
-    return isinstance(key, int) and 0 <= key < len(obj)
 
 
 @dataclass
@@ -57,10 +57,10 @@ class PlanContext:
     """Scenario + catalog + calibration + trial node of one plan, and its evidence ledger."""
 
     loaded: LoadedScenario
-    catalog: Any
+    catalog: Catalog
     artifact: dict[str, Any] | None = None
     artifact_path: str | None = None
-    trial: Any = None
+    trial: TrialNode | None = None
     ledger: Ledger = field(default_factory=Ledger)
     inputs: dict[str, Figure] = field(default_factory=dict)
     on_progress: Callable[[str], None] | None = None
@@ -81,7 +81,7 @@ class PlanContext:
 
     # ----------------------------------------------------------- scenario inputs
     def inp(
-        self, path: tuple[Any, ...], unit: str, label: str | None = None, *, fallback: Any = None
+        self, path: Path_, unit: str, label: str | None = None, *, fallback: object = None
     ) -> Figure:
         """The scenario value at ``path`` as an input (or default) figure; recorded.
 
@@ -109,7 +109,7 @@ class PlanContext:
         self.inputs.setdefault(dotted, fig)
         return fig
 
-    def quote(self, path: tuple[Any, ...], unit: str, label: str) -> Figure:
+    def quote(self, path: Path_, unit: str, label: str) -> Figure:
         """A user's price quote (``{usd, source, as_of}``) as an input figure."""
         q = _get(self.scenario, path)
         ref = self.loaded.ref(*path)
@@ -127,12 +127,12 @@ class PlanContext:
     def cat(
         self,
         row_kind: str,
-        row: Any,
+        row: Row,
         field_name: str,
         unit: str,
         label: str,
         *,
-        value: Any = ...,
+        value: object = ...,
         missing: str | None = None,
     ) -> Figure:
         """A catalog field as a figure; records the row in the ledger."""
@@ -155,7 +155,7 @@ class PlanContext:
             missing=missing if value is None else None,
         )
 
-    def price(self, instance: Any, obs: Any, label: str) -> Figure:
+    def price(self, instance: Instance, obs: PriceObservation, label: str) -> Figure:
         """A price observation of an instance row as a catalog figure."""
         self.ledger.use_row("instance", instance, [f"prices.{obs.model}"])
         unverified = bool(instance.is_unverified("prices")) or bool(

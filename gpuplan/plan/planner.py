@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError
@@ -36,7 +36,21 @@ from gpuplan.plan.provenance import (
 from gpuplan.plan.scenario import LoadedScenario
 from gpuplan.plan.workloads import forecast_training_cached
 
+if TYPE_CHECKING:
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.plan.trial import TrialNode
+
 PLAN_VERSION = 1
+
+
+class BindingSummary(TypedDict):
+    """One constraint that binds somewhere: the options it binds and one example message."""
+
+    constraint: str
+    options: list[str]
+    example: str | Text
+
+
 CURVE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
@@ -47,7 +61,7 @@ class Plan:
     doc: FigureDict
     options: list[Option] = field(default_factory=list)
     curves: list[FigureDict] = field(default_factory=list)
-    trial: Any = None
+    trial: TrialNode | None = None
     roofline_spec: FigureDict | None = None
 
     def to_json(self) -> FigureDict:
@@ -265,9 +279,9 @@ def _shared_cluster(
     return shared_cluster_section(ctx, top)
 
 
-def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list[dict[str, Any]]:
+def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list[BindingSummary]:
     """Which constraints bind, over all options (one line per constraint)."""
-    by: dict[str, dict[str, Any]] = {}
+    by: dict[str, BindingSummary] = {}
     for opt in options:
         for b in opt.binding:
             entry = by.setdefault(
@@ -280,7 +294,7 @@ def _binding_summary(options: list[Option], ranked: list[rankmod.Entry]) -> list
 
 
 def _headline(
-    metric: str, ranked: list[rankmod.Entry], options: list[Option], binding: list[dict[str, Any]]
+    metric: str, ranked: list[rankmod.Entry], options: list[Option], binding: list[BindingSummary]
 ) -> Text:
     if ranked:
         e = ranked[0]
@@ -382,7 +396,7 @@ def _check_clouds(ctx: PlanContext) -> None:
 def build_plan(
     loaded: LoadedScenario,
     *,
-    catalog: Any = None,
+    catalog: Catalog | None = None,
     artifact_path: str | Path | None = None,
     results_paths: Iterable[str | Path] = ("results",),
     trial_run: str | None = None,

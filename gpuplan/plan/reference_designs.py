@@ -21,12 +21,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import yaml
 
 from gpuplan.errors import InputError, SchemaError
 from gpuplan.plan.provenance import FigureDict
+
+if TYPE_CHECKING:
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.plan.options import Option
 
 #: Largest |relative error| a compared figure may have (issue 17, "within 10%").
 TOLERANCE = 0.10
@@ -111,7 +115,7 @@ def _scenario_text(design: dict[str, Any], gpu_id: str) -> str:
     )
 
 
-def build_design(design: dict[str, Any], catalog: Any) -> Any:
+def build_design(design: dict[str, Any], catalog: Catalog) -> Option:
     """Build the fleet of one reference design with the plan's builders; the Option."""
     from gpuplan.plan import options as optmod
     from gpuplan.plan.context import PlanContext
@@ -152,18 +156,18 @@ def build_design(design: dict[str, Any], catalog: Any) -> Any:
     return opt
 
 
-def _plan_value(opt: Any, key: str) -> float | None:
+def _plan_value(opt: Option, key: str) -> float | None:
     if key == "nodes":
-        obj: Any = opt.nodes
+        obj: object = opt.nodes
     else:
         block, _, field_name = key.partition(".")
         obj = getattr(opt, block, {}).get(field_name)
     value = getattr(obj, "value", obj)
-    return None if value is None else float(value)
+    return float(value) if isinstance(value, SupportsFloat) else None
 
 
 def validate_designs(
-    catalog: Any, designs: list[dict[str, Any]] | None = None, *, only: str | None = None
+    catalog: Catalog, designs: list[dict[str, Any]] | None = None, *, only: str | None = None
 ) -> dict[str, Any]:
     """Compare every reference figure with the plan's; the JSON of ``validate plan``.
 
