@@ -1206,15 +1206,22 @@ def evaluate_layouts(
     # last backward / first forward (overlap_grad_reduce / overlap_param_gather).
     # With ``grad_reduce_overlap`` off (DeepSpeed ZeRO-3's default) only the gathers are
     # prefetched; every gradient reduction waits on the critical path.
+    # Overlapped collectives are not free: their kernels hold a share f of the SMs, so the
+    # compute they hide behind runs at 1 - f (ep_exposed_time's model, the same SM share).
+    f_dp = float(c.get("dp_overlap_comm_sm_fraction", 0.0))
+
+    def hidden_behind(comm: Any, compute: Any) -> Any:
+        return ep_exposed_time(comm, compute, "overlap", f_dp)
+
     if fw.dp_overlap and fw.grad_reduce_overlap:
-        once = np.maximum(grad_t - bwd_mb, 0.0) + np.maximum(param_t - fwd_mb, 0.0)
-        per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t + grad_t - bwd_mb, 0.0)
+        once = hidden_behind(grad_t, bwd_mb) + hidden_behind(param_t, fwd_mb)
+        per_mb = hidden_behind(param_t, fwd_mb) + hidden_behind(param_t + grad_t, bwd_mb)
         first_layer = param_t / np.maximum(layers_per_stage, 1.0)
         dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once)
-        dp_exposed = dp_exposed + np.maximum(replica_ar - bwd_mb, 0.0)
+        dp_exposed = dp_exposed + hidden_behind(replica_ar, bwd_mb)
     elif fw.dp_overlap:
-        once = grad_t + np.maximum(param_t - fwd_mb, 0.0)
-        per_mb = np.maximum(param_t - fwd_mb, 0.0) + np.maximum(param_t - bwd_mb, 0.0) + grad_t
+        once = grad_t + hidden_behind(param_t, fwd_mb)
+        per_mb = hidden_behind(param_t, fwd_mb) + hidden_behind(param_t, bwd_mb) + grad_t
         first_layer = param_t / np.maximum(layers_per_stage, 1.0)
         dp_exposed = np.where(z3, m_micro * per_mb + first_layer, once) + replica_ar
     else:

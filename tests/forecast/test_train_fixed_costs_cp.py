@@ -223,3 +223,32 @@ def test_moe_permutation_bytes_grow_with_top_k():
     perm = 8.0 * (8 - 2) * MOE.hidden * tokens * MOE.num_moe_layers * 3.0
     floor = m_micro * c["nongemm_traffic_factor"] * perm / membw.reshape(3, 1)
     assert np.all(times[8] - times[2] >= floor * (1 - 1e-9))
+
+
+def test_overlapped_dp_collectives_slow_the_compute_they_hide_behind():
+    """Hidden DP collectives hold a share f of the SMs (dp_overlap_comm_sm_fraction): a
+    compute-bound ZeRO-1 step exposes exactly f x (reduce-scatter + all-gather), the time
+    the same step exposes with no overlap at all."""
+    f = 0.2
+    lay = {"tp": 1, "dp": 8, "zero": 1, "micro_batch": 4}
+    c0 = {**default_constants(), "dp_overlap_comm_sm_fraction": 0.0}
+    cf = {**default_constants(), "dp_overlap_comm_sm_fraction": f}
+
+    def exposed(fw, c):
+        lay_ = layouts_from_dict({**BASE, **lay})
+        res = evaluate_layouts(
+            ARCH,
+            fake_hardware(),
+            lay_,
+            seq_len=4096,
+            global_batch=64,
+            precision="bf16",
+            framework=fw,
+            constants=c,
+            with_memory=False,
+        )
+        return res["breakdown_s"]["dp_comm_exposed"]
+
+    none = exposed(Framework(dp_overlap=False), c0)
+    assert np.all(exposed(Framework(), c0) == 0.0)  # fully hidden without contention
+    np.testing.assert_allclose(exposed(Framework(), cf), f * none, rtol=1e-12)
