@@ -42,6 +42,10 @@ Examples:
   gpuplan forecast infer --model mixtral-8x7b --gpu h100,h200,a100 --qps 50 \\
       --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
   gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
+  gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8     # 2 nodes, PP 2
+  gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --nodes 4
+  gpuplan forecast infer --model llama3.3-70b --gpu h100 --qps 20 --ttft-slo-s 1 \
+      --tpot-slo-s 0.05 --disaggregate
 """
 
 
@@ -61,6 +65,21 @@ def _table(r: dict[str, Any]):
             ("model", f"{r['model']['id']} at {r['precision']}"),
             ("GPU", f"{r['gpu']}, {layout} = {r['gpus_per_replica']} GPU(s) per replica"),
         ]
+        mn = r.get("multi_node") or r.get("cross_node_tp")
+        if mn:
+            rows.append(("nodes per replica", f"{mn['nodes']}: {mn['note']}"))
+        dis = r.get("disaggregated")
+        if dis and dis.get("num_gpus"):
+            rows.append(
+                (
+                    "disaggregated",
+                    f"{dis['prefill']['replicas']} prefill + {dis['decode']['replicas']} decode "
+                    f"replicas = {dis['num_gpus']} GPUs (P:D GPUs {dis['prefill_decode_gpu_ratio']:.2g}); "
+                    f"{dis['verdict']}",
+                )
+            )
+        elif dis:
+            rows.append(("disaggregated", dis.get("reason", "-")))
         if r.get("replicas") is not None:
             price = f", {fmt_si(r['usd_per_hour'], 'USD/h')}" if r.get("usd_per_hour") else ""
             rows.append(("fleet", f"{r['replicas']} replicas = {r['num_gpus']} GPUs{price}"))
@@ -251,6 +270,22 @@ def register(app: typer.Typer) -> None:
                 "nodes); the all-reduces then cross the scale-out fabric and the result says so."
             ),
         ),
+        nodes: int | None = number_option(
+            None,
+            "--nodes",
+            help=(
+                "Nodes per replica: TP inside each node, pipeline stages across the nodes "
+                "(default: one node, or the fewest nodes that hold a model too big for one)."
+            ),
+        ),
+        disaggregate: bool = typer.Option(
+            False,
+            "--disaggregate",
+            help=(
+                "With --qps: also size separate prefill and decode pools (DistServe/Splitwise) "
+                "with the KV transfer between them, and compare with the co-located fleet."
+            ),
+        ),
         seed: int = number_option(
             0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
         ),
@@ -318,6 +353,8 @@ def register(app: typer.Typer) -> None:
             batching=batching,
             engine=engine,
             allow_cross_node_tp=allow_cross_node_tp,
+            nodes=nodes,
+            disaggregate=disaggregate,
             seed=seed,
             num_requests=requests,
             progress=tick,

@@ -65,6 +65,7 @@ from gpuplan.forecast.inference_step import (
     VALUE,
     DeviceRates,
     StepCostModel,
+    collective3,
     combine,
     continuous_iteration,
     engine_profile,
@@ -266,6 +267,104 @@ def smallest_fitting_tp(
     return None
 
 
+def fits_one_request(
+    arch: Arch,
+    gpu: Any,
+    prec: PrecisionSpec,
+    layout: Layout,
+    *,
+    request_tokens: float,
+    chunk: float,
+    utilization: float,
+) -> bool:
+    """Whether ``layout`` holds the weights, one pass's activations and one request's KV."""
+    sh = shard(arch, layout, prec)
+    mp = memory_plan(
+        sh, gpu, tokens_in_pass=min(chunk, request_tokens), rows=1, utilization=utilization
+    )
+    return mp.kv_capacity_tokens >= request_tokens
+
+
+#: most nodes one replica may span when a layout is searched (a fixed ``--nodes`` may be more)
+MAX_AUTO_NODES = 8
+
+
+def multi_node_layout(
+    arch: Arch,
+    gpu: Any,
+    prec: PrecisionSpec,
+    *,
+    ep: int,
+    request_tokens: float,
+    chunk: float,
+    utilization: float,
+    nodes: int | None = None,
+    tp: int | None = None,
+) -> Layout | None:
+    """The smallest replica over whole nodes that holds the model: TP inside each node's
+    scale-up domain, pipeline stages across nodes.
+
+    Tensor parallelism all-reduces twice per layer and stays inside the scale-up domain;
+    pipeline parallelism sends one activation per stage boundary and is the parallelism to
+    cross nodes with (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+    on GPU Clusters Using Megatron-LM", section 3.3; the same split vLLM documents for
+    multi-node serving: tensor_parallel_size = GPUs per node, pipeline_parallel_size =
+    nodes, https://docs.vllm.ai/en/latest/serving/distributed_serving.html). ``nodes`` fixes
+    the node count; None takes the fewest nodes (up to :data:`MAX_AUTO_NODES`) that fit.
+    Returns None when no such layout fits.
+    """
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    t = tp or max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
+    counts = [nodes] if nodes is not None else list(range(2, MAX_AUTO_NODES + 1))
+    for n in counts:
+        if (n * domain) % t:
+            continue
+        pp = n * domain // t
+        if pp > arch.layers:
+            continue
+        lay = Layout(t, pp, ep)
+        if nodes is not None or fits_one_request(
+            arch,
+            gpu,
+            prec,
+            lay,
+            request_tokens=request_tokens,
+            chunk=chunk,
+            utilization=utilization,
+        ):
+            return lay
+    return None
+
+
+def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dict[str, Any] | None:
+    """What a replica spanning nodes assumes (None inside one scale-up domain)."""
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    if layout.gpus <= domain:
+        return None
+    nodes = math.ceil(layout.gpus / domain)
+    stages_per_node = max(1, domain // layout.tp)
+    boundaries = max(0, min(layout.pp - 1, nodes - 1)) if layout.tp <= domain else 0
+    out: dict[str, Any] = {
+        "nodes": nodes,
+        "scale_up_domain": domain,
+        "tp_inside_node": layout.tp <= domain,
+        "pp_stages_per_node": stages_per_node if layout.tp <= domain else None,
+        "pp_boundaries_across_nodes": boundaries,
+        "fabric": "scale-out network between the nodes (calibrated inter-node point-to-point)",
+        "note": (
+            f"one replica spans {nodes} nodes of {domain} GPUs: TP {layout.tp} inside each node, "
+            f"{layout.pp} pipeline stages, each stage boundary sends the activations of the "
+            "pass's tokens (hidden x activation bytes per token) over the scale-out fabric; "
+            "a decode batch smaller than the stage count leaves stages idle (pipeline bubble)"
+            if layout.tp <= domain
+            else f"TP {layout.tp} spans {nodes} nodes: every TP all-reduce crosses the network"
+        ),
+    }
+    if hop_s is not None:
+        out["pp_hop_s_per_token_pass"] = hop_s
+    return out
+
+
 def no_fit_error(
     arch: Arch,
     gpu: Any,
@@ -421,7 +520,11 @@ def _single_layout(
         phase_ttft, phase_tpot = st.prefill, st.decode
     else:
         pp = layout.pp
-        it_parts, hop = continuous_iteration(rates, b / pp, input_tokens, output_tokens)
+        # the running batch is split into pp micro-batches, one per stage in flight; with
+        # fewer requests than stages a micro-batch is one request and stages idle (decode
+        # pipeline bubble): TPOT = pp stage passes of max(b / pp, 1) rows + the hops
+        mb_rows = max(b / pp, 1.0)
+        it_parts, hop = continuous_iteration(rates, mb_rows, input_tokens, output_tokens)
         it = combine(it_parts, params)
         tpot3 = pp * it.total_s + (pp - 1) * hop
         thr3 = b / tpot3
@@ -432,18 +535,16 @@ def _single_layout(
         chunks = math.ceil(input_tokens / chunk_tokens)
         new_parts, _ = pass_parts(
             rates,
-            tokens=b / pp + min(input_tokens, chunk_tokens),
-            logit_rows=b / pp + 1,
+            tokens=mb_rows + min(input_tokens, chunk_tokens),
+            logit_rows=mb_rows + 1,
             attn_flops=float(
                 sh.attention_flops_prefill(input_tokens) / chunks
-                + b
-                / pp
+                + mb_rows
                 * (input_tokens + output_tokens / 2)
                 * sh.attention_flops_decode_per_ctx_token()
             ),
             attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
-            kv_read_bytes=b
-            / pp
+            kv_read_bytes=mb_rows
             * (input_tokens + output_tokens / 2)
             * sh.kv_bytes_per_ctx_token_stage(),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
@@ -559,6 +660,11 @@ class ServingDemand:
         The simulation's seed and requests per replica count tried.
     allow_cross_node_tp:
         A ``tp`` beyond the scale-up domain is refused unless this is true.
+    nodes:
+        Nodes per replica (TP inside each node, PP across them); None: one node, or the
+        fewest nodes that hold a model too big for one (:func:`fleet_layouts`).
+    disaggregate:
+        Also size separate prefill and decode pools (:func:`size_disaggregated`).
     """
 
     model: Any
@@ -581,6 +687,8 @@ class ServingDemand:
     seed: int = 0
     num_requests: int = 2000
     allow_cross_node_tp: bool = False
+    nodes: int | None = None
+    disaggregate: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(_gpu_list(self.gpus)))
@@ -598,6 +706,8 @@ class ServingDemand:
             _positive_int("tp", self.tp)
         if self.batch is not None:
             _positive_int("batch", self.batch)
+        if self.nodes is not None:
+            _positive_int("nodes", self.nodes)
         if not 0 < self.memory_utilization <= 1:
             raise InputError(f"memory utilization must be in (0, 1], got {self.memory_utilization}")
         engine_profile(self.engine)
@@ -804,7 +914,18 @@ def size_serving_fleet(
         num_requests=demand.num_requests,
         progress=progress,
         serving=factors,
+        nodes=demand.nodes,
     )
+    if demand.disaggregate:
+        sized["disaggregated"] = size_disaggregated(
+            arch=arch,
+            gpus=gpus,
+            demand=dc_replace(demand, inputs=inputs, outputs=outputs),
+            colocated=sized,
+            fitted=fitted,
+            get_perf=get_perf,
+            catalog=catalog,
+        )
     if cross_node and sized.get("gpu") in cross_node:
         sized["cross_node_tp"] = cross_node[sized["gpu"]]
     sized_from = (
@@ -866,6 +987,8 @@ def forecast_inference(
     progress: Any = None,
     allow_cross_node_tp: bool = False,
     serving_calibration: bool = True,
+    nodes: int | None = None,
+    disaggregate: bool = False,
 ) -> dict[str, Any]:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -906,6 +1029,13 @@ def forecast_inference(
     serving_calibration:
         Apply the artifact's serving factors of this engine on this GPU
         (:func:`serving_factors`) when it has any; False for the raw forecast.
+    nodes:
+        Nodes per replica: TP inside each node, pipeline stages across them (with ``tp`` or
+        ``pp`` the other follows). Without it a model that fits no node gets the fewest nodes
+        that hold it (:func:`multi_node_layout`); the result says so under ``multi_node``.
+    disaggregate:
+        With ``qps``: also size separate prefill and decode pools
+        (:func:`size_disaggregated`) and compare them with the co-located fleet.
 
     Returns
     -------
@@ -927,6 +1057,10 @@ def forecast_inference(
     ep = _positive_int("ep", ep)
     if tp is not None:
         tp = _positive_int("tp", tp)
+    if nodes is not None:
+        nodes = _positive_int("nodes", nodes)
+    if disaggregate and qps is None:
+        raise InputError("--disaggregate sizes a fleet for a load", hint="add --qps and SLOs")
     if batch is not None:
         batch = _positive_int("batch", batch)
         if max_throughput:
@@ -983,6 +1117,8 @@ def forecast_inference(
             seed=seed,
             num_requests=num_requests,
             allow_cross_node_tp=allow_cross_node_tp,
+            nodes=nodes,
+            disaggregate=disaggregate,
         )
         sized = size_serving_fleet(
             demand,
@@ -1022,11 +1158,12 @@ def forecast_inference(
         utilization=memory_utilization,
         engine=engine,
     )
-    if tp is None:
-        tp = _default_tp(pp=pp, ep=ep, **common)
-    layout = Layout(tp, pp, ep)
+    layout = _choose_layout(tp=tp, pp=pp, ep=ep, nodes=nodes, **common)
     check_layout(arch, layout)
     out = _single_layout(layout=layout, **common)
+    mn = multi_node_info(layout, g, float(out["_rates"].comm(1.0)[1][VALUE]))
+    if mn is not None:
+        out["multi_node"] = mn
     out.pop("_rates")
     out.pop("_memory")
     basis = _basis(perf)
@@ -1250,6 +1387,55 @@ def check_tp_domain(
     return out or None
 
 
+def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **common: Any) -> Layout:
+    """The replica layout of a single forecast: the given one; else the smallest TP inside
+    the scale-up domain that holds the batch; else, when the model fits no node (and
+    neither ``--pp`` nor ``--tp`` is fixed), the fewest nodes with TP inside each node and
+    pipeline stages across them (:func:`multi_node_layout`). ``nodes`` fixes the node count.
+    """
+    arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
+    req = float(common["input_tokens"] + common["output_tokens"])
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    kw = dict(
+        ep=ep,
+        request_tokens=req,
+        chunk=common["chunk_tokens"],
+        utilization=common["utilization"],
+    )
+    if nodes is not None:
+        if pp > 1 and tp is not None:
+            if tp * pp != nodes * domain:
+                raise InputError(
+                    f"--tp {tp} x --pp {pp} = {tp * pp} GPUs is not --nodes {nodes} x {domain} GPUs",
+                    hint="give --nodes with --tp or --pp, not both, or make them agree",
+                )
+            return Layout(tp, pp, ep)
+        if pp > 1:
+            if (nodes * domain) % pp:
+                raise InputError(
+                    f"--pp {pp} does not divide the {nodes * domain} GPUs of --nodes {nodes}",
+                    hint=f"use a --pp dividing {nodes * domain}",
+                )
+            return Layout(nodes * domain // pp, pp, ep)
+        lay = multi_node_layout(arch, gpu, prec, nodes=nodes, tp=tp, **kw)
+        if lay is None:
+            raise InputError(
+                f"no layout of {nodes} node(s) of {domain} {gpu.id} GPUs splits {arch.name}",
+                hint="use a --tp dividing the heads and the node's GPUs, or another --nodes",
+            )
+        return lay
+    if tp is not None:
+        return Layout(tp, pp, ep)
+    t = _default_tp(pp=pp, ep=ep, **common)
+    lay = Layout(t, pp, ep)
+    fit_kw = {k: v for k, v in kw.items() if k != "ep"}
+    if pp == 1 and not fits_one_request(arch, gpu, prec, lay, **fit_kw):
+        multi = multi_node_layout(arch, gpu, prec, **kw)
+        if multi is not None:
+            return multi
+    return lay
+
+
 def _default_tp(
     *,
     arch: Arch,
@@ -1283,19 +1469,22 @@ def _default_tp(
         if mp.kv_capacity_tokens >= need:
             fitting.append(t)
     if not fitting:
-        return (
-            smallest_fitting_tp(
-                arch,
-                gpu,
-                prec,
-                pp=pp,
-                ep=ep,
-                request_tokens=req,
-                chunk=chunk_tokens,
-                utilization=utilization,
-            )
-            or options[-1]
+        smallest = smallest_fitting_tp(
+            arch,
+            gpu,
+            prec,
+            pp=pp,
+            ep=ep,
+            request_tokens=req,
+            chunk=chunk_tokens,
+            utilization=utilization,
         )
+        domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+        # never a TP group beyond the scale-up domain unless asked (--tp with
+        # --allow-cross-node-tp): the layout search takes PP across nodes instead
+        if smallest is not None and smallest <= domain:
+            return smallest
+        return options[-1]
     if not max_throughput:
         return fitting[0]
     best, best_thr = fitting[0], -1.0
@@ -1334,6 +1523,71 @@ def _basis(perf: Any) -> str | None:
     return None
 
 
+def fleet_layouts(
+    arch: Arch,
+    gpu: Any,
+    prec: PrecisionSpec,
+    *,
+    tp: int | None,
+    pp: int,
+    ep: int,
+    nodes: int | None,
+    request_tokens: float,
+    chunk_tokens: int,
+    utilization: float,
+) -> list[Layout]:
+    """Replica layouts the fleet search compares on one GPU type.
+
+    Every TP of the scale-up domain (or the given one); with ``nodes`` the replica of that
+    many nodes (:func:`multi_node_layout`); and, when none of the one-node layouts holds
+    the longest request at a full chunk (``pp`` and ``tp`` not fixed), the fewest nodes
+    that do, so a model too big for one node is served by multi-node replicas and the
+    fleet counts replicas of that size.
+    """
+    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    if nodes is not None:
+        if tp is not None and pp > 1:
+            return [Layout(tp, pp, ep)]
+        lay = multi_node_layout(
+            arch,
+            gpu,
+            prec,
+            ep=ep,
+            request_tokens=request_tokens,
+            chunk=chunk_tokens,
+            utilization=utilization,
+            nodes=nodes,
+            tp=tp,
+        )
+        return [lay] if lay is not None else []
+    layouts = [
+        Layout(t, pp, ep) for t in ([tp] if tp is not None else tp_options(arch, gpu, ep, pp))
+    ]
+    if tp is not None or pp > 1:
+        return layouts
+
+    def holds(lay: Layout) -> bool:
+        if arch.heads % lay.tp:
+            return False
+        mp = memory_plan(
+            shard(arch, lay, prec),
+            gpu,
+            tokens_in_pass=chunk_tokens,
+            rows=chunk_tokens,
+            utilization=utilization,
+        )
+        return mp.kv_capacity_tokens >= request_tokens
+
+    if any(holds(x) for x in layouts):
+        return layouts
+    t = max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
+    for n in range(2, MAX_AUTO_NODES + 1):
+        lay = Layout(t, n * domain // t, ep)
+        if lay.pp <= arch.layers and holds(lay):
+            return [*layouts, lay]
+    return layouts
+
+
 def build_candidates(
     *,
     arch: Arch,
@@ -1352,8 +1606,9 @@ def build_candidates(
     chunk_tokens: int,
     utilization: float,
     engine: str = "modern",
+    nodes: int | None = None,
 ) -> tuple[list[Candidate], list[dict[str, Any]]]:
-    """Every (GPU, TP, batch cap) that could serve, with a replica model each.
+    """Every (GPU, layout, batch cap) that could serve, with a replica model each.
 
     Returns the candidates and the (gpu, tp) layouts left out with the reason.
     """
@@ -1370,8 +1625,19 @@ def build_candidates(
             continue
         price, price_src = usd_per_gpu_hour(catalog, g.id)
         perf = None
-        for t in [tp] if tp is not None else tp_options(arch, g, ep, pp):
-            layout = Layout(t, pp, ep)
+        for layout in fleet_layouts(
+            arch,
+            g,
+            prec,
+            tp=tp,
+            pp=pp,
+            ep=ep,
+            nodes=nodes,
+            request_tokens=req_max,
+            chunk_tokens=chunk_tokens,
+            utilization=utilization,
+        ):
+            t = layout.tp
             try:
                 check_layout(arch, layout)
             except InputError as exc:
@@ -1417,13 +1683,13 @@ def build_candidates(
                     kv_capacity_tokens=mp.kv_capacity_tokens,
                     prefill_flops_coef=coef,
                     chunk_tokens=chunk_tokens,
-                    label=f"{g.id} tp={t} cap={cap}",
+                    label=f"{g.id} tp={t} pp={layout.pp} cap={cap}",
                 )
                 cands.append(
                     Candidate(
                         gpu=g.id,
                         tp=t,
-                        pp=pp,
+                        pp=layout.pp,
                         ep=ep,
                         replica=rep,
                         usd_per_gpu_hour=price,
@@ -1433,6 +1699,9 @@ def build_candidates(
                             "sharded": sh,
                             "rates": rates,
                             "kv_max_batch": max_b,
+                            "multi_node": multi_node_info(
+                                layout, g, float(rates.comm(1.0)[1][VALUE])
+                            ),
                         },
                     )
                 )
@@ -1466,9 +1735,11 @@ def _size_for_load(
     num_requests: int,
     progress: Any,
     serving: dict[str, dict[str, Any]] | None = None,
+    nodes: int | None = None,
 ) -> dict[str, Any]:
     serving = serving or {}
     cands, dropped = build_candidates(
+        nodes=nodes,
         arch=arch,
         gpus=gpus,
         precision=precision,
@@ -1501,9 +1772,9 @@ def _size_for_load(
     q = PERCENTILES[percentile] / 100.0
     i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
     o_q = outputs.quantile(q) if q > 0.5 else outputs.quantile(0.5)
-    floors: dict[tuple[str, int], tuple[float, float]] = {}
+    floors: dict[tuple[str, int, int], tuple[float, float]] = {}
     for c in cands:
-        key = (c.gpu, c.tp)
+        key = (c.gpu, c.tp, c.pp)
         if key not in floors:
             t1, p1 = c.replica.single_request(i_q, o_q)
             floors[key] = (t1 * c.latency_factors[0], p1 * c.latency_factors[1])
@@ -1548,9 +1819,9 @@ def _size_for_load(
         progress=progress,
     )
     # one line per (gpu, tp): the cheapest batch cap
-    table: dict[tuple[str, int], Candidate] = {}
+    table: dict[tuple[str, int, int], Candidate] = {}
     for c in all_cands:
-        k = (c.gpu, c.tp)
+        k = (c.gpu, c.tp, c.pp)
         cur = table.get(k)
         rc = c.replicas or c.replicas_analytic
         if cur is None:
@@ -1695,6 +1966,7 @@ def _size_for_load(
         "pp": best.pp,
         "ep": best.ep,
         "gpus_per_replica": gpr,
+        **({"multi_node": best.extra["multi_node"]} if best.extra.get("multi_node") else {}),
         "replicas": best.replicas,
         "num_gpus": best.replicas * gpr,
         "usd_per_hour": None
@@ -1756,4 +2028,257 @@ def _fleet_serving_calibration(
             "at the SLO percentile) times the factors before each SLO check; the simulation "
             "section keeps the model's own latencies"
         ),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Disaggregated prefill and decode (DistServe, Splitwise, NVIDIA Dynamo)
+# ---------------------------------------------------------------------------------------------
+#: message size at which the calibrated inter-node point-to-point model gives the link's
+#: sustained bandwidth for the KV transfer (a KV cache of a few thousand tokens is tens to
+#: hundreds of MB; latency-free at this size)
+KV_TRANSFER_PROBE_BYTES = 256 * 2**20
+
+
+def inter_node_link_bytes_per_s(rates: DeviceRates) -> tuple[float, str]:
+    """Per-GPU bandwidth between two nodes from the calibrated point-to-point model (one
+    rank per node), and its basis: the link a prefill GPU sends its KV shard over."""
+    t3, basis = collective3(
+        rates.perf, "p2p", float(KV_TRANSFER_PROBE_BYTES), 2, ranks_per_node=1, latency=None
+    )
+    return float(KV_TRANSFER_PROBE_BYTES / t3[VALUE]), basis
+
+
+def _min_replicas(ok: Any, start: int, limit: int = 4096) -> int | None:
+    """Smallest replica count ``r >= 1`` with ``ok(r)`` (monotone), doubling then bisecting."""
+    lo, hi = 0, max(1, start)
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+        if hi > limit:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def size_disaggregated(
+    *,
+    arch: Arch,
+    gpus: list[Any],
+    demand: ServingDemand,
+    colocated: dict[str, Any],
+    fitted: FittedOverheads,
+    get_perf: Any,
+    catalog: Any,
+) -> dict[str, Any]:
+    """Separate prefill and decode pools for ``demand``, compared with the co-located fleet.
+
+    Method (DistServe, Zhong et al., OSDI 2024, section 4: each phase on its own instances,
+    sized for its own SLO; Splitwise, Patel et al., ISCA 2024; NVIDIA Dynamo's disaggregated
+    serving sizes the prefill and decode workers the same way):
+
+    * **Decode pool**: replicas that receive prompts with their KV cache
+      (:attr:`ReplicaModel.prefilled`) and only decode; the fewest replicas (and best batch
+      cap) whose simulated TPOT at the SLO percentile meets ``tpot_slo_s``. Its admission wait
+      (arrival at the decode replica to its first step) is measured too.
+    * **KV transfer**: the prompt's KV cache per GPU (prompt tokens at the SLO percentile x KV
+      bytes per token per GPU) over the calibrated inter-node link
+      (:func:`gpuplan.forecast.serving.kv_transfer_time_s`).
+    * **Prefill pool**: replicas that only prefill (answers of one token); the fewest whose
+      simulated TTFT at the percentile is within ``ttft_slo_s`` minus the KV transfer and the
+      decode pool's admission wait (percentiles added: conservative).
+
+    Both pools use the GPU and the layouts the co-located search considered; each pool
+    takes its own layout. Returns the two pools, the prefill:decode GPU ratio, the KV
+    transfer with its inputs, the fleet's GPUs and price, and which fleet is cheaper.
+    """
+    from gpuplan.forecast.serving import kv_transfer_time_s
+
+    gpu_id = colocated["gpu"]
+    g = next(x for x in gpus if x.id == gpu_id)
+    cands, _ = build_candidates(
+        arch=arch,
+        gpus=[g],
+        precision=demand.precision,
+        kv_precision=demand.kv_precision,
+        tp=demand.tp,
+        pp=demand.pp,
+        ep=demand.ep,
+        inputs=demand.inputs,
+        outputs=demand.outputs,
+        batch=demand.batch,
+        fitted=fitted,
+        get_perf=get_perf,
+        catalog=catalog,
+        chunk_tokens=demand.chunk_tokens,
+        utilization=demand.memory_utilization,
+        engine=demand.engine,
+        nodes=demand.nodes,
+    )
+    if not cands:
+        return {"num_gpus": None, "reason": f"no layout of {gpu_id} for separate pools"}
+    pct = PERCENTILES[demand.slo_percentile]
+    q = pct / 100.0
+    qps = float(demand.qps)
+    n_req, seed = demand.num_requests, demand.seed
+    one = LengthDist(1.0)
+    prompt_q = demand.inputs.quantile(q) if q > 0.5 else demand.inputs.quantile(0.5)
+    colo_reps = int(colocated["replicas"]) * int(colocated["gpus_per_replica"])
+
+    def top_caps(cs: list[Candidate], per_layout: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        for key in sorted({(c.tp, c.pp) for c in cs}):
+            same = sorted(
+                (c for c in cs if (c.tp, c.pp) == key), key=lambda c: -c.replica.max_batch
+            )
+            out += same[:per_layout]
+        return out
+
+    dec_cands = top_caps(cands, 3)
+    pf_cands = top_caps(cands, 1)
+
+    def size_decode(wait_cap: float | None) -> tuple[int, Candidate, int, Any] | None:
+        best: tuple[int, Candidate, int, Any] | None = None
+        for c in dec_cands:
+            rep = dc_replace(c.replica, prefilled=True, label=c.replica.label + " decode")
+
+            def ok(r: int, rep: ReplicaModel = rep) -> bool:
+                sim = simulate(
+                    rep, qps / r, demand.inputs, demand.outputs, num_requests=n_req, seed=seed
+                )
+                if sim.saturated:
+                    return False
+                if wait_cap is not None and sim.percentile("ttft", pct) > wait_cap:
+                    return False
+                return demand.tpot_slo_s is None or sim.percentile("tpot", pct) <= demand.tpot_slo_s
+
+            r = _min_replicas(ok, max(1, colo_reps // max(c.gpus_per_replica, 1) // 4))
+            if r is None or (best is not None and r * c.gpus_per_replica >= best[0]):
+                continue
+            sim = simulate(
+                rep, qps / r, demand.inputs, demand.outputs, num_requests=n_req, seed=seed
+            )
+            best = (r * c.gpus_per_replica, c, r, sim)
+        return best
+
+    def size_prefill(budget: float | None) -> tuple[int, Candidate, int, Any] | None:
+        best: tuple[int, Candidate, int, Any] | None = None
+        for c in pf_cands:
+            rep = dc_replace(c.replica, label=c.replica.label + " prefill")
+
+            def ok(r: int, rep: ReplicaModel = rep) -> bool:
+                sim = simulate(rep, qps / r, demand.inputs, one, num_requests=n_req, seed=seed)
+                if sim.saturated:
+                    return False
+                return budget is None or sim.percentile("ttft", pct) <= budget
+
+            r = _min_replicas(ok, 1, limit=256)
+            if r is None or (best is not None and r * c.gpus_per_replica >= best[0]):
+                continue
+            sim = simulate(rep, qps / r, demand.inputs, one, num_requests=n_req, seed=seed)
+            best = (r * c.gpus_per_replica, c, r, sim)
+        return best
+
+    # the TTFT SLO is shared by the prefill pool's queue and prefill, the KV transfer and the
+    # decode pool's admission wait: try a few splits and keep the fewest GPUs in all
+    slo = demand.ttft_slo_s
+    splits = [None] if slo is None else [0.05, 0.15, 0.3]
+    found: tuple[int, Any, Any, float, float] | None = None
+    reasons: list[str] = []
+    for frac in splits:
+        dec = size_decode(None if slo is None or frac is None else frac * slo)
+        if dec is None:
+            reasons.append("no decode pool meets the TPOT SLO in simulation")
+            continue
+        dwait = dec[3].percentile("ttft", pct)
+        link_bw, link_basis = inter_node_link_bytes_per_s(dec[1].extra["rates"])
+        kvb = float(prompt_q) * float(dec[1].extra["sharded"].kv_bytes_per_token_per_gpu())
+        kv_t = kv_transfer_time_s(kvb, link_bw)
+        budget = None if slo is None else slo - kv_t - dwait
+        if budget is not None and budget <= 0:
+            reasons.append(
+                f"the KV transfer ({kv_t:.3g} s) and the decode admission wait ({dwait:.3g} s) "
+                f"leave nothing of the {slo:g} s TTFT SLO for prefill"
+            )
+            continue
+        pf = size_prefill(budget)
+        if pf is None:
+            reasons.append("no prefill pool meets the TTFT SLO in simulation")
+            continue
+        if found is None or pf[0] + dec[0] < found[0]:
+            found = (pf[0] + dec[0], pf, dec, kv_t, link_bw)
+            found_basis = link_basis
+    if found is None:
+        return {"num_gpus": None, "reason": "; ".join(dict.fromkeys(reasons))}
+    _, best_pf, best_dec, kv_s, link_bw = found
+    link_basis = found_basis
+    _, dc, dr, dsim = best_dec
+    dec_wait = dsim.percentile("ttft", pct)
+    kv_per_gpu = float(prompt_q) * float(dc.extra["sharded"].kv_bytes_per_token_per_gpu())
+    _, pc, pr, psim = best_pf
+    n_p, n_d = pr * pc.gpus_per_replica, dr * dc.gpus_per_replica
+    total = n_p + n_d
+    price = pc.usd_per_gpu_hour
+    usd = None if price is None else price * total
+    colo_usd = colocated.get("usd_per_hour")
+    per_mtok, how = cost_per_million_output_tokens(price, total, qps, demand.outputs.mean)
+    ttft_total = psim.percentile("ttft", pct) + kv_s + dec_wait
+    if total < colo_reps:
+        verdict = f"disaggregated is cheaper: {total} GPUs against {colo_reps} co-located"
+    elif total > colo_reps:
+        verdict = f"co-located is cheaper: {colo_reps} GPUs against {total} disaggregated"
+    else:
+        verdict = f"the same {total} GPUs either way"
+
+    def pool(c: Candidate, r: int, sim: Any) -> dict[str, Any]:
+        return {
+            "tp": c.tp,
+            "pp": c.pp,
+            "ep": c.ep,
+            "batch_cap": c.replica.max_batch,
+            "gpus_per_replica": c.gpus_per_replica,
+            "replicas": r,
+            "num_gpus": r * c.gpus_per_replica,
+            "qps_per_replica": qps / r,
+            "ttft_s": sim.percentile("ttft", pct),
+            "tpot_s": sim.percentile("tpot", pct) if sim.tpot_s.size else None,
+            "mean_running_requests": sim.mean_running,
+        }
+
+    return {
+        "method": (
+            "prefill and decode on separate replicas of the same GPU (DistServe OSDI'24, "
+            "Splitwise ISCA'24, NVIDIA Dynamo): decode pool simulated with prompts arriving "
+            "prefilled, sized for the TPOT SLO; prefill pool simulated with one-token answers, "
+            "sized for the TTFT SLO minus the KV transfer and the decode admission wait"
+        ),
+        "gpu": gpu_id,
+        "slo_percentile": demand.slo_percentile,
+        "prefill": pool(pc, pr, psim),
+        "decode": {**pool(dc, dr, dsim), "admission_wait_s": dec_wait},
+        "prefill_decode_gpu_ratio": n_p / n_d,
+        "kv_transfer": {
+            "prompt_tokens": float(prompt_q),
+            "kv_bytes_per_token_per_gpu": float(dc.extra["sharded"].kv_bytes_per_token_per_gpu()),
+            "kv_bytes_per_gpu": kv_per_gpu,
+            "link_bytes_per_s": link_bw,
+            "link_basis": link_basis,
+            "link": "scale-out network between the pools (calibrated inter-node point-to-point, per GPU)",
+            "seconds": kv_s,
+            "formula": "prompt tokens x KV bytes per token per GPU / link bytes per second",
+        },
+        "ttft_s": ttft_total,
+        "tpot_s": dsim.percentile("tpot", pct),
+        "ttft_note": "prefill TTFT + KV transfer + decode admission wait, each at the percentile",
+        "num_gpus": total,
+        "usd_per_hour": usd,
+        "usd_per_million_output_tokens": per_mtok,
+        "cost_derivation": how,
+        "colocated_num_gpus": colo_reps,
+        "colocated_usd_per_hour": colo_usd,
+        "verdict": verdict,
     }

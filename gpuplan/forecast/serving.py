@@ -215,6 +215,10 @@ class ReplicaModel:
         stage, see :meth:`Sharded.attention_flops_prefill`).
     chunk_tokens:
         Token budget per iteration.
+    prefilled:
+        A decode-only replica of a disaggregated fleet: prompts arrive with their KV cache
+        already computed (by a prefill replica), so admission costs no prefill; the request's
+        "first token" here is its first decode step on this replica.
     """
 
     cost: StepCostModel
@@ -223,6 +227,7 @@ class ReplicaModel:
     prefill_flops_coef: float
     chunk_tokens: int = 8192
     label: str = ""
+    prefilled: bool = False
 
     def iteration_time(
         self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
@@ -418,9 +423,13 @@ def simulate_requests(
             pf_flops = 0.0
             done_now: list[int] = []
             for item in prefilling:
+                r, done = item
+                if replica.prefilled:  # KV cache arrived from a prefill replica
+                    item[1] = int(lin[r])
+                    done_now.append(r)
+                    continue
                 if budget <= 0:
                     break
-                r, done = item
                 c = min(budget, int(lin[r]) - done)
                 pf_flops += coef * (c * done + c * c / 2.0)
                 pf_tok += c
@@ -429,7 +438,10 @@ def simulate_requests(
                 if item[1] >= lin[r]:
                     done_now.append(r)
             ctx = s0 + n_dec * it
-            dt = base_time(n_dec + pf_tok, n_dec + len(done_now), ctx, pf_flops, pf_tok)
+            gemm_tok = n_dec + pf_tok + (len(done_now) if replica.prefilled else 0)
+            if replica.prefilled:  # the new requests' decode steps read their prompts' KV
+                ctx += float(sum(int(lin[r]) for r in done_now))
+            dt = base_time(gemm_tok, n_dec + len(done_now), ctx, pf_flops, pf_tok)
             t += dt
             busy_time += dt
             area_running += running * dt
@@ -966,3 +978,25 @@ def size_fleet(
         if best is None or key(c, r) < key(best, best.replicas):
             best = c
     return best, candidates
+
+
+# ---------------------------------------------------------------------------------------------
+# Disaggregated prefill and decode
+# ---------------------------------------------------------------------------------------------
+def kv_transfer_time_s(kv_bytes: float, link_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Time to move one request's KV cache from its prefill replica to its decode replica.
+
+    ``latency + kv_bytes / link_bytes_per_s``: the prompt's KV cache (every layer, the
+    part each GPU holds, ``prompt tokens x KV bytes per token per GPU``) crosses the link
+    between the pools, each GPU sending its own shard in parallel. DistServe (Zhong et al.,
+    OSDI 2024, section 3.3 and 4.3) and Splitwise (Patel et al., ISCA 2024, section 4.3)
+    model the transfer this way and add it to the time to first token; NVIDIA Dynamo moves
+    it with NIXL over the same RDMA fabric
+    (https://docs.nvidia.com/dynamo/latest/architecture/disagg_serving.html).
+
+    >>> kv_transfer_time_s(2.0e9, 50.0e9)
+    0.04
+    """
+    if link_bytes_per_s <= 0:
+        raise InputError(f"link bandwidth must be positive, got {link_bytes_per_s}")
+    return float(latency_s) + float(kv_bytes) / float(link_bytes_per_s)
