@@ -899,7 +899,10 @@ def evaluate_layouts(
     gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
     wgrad_time = c["gemm_time_factor"] * sum(per_layout(wgrad_u[k]) * mult[k] for k in groups)
 
-    # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank.
+    # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank. Not halved
+    # for a fused causal kernel: fused and unfused rows share the attention factor, and a
+    # halved fused count left held-out long-sequence rows 73 % off (docs, "Terms that
+    # transfer"); the factor carries the causal skip.
     attn_fwd_flops = (
         tokens
         * attention_core_flops_per_token_layer(arch, s, executed=True)
@@ -934,7 +937,9 @@ def evaluate_layouts(
         score_bytes = scores * per_elem
     # A causal mask split over CP ranks without the zig-zag order leaves the last rank
     # most of the unmasked blocks (cp_causal_imbalance); its attention sets the pace.
-    imbalance = np.where(cp > 1, cp_causal_imbalance(cp, fw.cp_load_balance), 1.0)
+    imbalance = np.where(
+        (cp > 1) & bool(arch.causal), cp_causal_imbalance(cp, fw.cp_load_balance), 1.0
+    )
     attn_fwd_balanced = c["attention_time_factor"] * attn_fwd_flops / attn_rate
     attn_fwd = attn_fwd_balanced * imbalance
     bwd_ratio = (
