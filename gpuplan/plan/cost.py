@@ -49,11 +49,15 @@ import datetime as _dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuplan.catalogs.names import name_key
 from gpuplan.catalogs.schema import period_start
 from gpuplan.plan.provenance import Figure, FigureDict, Provenance, derived, input_fig, missing_fig
+
+if TYPE_CHECKING:
+    from gpuplan.catalogs.schema import Instance
+    from gpuplan.plan.scenario import PriceOverride
 
 HOURS_PER_YEAR = 8760.0  # 365 x 24 (calendar)
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12.0  # 730
@@ -111,7 +115,7 @@ class PurchaseTerms:
         parts = [f"{a}-day steps up to {b} days" for a, b in self.duration_increments or ()]
         return ", then ".join(parts) if parts else "booking rules unknown"
 
-    def _fig(self, value: Any, unit: str, label: str) -> Figure:
+    def _fig(self, value: object, unit: str, label: str) -> Figure:
         prov = Provenance("catalog", self.ref, source=self.source, retrieved=self.as_of)
         return Figure(value, unit, label, prov)
 
@@ -365,7 +369,9 @@ def price_age(
     }
 
 
-def find_override(overrides: Mapping[str, Any], instance: Any) -> tuple[str, Any] | None:
+def find_override(
+    overrides: Mapping[str, PriceOverride], instance: Instance
+) -> tuple[str, PriceOverride] | None:
     """The scenario's ``costs.price_overrides`` entry for ``instance``, matched by id or alias
     (case-insensitively, like every catalog name); ``(key as written, entry)`` or None."""
     names = {name_key(n) for n in (instance.id, *getattr(instance, "aliases", ()))}

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 Topology = Literal["rail_optimized", "fat_tree"]
 
@@ -113,7 +113,7 @@ class FatTree:
     def links(self) -> int:
         return self.host_links + self.switch_links
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["switches"] = self.switches
         out["links"] = self.links

@@ -10,9 +10,11 @@ nothing raises.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpuplan.catalogs.schema import Instance, Node
 from gpuplan.errors import GpuplanError
 from gpuplan.plan import cost as costmod
 from gpuplan.plan import fabric as fabmod
@@ -43,6 +45,17 @@ CLOUD_PROVIDER_NAMES = {
 }
 
 
+if TYPE_CHECKING:
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import Accelerator, Nic, PriceObservation, Switch
+    from gpuplan.catalogs.schema import StorageTier as StorageTierRow
+    from gpuplan.plan.scenario import PriceOverride
+
+
+#: A catalog platform row: a cloud instance or an on-premises node.
+PlatformT = TypeVar("PlatformT", Instance, Node)
+
+
 @dataclass
 class Option:
     """A candidate fleet and its evaluation (see module docstring)."""
@@ -50,8 +63,8 @@ class Option:
     id: str
     kind: str  # "cloud" | "onprem"
     label: str
-    gpu: Any
-    platform: Any
+    gpu: Accelerator
+    platform: Instance | Node
     cloud: str | None
     gpus_per_node: Figure
     training: list[TrainingOnOption] = field(default_factory=list)
@@ -83,6 +96,20 @@ class Option:
         if self.nodes is None:
             raise RuntimeError(f"option {self.id}: the fleet is not sized yet")
         return self.nodes
+
+    @property
+    def node_row(self) -> Node:
+        """The catalog node of an on-premises option."""
+        if not isinstance(self.platform, Node):
+            raise RuntimeError(f"option {self.id} is not an on-premises node")
+        return self.platform
+
+    @property
+    def instance_row(self) -> Instance:
+        """The catalog instance of a cloud option."""
+        if not isinstance(self.platform, Instance):
+            raise RuntimeError(f"option {self.id} is not a cloud instance")
+        return self.platform
 
     @property
     def sized_gpus(self) -> Figure:
@@ -123,23 +150,22 @@ class Option:
 # ------------------------------------------------------------------ candidates
 
 
-def _gpu_id(catalog: Any, name: str) -> str | None:
+def _gpu_id(catalog: Catalog, name: str) -> str | None:
     try:
-        gpu_id: str = catalog.gpu(name).id
-        return gpu_id
+        return catalog.gpu(name).id
     except GpuplanError:
         return None
 
 
 def _with_candidate_gpu(
-    catalog: Any,
+    catalog: Catalog,
     named: list[str] | None,
-    lookup: Any,
-    every: Any,
-    gpu_ids: dict[str, Any],
+    lookup: Callable[[str], PlatformT],
+    every: Iterable[PlatformT],
+    gpu_ids: dict[str, Accelerator],
     word: str,
     notes: list[str],
-) -> list[tuple[Any, Any]]:
+) -> list[tuple[PlatformT, Accelerator]]:
     """(row, GPU) for the platforms named (else every catalog row) that carry a candidate GPU.
 
     A platform the scenario names but whose GPU is not a candidate is noted as skipped.
@@ -270,7 +296,7 @@ def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
 # ------------------------------------------------------------------ fabric
 
 
-def _pick_switch(ctx: PlanContext, nic_bits: float | None) -> Any:
+def _pick_switch(ctx: PlanContext, nic_bits: float | None) -> Switch | None:
     cat = ctx.catalog
     want = ctx.scenario.fabric.switch
     if want:
@@ -287,7 +313,7 @@ def _pick_switch(ctx: PlanContext, nic_bits: float | None) -> Any:
     return best[1] if best else None
 
 
-def _radix_at(sw: Any, nic_bits: float) -> int | None:
+def _radix_at(sw: Switch, nic_bits: float) -> int | None:
     """Ports of ``sw`` at the NIC's rate (its native or split port speed)."""
     if (
         sw.port_bandwidth_bits_per_s
@@ -301,12 +327,12 @@ def _radix_at(sw: Any, nic_bits: float) -> int | None:
     return None
 
 
-def _node_nics(ctx: PlanContext, opt: Option) -> tuple[Figure, Figure, Any] | None:
+def _node_nics(ctx: PlanContext, opt: Option) -> tuple[Figure, Figure, Nic] | None:
     """(NICs per node, bits/s per NIC, nic row) for the scale-out fabric, or None."""
     cat = ctx.catalog
     p = opt.platform
     want = ctx.scenario.fabric.nic
-    if opt.kind == "onprem":
+    if isinstance(p, Node):
         compute = [n for n in p.nics if n.role == "compute"]
         if not compute:
             return None
@@ -317,7 +343,7 @@ def _node_nics(ctx: PlanContext, opt: Option) -> tuple[Figure, Figure, Any] | No
         )
         bw = ctx.cat("nic", nic, "bandwidth_bits_per_s", "bit/s", f"{nic.id} bandwidth")
         return count, bw, nic
-    if getattr(p, "nic_id", None) and getattr(p, "nics_per_node", None):
+    if p.nic_id and getattr(p, "nics_per_node", None):
         nic = cat.nic(want or p.nic_id)
         count = ctx.cat("instance", p, "nics_per_node", "NICs", f"{p.id} NICs per node")
         bw = ctx.cat("nic", nic, "bandwidth_bits_per_s", "bit/s", f"{nic.id} bandwidth")
@@ -447,7 +473,7 @@ def _fabric_figures(
     src = "folded-Clos fat tree (Al-Fares et al. 2008 sec. 3; gpuplan.plan.fabric)"
 
     def d(
-        value: Any, unit: str, label: str, formula: str, extra: list[Figure] | None = None
+        value: object, unit: str, label: str, formula: str, extra: list[Figure] | None = None
     ) -> Figure:
         return derived(value, unit, label, f"{formula} [{src}]", inputs + (extra or []))
 
@@ -528,7 +554,7 @@ def _fabric_figures(
 
 
 def _network_money(
-    ctx: PlanContext, opt: Option, out: dict[str, Any], tree: fabmod.FatTree, switch: Any
+    ctx: PlanContext, opt: Option, out: dict[str, Any], tree: fabmod.FatTree, switch: Switch
 ) -> None:
     prices = ctx.scenario.costs.network_prices_usd
     cat = ctx.catalog
@@ -680,7 +706,7 @@ def _comm_check(ctx: PlanContext, opt: Option, out: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ storage
 
 
-def _tiers_for(ctx: PlanContext, opt: Option) -> list[Any]:
+def _tiers_for(ctx: PlanContext, opt: Option) -> list[StorageTierRow]:
     cat = ctx.catalog
     want = ctx.scenario.storage.tier
     if want:
@@ -706,7 +732,7 @@ APPLIANCE_FIELDS = (
 )
 
 
-def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.ApplianceTier:
+def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> stomod.StorageTier | stomod.ApplianceTier:
     tib = stomod.TIB
 
     def get(field_name: str, unit: str, label: str) -> Figure:
@@ -773,7 +799,7 @@ def _tier_figures(ctx: PlanContext, t: Any) -> stomod.StorageTier | stomod.Appli
     )
 
 
-def _appliance_capex(ctx: PlanContext, t: Any, cap_per: Figure) -> Figure:
+def _appliance_capex(ctx: PlanContext, t: StorageTierRow, cap_per: Figure) -> Figure:
     """Purchase price of one appliance: the catalog's, or its price per TiB x usable TiB."""
     if getattr(t, "price_usd_per_appliance", None):
         return ctx.cat(
@@ -796,7 +822,7 @@ def _appliance_capex(ctx: PlanContext, t: Any, cap_per: Figure) -> Figure:
     )
 
 
-def _writers_cap(ctx: PlanContext, opt: Option, t: Any) -> Figure | None:
+def _writers_cap(ctx: PlanContext, opt: Option, t: StorageTierRow) -> Figure | None:
     """N writers (the option's nodes) x the tier's per-client bandwidth, where the row has one."""
     for name in ("write_bytes_per_s_per_node", "read_bytes_per_s_per_node"):
         if getattr(t, name, None):
@@ -1001,7 +1027,7 @@ def build_storage(ctx: PlanContext, opt: Option) -> None:
 # ------------------------------------------------------------------ power
 
 
-def _overhead_reference(ctx: PlanContext, node: Any) -> Figure | None:
+def _overhead_reference(ctx: PlanContext, node: Node) -> Figure | None:
     """System/GPU power ratio of a sourced node row, for nodes without a maximum power.
 
     The reference is a row of the same cooling type whose maximum power and GPU TDP are both
@@ -1040,7 +1066,7 @@ def build_power(ctx: PlanContext, opt: Option) -> None:
         opt.power = {"note": "the cloud provider supplies power and racks"}
         return
     sc = ctx.scenario
-    node = opt.platform
+    node = opt.node_row
     gpu = opt.gpu
     tdp = ctx.cat("accelerator", gpu, "tdp_w", "W", f"{gpu.id} TDP")
     node_max = ctx.cat("node", node, "max_power_w", "W", f"{node.id} max power")
@@ -1341,7 +1367,7 @@ def _reliabilities(
     return out
 
 
-def _cloud_kinds(inst: Any, override: Any) -> list[str]:
+def _cloud_kinds(inst: Instance, override: tuple[str, PriceOverride] | None) -> list[str]:
     """The purchase kinds priced for a cloud instance: the baseline kinds, every kind the
     catalog has an observation of (a rate or a documented gap) and every kind overridden."""
     kinds = list(costmod.BASELINE_CLOUD_KINDS)
@@ -1352,7 +1378,7 @@ def _cloud_kinds(inst: Any, override: Any) -> list[str]:
     return kinds
 
 
-def _block_terms(inst: Any) -> costmod.PurchaseTerms | None:
+def _block_terms(inst: Instance) -> costmod.PurchaseTerms | None:
     """A capacity block's booking rules from the catalog (they hold for negotiated rates too)."""
     obs = [p for p in inst.prices if p.model == "capacity_block" and p.duration_increments]
     if not obs:
@@ -1361,7 +1387,7 @@ def _block_terms(inst: Any) -> costmod.PurchaseTerms | None:
     return _terms_of(inst, o)
 
 
-def _terms_of(inst: Any, o: Any) -> costmod.PurchaseTerms:
+def _terms_of(inst: Instance, o: PriceObservation) -> costmod.PurchaseTerms:
     return costmod.PurchaseTerms(
         o.duration_increments,
         o.max_instances,
@@ -1378,7 +1404,7 @@ def _cloud_prices(
     booking rules): the scenario's negotiated rate, else the catalog's latest in the
     region, else a commitment discount off on-demand (reserved kinds), else missing with
     the catalog's note or what to add."""
-    inst = opt.platform
+    inst = opt.instance_row
     region = ctx.scenario.constraints.region_for(inst.cloud)
     override = costmod.find_override(ctx.scenario.costs.price_overrides, inst)
     prices: dict[str, tuple[Figure, costmod.PurchaseTerms | None]] = {}
@@ -1468,7 +1494,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
                 terms=terms,
             )
         return
-    node = opt.platform
+    node = opt.node_row
     c = ctx.scenario.costs
     if node.id in c.onprem_node_prices_usd:
         node_price = ctx.quote(

@@ -140,7 +140,7 @@ def _calibration_section(ctx: PlanContext, gpu_ids: Iterable[str]) -> FigureDict
 
 def _curves(ctx: PlanContext, options: list[Option]) -> list[FigureDict]:
     """Time to train vs cluster size for each training workload and candidate GPU."""
-    curves = []
+    curves: list[FigureDict] = []
     seen = set()
     for opt in options:
         for t in opt.training:
@@ -354,8 +354,8 @@ def _check_price_scope(ctx: PlanContext) -> None:
     from gpuplan.errors import NotFoundError
 
     insts = ctx.catalog.instances
-    for key in ctx.scenario.costs.price_overrides:
-        if not any(costmod.find_override({key: None}, i) for i in insts):
+    for key, override in ctx.scenario.costs.price_overrides.items():
+        if not any(costmod.find_override({key: override}, i) for i in insts):
             line = ctx.loaded.line("costs", "price_overrides", key)
             at = f" line {line}" if line else ""
             near = difflib.get_close_matches(key.lower(), [i.id for i in insts], n=3)

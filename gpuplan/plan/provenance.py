@@ -84,8 +84,8 @@ class Provenance:
         if self.kind == "derived" and not self.formula:
             raise ValueError("a derived figure must say its formula")
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "ref": self.ref}
+    def to_json(self) -> FigureDict:
+        out: FigureDict = {"kind": self.kind, "ref": self.ref}
         if self.source is not None:
             out["source"] = self.source
         if self.retrieved is not None:
@@ -122,8 +122,8 @@ class Figure:
     def unverified(self) -> bool:
         return self.prov.unverified
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> FigureDict:
+        out: FigureDict = {
             "value": _plain(self.value),
             "unit": self.unit,
             "label": self.label,
@@ -260,7 +260,7 @@ class Text:
     def __str__(self) -> str:
         return self.plain()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         """``{"text": plain sentence, "template": ..., "figures": {name: figure}}``."""
         return {
             "text": self.plain(),
@@ -507,6 +507,27 @@ def find_unsourced_numbers(doc: object, path: str = "$") -> list[Unsourced]:
     return found
 
 
+class CatalogUse(TypedDict):
+    """A catalog row the plan used: its citation and which fields it read."""
+
+    kind: str
+    id: str | None
+    source: str | None
+    retrieved: str | None
+    unverified: list[str]
+    fields_used: list[str]
+
+
+class ForecastCall(TypedDict):
+    """One forecast the plan made (the call in words) and its error line, if any."""
+
+    kind: str
+    workload: str
+    gpu: str
+    call: str
+    error: str | None
+
+
 @dataclass
 class Ledger:
     """The evidence a plan used, for the report's assumptions and provenance section.
@@ -516,16 +537,16 @@ class Ledger:
     ``calibration`` describes the artifact; ``forecasts`` lists the forecast calls.
     """
 
-    catalog: dict[str, dict[str, Any]] = field(default_factory=dict)
-    measurements: dict[str, dict[str, Any]] = field(default_factory=dict)
-    calibration: dict[str, Any] = field(default_factory=dict)
-    forecasts: list[dict[str, Any]] = field(default_factory=list)
+    catalog: dict[str, CatalogUse] = field(default_factory=dict)
+    measurements: dict[str, FigureDict] = field(default_factory=dict)
+    calibration: FigureDict = field(default_factory=dict)
+    forecasts: list[ForecastCall] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def use_row(
         self,
         row_kind: str,
-        row: Any,
+        row: object,
         fields: Iterable[str] = (),
     ) -> None:
         """Record that fields of a catalog row were used."""
@@ -545,7 +566,7 @@ class Ledger:
             if f not in entry["fields_used"]:
                 entry["fields_used"].append(f)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FigureDict:
         return {
             "catalog_rows": [self.catalog[k] for k in sorted(self.catalog)],
             "measurements": [{"run_id": k, **v} for k, v in sorted(self.measurements.items())],

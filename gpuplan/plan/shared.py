@@ -63,7 +63,7 @@ class TeamsSizing(TypedDict):
     message: Text
 
 
-def _fig(value: Any, unit: str, label: str, inputs: list[Figure], what: str) -> Figure | None:
+def _fig(value: object, unit: str, label: str, inputs: list[Figure], what: str) -> Figure | None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
     return derived(
@@ -389,7 +389,7 @@ def _point(
     """One point of a wait-vs-size curve (a :func:`capacity.summary`) as figures."""
     sim = [*inputs, size]
 
-    def fig(value: Any, unit: str, what: str) -> Figure | None:
+    def fig(value: object, unit: str, what: str) -> Figure | None:
         if value is None or (isinstance(value, float) and not math.isfinite(value)):
             return None
         return derived(value, unit, f"{prefix}: {what}", formula, sim)
