@@ -725,7 +725,7 @@ def ulysses_all_to_all_bytes(tokens: Any, q_width: Any, kv_width: Any) -> Any:
     ``(cp-1)/cp`` that leaves the rank.
 
     >>> float(ulysses_all_to_all_bytes(1024, 4096, 1024))
-    19922944.0
+    18874368.0
     """
     return np.asarray(tokens, dtype=float) * (2.0 * q_width + kv_width) * 2.0
 
