@@ -361,7 +361,7 @@ def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dic
         ),
     }
     if hop_s is not None:
-        out["pp_hop_s_per_token_pass"] = hop_s
+        out["pp_hop_decode_s"] = hop_s
     return out
 
 
@@ -518,6 +518,7 @@ def _single_layout(
             thr3 = b_req * output_tokens / total3
         mem_pass = b * input_tokens
         phase_ttft, phase_tpot = st.prefill, st.decode
+        hop_dec = run.hop_decode_s
     else:
         pp = layout.pp
         # the running batch is split into pp micro-batches, one per stage in flight; with
@@ -552,6 +553,7 @@ def _single_layout(
         ttft3 = 0.5 * tpot3 + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
         mem_pass = min(chunk_tokens, b + input_tokens)
         phase_ttft, phase_tpot = combine(new_parts, params), it
+        hop_dec = hop
     mp = memory_plan(sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization)
     kv_tokens = b * req
     mb = mp.breakdown(kv_tokens)
@@ -607,6 +609,8 @@ def _single_layout(
             "first_token": {**phase_ttft.breakdown(), "total": float(phase_ttft.total_s[VALUE])},
             "decode_step": {**phase_tpot.breakdown(), "total": float(phase_tpot.total_s[VALUE])},
         },
+        # one activation send between two stages per decode step (0 without PP)
+        "pp_hop_decode_s": float(np.asarray(hop_dec)[VALUE]) if layout.pp > 1 else 0.0,
         "static_batch": {
             "ttft_s": float(st.ttft_s[VALUE]),
             "tpot_s": float(st.tpot_s[VALUE]),
@@ -1161,7 +1165,7 @@ def forecast_inference(
     layout = _choose_layout(tp=tp, pp=pp, ep=ep, nodes=nodes, **common)
     check_layout(arch, layout)
     out = _single_layout(layout=layout, **common)
-    mn = multi_node_info(layout, g, float(out["_rates"].comm(1.0)[1][VALUE]))
+    mn = multi_node_info(layout, g, out["pp_hop_decode_s"])
     if mn is not None:
         out["multi_node"] = mn
     out.pop("_rates")
@@ -1641,7 +1645,7 @@ def build_candidates(
             try:
                 check_layout(arch, layout)
             except InputError as exc:
-                dropped.append({"gpu": g.id, "tp": t, "reason": exc.one_line()})
+                dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
                 continue
             sh = shard(arch, layout, prec)
             mp = memory_plan(
@@ -1652,6 +1656,7 @@ def build_candidates(
                     {
                         "gpu": g.id,
                         "tp": t,
+                        "pp": layout.pp,
                         "reason": f"does not fit: {mp.kv_capacity_tokens:.0f} KV tokens free for requests of up to {req_max:.0f}",
                         "memory_breakdown_bytes": mp.breakdown(0),
                     }
@@ -1668,7 +1673,7 @@ def build_candidates(
                     rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
                 )
             except GpuplanError as exc:  # e.g. no collective model for a GPU never measured
-                dropped.append({"gpu": g.id, "tp": t, "reason": exc.one_line()})
+                dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
                 continue
             coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0
             caps = (

@@ -1,0 +1,128 @@
+"""Serving a model too big for one node: TP inside each node, pipeline stages across nodes;
+the fleet counts replicas of that size (issue 16.5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuplan.catalogs import get_catalog
+from gpuplan.errors import InputError
+from gpuplan.forecast.inference import (
+    DEFAULT_MEMORY_UTILIZATION,
+    ServingDemand,
+    fits_one_request,
+    forecast_inference,
+    resolve_model,
+    size_serving_fleet,
+)
+from gpuplan.forecast.inference_arch import Layout, resolve_precision
+from gpuplan.forecast.serving import LengthDist
+
+
+def _h100():
+    return get_catalog().gpu("h100")
+
+
+def test_deepseek_v3_fp8_on_h100_gets_the_fewest_nodes_that_hold_it():
+    r = forecast_inference("deepseek-v3", "h100", precision="fp8")
+    g = _h100()
+    domain = g.scale_up_domain_size
+    # TP never leaves the node unless asked; the replica spans whole nodes
+    assert r["tp"] <= domain and r["gpus_per_replica"] > domain
+    mn = r["multi_node"]
+    assert mn["nodes"] == r["gpus_per_replica"] // domain and mn["nodes"] >= 2
+    assert mn["tp_inside_node"] and mn["pp_boundaries_across_nodes"] == mn["nodes"] - 1
+    assert "cross_node_tp" not in r
+    # under the GPU's usable memory, and one node fewer would not hold it
+    assert r["fits_in_memory"]
+    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * g.memory_bytes
+    arch, _ = resolve_model("deepseek-v3", get_catalog())
+    prec = resolve_precision("fp8", g, None)
+    fewer = Layout(r["tp"], r["pp"] - domain // r["tp"], 1)
+    assert not fits_one_request(
+        arch, g, prec, fewer, request_tokens=2048 + 256, chunk=8192, utilization=0.9
+    )
+
+
+def test_deepseek_v3_fp8_on_h200_stays_on_one_node():
+    r = forecast_inference("deepseek-v3", "h200", precision="fp8")
+    assert r["gpus_per_replica"] <= 8 and "multi_node" not in r and r["fits_in_memory"]
+
+
+def test_nodes_fix_the_layout_and_pp_follows():
+    r3 = forecast_inference("deepseek-v3", "h100", precision="fp8", nodes=3)
+    assert (r3["tp"], r3["pp"], r3["multi_node"]["nodes"]) == (8, 3, 3)
+    r4 = forecast_inference("deepseek-v3", "h100", precision="fp8", nodes=4, tp=4)
+    assert (r4["tp"], r4["pp"]) == (4, 8)
+    assert r4["multi_node"]["pp_stages_per_node"] == 2
+    # more GPUs per replica hold the same weights in less memory each
+    assert r4["memory_breakdown_bytes"]["weights"] < r3["memory_breakdown_bytes"]["weights"]
+
+
+def test_decode_pipeline_bubble_fewer_requests_than_stages():
+    """With pp stages, a batch smaller than pp leaves stages idle: batch 1 and batch 2 on two
+    stages run the same one-row micro-batch per stage, so TPOT is the same and batch 2
+    emits twice the tokens; TPOT = pp stage passes + (pp - 1) activation hops."""
+    r1 = forecast_inference("deepseek-v3", "h100", precision="fp8", nodes=2, batch=1)
+    r2 = forecast_inference("deepseek-v3", "h100", precision="fp8", nodes=2, batch=2)
+    assert r1["pp"] == 2
+    assert r2["tpot_s"] == pytest.approx(r1["tpot_s"], rel=0.02)
+    thr1, thr2 = r1["throughput_output_tokens_per_s"], r2["throughput_output_tokens_per_s"]
+    assert thr2 == pytest.approx(2 * thr1, rel=0.02)
+    stage = r1["breakdown_s"]["decode_step"]["total"]
+    hop = r1["pp_hop_decode_s"]
+    assert r1["multi_node"]["pp_hop_decode_s"] == hop
+    assert hop > 0
+    assert r1["tpot_s"] == pytest.approx(2 * stage + hop, rel=1e-6)
+
+
+def test_nodes_that_disagree_with_tp_and_pp_are_refused():
+    with pytest.raises(InputError, match="is not --nodes"):
+        forecast_inference("deepseek-v3", "h100", precision="fp8", nodes=2, tp=8, pp=3)
+
+
+def test_fleet_counts_replicas_of_multi_node_size():
+    d = ServingDemand(
+        model="deepseek-v3",
+        gpus=("h100",),
+        qps=2.0,
+        inputs=LengthDist(1024.0),
+        outputs=LengthDist(256.0),
+        ttft_slo_s=2.0,
+        tpot_slo_s=0.1,
+        precision="fp8",
+        num_requests=400,
+    )
+    f = size_serving_fleet(d)
+    assert f.gpus_per_replica == 16 and f.tp == 8 and f.pp == 2
+    assert f.num_gpus == f.replicas * 16
+    assert f.result["multi_node"]["nodes"] == 2
+    assert f.ttft_s <= 2.0 and f.tpot_s <= 0.1
+    # the one-node layouts are listed as not fitting, with the reason
+    drops = [c for c in f.result["candidates"] if c.get("num_gpus") is None]
+    assert drops and all("does not fit" in c["reason"] for c in drops)
+
+
+def test_cli_default_layout_of_deepseek_v3_on_h100_says_multi_node(run_cli):
+    p = run_cli(
+        "forecast", "infer", "--model", "deepseek-v3", "--gpu", "h100", "--precision", "fp8",
+        "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["multi_node"]["nodes"] == 2 and out["tp"] == 8 and out["pp"] == 2
+    t = run_cli(
+        "forecast", "infer", "--model", "deepseek-v3", "--gpu", "h100", "--precision", "fp8",
+    )  # fmt: skip
+    assert t.returncode == 0 and "nodes per replica" in t.stdout
+
+
+def test_cli_bad_nodes_is_one_line(run_cli):
+    p = run_cli(
+        "forecast", "infer", "--model", "deepseek-v3", "--gpu", "h100", "--nodes", "0",
+    )  # fmt: skip
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr and "--nodes" in lines[0]
