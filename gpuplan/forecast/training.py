@@ -1526,6 +1526,17 @@ def summarise(
         "compute_detail_s": {
             k: float(np.asarray(v)[0, i]) for k, v in result["compute_detail_s"].items()
         },
+        # what a small step exposes whatever the work per GPU (evaluate_layouts)
+        "fixed_costs_s": {
+            k: float(np.broadcast_to(np.asarray(v), np.shape(result["step_time_s"]))[0, i])
+            for k, v in (result.get("fixed_costs_s") or {}).items()
+        },
+        "cp_comm_s": {
+            f"cp_comm_{k}": float(
+                np.broadcast_to(np.asarray(v), np.shape(result["step_time_s"]))[0, i]
+            )
+            for k, v in (result.get("cp_comm_detail_s") or {}).items()
+        },
     }
     return out
 
