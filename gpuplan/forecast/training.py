@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -251,9 +252,10 @@ def peak_flops(hw: Hardware, dtype: str) -> float | None:
     if value:
         return float(value)
     try:
-        return hw.perf.peak_flops_per_s(dtype)
+        peak = hw.perf.peak_flops_per_s(dtype)
     except InputError:
         return None
+    return float(peak) if peak else None
 
 
 def precision_recipe(precision: str, hw: Hardware | None = None) -> PrecisionRecipe:
@@ -306,7 +308,8 @@ def gemm_rates3(hw: Hardware, m: Any, n: Any, k: Any, dtype: str) -> np.ndarray:
 @lru_cache(maxsize=4)
 def _load_constants_file(name: str) -> dict[str, Any]:
     text = resources.files("gpuplan.forecast").joinpath("data").joinpath(name).read_text("utf-8")
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 def default_constants() -> dict[str, Any]:
@@ -1464,7 +1467,7 @@ def summarise(
     def per_gpu_tflops(flops: float, t: float) -> float:
         return flops / t / num_gpus / 1e12
 
-    def band(fn):
+    def band(fn: Callable[[float], float]) -> list[float]:
         return [fn(step_hi), fn(step_lo)]
 
     mem = {k: float(np.asarray(v)[i]) for k, v in result["memory"].items()}
