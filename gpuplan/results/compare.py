@@ -52,7 +52,23 @@ def point_key(probe: str, m: dict[str, Any]) -> tuple[Any, ...] | None:
     return None
 
 
+def _device_part(p: ProbeResult, m: dict[str, Any]) -> tuple[Any, ...]:
+    """The device of a per-GPU loop's point (``params.scope: "per_device"``): every GPU
+    alone and all at once run the same shape, so the shape alone does not tell them apart."""
+    if p.params.get("scope") != "per_device":
+        return ()
+    return (("gpu", m.get("device_index"), bool(m.get("concurrent"))),)
+
+
 def point_label(probe: str, key: tuple[Any, ...]) -> str:
+    if key and isinstance(key[-1], tuple) and key[-1][:1] == ("gpu",):
+        _, index, concurrent = key[-1]
+        where = f" GPU {index}" + (" (all GPUs at once)" if concurrent else "")
+        return _point_label(probe, key[:-1]) + where
+    return _point_label(probe, key)
+
+
+def _point_label(probe: str, key: tuple[Any, ...]) -> str:
     if probe == "matmul":
         return "x".join(str(v) for v in key)
     if probe == "membw":
@@ -109,7 +125,7 @@ def _index(doc: ResultDocument) -> dict[tuple[Any, ...], dict[str, Any]]:
         for m in p.measurements:
             key = point_key(p.probe, m)
             if key is not None:
-                out.setdefault((variant_key(p), key), m)
+                out.setdefault((variant_key(p), key + _device_part(p, m)), m)
     return out
 
 

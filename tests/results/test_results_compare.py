@@ -95,3 +95,39 @@ def test_points_only_in_one_run_are_listed():
         ResultDocument.model_validate(data), ResultDocument.model_validate(other)
     )
     assert any("(storage)" in x for x in result["only_in_a"]) and result["only_in_b"] == []
+
+
+def test_per_gpu_points_are_matched_gpu_by_gpu():
+    """A per-GPU loop runs one shape on every GPU alone and on all at once: each GPU's point is
+    compared with the same GPU's point of the other run, never with another GPU's."""
+    data = doc()
+    matmul = next(p for p in data["probes"] if p["probe"] == "matmul")
+    base = matmul["measurements"][0]
+    points = []
+    for index in (0, 1):
+        for concurrent in (False, True):
+            m = copy.deepcopy(base)
+            m.update(device_index=index, concurrent=concurrent)
+            points.append(m)
+    per_device = {
+        **copy.deepcopy(matmul),
+        "params": {**matmul["params"], "device": "cuda:all", "scope": "per_device"},
+        "measurements": points,
+    }
+    data["probes"].append(per_device)
+    b = copy.deepcopy(data)
+    b["run_id"] = "b" * 8 + b["run_id"][8:]
+    slow = next(p for p in b["probes"] if p["params"].get("scope") == "per_device")
+    gpu1_alone = next(
+        m for m in slow["measurements"] if m["device_index"] == 1 and not m["concurrent"]
+    )
+    gpu1_alone["flops_per_s"] *= 0.5
+    result = compare_documents(
+        ResultDocument.model_validate(data), ResultDocument.model_validate(b)
+    )
+    rows = {pt["point"]: pt["ratio"] for pt in result["points"] if "GPU" in pt["point"]}
+    assert len(rows) == 4
+    assert [label for label, r in rows.items() if r != pytest.approx(1.0)] == [
+        next(label for label in rows if label.endswith("GPU 1"))
+    ]
+    assert rows[next(label for label in rows if label.endswith("GPU 1"))] == pytest.approx(0.5)
