@@ -31,7 +31,8 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
     train: forward + backward + optimizer time per block;
     pcie_concurrent: the all-GPUs h2d aggregate (else the best bidirectional figure); p2p:
     the median one-direction pair with the count of flagged pairs; health: the verdict
-    with the number of reasons.
+    with the number of reasons; soak: the slowest device's throughput at the end of the soak
+    and what throttled it.
     """
     ms = probe.measurements
     if not ms:
@@ -104,6 +105,32 @@ def headline(probe: ProbeResult) -> dict[str, Any] | None:
                 "label": f"output tokens, concurrency {m['concurrency']}",
                 "value": m["output_throughput_tokens_per_s"],
                 "unit": "tok/s",
+            }
+    elif probe.probe == "soak":
+        # the worst device's sustained throughput at the end of the soak, and what throttled
+        ends = [
+            (m["flops_per_s"]["last"], m)
+            for m in ms
+            if isinstance(m.get("flops_per_s"), dict) and m["flops_per_s"].get("last")
+        ]
+        if ends:
+            value, m = min(ends, key=lambda e: e[0])
+            flags = [
+                name
+                for name, key in (
+                    ("thermal throttle", "thermal_throttled"),
+                    ("power throttle", "power_throttled"),
+                    ("clock drop", "clock_dropped"),
+                    ("throughput drop", "throughput_dropped"),
+                )
+                if m.get(key)
+            ]
+            device = m.get("device_index")
+            return {
+                "label": f"sustained, slowest GPU {device}"
+                + (f" ({', '.join(flags)})" if flags else ""),
+                "value": value,
+                "unit": "FLOP/s",
             }
     elif probe.probe == "train":
         m = ms[0]

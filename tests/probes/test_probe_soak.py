@@ -138,6 +138,13 @@ def test_soak_samples_nvml_while_the_cpu_runs_matmul():
     assert m.mean_power_w == pytest.approx(700.0, rel=0.02)
     assert m.power_source == "energy counter"
     assert any("thermal slowdown" in w for w in result.warnings)
+    # results ls / probe print the slowest device's end-of-soak throughput and what throttled
+    from gpuplan.results.summary import headline
+
+    head = headline(result)
+    assert head is not None and head["unit"] == "FLOP/s"
+    assert head["value"] == m.flops_per_s.last
+    assert "thermal throttle" in head["label"] and "clock drop" in head["label"]
 
 
 def test_soak_without_nvml_runs_and_says_what_it_lacks():
