@@ -1,14 +1,18 @@
 """Forecast the scenario's workloads on each candidate GPU (through gpuplan.forecast only).
 
-Training runs are sized for their deadline with ``forecast_training(target_days=...)`` and
-then re-forecast at the GPU count rounded up to whole nodes. Serving workloads are sized by
+Training runs are sized for their deadline with :func:`gpuplan.forecast.train.forecast_train`
+(``target_days``) and then re-forecast at the GPU count rounded up to whole nodes. Serving
+workloads are sized by :func:`gpuplan.forecast.infer.size_fleet` (the typed wrapper of
 :func:`gpuplan.forecast.inference.size_serving_fleet`, the function ``gpuplan forecast
-infer --qps`` calls: requests drawn from the scenario's length distributions (mean and its
+infer --qps`` calls): requests drawn from the scenario's length distributions (mean and its
 highest percentile given, or fixed at the mean), the TTFT/TPOT targets held at the
 scenario's ``slo_percentile`` (p99 by default), so that the plan and ``forecast infer``
 give the same GPU count for the same workload; the plan then rounds it up to whole nodes.
 A forecast that cannot be made (the model does not fit, the deadline cannot be met) is
-recorded as the reason the option is infeasible, never raised.
+recorded as the reason the option is infeasible, never raised. Forecasts come back as the
+frozen records :class:`~gpuplan.forecast.train.TrainForecast` and
+:class:`~gpuplan.forecast.infer.ServingFleet`; the plan reads their attributes (bands for
+every interval), never result dicts by key.
 """
 
 from __future__ import annotations
