@@ -130,6 +130,7 @@ CP_COMM_MODES = ("p2p", "a2a")
 # scores and its backward is two data/weight-gradient pairs: 2 x forward.
 FLASH_ATTENTION_BWD_FLOPS_RATIO = 2.5
 UNFUSED_ATTENTION_BWD_FLOPS_RATIO = 2.0
+CAUSAL_TILE_ROWS = 128.0
 FP8_TILE_SCALE_BYTES_PER_ELEMENT = 4.0 / 128.0
 """One fp32 scale per 1x128 activation tile (DeepSeek-AI 2024, arXiv 2412.19437, section
 3.3.2 "Fine-Grained Quantization"): the overhead of an FP8 dispatch per element."""
@@ -943,7 +944,15 @@ def evaluate_layouts(
     imbalance = np.where(
         (cp > 1) & bool(arch.causal), cp_causal_imbalance(cp, fw.cp_load_balance), 1.0
     )
-    attn_fwd_balanced = c["attention_time_factor"] * attn_fwd_flops / attn_rate
+    # A fused causal kernel computes the diagonal tiles in full and masks half of each:
+    # with query/key tiles of B rows it runs n(n+1)/2 tiles for n = s/B where n^2/2 carry
+    # the causal work, 1 + B/s times the work (Dao 2023, FlashAttention-2, section 3.1.1:
+    # only the diagonal block of each row needs the mask; B = 128, the query-tile rows
+    # (kBlockM) of the FlashAttention-2/3 forward kernels at head dim 128, an
+    # approximation for other head dims and the key-tile width). Independent of cp under
+    # zig-zag: the s/B diagonal tiles are spread over the ranks.
+    diag = 1.0 + CAUSAL_TILE_ROWS / s if (fw.flash_attention and arch.causal) else 1.0
+    attn_fwd_balanced = c["attention_time_factor"] * attn_fwd_flops / attn_rate * diag
     attn_fwd = attn_fwd_balanced * imbalance
     bwd_ratio = (
         FLASH_ATTENTION_BWD_FLOPS_RATIO if fw.flash_attention else UNFUSED_ATTENTION_BWD_FLOPS_RATIO

@@ -16,6 +16,7 @@ import pytest
 from gpuplan.forecast import comm as comm_mod
 from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.training import (
+    CAUSAL_TILE_ROWS,
     FLASH_ATTENTION_BWD_FLOPS_RATIO,
     UNFUSED_ATTENTION_BWD_FLOPS_RATIO,
     Framework,
@@ -252,3 +253,14 @@ def test_overlapped_dp_collectives_slow_the_compute_they_hide_behind():
     none = exposed(Framework(dp_overlap=False), c0)
     assert np.all(exposed(Framework(), c0) == 0.0)  # fully hidden without contention
     np.testing.assert_allclose(exposed(Framework(), cf), f * none, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seq", [512, 2048, 32768])
+def test_causal_diagonal_tiles_cost_b_over_s(seq):
+    """A fused causal kernel runs its diagonal tiles in full: attention time is 1 + B/s of
+    the same model without the causal skip's tile overhead (a non-causal model), B = 128."""
+    causal = run({}, seq=seq, gbs=8)["compute_detail_s"]["attention"]
+    plain = run({}, arch=dataclasses.replace(ARCH, causal=False), seq=seq, gbs=8)
+    np.testing.assert_allclose(
+        causal / plain["compute_detail_s"]["attention"], 1.0 + CAUSAL_TILE_ROWS / seq, rtol=1e-12
+    )
