@@ -362,7 +362,7 @@ def _show_table(console: Any, data: dict[str, Any], unverified: list[str]) -> No
                 "Published prices (USD per hour)",
                 ["model", "usd/h", "region", "as of", "source"],
                 [
-                    [p["model"], p["usd_per_hour"], p["region"], p["as_of"], p["source"]]
+                    [p["model"], _rate_cell(p), p["region"], p["as_of"], p["source"]]
                     for p in data["prices"]
                 ],
             )
@@ -404,6 +404,14 @@ def _item_text(x: Any) -> str:
     if isinstance(x, dict) and "nic_id" in x:
         return f"{x['count']} x {x['nic_id']} ({x.get('role', 'compute')})"
     return str(x)
+
+
+def _rate_cell(p: dict[str, Any]) -> str:
+    """A price observation's rate, or why there is none (the catalog's note on the gap)."""
+    if p.get("usd_per_hour") is not None:
+        return str(p["usd_per_hour"])
+    note = " ".join(str(p.get("notes") or "").split())
+    return f"no published rate: {note or 'no note in the catalog'}"
 
 
 def _show_value(v: Any, key: str = "") -> str:
