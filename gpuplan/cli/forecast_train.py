@@ -39,6 +39,8 @@ Examples:
   gpuplan forecast train --model llama3.1-70b --gpu h100 --gpus 1024 --tp 8 --pp 4 --top 5
   gpuplan forecast train --model llama3.1-8b --gpu a100-80gb --tokens 2e12 --target-days 30
   gpuplan forecast train --model llama3.1-8b --gpu h100 --gpus 256 --fsdp --framework torchtitan
+  gpuplan forecast train --model llama3.1-8b --gpu h100 --gpus 64 --seq-len 131072 --cp 8 \\
+      --cp-comm a2a --cp-layout zigzag --global-batch 64
   gpuplan forecast train --layers 32 --hidden 4096 --heads 32 --ffn-hidden 11008 \\
       --vocab 32000 --gpu h100 --gpus 64 --seq-len 4096 --format json
 """
@@ -318,6 +320,22 @@ def register(app: typer.Typer) -> None:
             help="With --fsdp: shard over groups of N data-parallel ranks (HSDP).",
         ),
         # -- end of the optimizer/recompute block --
+        cp_comm: str | None = typer.Option(
+            None,
+            "--cp-comm",
+            help=(
+                "Context-parallel exchange: ring (ring attention, K/V passed around the CP "
+                "ring; default) | a2a (DeepSpeed-Ulysses all-to-all, cp <= KV heads)."
+            ),
+        ),
+        cp_layout: str | None = typer.Option(
+            None,
+            "--cp-layout",
+            help=(
+                "Causal sequence split over CP ranks: zigzag (2cp chunks, balanced; "
+                "default) | contiguous (the last rank sets the pace)."
+            ),
+        ),
         precision: str = typer.Option(
             "bf16",
             "--precision",
@@ -414,6 +432,8 @@ def register(app: typer.Typer) -> None:
                 memory_headroom=memory_headroom,
                 hsdp_shard_size=hsdp_shard_size,
                 framework_name=framework,
+                cp_comm=cp_comm,
+                cp_layout=cp_layout,
                 node=node,
                 instance=instance,
                 progress=tick,

@@ -123,6 +123,10 @@ DEFAULT_GLOBAL_BATCH_TOKENS = 2**24
 EP_OVERLAP_MODES = ("none", "dualpipe", "1f1b-overlap")
 EP_KERNELS = ("auto", "nccl", "deepep")
 CP_COMM_MODES = ("p2p", "a2a")
+CP_COMM_CLI = {"ring": "p2p", "a2a": "a2a"}
+"""``--cp-comm`` values: ``ring`` is ring attention (``Framework.cp_comm`` ``p2p``)."""
+CP_LAYOUTS = {"zigzag": True, "contiguous": False}
+"""``--cp-layout`` values -> ``Framework.cp_load_balance``."""
 # FLOPs of a fused-attention backward over its forward: dQ, dK, dV and the recomputed
 # scores (QK^T) and probabilities, five matmuls against the forward's two (the
 # convention of Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py,
@@ -1777,6 +1781,8 @@ def forecast_training(
     memory_headroom: float | None = None,
     hsdp_shard_size: int | None = None,
     framework_name: str | None = None,
+    cp_comm: str | None = None,
+    cp_layout: str | None = None,
 ) -> dict[str, Any]:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -1826,6 +1832,11 @@ def forecast_training(
         (:func:`profile_constants`); ``None`` = :func:`default_framework` of the chip and
         the layout. The output says ``framework``, ``framework_basis`` (``default`` or
         ``given``), ``framework_profile`` and ``profile_basis``.
+    cp_comm, cp_layout:
+        Context-parallel exchange ``ring`` (ring attention, :attr:`Framework.cp_comm`
+        ``p2p``) or ``a2a`` (DeepSpeed-Ulysses), and sequence split ``zigzag`` (load
+        balanced, :attr:`Framework.cp_load_balance`) or ``contiguous``; the output's
+        ``context_parallel`` says which were used.
 
     Returns
     -------
@@ -1917,6 +1928,20 @@ def forecast_training(
                 "--hsdp-shard-size shards ZeRO-3/FSDP states; add --fsdp (or --zero 3)"
             )
         overrides["hsdp_shard_size"] = int(hsdp_shard_size)
+    if cp_comm is not None:
+        mode = str(cp_comm).strip().lower()
+        if mode not in CP_COMM_CLI:
+            raise InputError(
+                f"unknown --cp-comm {cp_comm!r}", hint="use one of " + ", ".join(CP_COMM_CLI)
+            )
+        overrides["cp_comm"] = CP_COMM_CLI[mode]
+    if cp_layout is not None:
+        lay = str(cp_layout).strip().lower()
+        if lay not in CP_LAYOUTS:
+            raise InputError(
+                f"unknown --cp-layout {cp_layout!r}", hint="use one of " + ", ".join(CP_LAYOUTS)
+            )
+        overrides["cp_load_balance"] = CP_LAYOUTS[lay]
     if overrides:
         fw = dataclasses.replace(fw, **overrides)
     if fw.ep_overlap == "dualpipe":
@@ -2017,6 +2042,10 @@ def forecast_training(
         "recompute_modules": list(fw.recompute_modules),
         "moe_act_cache": fw.moe_act_cache,
         "fsdp_fp8_all_gather": fp8_param_gather_on(fw, precision),
+    }
+    out["context_parallel"] = {
+        "comm": next(k for k, v in CP_COMM_CLI.items() if v == fw.cp_comm),
+        "layout": "zigzag" if fw.cp_load_balance else "contiguous",
     }
     if out.get("ep_comm_s"):
         out["ep_comm_s"]["ep_overlap"] = fw.ep_overlap
