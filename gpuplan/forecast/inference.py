@@ -550,7 +550,11 @@ def _single_layout(
             * sh.kv_bytes_per_ctx_token_stage(),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
         )
-        ttft3 = 0.5 * tpot3 + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
+        ttft3 = (
+            0.5 * tpot3
+            + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
+            + params.frontend_s_per_request
+        )
         mem_pass = min(chunk_tokens, b + input_tokens)
         phase_ttft, phase_tpot = combine(new_parts, params), it
         hop_dec = hop
@@ -1689,6 +1693,7 @@ def build_candidates(
                     prefill_flops_coef=coef,
                     chunk_tokens=chunk_tokens,
                     label=f"{g.id} tp={t} pp={layout.pp} cap={cap}",
+                    frontend_s_per_request=params.frontend_s_per_request,
                 )
                 cands.append(
                     Candidate(

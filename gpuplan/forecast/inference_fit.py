@@ -299,14 +299,17 @@ class FittedOverheads:
 
     def params_for(self, engine: str | None, moe: bool = False) -> OverheadParams:
         """:attr:`params` with the engine profile's ``time_scale`` (times its
-        ``moe_time_scale`` for a mixture-of-experts model, ``moe``) and its own per-layer
-        overhead."""
+        ``moe_time_scale`` for a mixture-of-experts model, ``moe``), its own per-layer
+        overhead and its front-end cost per request."""
         rec = self.engine_constants(engine)
         if rec is None:
             return self.params
         ts = float(rec["time_scale"]) * (float(rec.get("moe_time_scale", 1.0)) if moe else 1.0)
         ovh = float(rec.get("overhead_per_layer_s", self.params.overhead_per_layer_s))
-        return replace(self.params, time_scale=ts, overhead_per_layer_s=ovh)
+        fe = float(rec.get("frontend_s_per_request", self.params.frontend_s_per_request))
+        return replace(
+            self.params, time_scale=ts, overhead_per_layer_s=ovh, frontend_s_per_request=fe
+        )
 
     def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
         """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from

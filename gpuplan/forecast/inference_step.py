@@ -306,6 +306,14 @@ class OverheadParams:
         TensorRT-LLM v0.9 tables that fitted the others. Scaling every iteration by the same
         factor scales a burst's duration, TTFT and TPOT by it exactly, so the fit is the
         median log ratio (closed form).
+    frontend_s_per_request:
+        Serial per-request cost of the engine's front end before a request reaches the
+        scheduler (tokenisation, HTTP and streaming set-up, in one API-server process):
+        request ``i`` enters at ``max(arrival_i, entry_{i-1}) + c`` (a deterministic
+        single-server queue; vLLM's OpenAI server tokenises in its event loop, see the
+        vLLM 0.6 performance blog, https://blog.vllm.ai/2024/09/05/perf-update.html, "API
+        server" overhead). Fitted on an engine's burst TTFT rows
+        (:mod:`gpuplan.forecast.validation_inference`); 0 for the static-batch tables.
     """
 
     gemm_efficiency: float = 1.0
@@ -317,6 +325,7 @@ class OverheadParams:
     kv_group_exponent: float = 0.0
     vector_attention_efficiency: float = 1.0
     time_scale: float = 1.0
+    frontend_s_per_request: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}

@@ -228,13 +228,18 @@ class ReplicaModel:
     chunk_tokens: int = 8192
     label: str = ""
     prefilled: bool = False
+    #: serial front-end cost per request (s), before the scheduler sees it
+    #: (:attr:`gpuplan.forecast.inference_step.OverheadParams.frontend_s_per_request`)
+    frontend_s_per_request: float = 0.0
 
     def iteration_time(
         self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
     ) -> float:
         return float(self.cost.time(tokens, rows, ctx, pf_flops, pf_tokens))
 
-    def single_request(self, input_tokens: float, output_tokens: float, scenario: int = VALUE):
+    def single_request(
+        self, input_tokens: float, output_tokens: float, scenario: int = VALUE
+    ) -> tuple[float, float]:
         """TTFT and TPOT of one request alone on the replica (no queue, no other load)."""
         ttft, t_dec = 0.0, 0.0
         done = 0.0
@@ -246,7 +251,7 @@ class ReplicaModel:
             done += c
         ctx = input_tokens + output_tokens / 2.0
         t_dec = float(self.cost.time(1.0, 1.0, ctx, 0.0, 0.0, scenario))
-        return ttft, t_dec
+        return ttft + self.frontend_s_per_request, t_dec
 
 
 @dataclass
@@ -348,6 +353,21 @@ def simulate(
     )
 
 
+def frontend_entries(arrivals: np.ndarray, c: float) -> np.ndarray:
+    """When requests reach the scheduler through a serial front end of ``c`` s each:
+    ``e_i = max(a_i, e_{i-1}) + c`` (a deterministic single-server FIFO queue, Lindley's
+    recursion), in closed form ``e_i = c (i + 1) + max_{j <= i} (a_j - c j)``.
+
+    >>> frontend_entries(np.array([0.0, 0.0, 0.0, 1.0]), 0.1).round(6).tolist()
+    [0.1, 0.2, 0.3, 1.1]
+    """
+    a = np.asarray(arrivals, dtype=float)
+    if c <= 0 or a.size == 0:
+        return a
+    i = np.arange(a.size, dtype=float)
+    return c * (i + 1) + np.maximum.accumulate(a - c * i)
+
+
 def simulate_requests(
     replica: ReplicaModel,
     arrivals: np.ndarray,
@@ -370,6 +390,8 @@ def simulate_requests(
     if qps is None:
         span = float(arrivals[-1] - arrivals[0]) if n_req > 1 else 0.0
         qps = (n_req - 1) / span if span > 0 else math.inf
+    arrived = arrivals
+    arrivals = frontend_entries(arrivals, replica.frontend_s_per_request)
     need = lin + lout
     if need.max() > replica.kv_capacity_tokens:
         # never admissible: the whole request does not fit in the KV cache
@@ -505,10 +527,10 @@ def simulate_requests(
     done = sel & ~np.isnan(finish)
     if saturated or not done.any():
         return SimResult(np.array([]), np.array([]), qps, t, 0, 0.0, True, n_req)
-    ttft = (first - arrivals)[done]
+    ttft = (first - arrived)[done]
     multi = done & (lout > 1)
     tpot = ((finish - first) / np.maximum(lout - 1, 1))[multi]
-    window = finish[done].max() - arrivals[start]
+    window = finish[done].max() - arrived[start]
     out_tokens = int(lout[done].sum())
     return SimResult(
         ttft_s=ttft,

@@ -562,6 +562,7 @@ def simulate_engine_row(
     catalog: Any = None,
     perf_for: Any = None,
     shape: tuple[np.ndarray, np.ndarray] | None = None,
+    frontend_s_per_request: float | None = None,
 ) -> dict[str, np.ndarray]:
     """One row's benchmark replayed through the continuous-batching simulation.
 
@@ -569,8 +570,8 @@ def simulate_engine_row(
     output tokens over the time the last request finishes: vLLM ``benchmark_serving`` and
     ``sglang.bench_serving``), ``ttft_mean_burst`` / ``ttft_median_online`` (arrival to first
     token) and ``tpot_median_burst`` / ``tpot_median_online`` ((last - first token) /
-    (answer - 1), per request). ``time_scale`` and ``overhead_per_layer_s`` replace the
-    profile's fitted ones.
+    (answer - 1), per request). ``time_scale``, ``overhead_per_layer_s`` and
+    ``frontend_s_per_request`` replace the profile's fitted ones.
     """
     from dataclasses import replace
 
@@ -586,13 +587,19 @@ def simulate_engine_row(
         catalog = get_catalog()
     fitted = fitted or load_overheads()
     engine = engine_profile(row["engine"]).name
-    if time_scale is not None or overhead_per_layer_s is not None:
+    if (
+        time_scale is not None
+        or overhead_per_layer_s is not None
+        or frontend_s_per_request is not None
+    ):
         base = fitted.params_for(engine, arch_from(catalog.model(row["model"])).is_moe)
         over: dict[str, float] = {}
         if time_scale is not None:
             over["time_scale"] = float(time_scale)
         if overhead_per_layer_s is not None:
             over["overhead_per_layer_s"] = float(overhead_per_layer_s)
+        if frontend_s_per_request is not None:
+            over["frontend_s_per_request"] = float(frontend_s_per_request)
         fitted = FittedOverheads(replace(base, **over), fitted.quantiles, fitted.record)
     kind = row_kind(row)
     arrivals, lin, lout = row_requests(row, shape if shape is not None else _shape([row]))
@@ -736,6 +743,8 @@ class _EngineData:
         self.model: list[str] = []
         self.moe: list[bool] = []
         self.base: list[dict[float, dict[str, np.ndarray]]] = []
+        self.slopes: list[dict[float, dict[str, float]]] = []
+        self.n_requests: list[int] = []
         self.skipped: list[dict[str, Any]] = []
         for row in rows:
             rid = row.get("run_id", "?")
@@ -751,9 +760,24 @@ class _EngineData:
                         catalog=catalog,
                         perf_for=perf_for,
                         shape=self.shape,
+                        frontend_s_per_request=0.0,
                     )
                     for o in OVERHEAD_GRID_S
                 }
+                probe = {
+                    o: simulate_engine_row(
+                        row,
+                        time_scale=1.0,
+                        overhead_per_layer_s=o,
+                        catalog=catalog,
+                        perf_for=perf_for,
+                        shape=self.shape,
+                        frontend_s_per_request=FRONTEND_PROBE_S,
+                    )
+                    for o in OVERHEAD_GRID_S
+                }
+                slopes = {o: _sensitivities(sims[o], probe[o]) for o in OVERHEAD_GRID_S}
+                n_req = int(row_requests(row, self.shape)[0].size)
             except (GpuplanError, KeyError, ValueError) as exc:
                 reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
                 self.skipped.append({"run_id": rid, "reason": reason})
@@ -763,6 +787,8 @@ class _EngineData:
             self.model.append(model)
             self.moe.append(bool(moe))
             self.base.append(sims)
+            self.slopes.append(slopes)
+            self.n_requests.append(n_req)
 
     def published(self, i: int, name: str) -> float | None:
         col, scale = next((c, s) for c, s, n, _ in ENGINE_METRICS if n == name)
@@ -776,15 +802,31 @@ class _EngineData:
     def log_ratios(self, idx: list[int], f: dict[str, Any]) -> dict[str, np.ndarray]:
         """``log(forecast / published)`` per metric over rows ``idx`` under constants ``f``."""
         out: dict[str, list[float]] = {}
+        c = float(f.get("frontend_s_per_request", 0.0))
         for i in idx:
             s = self.scale(i, f)
-            for name, v3 in self.base[i][f["overhead_per_layer_s"]].items():
+            o = f["overhead_per_layer_s"]
+            for name, v3 in self.base[i][o].items():
                 pub = self.published(i, name)
                 if pub is None or not math.isfinite(v3[VALUE]):
                     continue
-                v = v3[VALUE] / s if name == "throughput" else v3[VALUE] * s
+                v = _at(name, float(v3[VALUE]), s, c, self.slopes[i][o].get(name, 0.0))
                 out.setdefault(name, []).append(math.log(v / pub))
         return {k: np.array(v) for k, v in out.items()}
+
+    def fit_frontend(self, idx: list[int], f: dict[str, Any]) -> float:
+        """:func:`_frontend_estimate` over the burst TTFT rows of ``idx`` at constants ``f``."""
+        pub, fc, sl = [], [], []
+        o = f["overhead_per_layer_s"]
+        for i in idx:
+            v3 = self.base[i][o].get("ttft_mean_burst")
+            p = self.published(i, "ttft_mean_burst")
+            if v3 is None or p is None or not math.isfinite(v3[VALUE]):
+                continue
+            pub.append(p)
+            fc.append(float(v3[VALUE]) * self.scale(i, f))
+            sl.append((self.n_requests[i] + 1) / 2.0)
+        return _frontend_estimate(np.array(pub), np.array(fc), np.array(sl))
 
     def fit(self, idx: list[int]) -> dict[str, Any]:
         """Constants fitted on rows ``idx`` from their burst throughput: for each per-layer
@@ -809,6 +851,16 @@ class _EngineData:
         f: dict[str, Any] = {"time_scale": ts, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
         lr_m = self.log_ratios(moe, f).get("throughput", np.array([]))
         f["moe_time_scale"] = fit_time_scale(lr_m)
+        # the front end, then the time scales again with it (a burst's duration includes
+        # the front end's queue), twice: each moves the other little
+        for _ in range(2):
+            f["frontend_s_per_request"] = self.fit_frontend(idx, f)
+            for _ in range(3):
+                lr_d = self.log_ratios(dense or idx, f).get("throughput", np.array([]))
+                f["time_scale"] *= fit_time_scale(lr_d)
+            for _ in range(3):
+                lr_m = self.log_ratios(moe, f).get("throughput", np.array([]))
+                f["moe_time_scale"] *= fit_time_scale(lr_m)
         res = self.log_ratios(idx, f)
         ttft = np.concatenate([res[k] for k in res if k.startswith("ttft")] or [np.array([])])
         thr = res.get("throughput", np.array([]))
@@ -821,6 +873,60 @@ class _EngineData:
                 "ttft": list(_q(ttft)),
             },
         }
+
+
+#: front-end cost (s per request) of the one extra replay per row that measures how its
+#: metrics respond to the front end (:func:`_sensitivities`)
+FRONTEND_PROBE_S = 5e-3
+
+
+def _sensitivities(base: dict[str, np.ndarray], probe: dict[str, np.ndarray]) -> dict[str, float]:
+    """How each metric of a row moves per second of front-end cost per request, from its
+    replays at 0 and :data:`FRONTEND_PROBE_S` (time scale 1): time metrics in s per s,
+    throughput as its inverse (s per token per s)."""
+    out: dict[str, float] = {}
+    for name, v0 in base.items():
+        v1 = probe.get(name)
+        if v1 is None or not (math.isfinite(v0[VALUE]) and math.isfinite(v1[VALUE])):
+            continue
+        if name == "throughput":
+            out[name] = (1.0 / float(v1[VALUE]) - 1.0 / float(v0[VALUE])) / FRONTEND_PROBE_S
+        else:
+            out[name] = (float(v1[VALUE]) - float(v0[VALUE])) / FRONTEND_PROBE_S
+    return out
+
+
+def _at(name: str, v0: float, s: float, c: float, slope: float) -> float:
+    """A metric at time scale ``s`` and front-end cost ``c`` from its replay at (1, 0):
+    every engine time scales with ``s`` and the front end adds ``slope x c`` (linear in
+    ``c``; exact at ``c = 0``): time ``s v0 + slope c``, throughput ``1 / (s / v0 + slope c)``.
+
+    >>> round(_at("ttft_mean_burst", 0.4, 1.5, 0.005, 20.0), 12)
+    0.7
+    """
+    if name == "throughput":
+        return 1.0 / (s / v0 + slope * c)
+    return s * v0 + slope * c
+
+
+def _frontend_estimate(published_s: np.ndarray, forecast_s: np.ndarray, slope: np.ndarray) -> float:
+    """Front-end cost per request from burst rows' mean TTFT: ``forecast`` is the replay
+    without a front end (at the fitted time scale); a burst of ``N`` requests through a
+    serial front end of ``c`` s each adds ``c (N + 1) / 2`` to the mean TTFT (request ``i``
+    enters at ``(i + 1) c``), the ``slope`` :meth:`_EngineData.fit_frontend` passes; so
+    ``c = median((published - forecast) / slope)``, at least 0 (the median is robust to the
+    rows the GPU model misses for other reasons). The replay's own response to the front
+    end is smaller (a later entry waits less for the GPU), so this is the front end's cost
+    alone, not a fudge on the GPU queue.
+
+    >>> round(_frontend_estimate(np.array([0.5, 0.6]), np.array([0.3, 0.4]), np.array([40.0, 40.0])), 12)
+    0.005
+    """
+    ok = slope > 0
+    if not ok.any():
+        return 0.0
+    c = (published_s[ok] - forecast_s[ok]) / slope[ok]
+    return float(max(0.0, np.median(c)))
 
 
 def _train_rows(data: _EngineData, i: int, scheme: str) -> tuple[list[int], str]:
@@ -889,6 +995,7 @@ def validate_engines(
             catalog=catalog,
             perf_for=perf_for,
             shape=d.shape,
+            frontend_s_per_request=f["frontend_s_per_request"],
         )
         rec: dict[str, Any] = {
             "run_id": row.get("run_id"),
@@ -899,6 +1006,7 @@ def validate_engines(
             "kind": row_kind(row),
             "time_scale": d.scale(i, f),
             "overhead_per_layer_s": f["overhead_per_layer_s"],
+            "frontend_s_per_request": f["frontend_s_per_request"],
             "fitted_on": f"{f['rows']} {basis}",
         }
         for name, v3 in sims.items():
@@ -1045,6 +1153,7 @@ def fit_engine_constants(
         "time_scale": f["time_scale"],
         "moe_time_scale": f["moe_time_scale"],
         "overhead_per_layer_s": f["overhead_per_layer_s"],
+        "frontend_s_per_request": f["frontend_s_per_request"],
         "rows": f["rows"],
         "basis": f"pooled: fitted on {f['rows']} burst rows of every engine",
         "log_residual_quantiles": held_q(lambda r: True),
@@ -1060,6 +1169,7 @@ def fit_engine_constants(
             "time_scale": f["time_scale"],
             "moe_time_scale": f["moe_time_scale"],
             "overhead_per_layer_s": f["overhead_per_layer_s"],
+            "frontend_s_per_request": f["frontend_s_per_request"],
             "rows": f["rows"],
             "basis": f"calibrated: fitted on {f['rows']} {name} burst rows",
             "log_residual_quantiles": held_q(partial(_engine_is, name)),
