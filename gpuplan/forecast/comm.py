@@ -158,6 +158,7 @@ def data_parallel_times3(
     zero: Any,
     inter_node_bandwidth_bytes_per_s: float | None,
     zero3_chunks: Any = 1,
+    latency: LibraryLatency | None = None,
 ) -> dict[str, np.ndarray]:
     """Gradient and parameter collectives of one data-parallel group.
 
@@ -169,6 +170,10 @@ def data_parallel_times3(
     per gathered unit (``zero3_chunks`` per pass: FSDP wraps each transformer block), so
     each pays the collective's latency. Returns ``{"grad", "param"}`` times of one pass;
     the caller applies the counts and the overlap.
+
+    With ``latency`` (the collective library's constants, :func:`library_latency`) each
+    collective whose group leaves the node is the faster of the calibrated model and the
+    library's topology-aware LL cost (:func:`topology_collective_time3`).
     """
     zero = np.asarray(zero)
     rpn = group_ranks_per_node(ranks, stride, node_size)
@@ -178,9 +183,15 @@ def data_parallel_times3(
     chunks = np.where(zero >= 3, np.maximum(np.asarray(zero3_chunks, dtype=float), 1.0), 1.0)
     grad_bytes = np.asarray(grad_bytes, dtype=float) / chunks
     param_bytes = np.asarray(param_bytes, dtype=float) / chunks
-    ar = collective_time3(perf, "all_reduce", grad_bytes, ranks, **kw)
-    rs = collective_time3(perf, "reduce_scatter", grad_bytes, ranks, **kw) * chunks
-    ag = collective_time3(perf, "all_gather", param_bytes, ranks, **kw) * chunks
+
+    def coll(op: str, size: Any) -> np.ndarray:
+        if latency is None:
+            return collective_time3(perf, op, size, ranks, **kw)
+        return topology_collective_time3(perf, latency, op, size, ranks, **kw)
+
+    ar = coll("all_reduce", grad_bytes)
+    rs = coll("reduce_scatter", grad_bytes) * chunks
+    ag = coll("all_gather", param_bytes) * chunks
     grad = np.where(zero >= 1, rs, ar)
     param = np.where(zero >= 1, ag, 0.0)
     return {"grad": grad, "param": param}
@@ -264,6 +275,7 @@ def library_times(
     ranks_per_node: Any,
     busbw_bytes_per_s: Any,
     custom_allreduce: bool = True,
+    tree: bool = False,
 ) -> dict[str, np.ndarray]:
     """Time (seconds) of each small-message algorithm the library and engines run.
 
@@ -284,6 +296,13 @@ def library_times(
       launch and step latencies are the library's own (the same kernels run inside one CUDA
       graph); the model reproduces the published H100 TP8 one-shot times (SGLang PR 2904:
       5.9 us at 512 B, 7.8 us at 32 KB), see ``tests/forecast/test_comm_latency.py``.
+
+    * ``tree_ll`` (with ``tree``, all-reduce across ``N > 1`` nodes of ``G`` ranks): NCCL's
+      double binary tree on LL, ``t = base + 2 ((G-1) hop + ceil(log2 N) net_hop) + 2(n-1)/n
+      size / (busbw / 2)`` (``ncclTopoTuneModel``, tree branch: the chain inside the node
+      and ``log2 N`` network levels, reduce then broadcast; Hu et al. 2025, "Demystifying
+      NCCL", arXiv 2507.04786, section 4). The tree's own network hop is the ring's here
+      (the catalog carries one set of constants), so at large ``N`` it is the lower bound.
 
     ``op`` ``all_to_all`` and ``p2p`` take one step (all peers at once): ``base + hop +
     size (n-1)/n / busbw``. ``busbw_bytes_per_s`` is the achieved large-message bus
@@ -317,6 +336,12 @@ def library_times(
             two = base + 2.0 * hop + 2.0 * (n - 1.0) / n * size / bw
             out["one_shot"] = np.where(one_domain, one, np.inf)
             out["two_shot"] = np.where(one_domain, two, np.inf)
+        if ar and tree:
+            g = n / np.maximum(nodes, 1.0)
+            levels = np.ceil(np.log2(np.maximum(nodes, 2.0)))
+            t_tree = base + 2.0 * ((g - 1.0) * hop + levels * net_hop)
+            ll = t_tree + size * factor / (LL_BANDWIDTH_FRACTION * bw)
+            out["tree_ll"] = np.where(nodes > 1, ll, np.inf)
     else:  # all_to_all, p2p: every peer at once
         step = np.where(nodes > 1, net_hop, hop)
         out["ring_ll"] = base + step + size * (n - 1.0) / n / bw
@@ -333,6 +358,7 @@ def serving_collective_time3(
     ranks_per_node: Any,
     inter_node_bandwidth_bytes_per_s: float | None = None,
     custom_allreduce: bool = True,
+    tree: bool = False,
 ) -> tuple[np.ndarray, str]:
     """Collective time ``[value, low, high]`` and the algorithm that sets it.
 
@@ -362,6 +388,7 @@ def serving_collective_time3(
         ranks_per_node=ranks_per_node,
         busbw_bytes_per_s=busbw,
         custom_allreduce=custom_allreduce,
+        tree=tree,
     )
     rel = np.where(cal[0] > 0, cal / np.where(cal[0] > 0, cal[0], 1.0), 1.0)
     names = ["calibrated", *times]
@@ -372,3 +399,69 @@ def serving_collective_time3(
     best = np.take_along_axis(stack, pick[None, None, ...], axis=0)[0]
     counts = np.bincount(np.ravel(pick), minlength=len(names))
     return best, names[int(np.argmax(counts))]
+
+
+#: Ops that take the library's topology-aware cost in training. Only the all-reduce: for
+#: all-gather / reduce-scatter the LL ring was tried (issue 15) and not kept: it brings
+#: DeepSpeed ZeRO-3 on 2,240 A100 from 24.8 to 50.4 TFLOP/s (published 48) but makes the
+#: 384-1,536 GPU rows 1.2-1.5x too fast (held-out deepspeed median 20.8 -> 28.9 %, overall
+#: 7.28 -> 7.53 %, interval coverage 95.2 -> 91.4 %): NCCL runs those sizes on LL128,
+#: whose hop latencies the catalog does not carry. See docs/forecast-training.md.
+_TOPOLOGY_OPS = ("all_reduce",)
+
+
+def topology_collective_time3(
+    perf: Any,
+    lat: LibraryLatency,
+    op: str,
+    size_bytes: Any,
+    ranks: Any,
+    *,
+    ranks_per_node: Any,
+    inter_node_bandwidth_bytes_per_s: float | None = None,
+) -> np.ndarray:
+    """A training collective over ``N`` nodes of ``G`` ranks whose latency knows the topology.
+
+    The calibrated hierarchical model (:func:`collective_time3`) charges its fitted
+    inter-node alpha once per inter-node ring step (``N-1``, ``2(N-1)`` for an all-reduce);
+    that alpha is fitted on 2-4 node runs on the Simple protocol and, for devices without
+    their own multi-size runs, pooled over fabrics (InfiniBand and EFA alike), ~37 us a
+    step. NCCL's tuner instead picks, per message, the algorithm and protocol its own cost
+    model says is fastest (``ncclTopoGetAlgoTime``), and that model splits every step into
+    the ``n - N`` NVLink hops and ``N`` network hops of the ring (``(n-1) - (N-1)`` and
+    ``N-1`` for an all-gather) and, for an all-reduce, ``2((G-1) + log2 N)`` hops of the
+    tree (NVIDIA/nccl src/graph/tuning.cc, ``ncclTopoTuneModel``; Hu et al. 2025,
+    "Demystifying NCCL", arXiv 2507.04786). So the time of an all-reduce here is the
+    faster of the calibrated model and the library's LL ring and tree (:func:`library_times`
+    with the calibrated bus bandwidth, halved on LL), chosen on the central value; groups
+    inside one node, and the ops outside ``_TOPOLOGY_OPS``, keep the calibrated model.
+    The calibrated 37 us per node is itself NCCL's Simple flat ring: 7 NVLink hops of
+    3.4 us and one network hop (``hwLat[NVLINK][RING][SIMPLE]`` = 3.4 us).
+    """
+    cal = collective_time3(
+        perf,
+        op,
+        size_bytes,
+        ranks,
+        ranks_per_node=ranks_per_node,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+    )
+    if op not in _TOPOLOGY_OPS:
+        return cal
+    n = np.asarray(ranks, dtype=float)
+    rpn = np.clip(np.asarray(ranks_per_node, dtype=float), 1.0, np.maximum(n, 1.0))
+    multi = np.ceil(np.maximum(n, 1.0) / rpn) > 1
+    if not np.any(multi & (cal[0] > 0)):
+        return cal
+    lib, _ = serving_collective_time3(
+        perf,
+        lat,
+        op,
+        size_bytes,
+        ranks,
+        ranks_per_node=ranks_per_node,
+        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+        custom_allreduce=False,
+        tree=op == "all_reduce",
+    )
+    return np.where(multi, lib, cal)

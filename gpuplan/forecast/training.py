@@ -546,6 +546,11 @@ class Hardware:
     """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
     does not model); empty means the calibration's spec peaks only."""
     provenance: dict[str, Any] = field(default_factory=dict)
+    collective_latency: comm_mod.LibraryLatency | None = None
+    """The collective library's latency constants of the scale-up fabric (catalog
+    ``collective_*_latency_s``): data-parallel collectives across nodes take the faster of
+    the calibrated model and the library's topology-aware cost
+    (:func:`gpuplan.forecast.comm.topology_collective_time3`); None = calibrated only."""
 
 
 # -------------------------------------------------------------------------- layouts
@@ -1178,6 +1183,7 @@ def evaluate_layouts(
         zero=zero,
         inter_node_bandwidth_bytes_per_s=nic,
         zero3_chunks=chunks,
+        latency=hw.collective_latency,
     )
     grad_t, param_t = dense["grad"], dense["param"]
     if arch.is_moe:
@@ -1192,6 +1198,7 @@ def evaluate_layouts(
             zero=zero,
             inter_node_bandwidth_bytes_per_s=nic,
             zero3_chunks=chunks,
+            latency=hw.collective_latency,
         )
         grad_t = grad_t + expert["grad"]
         param_t = param_t + expert["param"]
@@ -1214,6 +1221,7 @@ def evaluate_layouts(
                 node_size=node,
                 zero=np.zeros_like(zero),
                 inter_node_bandwidth_bytes_per_s=nic,
+                latency=hw.collective_latency,
             )["grad"],
             0.0,
         )
@@ -1724,6 +1732,7 @@ def resolve_hardware(
         node_size=node_size,
         inter_node_bandwidth_bytes_per_s=bw,
         provenance=prov,
+        collective_latency=comm_mod.library_latency(row, cat),
     )
 
 
