@@ -559,6 +559,63 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
+#: Rows of one M tile of the grouped GEMM that runs the routed experts: each expert's
+#: token block is computed in whole tiles of 128 rows (DeepGEMM's contiguous grouped layout
+#: aligns every expert's M to its 128-row block, deepseek-ai/DeepGEMM README, "grouped
+#: GEMMs (contiguous layout)"; CUTLASS grouped GEMM threadblock tiles of 128 rows,
+#: NVIDIA/cutlass examples/24_gemm_grouped; retrieved 2026-12-01). A kernel's tile, not a
+#: hardware figure.
+GROUPED_GEMM_TILE_ROWS = 128
+
+
+def grouped_gemm_rows(tokens_per_expert: Any, tile: float = GROUPED_GEMM_TILE_ROWS) -> Any:
+    """Rows the grouped GEMM computes per expert for ``tokens_per_expert`` routed rows (mean).
+
+    Each expert's block is padded to whole tiles of ``tile`` rows. Routed counts vary from
+    expert to expert around the mean, so from one tile up their remainders modulo the tile
+    are spread evenly and the expected padding is ``(tile - 1) / 2`` rows (taken in
+    proportion ``m / tile`` below one tile, so the function is continuous); and an expert
+    computes a whole tile whenever it has a token, which with Poisson counts of mean ``m``
+    happens with probability ``1 - exp(-m)``::
+
+        rows = max(tile (1 - exp(-m)), m + (tile - 1)/2 x min(1, m / tile))
+
+    Never fewer than ``m``; 0 for 0.
+
+    >>> [round(float(grouped_gemm_rows(m)), 1) for m in (0, 16, 512, 4096)]
+    [0.0, 128.0, 575.5, 4159.5]
+    """
+    m = np.maximum(np.asarray(tokens_per_expert, dtype=float), 0.0)
+    t = float(tile)
+    pad = (t - 1.0) / 2.0 * np.minimum(1.0, m / t)
+    return np.maximum(t * -np.expm1(-m), m + pad)
+
+
+def expert_rank_imbalance(rows_per_rank: Any, ep: Any) -> Any:
+    """Busiest expert-parallel rank's routed rows over the mean under balanced routing.
+
+    With routing balanced in expectation (what an auxiliary or bias balancing loss aims
+    at: Fedus et al. 2021, Switch Transformer, section 2.2; Wang et al. 2024, arXiv
+    2408.15664), each of a micro-batch's ``ep x mu`` routed rows (token copies, ``mu =
+    tokens x top_k`` per rank: ``rows_per_rank``) lands on a rank with probability
+    ``1/ep``: a rank's load is binomial with mean ``mu`` and variance ``mu (1 - 1/ep)``,
+    and the largest of ``ep`` such loads exceeds
+    the mean by about ``sqrt(2 ln ep)`` standard deviations (the Gaussian extreme-value
+    asymptote). The step waits for that rank::
+
+        imbalance = 1 + sqrt(2 ln ep) x sqrt((1 - 1/ep) / mu)
+
+    This is the floor that sampling alone imposes (1 for ``ep = 1``); skewed routing adds
+    to it (``Framework.expert_load_imbalance`` takes a measured figure instead).
+
+    >>> [round(float(expert_rank_imbalance(4096 * 8, e)), 4) for e in (1, 8, 64)]
+    [1.0, 1.0105, 1.0158]
+    """
+    mu = np.maximum(np.asarray(rows_per_rank, dtype=float), 1.0)
+    e = np.maximum(np.asarray(ep, dtype=float), 1.0)
+    return 1.0 + np.sqrt(2.0 * np.log(e)) * np.sqrt((1.0 - 1.0 / e) / mu)
+
+
 def layer_gemms(
     arch: ModelArch,
     tokens: Any,

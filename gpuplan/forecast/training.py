@@ -60,6 +60,8 @@ from gpuplan.forecast.flops import (
     arch_from_catalog,
     attention_core_flops_per_token_layer,
     attention_core_shape,
+    expert_rank_imbalance,
+    grouped_gemm_rows,
     hardware_flops_per_token,
     layer_gemms,
     model_flops_per_token,
@@ -474,6 +476,12 @@ class Framework:
     weights as FP8 (1 byte, one scale per tensor) instead of BF16: FSDP2's float8
     all-gather (torchao ``enable_fsdp_float8_all_gather``; PyTorch blog "Supercharging
     Training using float8 and FSDP2", 2024). Embedding, output layer and norms stay 16-bit."""
+    expert_load_imbalance: float | None = None
+    """Busiest expert-parallel rank's routed tokens over the mean (>= 1), applied to the
+    routed experts' GEMM time under EP (the step waits for that rank). None: the floor
+    that sampling imposes on routing balanced in expectation
+    (:func:`gpuplan.forecast.flops.expert_rank_imbalance`); give a measured figure where
+    the routing is skewed."""
     ep_kernels: str = "auto"
     """All-to-all implementation: ``nccl`` (16-bit dispatch and combine, every one of the
     ``top_k`` copies sent), ``deepep`` (DeepEP-style: FP8 dispatch under a low-precision
@@ -507,6 +515,11 @@ class Framework:
             raise InputError(
                 f"unknown cp_comm {self.cp_comm!r}",
                 hint="use one of " + ", ".join(CP_COMM_MODES),
+            )
+        if self.expert_load_imbalance is not None and not self.expert_load_imbalance >= 1.0:
+            raise InputError(
+                f"expert_load_imbalance must be >= 1 (busiest rank over the mean), "
+                f"got {self.expert_load_imbalance}"
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
@@ -830,7 +843,9 @@ def evaluate_layouts(
     n_u = u_t.size
     shapes = []
     for g in gemms:
-        gm = np.maximum(g.m, 1.0)
+        # routed experts: the grouped GEMM's rate at the per-expert block it really
+        # computes, padded to whole M tiles (grouped_gemm_rows)
+        gm = np.maximum(grouped_gemm_rows(g.m) if g.kind == "expert" else g.m, 1.0)
         # forward (m,n,k), data gradient (m,k,n), weight gradient (k,n,m)
         for dims in ((gm, g.n, g.k), (gm, g.k, g.n), (g.k, g.n, gm)):
             shapes.append([np.broadcast_to(np.asarray(x, dtype=float), (n_u,)) for x in dims])
@@ -860,6 +875,16 @@ def evaluate_layouts(
             else (recipe.high_precision_layer_fraction if g.per != "model" else 0.0)
         )
         flops = np.broadcast_to(g.flops(), (n_u,))
+        if g.kind == "expert":
+            # padding rows cost time, not model FLOPs; and under EP the step waits for the
+            # busiest rank (expert_rank_imbalance, or the framework's measured figure)
+            m_pad = grouped_gemm_rows(g.m)
+            imb = (
+                expert_rank_imbalance(g.m * g.count, u_ep)
+                if fw.expert_load_imbalance is None
+                else np.where(u_ep > 1, float(fw.expert_load_imbalance), 1.0)
+            )
+            flops = flops * np.broadcast_to(imb * m_pad / np.maximum(g.m, 1e-30), (n_u,))
         # [corner, pass (fwd, dgrad, wgrad), shape]
         t = flops * ((1.0 - w_hp) / r_lp + w_hp / r_hp)
         fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
