@@ -48,7 +48,7 @@ class Estimate:
 
 def worst_basis(*bases: str) -> Basis:
     """The weakest of several bases (spec < transferred < measured)."""
-    return max(bases, key=lambda b: BASIS_ORDER[b])  # type: ignore[arg-type,return-value]
+    return max(bases, key=lambda b: BASIS_ORDER[b])  # type: ignore[arg-type]
 
 
 @runtime_checkable

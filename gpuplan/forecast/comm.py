@@ -55,7 +55,7 @@ def group_ranks_per_node(group_size: Any, stride: Any, node_size: Any) -> np.nda
     per = np.floor(
         np.asarray(node_size, dtype=float) / np.maximum(np.asarray(stride, dtype=float), 1.0)
     )
-    return np.clip(per, 1.0, np.maximum(g, 1.0))
+    return np.asarray(np.clip(per, 1.0, np.maximum(g, 1.0)), dtype=float)
 
 
 def collective_time3(
@@ -138,7 +138,7 @@ def tp_layer_comm_time3(
     if np.all(sp):
         ag = collective_time3(perf, "all_gather", activation_bytes, tp, **kw)
         rs = collective_time3(perf, "reduce_scatter", activation_bytes, tp, **kw)
-        return 2.0 * (ag + rs)
+        return np.asarray(2.0 * (ag + rs), dtype=float)
     ar = collective_time3(perf, "all_reduce", activation_bytes, tp, **kw)
     if not np.any(sp):
         return 2.0 * ar

@@ -732,7 +732,9 @@ def layer_gemms(
     return g
 
 
-def attention_core_shape(arch: ModelArch, micro_batch: Any, seq_len: Any, tp: Any, cp: Any):
+def attention_core_shape(
+    arch: ModelArch, micro_batch: Any, seq_len: Any, tp: Any, cp: Any
+) -> tuple[Any, Any, Any, Any]:
     """Batched GEMM of the attention core on one rank: ``(m, n, k)`` and its batch.
 
     Query rows of this rank (``seq_len/cp`` per sequence) against all keys (``seq_len``)

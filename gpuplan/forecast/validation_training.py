@@ -825,7 +825,11 @@ def validate(
         stats["profile_basis"] = sorted({r["profile_basis"] for r in prof_rows})
         per_profile[prof] = stats
     by_source: dict[str, dict[str, Any]] = {}
-    for key_name, key_fn in (("per_source", lambda c: c.source), ("per_group", lambda c: c.group)):
+    keys: tuple[tuple[str, Callable[[Any], str]], ...] = (
+        ("per_source", lambda c: str(c.source)),
+        ("per_group", lambda c: str(c.group)),
+    )
+    for key_name, key_fn in keys:
         table: dict[str, Any] = {}
         for k in sorted({key_fn(c) for c in cfgs}):
             sub = [r for r in results if key_fn_row(r, key_name) == k]
@@ -902,7 +906,7 @@ def shipped_profile_constants(shipped: dict[str, Any], profile: str) -> tuple[di
 
 
 def key_fn_row(r: dict[str, Any], key_name: str) -> str:
-    return r["source"] if key_name == "per_source" else r["group"]
+    return str(r["source"] if key_name == "per_source" else r["group"])
 
 
 def neutral_constants() -> dict[str, Any]:
