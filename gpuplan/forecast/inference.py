@@ -336,12 +336,37 @@ def multi_node_layout(
     return None
 
 
+def wide_ep_layout(ep: int) -> Layout:
+    """Wide expert parallelism over ``ep`` GPUs with data-parallel attention (each GPU a TP-1
+    attention rank with its own requests; the experts spread over all ``ep``): SGLang's
+    ``--enable-dp-attention --ep-size N`` (https://docs.sglang.ai/advanced_features/
+    expert_parallelism.html) and the DeepSeek-V3 technical report's decoding deployment
+    (section 3.4.2); the dispatch and combine all-to-alls per MoE layer cross nodes when
+    ``ep`` exceeds the scale-up domain (DeepEP; NVIDIA Dynamo's wide-EP recipes)."""
+    return Layout(1, 1, ep, dp=ep)
+
+
 def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dict[str, Any] | None:
     """What a replica spanning nodes assumes (None inside one scale-up domain)."""
     domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
     if layout.gpus <= domain:
         return None
     nodes = math.ceil(layout.gpus / domain)
+    if layout.dp > 1:
+        return {
+            "nodes": nodes,
+            "scale_up_domain": domain,
+            "wide_ep": True,
+            "tp_inside_node": True,
+            "fabric": "scale-out network between the nodes (calibrated inter-node all-to-all)",
+            "note": (
+                f"wide expert parallelism over {layout.ep} GPUs on {nodes} nodes: attention "
+                "data-parallel on every GPU (its own requests and KV cache), the experts spread "
+                "over all; each MoE layer dispatches and combines its tokens by all-to-all over "
+                "the scale-out fabric. Per-GPU figures average over balanced ranks: a lone "
+                "request's prefill runs on one rank, so TTFT at low load is optimistic"
+            ),
+        }
     stages_per_node = max(1, domain // layout.tp)
     boundaries = max(0, min(layout.pp - 1, nodes - 1)) if layout.tp <= domain else 0
     out: dict[str, Any] = {
@@ -607,6 +632,7 @@ def _single_layout(
         "tp": layout.tp,
         "pp": layout.pp,
         "ep": layout.ep,
+        **({"dp_attention": layout.dp} if layout.dp > 1 else {}),
         "gpus_per_replica": gpus,
         "memory_breakdown_bytes": mb,
         "breakdown_s": {
@@ -1432,6 +1458,9 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
                 hint="use a --tp dividing the heads and the node's GPUs, or another --nodes",
             )
         return lay
+    if ep > 1 and pp == 1 and (tp == 1 or (tp is None and ep > domain)):
+        # wide EP: attention data-parallel on every GPU, the experts over all of them
+        return wide_ep_layout(ep)
     if tp is not None:
         return Layout(tp, pp, ep)
     t = _default_tp(pp=pp, ep=ep, **common)
@@ -1591,8 +1620,16 @@ def fleet_layouts(
     t = max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
     for n in range(2, MAX_AUTO_NODES + 1):
         lay = Layout(t, n * domain // t, ep)
+        extra = []
         if lay.pp <= arch.layers and holds(lay):
-            return [*layouts, lay]
+            extra.append(lay)
+        # wide EP over the same nodes (MoE whose experts divide over the GPUs)
+        if arch.is_moe and ep == 1 and arch.num_experts % (n * domain) == 0:
+            w = wide_ep_layout(n * domain)
+            if holds(w):
+                extra.append(w)
+        if extra:
+            return [*layouts, *extra]
     return layouts
 
 
@@ -1700,7 +1737,8 @@ def build_candidates(
                         gpu=g.id,
                         tp=t,
                         pp=layout.pp,
-                        ep=ep,
+                        ep=layout.ep,
+                        dp=layout.dp,
                         replica=rep,
                         usd_per_gpu_hour=price,
                         extra={
@@ -1782,9 +1820,9 @@ def _size_for_load(
     q = PERCENTILES[percentile] / 100.0
     i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
     o_q = outputs.quantile(q) if q > 0.5 else outputs.quantile(0.5)
-    floors: dict[tuple[str, int, int], tuple[float, float]] = {}
+    floors: dict[tuple[str, int, int, int], tuple[float, float]] = {}
     for c in cands:
-        key = (c.gpu, c.tp, c.pp)
+        key = (c.gpu, c.tp, c.pp, c.dp)
         if key not in floors:
             t1, p1 = c.replica.single_request(i_q, o_q)
             floors[key] = (t1 * c.latency_factors[0], p1 * c.latency_factors[1])
@@ -1829,9 +1867,9 @@ def _size_for_load(
         progress=progress,
     )
     # one line per (gpu, tp): the cheapest batch cap
-    table: dict[tuple[str, int, int], Candidate] = {}
+    table: dict[tuple[str, int, int, int], Candidate] = {}
     for c in all_cands:
-        k = (c.gpu, c.tp, c.pp)
+        k = (c.gpu, c.tp, c.pp, c.dp)
         cur = table.get(k)
         rc = c.replicas or c.replicas_analytic
         if cur is None:
@@ -1975,6 +2013,7 @@ def _size_for_load(
         "tp": best.tp,
         "pp": best.pp,
         "ep": best.ep,
+        **({"dp_attention": best.dp} if best.dp > 1 else {}),
         "gpus_per_replica": gpr,
         **({"multi_node": best.extra["multi_node"]} if best.extra.get("multi_node") else {}),
         "replicas": best.replicas,

@@ -13,6 +13,13 @@ Conventions
 * Expert parallelism (EP) lives inside the TP group, the TensorRT-LLM convention
   ``moe_tp_size x moe_ep_size = tp_size``: ``tp`` must be a multiple of ``ep``; each GPU holds
   ``num_experts / ep`` experts, each sharded ``tp / ep`` ways. A replica has ``tp x pp`` GPUs.
+* Wide expert parallelism with data-parallel attention (``dp > 1``, SGLang's
+  ``--enable-dp-attention`` with ``--ep-size``; DeepSeek-V3 technical report, section 3.4,
+  decoding with attention DP and experts over 320 GPUs): ``dp`` ranks each hold the whole
+  attention, dense MLP and embeddings (TP 1) and serve their own requests (their own KV
+  cache); the experts are spread over all ``ep = dp`` ranks, the tokens dispatched to them
+  and combined back by an all-to-all per MoE layer. A replica has ``dp`` GPUs; per-GPU
+  figures average over the ranks (requests balanced over them).
 * Pipeline parallelism (PP) splits the layers into ``pp`` equal stages; figures are for the
   average stage (``layers / pp`` layers).
 * Embeddings and the LM head stay in the activation dtype when the weights are quantised
@@ -316,15 +323,17 @@ def arch_from(model: Any) -> Arch:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
-    """Parallel layout of one serving replica (``tp x pp`` GPUs)."""
+    """Parallel layout of one serving replica (``tp x pp x dp`` GPUs; ``dp`` > 1 is wide
+    EP with data-parallel attention, see the module docstring)."""
 
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    dp: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
 
 def check_layout(arch: Arch, layout: Layout) -> None:
@@ -343,6 +352,16 @@ def check_layout(arch: Arch, layout: Layout) -> None:
             f"--pp {pp} is more than the {arch.layers} layers of {arch.name}",
             hint=f"use --pp {arch.layers} or less",
         )
+    if layout.dp > 1:
+        dp = layout.dp
+        if not arch.is_moe or tp != 1 or pp != 1 or ep != dp or arch.num_experts % ep:
+            raise InputError(
+                f"wide expert parallelism over {dp} GPUs needs a mixture-of-experts model with "
+                f"experts divisible by {dp}, TP 1 and PP 1 per attention rank and --ep {dp}"
+                f" ({arch.name}: {arch.num_experts} experts)",
+                hint="use --ep N alone (attention data-parallel over the N GPUs)",
+            )
+        return
     if ep > 1:
         if not arch.is_moe:
             raise InputError(
@@ -417,7 +436,9 @@ class Sharded:
     # ---- KV cache ---------------------------------------------------------------------
     def kv_bytes_per_token_per_layer_per_gpu(self) -> float:
         """KV bytes one token adds to one layer on one GPU (MLA: the latent, replicated)."""
-        return _kv_bytes(self.arch, 1, self.kv_heads_per_gpu, self.precision.kv_bytes)
+        return (
+            _kv_bytes(self.arch, 1, self.kv_heads_per_gpu, self.precision.kv_bytes) / self.layout.dp
+        )
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
@@ -436,6 +457,11 @@ class Sharded:
         ld, lm = self.dense_layers_per_stage, self.moe_layers_per_stage
         layers = ld + lm
         qh, kvh = self.q_heads_per_gpu, self.kv_heads_per_gpu
+        # the replica's tokens; with data-parallel attention each rank runs 1/dp of them
+        # through everything but the experts (which see every rank's tokens)
+        all_tokens = tokens
+        tokens = tokens / lay.dp
+        logit_rows = logit_rows / lay.dp
         # attention projections
         if a.mla is None:
             rows.append(("qkv", tokens, (qh + 2 * kvh) * a.head_dim, h, layers, wb))
@@ -456,10 +482,10 @@ class Sharded:
             rows.append(("mlp_up", tokens, up * f, h, ld, wb))
             rows.append(("mlp_down", tokens, h, f, ld, wb))
         if lm:
-            e_tp = tp / ep  # each expert sharded this many ways
+            e_tp = tp * lay.dp / ep  # each expert sharded this many ways
             fe = a.moe_ffn_hidden / e_tp
-            distinct = float(expected_distinct_experts(a.num_experts, a.top_k, tokens))
-            per_expert = tokens * a.top_k / max(distinct, 1e-12)
+            distinct = float(expected_distinct_experts(a.num_experts, a.top_k, all_tokens))
+            per_expert = all_tokens * a.top_k / max(distinct, 1e-12)
             local = distinct / ep
             rows.append(("router", tokens, a.num_experts, h, lm, ab))
             rows.append(("expert_up", per_expert, up * fe, h, lm * local, wb))
@@ -500,7 +526,7 @@ class Sharded:
             + self.dense_layers_per_stage * act * dense_f
             + self.moe_layers_per_stage * act * moe_f
         )
-        return total * ab
+        return total * ab / self.layout.dp
 
     # ---- attention ----------------------------------------------------------------------
     def attention_flops_prefill(self, seq_len: Any, prefix: Any = 0) -> Any:
@@ -514,7 +540,14 @@ class Sharded:
         c = np.asarray(prefix, dtype=float)
         a = self.arch
         dsum = a.qk_head_dim + a.v_head_dim
-        return 2.0 * self.q_heads_per_gpu * dsum * (s * c + s * s / 2.0) * self.layers_per_stage
+        return (
+            2.0
+            * self.q_heads_per_gpu
+            * dsum
+            * (s * c + s * s / 2.0)
+            * self.layers_per_stage
+            / self.layout.dp
+        )
 
     def attention_flops_decode_per_ctx_token(self) -> float:
         """Decode attention FLOPs per cached token of one sequence on one GPU, whole stage.
@@ -528,7 +561,7 @@ class Sharded:
             dsum = (a.mla[1] + a.mla[3]) + a.mla[1]
         else:
             dsum = a.qk_head_dim + a.v_head_dim
-        return 2.0 * self.q_heads_per_gpu * dsum * self.layers_per_stage
+        return 2.0 * self.q_heads_per_gpu * dsum * self.layers_per_stage / self.layout.dp
 
     def activation_bytes_peak(self, tokens: Any, logit_rows: Any) -> Any:
         """Peak activation memory of one forward pass over ``tokens`` tokens on one GPU.
@@ -544,8 +577,9 @@ class Sharded:
         up = 3 if a.gated_mlp else 2
         mlp_w = up * max(a.ffn_hidden, a.top_k * a.moe_ffn_hidden) / tp
         per_token = (3 * a.hidden + max(attn_w, mlp_w)) * p.activation_bytes
-        t = np.asarray(tokens, dtype=float)
-        return t * per_token + np.asarray(logit_rows, dtype=float) * a.vocab / tp * 4.0
+        t = np.asarray(tokens, dtype=float) / self.layout.dp
+        rows = np.asarray(logit_rows, dtype=float) / self.layout.dp
+        return t * per_token + rows * a.vocab / tp * 4.0
 
     @property
     def kv_group(self) -> float:
@@ -596,7 +630,7 @@ def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     dense_mlp = up * h * arch.ffn_hidden / tp
     moe_mlp = 0.0
     if arch.is_moe:
-        moe_mlp = arch.num_experts * up * h * arch.moe_ffn_hidden / tp
+        moe_mlp = arch.num_experts * up * h * arch.moe_ffn_hidden / (tp * layout.dp)
         moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn_hidden / tp
     # slowest (largest) stage for memory: ceil of the layers
     frac = math.ceil(arch.layers / pp) / arch.layers

@@ -954,13 +954,19 @@ class StepCostModel:
     ) -> Any:
         """Iteration time (replica) for ``tokens`` GEMM tokens, ``rows`` sequences emitting a
         token, ``ctx_tokens`` cached tokens read by decode attention, and the prefill
-        attention FLOPs / newly written KV tokens."""
+        attention FLOPs / newly written KV tokens.
+
+        With ``pp`` stages the iteration's work runs as ``pp`` micro-batches in flight, one
+        per stage (vLLM's virtual engines; the micro-batch rows of
+        :func:`gpuplan.forecast.inference.forecast_inference`): an iteration takes ``pp``
+        stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops."""
+        m = float(self.pp)
         stage = (
-            self.base(tokens, scenario)
-            + self.lm(rows, scenario)
-            + np.asarray(ctx_tokens, float) * self.attn_s_per_ctx_token[scenario]
-            + np.asarray(prefill_flops, float) * self.attn_s_per_prefill_flop[scenario]
-            + np.asarray(prefill_tokens, float) * self.kv_s_per_prefill_token[scenario]
+            self.base(np.asarray(tokens, float) / m, scenario)
+            + self.lm(np.asarray(rows, float) / m, scenario)
+            + np.asarray(ctx_tokens, float) / m * self.attn_s_per_ctx_token[scenario]
+            + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]
+            + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]
         )
         return self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario]
 

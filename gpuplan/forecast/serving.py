@@ -774,6 +774,8 @@ class Candidate:
     #: engine (``serve`` probe runs in the artifact); the replica model's latencies are
     #: multiplied by them before every SLO check
     latency_factors: tuple[float, float] = (1.0, 1.0)
+    #: data-parallel attention ranks of a wide-EP replica (1 otherwise)
+    dp: int = 1
 
     def slos(
         self, ttft_slo_s: float | None, tpot_slo_s: float | None
@@ -792,7 +794,7 @@ class Candidate:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     def num_gpus(self, replicas: int | None) -> int | None:
         return None if replicas is None else replicas * self.gpus_per_replica
@@ -804,6 +806,7 @@ class Candidate:
             "tp": self.tp,
             "pp": self.pp,
             "ep": self.ep,
+            **({"dp_attention": self.dp} if self.dp > 1 else {}),
             "max_batch": self.replica.max_batch,
             "replicas": r,
             "num_gpus": self.num_gpus(r),

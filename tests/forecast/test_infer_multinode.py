@@ -96,7 +96,8 @@ def test_fleet_counts_replicas_of_multi_node_size():
         num_requests=400,
     )
     f = size_serving_fleet(d)
-    assert f.gpus_per_replica == 16 and f.tp == 8 and f.pp == 2
+    assert f.gpus_per_replica == 16
+    assert (f.tp, f.pp) == (8, 2) or f.result.get("dp_attention") == 16
     assert f.num_gpus == f.replicas * 16
     assert f.result["multi_node"]["nodes"] == 2
     assert f.ttft_s <= 2.0 and f.tpot_s <= 0.1
@@ -126,3 +127,57 @@ def test_cli_bad_nodes_is_one_line(run_cli):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr and "--nodes" in lines[0]
+
+
+def test_wide_ep_spreads_the_experts_and_keeps_attention_whole_on_every_gpu():
+    """--ep 16 on 8-GPU H100 nodes: attention data-parallel (TP 1) on each of 16 GPUs, the
+    256 experts 16 per GPU; per-GPU expert weights are 1/16 of the model's, the attention
+    weights those of TP 1, and each MoE layer pays an all-to-all over the network."""
+    from gpuplan.forecast.inference_arch import shard
+
+    r = forecast_inference("deepseek-v3", "h100", precision="fp8", ep=16, batch=64)
+    assert (r["tp"], r["pp"], r["ep"], r["dp_attention"], r["gpus_per_replica"]) == (
+        1,
+        1,
+        16,
+        16,
+        16,
+    )
+    assert r["multi_node"]["wide_ep"] and r["multi_node"]["nodes"] == 2
+    assert r["fits_in_memory"]
+    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * _h100().memory_bytes
+    arch, _ = resolve_model("deepseek-v3", get_catalog())
+    prec = resolve_precision("fp8", _h100(), None)
+    wide = shard(arch, Layout(1, 1, 16, dp=16), prec)
+    tp1 = shard(arch, Layout(1, 1, 1), prec)
+    assert wide.weight_breakdown_bytes["attention"] == tp1.weight_breakdown_bytes["attention"]
+    experts_tp1 = tp1.weight_breakdown_bytes["mlp"]
+    assert wide.weight_breakdown_bytes["mlp"] < experts_tp1 / 8
+    # each rank holds the KV of its own requests: per GPU, 1/16 of a TP-1 copy on average
+    assert wide.kv_bytes_per_token_per_gpu() == pytest.approx(tp1.kv_bytes_per_token_per_gpu() / 16)
+    assert r["breakdown_s"]["decode_step"]["communication"] > 0
+
+
+def test_wide_ep_needs_an_moe_model_and_divisible_experts():
+    with pytest.raises(InputError, match="wide expert parallelism"):
+        forecast_inference("llama3.3-70b", "h100", ep=16)
+
+
+def test_fleet_compares_pp_and_wide_ep_replicas():
+    d = ServingDemand(
+        model="deepseek-v3",
+        gpus=("h100",),
+        qps=4.0,
+        inputs=LengthDist(1024.0),
+        outputs=LengthDist(256.0),
+        ttft_slo_s=2.0,
+        tpot_slo_s=0.1,
+        precision="fp8",
+        num_requests=400,
+    )
+    f = size_serving_fleet(d)
+    rows = [c for c in f.result["candidates"] if c.get("num_gpus")]
+    kinds = {(c["tp"], c["pp"], c.get("dp_attention")) for c in rows}
+    assert (8, 2, None) in kinds and (1, 1, 16) in kinds
+    assert all(c["num_gpus"] % 16 == 0 for c in rows)
+    assert f.num_gpus == min(c["num_gpus"] for c in rows)
