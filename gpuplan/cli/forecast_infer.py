@@ -44,6 +44,7 @@ Examples:
   gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8     # 2 nodes, PP 2
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --nodes 4
+  gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --ep 16  # wide EP
   gpuplan forecast infer --model llama3.3-70b --gpu h100 --qps 20 --ttft-slo-s 1 \
       --tpot-slo-s 0.05 --disaggregate
 """
@@ -61,6 +62,8 @@ def _table(r: dict[str, Any]):
             return f"{fmt(v)}  [{fmt(band[0])} .. {fmt(band[1])}]" if band else fmt(v)
 
         layout = f"tp {r['tp']} x pp {r['pp']}" + (f" (ep {r['ep']})" if r.get("ep", 1) > 1 else "")
+        if r.get("dp_attention"):
+            layout = f"wide EP {r['ep']} (attention data-parallel x {r['dp_attention']})"
         rows = [
             ("model", f"{r['model']['id']} at {r['precision']}"),
             ("GPU", f"{r['gpu']}, {layout} = {r['gpus_per_replica']} GPU(s) per replica"),
@@ -211,7 +214,14 @@ def register(app: typer.Typer) -> None:
             help="Tensor parallel size (default: smallest that fits; searched with --qps).",
         ),
         pp: int = number_option(1, "--pp", help="Pipeline stages per replica."),
-        ep: int = number_option(1, "--ep", help="Expert parallel size, inside the TP group (MoE)."),
+        ep: int = number_option(
+            1,
+            "--ep",
+            help=(
+                "Expert parallel size (MoE), inside the TP group; with --tp 1, or alone and "
+                "larger than a node: wide EP, attention data-parallel on every GPU."
+            ),
+        ),
         precision: str = typer.Option(
             "bf16", "--precision", "-p", help="bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows)."
         ),
