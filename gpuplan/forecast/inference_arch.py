@@ -129,9 +129,10 @@ def _peak(gpu: Any, dtype: str) -> float | None:
     if fn is None:
         return None
     try:
-        return fn(dtype)
+        value = fn(dtype)
     except Exception:  # unknown dtype for this catalog version
         return None
+    return None if value is None else float(value)
 
 
 def resolve_precision(precision: str, gpu: Any, kv_precision: str | None = None) -> PrecisionSpec:

@@ -166,7 +166,7 @@ class LengthDist:
         else:
             x = np.rint(rng.lognormal(self.mu, self.sigma, n))
         hi = self.max_tokens or np.inf
-        return np.clip(x, 1, hi).astype(np.int64)
+        return np.asarray(np.clip(x, 1, hi), dtype=np.int64)
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "mean": self.mean}
@@ -593,7 +593,7 @@ def analytic_latency(
             ks * i_mean,
             scenario,
         )
-        return (w * t).sum(axis=1)
+        return np.asarray((w * t).sum(axis=1), dtype=float)
 
     lam = np.atleast_1d(lam)
     tau0 = float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario))
@@ -801,7 +801,7 @@ class Candidate:
 
     def as_dict(self) -> dict[str, Any]:
         r = self.replicas if self.replicas is not None else self.replicas_analytic
-        d = {
+        d: dict[str, Any] = {
             "gpu": self.gpu,
             "tp": self.tp,
             "pp": self.pp,
@@ -957,7 +957,7 @@ def size_fleet(
 
     # one candidate per (gpu, tp, pp, ep): the batch cap with the fewest analytic replicas
     # (the largest such cap: it queues least)
-    per_layout: dict[tuple, Candidate] = {}
+    per_layout: dict[tuple[str, int, int, int], Candidate] = {}
     for c in live:
         k = (c.gpu, c.tp, c.pp, c.ep)
         cur = per_layout.get(k)
