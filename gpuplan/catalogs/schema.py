@@ -405,6 +405,14 @@ class Instance(Row):
     network_detail: str | None = None
     nic_id: str | None = None
     nics_per_node: int | None = None
+    instance_multiple: int | None = Field(
+        None,
+        gt=1,
+        description=(
+            "sold only in whole groups of this many instances (an UltraServer: p6e-gb200 = 18"
+            " instances, one NVL72 rack); the plan rounds a fleet up to a multiple of it"
+        ),
+    )
     prices: tuple[PriceObservation, ...] = ()
 
     def price(self, model: str = "on_demand", region: str | None = None) -> PriceObservation | None:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gpuplan.catalogs.names import name_key
@@ -423,6 +423,11 @@ class ModelCost:
     #: capacity blocks: the booking rules and each run's booked days
     terms: PurchaseTerms | None = None
     booked_days: dict[str, Figure] = field(default_factory=dict)
+    #: cloud: the shared storage tier's price, a line of its own in the month and each run
+    #: (:func:`add_cloud_storage`); what the cost leaves out, with why
+    storage_usd_per_month: Figure | None = None
+    storage_per_run_usd: dict[str, Figure] = field(default_factory=dict)
+    excludes: list[str] = field(default_factory=list)
 
     @property
     def available(self) -> bool:
@@ -470,6 +475,15 @@ class ModelCost:
             "per_million_output_tokens_usd": self.per_million_tokens_usd,
             "reliability": {k: v.to_json() for k, v in self.goodput.items()},
             "notes": self.notes,
+            **(
+                {
+                    "storage_usd_per_month": self.storage_usd_per_month,
+                    "storage_per_run_usd": self.storage_per_run_usd,
+                }
+                if self.storage_usd_per_month is not None
+                else {}
+            ),
+            **({"excludes": self.excludes} if self.excludes else {}),
         }
 
 
@@ -670,6 +684,93 @@ def price_model(
                 "USD/month", f"{label}: fleet cost per month", bad.missing or "", month_parts
             )
     return out
+
+
+def add_cloud_storage(
+    mc: ModelCost,
+    storage_usd_per_month: Figure | None,
+    *,
+    tier: str | None,
+    trainings: list[TrainingLoad],
+    excluded: str | None = None,
+) -> None:
+    """Add the shared storage tier the plan chose for a cloud option to its costs.
+
+    The tier is billed by the month whether the instances run or not, so the month gains
+    the tier's price per month as a line of its own, and each training run gains the tier
+    for the run's wall time: storage per month x (run hours / goodput) / 730 h. A tier with
+    no price (or no tier) leaves the cost as it is and lists the storage in ``excludes``
+    (``excluded`` says why).
+    """
+    if storage_usd_per_month is None or not storage_usd_per_month.ok:
+        why = excluded or (
+            storage_usd_per_month.missing if storage_usd_per_month is not None else None
+        )
+        if why:
+            mc.excludes.append(f"shared storage ({why})")
+        return
+    label = f"{mc.model}: shared storage {tier or ''}".rstrip()
+    st = derived(
+        storage_usd_per_month.value,
+        "USD/month",
+        f"{label} per month",
+        "the chosen storage tier's price per month (the option's storage section)",
+        [storage_usd_per_month],
+    )
+    mc.storage_usd_per_month = st
+    for t in trainings:
+        run = mc.per_run_usd.get(t.name)
+        rel = mc.goodput.get(t.name)
+        if run is None or rel is None:
+            continue
+        if not (run.ok and rel.goodput.ok and t.run_s.ok):
+            continue  # the run has no cost to add storage to; it says why already
+        hours = _wall_hours(t, rel, t.run_s.value)
+        per_hour = st.value / HOURS_PER_MONTH
+        interval = None
+        if t.run_s.interval is not None:
+            lo, hi = t.run_s.interval
+            interval = (
+                per_hour * hours * lo / t.run_s.value,
+                per_hour * hours * hi / t.run_s.value,
+            )
+        share = derived(
+            per_hour * hours,
+            "USD",
+            f"{label} during training run {t.name}",
+            "storage per month x wall hours of the run (run hours / goodput) / 730 h",
+            [st, t.run_s, rel.goodput],
+            interval=interval,
+        )
+        mc.storage_per_run_usd[t.name] = share
+        inst_label = f"{run.label} (instances)"
+        instances = replace(
+            run,
+            label=inst_label,
+            prov=replace(run.prov, ref=inst_label) if run.prov.kind == "derived" else run.prov,
+        )
+        total_iv = None
+        if run.interval is not None and interval is not None:
+            total_iv = (run.interval[0] + interval[0], run.interval[1] + interval[1])
+        mc.per_run_usd[t.name] = derived(
+            run.value + share.value,
+            "USD",
+            run.label,
+            "instances + shared storage for the run",
+            [instances, share],
+            interval=total_iv,
+        )
+    month = mc.per_month_usd
+    if month is None:
+        mc.per_month_usd = st
+    elif month.ok:
+        mc.per_month_usd = derived(
+            month.value + st.value,
+            "USD/month",
+            month.label,
+            "the fleet per month + shared storage per month",
+            [month, st],
+        )
 
 
 def _wall_hours(t: TrainingLoad, rel: Reliability, run_s: float) -> float:

@@ -84,6 +84,8 @@ class Option:
     within_budget: dict[str, bool] = field(default_factory=dict)
     #: what sets the fleet's size: the teams' p95 wait target (gpuplan.plan.shared)
     sizing: TeamsSizing | None = None
+    #: an instance sold in whole UltraServers: the multiple and the idle GPUs it leaves
+    whole_units: dict[str, Figure] | None = None
 
     @property
     def feasible(self) -> bool:
@@ -144,6 +146,7 @@ class Option:
             "break_even_utilisation": self.break_even,
             "break_even_against": self.break_even_against,
             "sizing": self.sizing,
+            **({"whole_units": self.whole_units} if self.whole_units is not None else {}),
         }
 
 
@@ -230,6 +233,30 @@ def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
 # ------------------------------------------------------------------ evaluation
 
 
+def _instance_multiple(ctx: PlanContext, opt: Option) -> Figure | None:
+    """The catalog's ``instance_multiple`` of a cloud option's instance (None if sold singly)."""
+    if opt.kind != "cloud" or not opt.instance_row.instance_multiple:
+        return None
+    inst = opt.instance_row
+    return ctx.cat(
+        "instance", inst, "instance_multiple", "instances", f"{inst.id} instances per UltraServer"
+    )
+
+
+def whole_units(ctx: PlanContext, opt: Option, nodes: Figure) -> Figure:
+    """``nodes`` rounded up to whole UltraServers where the instance is sold only in them."""
+    mult = _instance_multiple(ctx, opt)
+    if mult is None or not nodes.ok or nodes.value % mult.value == 0:
+        return nodes
+    return derived(
+        math.ceil(nodes.value / mult.value) * mult.value,
+        "nodes",
+        f"{nodes.label} in whole UltraServers",
+        "ceil(nodes / instances per UltraServer) x instances per UltraServer",
+        [nodes, mult],
+    )
+
+
 def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
     """Size, build, price and check one option (module docstring)."""
     sc = ctx.scenario
@@ -256,7 +283,35 @@ def evaluate_option(ctx: PlanContext, opt: Option) -> Option:
     from gpuplan.plan.shared import fleet_parts_with_teams
 
     parts, formula, opt.sizing = fleet_parts_with_teams(ctx, opt, parts, formula)
+    mult = _instance_multiple(ctx, opt)
+    needed = derived(
+        sum(p.value for p in parts), "nodes", "nodes the workloads need", formula, parts
+    )
+    if mult is not None:
+        parts = [whole_units(ctx, opt, p) for p in parts]
+        formula += ", each in whole UltraServers"
     opt.nodes = derived(sum(p.value for p in parts), "nodes", "fleet nodes", formula, parts)
+    if mult is not None and opt.nodes.value > needed.value:
+        gpn = opt.gpus_per_node
+        idle = derived(
+            (opt.nodes.value - needed.value) * gpn.value,
+            "GPUs",
+            "idle GPUs of the whole UltraServers",
+            "(fleet nodes - nodes the workloads need) x GPUs per node",
+            [opt.nodes, needed, gpn],
+        )
+        opt.whole_units = {
+            "instance_multiple": mult,
+            "nodes_needed": needed,
+            "idle_gpus": idle,
+        }
+        opt.notes.append(
+            Text(
+                f"{opt.platform.id} is sold in whole UltraServers of {{multiple}}: the fleet "
+                "is rounded up from {needed} to {nodes}, {idle} idle (and paid for)",
+                {"multiple": mult, "needed": needed, "nodes": opt.nodes, "idle": idle},
+            )
+        )
     opt.gpus = derived(
         opt.nodes.value * opt.gpus_per_node.value,
         "GPUs",
@@ -1287,15 +1342,23 @@ def _time_within(ctx: PlanContext, opt: Option, gpus: int) -> dict[str, Figure]:
 # ------------------------------------------------------------------ cost
 
 
-def _loads(opt: Option) -> tuple[list[costmod.TrainingLoad], list[costmod.ServingLoad]]:
+def _loads(
+    ctx: PlanContext, opt: Option
+) -> tuple[list[costmod.TrainingLoad], list[costmod.ServingLoad]]:
+    """The workloads as the cost models see them: each on the nodes it is billed for (whole
+    UltraServers where the instance is sold only in them)."""
     tl = [
-        costmod.TrainingLoad(t.name, t.nodes, t.run_s)
+        costmod.TrainingLoad(t.name, whole_units(ctx, opt, t.nodes), t.run_s)
         for t in opt.training
         if t.nodes is not None and t.run_s is not None
     ]
     sl = [
         costmod.ServingLoad(
-            s.name, s.nodes, s.output_tokens_per_month, s.hours_per_month, s.cost_interval_factors
+            s.name,
+            whole_units(ctx, opt, s.nodes),
+            s.output_tokens_per_month,
+            s.hours_per_month,
+            s.cost_interval_factors,
         )
         for s in opt.serving
         if s.nodes is not None
@@ -1474,9 +1537,28 @@ def _storage_costs(opt: Option) -> dict[str, Figure]:
     }
 
 
+def _cloud_storage(
+    opt: Option, mc: costmod.ModelCost, trainings: list[costmod.TrainingLoad]
+) -> None:
+    """The storage tier chosen for a cloud option, in its cost (see cost.add_cloud_storage)."""
+    st = opt.storage or {}
+    chosen = st.get("chosen")
+    if chosen is not None:
+        monthly = st.get("usd_per_month")
+        why = None
+        if monthly is None or not monthly.ok:
+            reason = monthly.missing if monthly is not None else None
+            why = reason if reason and chosen in reason else f"{chosen}: {reason or 'no price'}"
+        costmod.add_cloud_storage(mc, monthly, tier=chosen, trainings=trainings, excluded=why)
+    elif "capacity_bytes" in st:
+        costmod.add_cloud_storage(
+            mc, None, tier=None, trainings=trainings, excluded="no catalog storage tier fits"
+        )
+
+
 def price_option(ctx: PlanContext, opt: Option) -> None:
     """Every purchasing model of the option (see gpuplan.plan.cost)."""
-    trainings, servings = _loads(opt)
+    trainings, servings = _loads(ctx, opt)
     util = ctx.inp(("costs", "utilisation"), "fraction", "utilisation")
     if opt.kind == "cloud":
         prices = _cloud_prices(ctx, opt)
@@ -1493,6 +1575,7 @@ def price_option(ctx: PlanContext, opt: Option) -> None:
                 max_price_age_days=ctx.scenario.costs.price_max_age_days,
                 terms=terms,
             )
+            _cloud_storage(opt, opt.costs[model], trainings)
         return
     node = opt.node_row
     c = ctx.scenario.costs

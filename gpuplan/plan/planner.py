@@ -239,13 +239,13 @@ def _roofline_spec(ctx: PlanContext) -> FigureDict | None:
 
 
 def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float], Figure | None]:
-    from gpuplan.plan.options import _loads, _reliabilities
+    from gpuplan.plan.options import _cloud_storage, _loads, _reliabilities
 
     def reprice(opt: Option, utilisation: float) -> Figure | None:
         util = input_fig(
             utilisation, "fraction", f"utilisation {utilisation:g}", "sensitivity.utilisation"
         )
-        trainings, servings = _loads(opt)
+        trainings, servings = _loads(ctx, opt)
         best = None
         for model, mc in opt.costs.items():
             rel = _reliabilities(ctx, opt, trainings, spot=model == "spot")
@@ -259,6 +259,8 @@ def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float],
                 fleet_nodes=opt.nodes,  # as the option was priced: the teams' nodes included
                 terms=mc.terms,
             )
+            if opt.kind == "cloud":
+                _cloud_storage(opt, again, trainings)
             fig = rankmod.model_metric(again, metric, opt)
             if fig is not None and fig.ok and (best is None or fig.value < best.value):
                 best = fig

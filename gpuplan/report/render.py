@@ -300,6 +300,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
         view["money"] = [
             ("price per node-hour", cost.get("price_usd_per_node_hour")),
             ("fleet cost per month", cost.get("per_month_usd")),
+            ("of which shared storage per month", cost.get("storage_usd_per_month")),
             ("all training runs", cost.get("all_runs_usd")),
             (
                 "utilisation assumed"
@@ -313,11 +314,14 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
     if "capacity_bytes" in st and not st.get("chosen"):
         view["excluded"].append("storage: no tier in the catalog fits (see the option's storage)")
     if not owned and st.get("chosen"):
-        view["excluded"].append(
-            f"storage ({st['chosen']}): priced in the option's storage, not in the fleet cost"
-        )
+        # the chosen tier's price is in the cloud cost (storage_usd_per_month) or excluded
+        view["excluded"].extend(cost.get("excludes") or [])
     if not owned:
-        view["excluded"].append("network and storage beyond the instances' price")
+        view["excluded"].append(
+            "network beyond the instances' price"
+            if cost.get("storage_usd_per_month")
+            else "network and storage beyond the instances' price"
+        )
     # risk band
     for t in o.get("training") or []:
         ttt = t.get("time_to_train_s")

@@ -704,6 +704,9 @@ _COST_KNOWN = (
     "per_million_output_tokens_usd",
     "reliability",
     "price_age",
+    # in per_month_usd (an input of its provenance); the tier's month is in the option's
+    # storage section and the recommended option's in the summary
+    "storage_usd_per_month",
 )
 
 

@@ -157,7 +157,11 @@ def test_pretrain_plan_by_hand(plans):
         * od["price_usd_per_node_hour"]["value"]
         / good
     )
-    assert od["per_run_usd"]["pretrain"]["value"] == pytest.approx(expect, rel=1e-6)
+    # + the chosen cloud storage tier for the run's wall time (its own line)
+    fsx = aws["storage"]["usd_per_month"]["value"]
+    share = od["storage_per_run_usd"]["pretrain"]["value"]
+    assert share == pytest.approx(fsx * t["time_to_train_s"]["value"] / 3600 / good / 730)
+    assert od["per_run_usd"]["pretrain"]["value"] == pytest.approx(expect + share, rel=1e-6)
     assert od["price_usd_per_node_hour"]["provenance"]["kind"] == "catalog"
     # reserved prices the catalog lacks come from the scenario's discount, and say so
     r1 = aws["costs"]["reserved_1y"]["price_usd_per_node_hour"]

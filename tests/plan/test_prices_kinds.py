@@ -55,6 +55,13 @@ def _v(fig) -> float | None:
     return fig["value"] if isinstance(fig, dict) else getattr(fig, "value", None)
 
 
+def _instances(cost: dict, run: str = "t") -> float:
+    """A run's cost for the instances alone: the run less the shared storage tier's share
+    (cost.add_cloud_storage; tests/plan/test_cloud_storage_cost.py checks that share)."""
+    storage = _v((cost.get("storage_per_run_usd") or {}).get(run)) or 0.0
+    return _v(cost["per_run_usd"][run]) - storage
+
+
 def _wall_hours(opt: dict, model: str) -> float:
     """The run's wall hours under ``model``: run time / goodput, from the plan's own figures."""
     t = opt["training"][0]
@@ -144,7 +151,7 @@ def test_reserved_3y_costs_the_whole_term_from_catalog_values():
     r3 = opt["costs"]["reserved_3y"]
     assert _wall_hours(opt, "reserved_3y") < 3 * 8760  # one term covers the run
     # hourly rate x term hours x instances
-    assert _v(r3["per_run_usd"]["t"]) == pytest.approx(rate * 3 * 8760 * nodes)
+    assert _instances(r3) == pytest.approx(rate * 3 * 8760 * nodes)
     assert _v(r3["committed_spend_usd"]) == pytest.approx(rate * 3 * 8760 * _v(opt["nodes"]))
     assert r3["term"] == "3-year" and _v(r3["term_hours"]) == 26280
     assert r3["whole_term_costed"] is True
@@ -164,12 +171,12 @@ def test_capacity_block_books_whole_days_and_the_savings_plan_its_term():
     days = _wall_hours(opt, "capacity_block") / 24.0
     booked = math.ceil(days) if days <= 14 else 7 * math.ceil(days / 7)
     assert _v(cb["capacity_block"]["booked_days"]["t"]) == booked
-    assert _v(cb["per_run_usd"]["t"]) == pytest.approx(nodes * booked * 24 * rate)
+    assert _instances(cb) == pytest.approx(nodes * booked * 24 * rate)
     assert _v(cb["capacity_block"]["max_duration_days"]) == 182
     assert cb["capacity_block"]["booking_rule"].startswith("1-day steps up to 14 days")
     sp = opt["costs"]["savings_plan_3y"]
     sp_rate = inst.price("savings_plan_3y", "us-east-1").usd_per_hour
-    assert _v(sp["per_run_usd"]["t"]) == pytest.approx(sp_rate * 26280 * nodes)
+    assert _instances(sp) == pytest.approx(sp_rate * 26280 * nodes)
     # a 1-year Savings Plan is sold but no rate was found: missing, with the catalog's note
     sp1 = opt["costs"]["savings_plan_1y"]
     assert _v(sp1["price_usd_per_node_hour"]) is None
@@ -230,13 +237,11 @@ def test_every_kind_can_be_overridden_with_a_negotiated_rate():
     r3 = opt["costs"]["reserved_3y"]
     assert _v(r3["price_usd_per_node_hour"]) == 20.0
     assert r3["price_usd_per_node_hour"]["provenance"]["kind"] == "input"
-    assert _v(r3["per_run_usd"]["t"]) == pytest.approx(20.0 * 26280 * nodes)
-    assert _v(opt["costs"]["savings_plan_1y"]["per_run_usd"]["t"]) == pytest.approx(
-        30.0 * 8760 * nodes
-    )
+    assert _instances(r3) == pytest.approx(20.0 * 26280 * nodes)
+    assert _instances(opt["costs"]["savings_plan_1y"]) == pytest.approx(30.0 * 8760 * nodes)
     cb = opt["costs"]["capacity_block"]
     booked = _v(cb["capacity_block"]["booked_days"]["t"])  # the catalog's booking rules hold
-    assert _v(cb["per_run_usd"]["t"]) == pytest.approx(35.0 * booked * 24 * nodes)
+    assert _instances(cb) == pytest.approx(35.0 * booked * 24 * nodes)
 
 
 def test_missing_prices_are_reported_not_crashed():

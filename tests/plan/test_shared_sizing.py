@@ -91,15 +91,20 @@ def test_the_month_pays_for_the_nodes_kept_for_the_teams(doc):
     for model in ("reserved_1y", "reserved_3y"):
         c = top["costs"][model]
         price = _v(c["price_usd_per_node_hour"])
-        # committed: every node of the fleet, every hour of the month
-        assert _v(c["per_month_usd"]) == pytest.approx(_v(top["nodes"]) * HOURS_PER_MONTH * price)
+        # committed: every node of the fleet, every hour of the month (+ the shared storage
+        # tier's month where the plan priced one for this cloud option)
+        storage = _v(c.get("storage_usd_per_month")) or 0.0
+        assert _v(c["per_month_usd"]) == pytest.approx(
+            _v(top["nodes"]) * HOURS_PER_MONTH * price + storage
+        )
     od = top["costs"]["on_demand"]
     run_only = _v(od["all_runs_usd"])
     # runs are charged for the training nodes only, never for the teams' extra nodes
     t = top["training"][0]
     hours = _v(t["nodes"]) * _v(t["time_to_train_s"]) / 3600.0
     good = _v(od["reliability"]["train-8b"]["goodput"])
-    assert run_only == pytest.approx(hours * _v(od["price_usd_per_node_hour"]) / good)
+    storage = _v((od.get("storage_per_run_usd") or {}).get("train-8b")) or 0.0
+    assert run_only - storage == pytest.approx(hours * _v(od["price_usd_per_node_hour"]) / good)
 
 
 def test_without_a_target_the_fleet_is_the_workloads_side_by_side():
