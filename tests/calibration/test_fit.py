@@ -56,7 +56,10 @@ def test_artifact_follows_design_3_2(reference_artifact, catalog):
     ):
         assert key in a
     assert a["artifact_version"] == 1 and len(a["training_data_sha256"]) == 64
-    assert len(a["inputs"]) == 29
+    # one input per published reference document
+    from gpuplan.calibration.reference import build_reference_documents, read_microbench
+
+    assert len(a["inputs"]) == len(build_reference_documents(read_microbench(), catalog=catalog)[0])
     for model in a["models"].values():
         assert model["estimator"].startswith("gpuplan.calibration.estimators.")
         assert {"params", "coefficients", "feature_names", "cv"} <= set(model)
