@@ -1,5 +1,10 @@
 """Cost models: cloud purchasing models, spot with checkpoint/restart, on-premises TCO.
 
+The formulas come first; the rows of an option (at the end) use them:
+:func:`price_option` prices every purchasing model from the catalog or the scenario's
+quotes, :func:`link_break_even` sets owned-vs-cloud break-even and :func:`check_budget`
+records a budget that binds.
+
 Method
 ------
 Prices are per node-hour (an instance-hour in the cloud). For a purchasing model with
@@ -52,8 +57,22 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gpuplan.catalogs.names import name_key
-from gpuplan.catalogs.schema import period_start
-from gpuplan.plan.provenance import Figure, FigureDict, Provenance, derived, input_fig, missing_fig
+from gpuplan.catalogs.schema import Instance, period_start
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.provenance import (
+    Figure,
+    FigureDict,
+    Provenance,
+    Text,
+    derived,
+    input_fig,
+    missing_fig,
+)
+
+if TYPE_CHECKING:
+    from gpuplan.catalogs.schema import PriceObservation
+    from gpuplan.plan.options import Option
+    from gpuplan.plan.scenario import PriceOverride
 
 if TYPE_CHECKING:
     from gpuplan.catalogs.schema import Instance
@@ -1137,3 +1156,382 @@ def scaled(fig: Figure, factor: float, why: str) -> Figure:
         f"{fig.label} x sensitivity factor",
         [fig, f],
     )
+
+
+# ------------------------------------------------------------------ the option's prices and costs (moved from options.py)
+def instance_multiple_fig(ctx: PlanContext, opt: Option) -> Figure | None:
+    """The catalog's ``instance_multiple`` of a cloud option's instance (None if sold singly)."""
+    if opt.kind != "cloud" or not opt.instance_row.instance_multiple:
+        return None
+    inst = opt.instance_row
+    return ctx.cat(
+        "instance", inst, "instance_multiple", "instances", f"{inst.id} instances per UltraServer"
+    )
+
+
+def whole_units(ctx: PlanContext, opt: Option, nodes: Figure) -> Figure:
+    """``nodes`` rounded up to whole UltraServers where the instance is sold only in them."""
+    mult = instance_multiple_fig(ctx, opt)
+    if mult is None or not nodes.ok or nodes.value % mult.value == 0:
+        return nodes
+    return derived(
+        math.ceil(nodes.value / mult.value) * mult.value,
+        "nodes",
+        f"{nodes.label} in whole UltraServers",
+        "ceil(nodes / instances per UltraServer) x instances per UltraServer",
+        [nodes, mult],
+    )
+
+
+def _loads(ctx: PlanContext, opt: Option) -> tuple[list[TrainingLoad], list[ServingLoad]]:
+    """The workloads as the cost models see them: each on the nodes it is billed for (whole
+    UltraServers where the instance is sold only in them)."""
+    tl = [
+        TrainingLoad(t.name, whole_units(ctx, opt, t.nodes), t.run_s)
+        for t in opt.training
+        if t.nodes is not None and t.run_s is not None
+    ]
+    sl = [
+        ServingLoad(
+            s.name,
+            whole_units(ctx, opt, s.nodes),
+            s.output_tokens_per_month,
+            s.hours_per_month,
+            s.cost_interval_factors,
+        )
+        for s in opt.serving
+        if s.nodes is not None
+        and s.output_tokens_per_month is not None
+        and s.hours_per_month is not None
+    ]
+    return tl, sl
+
+
+def _reliabilities(
+    ctx: PlanContext, opt: Option, trainings: list[TrainingLoad], spot: bool
+) -> dict[str, Reliability]:
+    costs = ctx.scenario.costs
+    fail = ctx.inp(("costs", "node_failures_per_node_hour"), "1/node-hour", "node failure rate")
+    if spot:
+        sp = ctx.inp(
+            ("costs", "spot_interruptions_per_node_hour"), "1/node-hour", "spot interruption rate"
+        )
+        if not sp.ok:
+            rate = missing_fig(
+                "1/node-hour",
+                "interruption rate (spot)",
+                "no spot interruption rate: add costs.spot_interruptions_per_node_hour",
+            )
+        else:
+            rate = derived(
+                sp.value + (fail.value if fail.ok else 0.0),
+                "1/node-hour",
+                "interruption rate (spot)",
+                "spot interruptions + node failures per node-hour",
+                [sp, fail] if fail.ok else [sp],
+            )
+    else:
+        rate = (
+            fail
+            if fail.ok
+            else input_fig(
+                0.0,
+                "1/node-hour",
+                "node failure rate",
+                "default costs.node_failures_per_node_hour (none given)",
+                default=True,
+            )
+        )
+    delta = opt.storage.get("checkpoint_write_s") if opt.storage else None
+    if delta is None:
+        delta = missing_fig("s", "checkpoint write time", "no training storage sized")
+    if costs.restart_s is not None:
+        restart = ctx.inp(("costs", "restart_s"), "s", "restart time")
+    elif opt.storage.get("restart_read_s") is not None:
+        restart = opt.storage["restart_read_s"]
+    else:
+        restart = derived(
+            delta.value if delta.ok else None,
+            "s",
+            "restart time (= checkpoint write time)",
+            "no restart time given: taken equal to the checkpoint write time",
+            [delta],
+        )
+    out = {}
+    for t in trainings:
+        if not rate.ok:
+            g = missing_fig("fraction", "goodput", rate.missing or "")
+            out[t.name] = Reliability(rate, g, g, g, g)
+            continue
+        out[t.name] = reliability(
+            nodes=t.nodes, rate_per_node_hour=rate, checkpoint_s=delta, restart_s=restart
+        )
+    return out
+
+
+def _cloud_kinds(inst: Instance, override: tuple[str, PriceOverride] | None) -> list[str]:
+    """The purchase kinds priced for a cloud instance: the baseline kinds, every kind the
+    catalog has an observation of (a rate or a documented gap) and every kind overridden."""
+    kinds = list(BASELINE_CLOUD_KINDS)
+    extra = set(inst.price_kinds())
+    if override is not None:
+        extra |= {k for k in CLOUD_KINDS if getattr(override[1], k, None) is not None}
+    kinds += [k for k in CLOUD_KINDS if k in extra and k not in kinds]
+    return kinds
+
+
+def _block_terms(inst: Instance) -> PurchaseTerms | None:
+    """A capacity block's booking rules from the catalog (they hold for negotiated rates too)."""
+    obs = [p for p in inst.prices if p.model == "capacity_block" and p.duration_increments]
+    if not obs:
+        return None
+    o = max(obs, key=lambda p: p.as_of_date)
+    return _terms_of(inst, o)
+
+
+def _terms_of(inst: Instance, o: PriceObservation) -> PurchaseTerms:
+    return PurchaseTerms(
+        o.duration_increments,
+        o.max_instances,
+        o.source,
+        ref=f"catalog instance/{inst.id} prices.capacity_block ({o.region or 'any region'})",
+        as_of=o.as_of,
+    )
+
+
+def _cloud_prices(ctx: PlanContext, opt: Option) -> dict[str, tuple[Figure, PurchaseTerms | None]]:
+    """Price per node-hour of every purchase kind of a cloud option (with a capacity block's
+    booking rules): the scenario's negotiated rate, else the catalog's latest in the
+    region, else a commitment discount off on-demand (reserved kinds), else missing with
+    the catalog's note or what to add."""
+    inst = opt.instance_row
+    region = ctx.scenario.constraints.region_for(inst.cloud)
+    override = find_override(ctx.scenario.costs.price_overrides, inst)
+    prices: dict[str, tuple[Figure, PurchaseTerms | None]] = {}
+    for model in _cloud_kinds(inst, override):
+        obs = inst.price(model, region)
+        label = f"{inst.id} {model} price"
+        terms = _block_terms(inst) if model == "capacity_block" else None
+        if override is not None and getattr(override[1], model, None) is not None:
+            path = ("costs", "price_overrides", override[0], model)
+            prices[model] = (ctx.quote(path, "USD/node-hour", f"{label} (negotiated)"), terms)
+            continue
+        if obs is not None:
+            if model == "capacity_block" and obs.duration_increments:
+                terms = _terms_of(inst, obs)
+            prices[model] = (ctx.price(inst, obs, label), terms)
+            continue
+        where = f" in {region}" if region else ""
+        reason = f"the catalog has no {model} price for {inst.id}{where}"
+        gap = inst.price_gap(model)
+        if gap is not None:
+            reason += f": {gap.notes.strip()} ({gap.as_of})"
+        if model in ("reserved_1y", "reserved_3y"):
+            disc = getattr(ctx.scenario.costs.commitment_discounts, model)
+            od = prices.get("on_demand")
+            if disc is not None and od is not None and od[0].ok:
+                d = ctx.inp(
+                    ("costs", "commitment_discounts", model), "fraction", f"{model} discount"
+                )
+                prices[model] = (discounted_price(od[0], d, model), None)
+                continue
+            reason += f" (add costs.commitment_discounts.{model} to derive one from on-demand)"
+        elif region and inst.price(model) is not None:
+            reason += (
+                f" (prices exist in other regions; set constraints.regions.{inst.cloud}"
+                f" or costs.price_overrides.{inst.id}.{model})"
+            )
+        elif gap is None:
+            reason += f" (set costs.price_overrides.{inst.id}.{model} to a quoted rate)"
+        prices[model] = (missing_fig("USD/node-hour", label, reason), None)
+    return prices
+
+
+def _storage_costs(opt: Option) -> dict[str, Figure]:
+    """The chosen storage tier's capex, or its quoted monthly price x 12, for the owned TCO."""
+    st = opt.storage or {}
+    if st.get("chosen") is None:
+        return {}
+    monthly = st.get("usd_per_month")
+    if monthly is not None and monthly.ok:
+        # a quote per GiB-month: the storage is paid as it is used, not bought (no capex)
+        return {
+            "storage_usd_per_year": derived(
+                monthly.value * 12,
+                "USD/year",
+                "shared storage per year",
+                "storage cost per month x 12",
+                [monthly],
+            )
+        }
+    capex = st.get("capex_usd")
+    if capex is not None:
+        return {"storage_capex_usd": capex}
+    return {
+        "storage_capex_usd": missing_fig(
+            "USD", "storage capex", f"no price for storage tier {st['chosen']}"
+        )
+    }
+
+
+def _cloud_storage(opt: Option, mc: ModelCost, trainings: list[TrainingLoad]) -> None:
+    """The storage tier chosen for a cloud option, in its cost (see cost.add_cloud_storage)."""
+    st = opt.storage or {}
+    chosen = st.get("chosen")
+    if chosen is not None:
+        monthly = st.get("usd_per_month")
+        why = None
+        if monthly is None or not monthly.ok:
+            reason = monthly.missing if monthly is not None else None
+            why = reason if reason and chosen in reason else f"{chosen}: {reason or 'no price'}"
+        add_cloud_storage(mc, monthly, tier=chosen, trainings=trainings, excluded=why)
+    elif "capacity_bytes" in st:
+        add_cloud_storage(
+            mc, None, tier=None, trainings=trainings, excluded="no catalog storage tier fits"
+        )
+
+
+def price_option(ctx: PlanContext, opt: Option) -> None:
+    """Every purchasing model of the option (see gpuplan.plan.cost)."""
+    trainings, servings = _loads(ctx, opt)
+    util = ctx.inp(("costs", "utilisation"), "fraction", "utilisation")
+    if opt.kind == "cloud":
+        prices = _cloud_prices(ctx, opt)
+        for model, (price, terms) in prices.items():
+            rel = _reliabilities(ctx, opt, trainings, spot=model == "spot")
+            opt.costs[model] = price_model(
+                model,
+                price,
+                trainings=trainings,
+                servings=servings,
+                utilisation=util,
+                interruptions=rel,
+                fleet_nodes=opt.nodes,
+                max_price_age_days=ctx.scenario.costs.price_max_age_days,
+                terms=terms,
+            )
+            _cloud_storage(opt, opt.costs[model], trainings)
+        return
+    node = opt.node_row
+    c = ctx.scenario.costs
+    if node.id in c.onprem_node_prices_usd:
+        node_price = ctx.quote(
+            ("costs", "onprem_node_prices_usd", node.id), "USD", f"{node.id} price"
+        )
+    else:
+        node_price = ctx.cat(
+            "node",
+            node,
+            "price_usd",
+            "USD",
+            f"{node.id} price",
+            missing=f"no price for node {node.id}: add costs.onprem_node_prices_usd.{node.id} (a quote)",
+        )
+    net = opt.fabric.get("capex_usd") or missing_fig("USD", "network capex", "fabric not designed")
+    facility = opt.power.get("facility_power_w") or missing_fig(
+        "W", "facility power", "no power model"
+    )
+    opt.tco = onprem_tco(
+        nodes=opt.sized_nodes,
+        node_price_usd=node_price,
+        network_capex_usd=net,
+        depreciation_years=ctx.inp(("costs", "depreciation_years"), "years", "depreciation"),
+        facility_power_w=facility,
+        electricity_usd_per_kwh=ctx.inp(
+            ("costs", "electricity_usd_per_kwh"), "USD/kWh", "electricity price"
+        ),
+        ops_usd_per_node_per_year=ctx.inp(
+            ("costs", "ops_usd_per_node_per_year"), "USD/node-year", "operations per node"
+        ),
+        staff_usd_per_year=ctx.inp(("costs", "staff_usd_per_year"), "USD/year", "staff"),
+        **_storage_costs(opt),
+    )
+    rel = _reliabilities(ctx, opt, trainings, spot=False)
+    opt.costs["onprem"] = price_model(
+        "onprem",
+        opt.tco.usd_per_node_hour,
+        trainings=trainings,
+        servings=servings,
+        utilisation=util,
+        interruptions=rel,
+        fleet_nodes=opt.nodes,
+    )
+    if opt.tco.excludes:
+        opt.notes.append("owned cost excludes: " + "; ".join(opt.tco.excludes))
+
+
+def link_break_even(options: list[Option]) -> None:
+    """Break-even utilisation of each on-premises option against the cheapest cloud
+    on-demand price per GPU-hour for the same GPU (see gpuplan.plan.cost)."""
+    for opt in options:
+        if opt.kind != "onprem" or opt.tco is None:
+            continue
+        best = None
+        for other in options:
+            if other.kind != "cloud" or other.gpu.id != opt.gpu.id:
+                continue
+            od = other.costs.get("on_demand")
+            if od is None or not od.price_usd_per_node_hour.ok:
+                continue
+            per_gpu = od.price_usd_per_node_hour.value / other.gpus_per_node.value
+            if best is None or per_gpu < best[0]:
+                best = (per_gpu, other, od.price_usd_per_node_hour)
+        if best is None:
+            opt.break_even = missing_fig(
+                "fraction",
+                "break-even utilisation (own vs on-demand)",
+                f"no cloud on-demand price for {opt.gpu.id} among the candidates",
+            )
+            continue
+        _, other, od_price = best
+        per_node_equiv = derived(
+            od_price.value / other.gpus_per_node.value * opt.gpus_per_node.value,
+            "USD/node-hour",
+            f"{other.platform.id} on-demand per {opt.platform.id}-sized node",
+            "on-demand price / GPUs per instance x GPUs per owned node",
+            [od_price, other.gpus_per_node, opt.gpus_per_node],
+        )
+        opt.break_even = break_even_utilisation(opt.tco, opt.sized_nodes, per_node_equiv)
+        opt.break_even_against = other.id
+
+
+def check_budget(ctx: PlanContext, opt: Option) -> None:
+    """Mark purchasing models over budget; the option binds when none is within it."""
+    c = ctx.scenario.constraints
+    if c.budget_usd_per_month is None and c.budget_usd_per_run is None:
+        return
+    ok_any = False
+    worst_msgs = []
+    for model, mc in opt.costs.items():
+        ok = mc.available
+        if c.budget_usd_per_month is not None:
+            month = mc.per_month_usd
+            if month is None or not month.ok:
+                ok = False  # a cost that cannot be computed cannot be shown within budget
+            elif month.value > c.budget_usd_per_month:
+                ok = False
+                worst_msgs.append((month, "budget_usd_per_month", model))
+        if c.budget_usd_per_run is not None:
+            for run in mc.per_run_usd.values():
+                if not run.ok:
+                    ok = False
+                elif run.value > c.budget_usd_per_run:
+                    ok = False
+                    worst_msgs.append((run, "budget_usd_per_run", model))
+        opt.within_budget[model] = ok
+        ok_any = ok_any or ok
+    if not ok_any and worst_msgs:
+        fig, which, _ = min(worst_msgs, key=lambda x: x[0].value)
+        limit = ctx.inp(("constraints", which), "USD", which)
+        opt.binding.append(
+            {
+                "constraint": which,
+                "option": opt.id,
+                "message": Text(
+                    "the cheapest purchasing model costs {needed}; the budget is {limit}",
+                    {"needed": fig, "limit": limit},
+                ),
+                "needed": fig,
+                "limit": limit,
+            }
+        )

@@ -22,7 +22,8 @@ from gpuplan.errors import GpuplanError
 from gpuplan.plan import cost as costmod
 from gpuplan.plan import ranking as rankmod
 from gpuplan.plan.context import PlanContext
-from gpuplan.plan.options import Option, candidate_options, evaluate_option, link_break_even
+from gpuplan.plan.cost import link_break_even
+from gpuplan.plan.options import Option, candidate_options, evaluate_option
 from gpuplan.plan.provenance import (
     Figure,
     FigureDict,
@@ -239,7 +240,7 @@ def _roofline_spec(ctx: PlanContext) -> FigureDict | None:
 
 
 def _reprice_factory(ctx: PlanContext, metric: str) -> Callable[[Option, float], Figure | None]:
-    from gpuplan.plan.options import _cloud_storage, _loads, _reliabilities
+    from gpuplan.plan.cost import _cloud_storage, _loads, _reliabilities
 
     def reprice(opt: Option, utilisation: float) -> Figure | None:
         util = input_fig(

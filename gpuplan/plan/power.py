@@ -1,5 +1,8 @@
 """Power and racks: GPUs -> nodes -> racks under the power density limit -> facility power.
 
+The formulas come first; :func:`build_power` (at the end) applies them to an on-premises
+option and records the site constraints (rack power, racks, floor, site power) that bind.
+
 Method
 ------
 * Node power: where the trial node measured the GPU's power under load (``power_w`` of the
@@ -25,9 +28,19 @@ Method
 from __future__ import annotations
 
 import math
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from gpuplan.plan.provenance import Figure, Text, derived, missing_fig
+from gpuplan.catalogs.schema import Node
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.provenance import (
+    Figure,
+    Text,
+    derived,
+    missing_fig,
+)
+
+if TYPE_CHECKING:
+    from gpuplan.plan.options import Option
 
 
 class RackFit(TypedDict):
@@ -307,3 +320,263 @@ def facility_power_w(it_power: Figure, pue: Figure) -> Figure:
         "IT power x PUE (The Green Grid WP#49)",
         [it_power, pue],
     )
+
+
+# ------------------------------------------------------------------ the option's power and racks (moved from options.py)
+
+
+def _overhead_reference(ctx: PlanContext, node: Node) -> Figure | None:
+    """System/GPU power ratio of a sourced node row, for nodes without a maximum power.
+
+    The reference is a row of the same cooling type whose maximum power and GPU TDP are both
+    sourced (not ``unverified``); the one with the closest GPU TDP, then by id.
+    """
+    cat = ctx.catalog
+    gpu_tdp = getattr(cat.gpu(node.accelerator_id), "tdp_w", None)
+    best = None
+    for ref in cat.nodes:
+        if ref.id == node.id or ref.max_power_w is None or ref.is_unverified("max_power_w"):
+            continue
+        ref_gpu = cat.gpu(ref.accelerator_id)
+        if ref_gpu.tdp_w is None or ref_gpu.is_unverified("tdp_w") or ref.rack_scale:
+            continue
+        if node.cooling is not None and ref.cooling != node.cooling:
+            continue
+        key = (abs(ref_gpu.tdp_w - (gpu_tdp or ref_gpu.tdp_w)), ref.id)
+        if best is None or key < best[0]:
+            best = (key, ref, ref_gpu)
+    if best is None:
+        return None
+    _, ref, ref_gpu = best
+    return host_overhead_ratio(
+        ref_id=ref.id,
+        ref_max_power_w=ctx.cat("node", ref, "max_power_w", "W", f"{ref.id} max power"),
+        ref_tdp_w=ctx.cat("accelerator", ref_gpu, "tdp_w", "W", f"{ref_gpu.id} TDP"),
+        ref_gpus_per_node=ctx.cat(
+            "node", ref, "accelerators_per_node", "GPUs", f"{ref.id} GPUs per node"
+        ),
+    )
+
+
+def build_power(ctx: PlanContext, opt: Option) -> None:
+    """Node, rack and facility power; site constraints for on-premises options."""
+    if opt.kind != "onprem":
+        opt.power = {"note": "the cloud provider supplies power and racks"}
+        return
+    sc = ctx.scenario
+    node = opt.node_row
+    gpu = opt.gpu
+    tdp = ctx.cat("accelerator", gpu, "tdp_w", "W", f"{gpu.id} TDP")
+    node_max = ctx.cat("node", node, "max_power_w", "W", f"{node.id} max power")
+    measured = None
+    trial = ctx.trial
+    if trial is not None and trial.gpu_power_w is not None and trial.catalog_id == gpu.id:
+        measured = trial.gpu_power_w
+    ratio = _overhead_reference(ctx, node) if not node_max.ok else None
+    node_w = node_power_w(
+        gpus_per_node=opt.gpus_per_node,
+        tdp_w=tdp,
+        node_max_power_w=node_max,
+        measured_gpu_power_w=measured,
+        overhead_ratio=ratio,
+    )
+    if measured is not None:
+        basis = "measured"
+    elif node_max.ok:
+        basis = "catalog"
+    elif ratio is not None and tdp.ok:
+        basis = f"estimated from GPU TDP + host overhead ({ratio.label} = {ratio.value:.3g})"
+    else:
+        basis = (
+            "GPU TDP only (no node maximum power and no reference node: host overhead not counted)"
+        )
+    c = sc.constraints
+    if c.power_per_rack_kw:
+        rack_kw = ctx.inp(("constraints", "power_per_rack_kw"), "kW", "power per rack")
+    elif node.rack_power_w:
+        cooled = f"{node.cooling}-cooled " if node.cooling else ""
+        ref_w = ctx.cat(
+            "node", node, "rack_power_w", "W", f"{node.id} reference {cooled}rack power"
+        )
+        rack_kw = derived(
+            ref_w.value / 1000.0,
+            "kW",
+            f"power per rack (default for {cooled}racks: vendor reference design)",
+            "node catalog rack_power_w / 1000 (set constraints.power_per_rack_kw to override)",
+            [ref_w],
+        )
+    else:
+        rack_kw = None
+    rack_u = (
+        ctx.inp(("constraints", "rack_units_per_rack"), "U", "rack units per rack")
+        if c.rack_units_per_rack
+        else None
+    )
+    node_u = (
+        ctx.cat("node", node, "rack_units", "U", f"{node.id} height") if node.rack_units else None
+    )
+    node_kg = (
+        ctx.cat("node", node, "weight_kg", "kg", f"{node.id} weight") if node.weight_kg else None
+    )
+    rack_kg = (
+        ctx.inp(("constraints", "rack_weight_limit_kg"), "kg", "rack weight limit")
+        if c.rack_weight_limit_kg
+        else None
+    )
+    racks = racks_for(
+        nodes=opt.sized_nodes,
+        node_power=node_w,
+        power_per_rack_kw=rack_kw,
+        rack_units_per_rack=rack_u,
+        node_rack_units=node_u,
+        rack_scale=bool(node.rack_scale),
+        node_weight_kg=node_kg,
+        rack_weight_limit_kg=rack_kg,
+    )
+    storage_w = opt.storage.get("power_w") if opt.storage else None
+    it = it_power_w(opt.sized_nodes, node_w, opt.fabric.get("power_w"), storage_w)
+    pue = ctx.inp(("costs", "pue"), "ratio", "PUE")
+    facility = facility_power_w(it, pue)
+    opt.power = {
+        "node_power_w": node_w,
+        "basis": basis,
+        "nodes_per_rack": racks["nodes_per_rack"],
+        "racks": racks["racks"],
+        "racks_limited_by": racks["limited_by"],
+        "rack_power_limit_w": derived(
+            rack_kw.value * 1000.0 if rack_kw is not None and rack_kw.ok else None,
+            "W",
+            "rack power limit",
+            "power per rack x 1000",
+            [rack_kw] if rack_kw is not None else [],
+        )
+        if rack_kw is not None
+        else missing_fig("W", "rack power limit", "not given: add constraints.power_per_rack_kw"),
+        "power_per_full_rack_w": rack_power_w(racks["nodes_per_rack"], node_w),
+        "cooling": node.cooling,
+        "it_power_w": it,
+        "facility_power_w": facility,
+    }
+    if node.typical_power_w:
+        opt.power["node_typical_power_w"] = ctx.cat(
+            "node", node, "typical_power_w", "W", f"{node.id} typical power"
+        )
+    if node_kg is not None and racks["nodes_per_rack"].ok:
+        opt.power["weight_per_full_rack_kg"] = derived(
+            racks["nodes_per_rack"].value * node_kg.value,
+            "kg",
+            "node weight per full rack",
+            "nodes per rack x node weight (rack, PDUs and cabling not counted)",
+            [racks["nodes_per_rack"], node_kg],
+        )
+    if racks["binding"]:
+        opt.binding.append(
+            {
+                "constraint": "power_per_rack_kw"
+                if racks["limited_by"] == "rack power"
+                else "rack_units_per_rack",
+                "option": opt.id,
+                "message": racks["binding"],
+                "needed": node_w,
+                "limit": rack_kw if racks["limited_by"] == "rack power" else rack_u,
+            }
+        )
+    if c.max_racks is not None and racks["racks"].ok and racks["racks"].value > c.max_racks:
+        opt.binding.append(
+            {
+                "constraint": "max_racks",
+                "option": opt.id,
+                "message": Text(
+                    "needs {needed}; the site has {limit}",
+                    {
+                        "needed": racks["racks"],
+                        "limit": ctx.inp(("constraints", "max_racks"), "racks", "racks available"),
+                    },
+                ),
+                "needed": racks["racks"],
+                "limit": ctx.inp(("constraints", "max_racks"), "racks", "racks available"),
+            }
+        )
+    if c.floor_space_m2 is not None and racks["racks"].ok:
+        per = ctx.inp(("constraints", "floor_m2_per_rack"), "m2", "floor per rack")
+        floor = ctx.inp(("constraints", "floor_space_m2"), "m2", "floor space")
+        area = derived(
+            racks["racks"].value * per.value,
+            "m2",
+            "floor area needed",
+            "racks x floor per rack",
+            [racks["racks"], per],
+        )
+        opt.power["floor_area_m2"] = area
+        if area.value > floor.value:
+            opt.binding.append(
+                {
+                    "constraint": "floor_space_m2",
+                    "option": opt.id,
+                    "message": Text(
+                        "needs {needed} of floor; the site has {limit}",
+                        {"needed": area, "limit": floor},
+                    ),
+                    "needed": area,
+                    "limit": floor,
+                }
+            )
+    if c.site_power_kw is not None:
+        site = ctx.inp(("constraints", "site_power_kw"), "kW", "site power")
+        draw = facility if facility.ok else it
+        if draw.ok and draw.value > site.value * 1000.0:
+            gpn = opt.gpus_per_node.value
+            per_node_site_w = draw.value / opt.sized_nodes.value
+            max_nodes = math.floor(site.value * 1000.0 / per_node_site_w)
+            fits = derived(
+                max_nodes * gpn,
+                "GPUs",
+                "largest fleet within the site power",
+                "floor(site power / facility power per node) x GPUs per node",
+                [site, draw, opt.sized_nodes, opt.gpus_per_node],
+            )
+            opt.power["max_gpus_within_site_power"] = fits
+            what = "facility power (with PUE)" if facility.ok else "IT power (no PUE given)"
+            template = (
+                f"the fleet needs {{needed}} of {what}; the site has {{limit}} "
+                "(at most {fits} fit"
+            )
+            figs = {"needed": draw, "limit": site, "fits": fits}
+            within = _time_within(ctx, opt, int(fits.value))
+            if within:
+                opt.power["time_to_train_within_site_power"] = within
+                name, fig = next(iter(within.items()))
+                template += f", on which {name} would take {{within}}"
+                figs["within"] = fig
+            opt.binding.append(
+                {
+                    "constraint": "site_power_kw",
+                    "option": opt.id,
+                    "message": Text(template + ")", figs),
+                    "needed": draw,
+                    "limit": site,
+                }
+            )
+
+
+def _time_within(ctx: PlanContext, opt: Option, gpus: int) -> dict[str, Figure]:
+    """Time to train each workload on the largest fleet the site can power."""
+    from gpuplan.plan.workloads import forecast_training_cached
+
+    out: dict[str, Figure] = {}
+    if gpus < opt.gpus_per_node.value:
+        return out
+    for t in opt.training:
+        w = ctx.scenario.workloads.training[t.index]
+        res, _err = forecast_training_cached(
+            ctx, w, opt.gpu.id, num_gpus=gpus, target_days=None, platform=t.platform
+        )
+        if res is not None and res.time_to_train_s is not None and res.time_to_train_s.value:
+            out[t.name] = ctx.fc(
+                res.time_to_train_s,
+                "time_to_train_s",
+                "s",
+                f"{t.name}: time to train on the largest fleet within the site power",
+                f"forecast train {t.name} on {opt.gpu.id} x{gpus}",
+            )
+    return out

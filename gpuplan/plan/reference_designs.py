@@ -2,7 +2,7 @@
 
 Each design in ``data/reference_designs.yaml`` names a node type, a switch and a fleet size
 (nodes, or GPUs that the plan turns into nodes); the plan's own builders
-(:func:`gpuplan.plan.options.build_fabric` and :func:`~gpuplan.plan.options.build_power`,
+(:func:`gpuplan.plan.fabric.build_fabric` and :func:`~gpuplan.plan.power.build_power`,
 which call :mod:`gpuplan.plan.fabric` and :mod:`gpuplan.plan.power`) build the fleet from
 the catalog, exactly as ``gpuplan plan`` does for an on-premises option, and every published
 figure (switch and cable counts, nodes per scalable unit, racks, power) is compared with the
@@ -117,7 +117,9 @@ def _scenario_text(design: dict[str, Any], gpu_id: str) -> str:
 
 def build_design(design: dict[str, Any], catalog: Catalog) -> Option:
     """Build the fleet of one reference design with the plan's builders; the Option."""
+    from gpuplan.plan import fabric as fabmod
     from gpuplan.plan import options as optmod
+    from gpuplan.plan import power as powmod
     from gpuplan.plan.context import PlanContext
     from gpuplan.plan.provenance import derived, input_fig
     from gpuplan.plan.scenario import parse_scenario
@@ -151,8 +153,8 @@ def build_design(design: dict[str, Any], catalog: Catalog) -> Option:
         nodes=nodes,
         gpus=gpus,
     )
-    optmod.build_fabric(ctx, opt)
-    optmod.build_power(ctx, opt)
+    fabmod.build_fabric(ctx, opt)
+    powmod.build_power(ctx, opt)
     return opt
 
 

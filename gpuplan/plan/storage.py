@@ -1,5 +1,8 @@
 """Storage sizing: capacity, sustained read for the data pipeline, checkpoint write bandwidth.
 
+The formulas come first; :func:`build_storage` (at the end) sizes an option's shared tier
+from the catalog's storage rows and the training workloads with them.
+
 Method
 ------
 * Checkpoint size = parameters x bytes per parameter (mixed-precision Adam keeps bf16
@@ -36,9 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuplan.plan.provenance import Figure, derived, missing_fig
+from gpuplan.plan.context import PlanContext
+from gpuplan.plan.provenance import (
+    Figure,
+    derived,
+    missing_fig,
+)
+
+if TYPE_CHECKING:
+    from gpuplan.catalogs.schema import StorageTier as StorageTierRow
+    from gpuplan.plan.options import Option
 
 TIB = 2**40
 GIB = 2**30
@@ -691,3 +703,329 @@ def local_nvme_check(
         "measured_read_per_node_bytes_per_s": fio_read_bps_per_node,
         "local_nvme_sufficient": enough,
     }
+
+
+# ------------------------------------------------------------------ the option's storage (moved from options.py)
+CLOUD_PROVIDER_NAMES = {
+    "aws": ("aws", "amazon"),
+    "gcp": ("gcp", "google"),
+    "azure": ("azure", "microsoft"),
+}
+
+
+def _tiers_for(ctx: PlanContext, opt: Option) -> list[StorageTierRow]:
+    cat = ctx.catalog
+    want = ctx.scenario.storage.tier
+    if want:
+        return [cat.storage_tier(want)]
+    tiers = []
+    cloud_names = {n for names in CLOUD_PROVIDER_NAMES.values() for n in names}
+    for t in cat.storage:
+        if getattr(t, "kind_of_storage", None) == "local_nvme":
+            continue
+        prov = str(getattr(t, "provider", "")).lower()
+        if opt.kind == "cloud":
+            if any(n in prov for n in CLOUD_PROVIDER_NAMES.get(opt.cloud or "", ())):
+                tiers.append(t)
+        elif not any(n in prov for n in cloud_names):
+            tiers.append(t)
+    return tiers
+
+
+APPLIANCE_FIELDS = (
+    "read_bytes_per_s_per_appliance",
+    "write_bytes_per_s_per_appliance",
+    "capacity_bytes_per_appliance",
+)
+
+
+def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | ApplianceTier:
+    tib = TIB
+
+    def get(field_name: str, unit: str, label: str) -> Figure:
+        return ctx.cat("storage", t, field_name, unit, f"{t.id} {label}")
+
+    price_fields = ctx.scenario.costs.storage_usd_per_gib_month
+    if t.id in price_fields:
+        price = ctx.quote(
+            ("costs", "storage_usd_per_gib_month", t.id), "USD/GiB-month", f"{t.id} price"
+        )
+    elif getattr(t, "price_usd_per_tib_month", None):
+        per_tib = get("price_usd_per_tib_month", "USD/TiB-month", "price per TiB-month")
+        price = derived(
+            per_tib.value / 1024.0,
+            "USD/GiB-month",
+            f"{t.id} price per GiB-month",
+            "USD per TiB-month / 1024",
+            [per_tib],
+        )
+    else:
+        price = missing_fig(
+            "USD/GiB-month",
+            f"{t.id} price",
+            f"no price for {t.id}: add costs.storage_usd_per_gib_month.{t.id}",
+        )
+    del tib
+    if getattr(t, "per_appliance", False) or any(getattr(t, n, None) for n in APPLIANCE_FIELDS):
+        # sold in whole appliances: sized by gpuplan.plan.storage.fit_appliances
+        cap_per = get(APPLIANCE_FIELDS[2], "B", "usable per appliance")
+        return ApplianceTier(
+            id=t.id,
+            name=getattr(t, "name", t.id),
+            read_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[0], "B/s", "read per appliance"),
+            write_bytes_per_s_per_appliance=get(APPLIANCE_FIELDS[1], "B/s", "write per appliance"),
+            capacity_bytes_per_appliance=cap_per,
+            price_usd_per_gib_month=price,
+            cloud=getattr(t, "provider", None),
+            gpudirect_storage=getattr(t, "gpudirect_storage", None),
+            rack_units_per_appliance=get("rack_units_per_appliance", "U", "height per appliance"),
+            power_w_per_appliance=get("power_w_per_appliance", "W", "power per appliance"),
+            capex_usd_per_appliance=_appliance_capex(ctx, t, cap_per),
+            min_appliances=(
+                get("min_appliances", "appliances", "minimum system")
+                if getattr(t, "min_appliances", None)
+                else None
+            ),
+        )
+    return StorageTier(
+        id=t.id,
+        name=getattr(t, "name", t.id),
+        read_bytes_per_s_per_tib=get("read_bytes_per_s_per_tib", "B/s per TiB", "read per TiB"),
+        write_bytes_per_s_per_tib=get("write_bytes_per_s_per_tib", "B/s per TiB", "write per TiB"),
+        min_capacity_bytes=get("capacity_min_bytes", "B", "minimum capacity"),
+        max_capacity_bytes=get("capacity_max_bytes", "B", "maximum capacity"),
+        increment_bytes=get("capacity_step_bytes", "B", "capacity step"),
+        price_usd_per_gib_month=price,
+        cloud=getattr(t, "provider", None),
+        throughput_increment_bytes_per_s=(
+            get("throughput_increment_bytes_per_s", "B/s", "throughput increment")
+            if getattr(t, "throughput_increment_bytes_per_s", None)
+            else None
+        ),
+        gpudirect_storage=getattr(t, "gpudirect_storage", None),
+    )
+
+
+def _appliance_capex(ctx: PlanContext, t: StorageTierRow, cap_per: Figure) -> Figure:
+    """Purchase price of one appliance: the catalog's, or its price per TiB x usable TiB."""
+    if getattr(t, "price_usd_per_appliance", None):
+        return ctx.cat(
+            "storage", t, "price_usd_per_appliance", "USD", f"{t.id} price per appliance"
+        )
+    if getattr(t, "price_usd_per_tib", None) and cap_per.ok:
+        per_tib = ctx.cat("storage", t, "price_usd_per_tib", "USD/TiB", f"{t.id} price per TiB")
+        return derived(
+            per_tib.value * cap_per.value / TIB,
+            "USD",
+            f"{t.id} price per appliance",
+            "price per usable TiB x usable TiB per appliance",
+            [per_tib, cap_per],
+        )
+    return missing_fig(
+        "USD",
+        f"{t.id} price per appliance",
+        f"the catalog row storage/{t.id} has no price_usd_per_appliance or price_usd_per_tib "
+        "(no published price): quote it in costs.storage_usd_per_gib_month",
+    )
+
+
+def _writers_cap(ctx: PlanContext, opt: Option, t: StorageTierRow) -> Figure | None:
+    """N writers (the option's nodes) x the tier's per-client bandwidth, where the row has one."""
+    for name in ("write_bytes_per_s_per_node", "read_bytes_per_s_per_node"):
+        if getattr(t, name, None):
+            per_client = ctx.cat("storage", t, name, "B/s", f"{t.id} per-client bandwidth")
+            return client_write_cap(opt.sized_nodes, per_client)
+    return None
+
+
+def _chosen_summary(f: TierFit) -> str:
+    """One line: the chosen tier, its size, checkpoint time against the budget, its price."""
+    parts = [f.tier.id]
+    if f.appliances is not None and f.appliances.ok:
+        parts.append(f"{int(f.appliances.value)} appliances")
+    if f.provisioned_bytes.ok:
+        parts.append(f"{f.provisioned_bytes.value / TIB:,.0f} TiB")
+    if f.checkpoint_write_s.ok:
+        budget = f" (budget {f.budget_s.value:,.0f} s)" if f.budget_s is not None else ""
+        parts.append(f"checkpoint {f.checkpoint_write_s.value:,.0f} s{budget}")
+    if f.usd_per_month.ok:
+        parts.append(f"${f.usd_per_month.value:,.0f}/month")
+    elif f.capex_usd is not None and f.capex_usd.ok:
+        parts.append(f"capex ${f.capex_usd.value:,.0f}")
+    else:
+        parts.append("no price: " + (f.usd_per_month.missing or "not priced"))
+    return ", ".join(parts)
+
+
+def build_storage(ctx: PlanContext, opt: Option) -> None:
+    """Size the shared storage tier for the training workloads (see gpuplan.plan.storage)."""
+    sc = ctx.scenario
+    trainings = [t for t in opt.training if t.tokens_per_s is not None]
+    if not trainings:
+        opt.storage = {"note": "no training workload: no shared storage sized"}
+        return
+    caps, reads, writes, ckpts = [], [], [], []
+    per_workload = []
+    for t in trainings:
+        if t.tokens_per_s is None:  # filtered above; narrows the type
+            continue
+        w = sc.workloads.training[t.index]
+        base = ("workloads", "training", t.index)
+        model = ctx.catalog.model(w.model)
+        params = ctx.cat(
+            "model",
+            model,
+            "params_total",
+            "parameters",
+            f"{model.id} parameters",
+            value=model.params_total(),
+        )
+        bpp = ctx.inp(
+            (*base, "checkpoint", "bytes_per_param"),
+            "B",
+            f"{w.name}: checkpoint bytes per parameter",
+        )
+        ckpt = checkpoint_bytes(params, bpp)
+        retained = ctx.inp(
+            (*base, "checkpoint", "retained"), "checkpoints", f"{w.name}: checkpoints kept"
+        )
+        if w.bytes_per_token is not None:
+            bpt = ctx.inp((*base, "bytes_per_token"), "B", f"{w.name}: bytes per token")
+        else:
+            vocab = ctx.cat("model", model, "vocab", "tokens", f"{model.id} vocabulary")
+            bpt = derived(
+                bytes_per_token_for_vocab(int(vocab.value)),
+                "B",
+                f"{w.name}: bytes per token",
+                "2 if vocabulary <= 65,536 else 4 (smallest integer type for token ids)",
+                [vocab],
+            )
+        if w.dataset_bytes is not None:
+            dataset = ctx.inp((*base, "dataset_bytes"), "B", f"{w.name}: dataset")
+        else:
+            tokens = ctx.inp((*base, "tokens"), "tokens", f"{w.name}: training tokens")
+            epochs = ctx.inp((*base, "epochs"), "epochs", f"{w.name}: epochs")
+            dataset = derived(
+                tokens.value / epochs.value * bpt.value,
+                "B",
+                f"{w.name}: dataset",
+                "training tokens / epochs x bytes per token",
+                [tokens, epochs, bpt],
+            )
+        cap = capacity_bytes(dataset, ckpt, retained)
+        if w.bytes_per_sample is not None:
+            seq = ctx.inp((*base, "seq_len"), "tokens", f"{w.name}: sequence length")
+            bps = ctx.inp((*base, "bytes_per_sample"), "B", f"{w.name}: bytes per sample")
+            read = read_bandwidth_samples(t.tokens_per_s, seq, bps)
+        else:
+            read = read_bandwidth(t.tokens_per_s, bpt)
+        budget = ctx.inp(
+            (*base, "checkpoint", "write_budget_s"), "s", f"{w.name}: checkpoint write budget"
+        )
+        write = write_bandwidth(ckpt, budget)
+        caps.append(cap)
+        reads.append(read)
+        writes.append(write)
+        ckpts.append(ckpt)
+        per_workload.append(
+            {
+                "workload": w.name,
+                "checkpoint_bytes": ckpt,
+                "dataset_bytes": dataset,
+                "capacity_bytes": cap,
+                "read_bytes_per_s": read,
+                "checkpoint_write_bytes_per_s": write,
+            }
+        )
+
+    def total(figs: list[Figure], label: str, unit: str) -> Figure:
+        if len(figs) == 1:
+            return figs[0]
+        return derived(sum(f.value for f in figs), unit, label, "sum over training workloads", figs)
+
+    cap_t = total(caps, "storage capacity needed", "B")
+    read_t = total(reads, "sustained read for the data pipeline", "B/s")
+    write_t = total(writes, "checkpoint write bandwidth needed", "B/s")
+    ckpt_t = total(ckpts, "checkpoint size (all workloads)", "B")
+    budget_t = min(
+        (
+            ctx.inp(("workloads", "training", t.index, "checkpoint", "write_budget_s"), "s")
+            for t in trainings
+        ),
+        key=lambda b: b.value,
+    )
+    fits = [
+        fit_tier(
+            _tier_figures(ctx, t),
+            capacity=cap_t,
+            read_bps=read_t,
+            write_bps=write_t,
+            ckpt=ckpt_t,
+            write_cap=_writers_cap(ctx, opt, t),
+            budget_s=budget_t,
+        )
+        for t in _tiers_for(ctx, opt)
+    ]
+    months = None
+    if opt.kind == "onprem" and sc.costs.depreciation_years:
+        years = ctx.inp(("costs", "depreciation_years"), "years", "depreciation")
+        months = derived(
+            years.value * 12, "months", "depreciation months", "depreciation years x 12", [years]
+        )
+    chosen = pick_tier(fits, months)
+    out: dict[str, Any] = {
+        # one line per tier the catalog cannot size, for the top of the storage section
+        "not_sized": [f.reason for f in fits if not f.sized and f.reason],
+        "workloads": per_workload,
+        "capacity_bytes": cap_t,
+        "read_bytes_per_s": read_t,
+        "checkpoint_write_bytes_per_s": write_t,
+        "checkpoint_write_budget_s": budget_t,
+        "tiers": [f.to_json() for f in fits],
+        "chosen": chosen.tier.id if chosen else None,
+    }
+    if chosen is not None:
+        out["chosen_summary"] = _chosen_summary(chosen)
+        for key, fig in (
+            ("capex_usd", chosen.capex_usd),
+            ("power_w", chosen.power_w),
+            ("rack_units", chosen.rack_units),
+            ("usd_per_month", chosen.usd_per_month),
+        ):
+            if fig is not None:
+                out[key] = fig
+    if chosen is None:
+        out["note"] = "no catalog storage tier fits: " + (
+            "; ".join(f"{f.tier.id}: {f.reason}" for f in fits)
+            if fits
+            else "none for this platform"
+        )
+        opt.notes.append(out["note"])
+    if ctx.trial is not None and ctx.trial.storage_read_bytes_per_s is not None:
+        out["local_nvme"] = local_nvme_check(
+            read_t, opt.sized_nodes, ctx.trial.storage_read_bytes_per_s
+        )
+    # checkpoint write and restart times for the Young/Daly model
+    if chosen is not None and chosen.checkpoint_write_s.ok:
+        out["checkpoint_write_s"] = chosen.checkpoint_write_s
+        if chosen.read_bytes_per_s.ok:
+            out["restart_read_s"] = derived(
+                ckpt_t.value / chosen.read_bytes_per_s.value,
+                "s",
+                "checkpoint read time at restart",
+                "checkpoint size / tier read bandwidth",
+                [ckpt_t, chosen.read_bytes_per_s],
+            )
+    else:
+        budgets = [
+            ctx.inp(("workloads", "training", t.index, "checkpoint", "write_budget_s"), "s")
+            for t in trainings
+        ]
+        out["checkpoint_write_s"] = derived(
+            max(b.value for b in budgets),
+            "s",
+            "checkpoint write time (the budget: no tier matched)",
+            "the scenario's checkpoint write budget",
+            budgets,
+        )
+    opt.storage = out
