@@ -80,9 +80,9 @@ def _tree(options: dict[str, Any], teams: list[str]) -> tuple[Any, ...]:
 def test_plan_and_schedule_build_the_same_fair_share_tree():
     from gpuplan.plan.context import PlanContext
     from gpuplan.plan.scenario import parse_scenario
+    from gpuplan.plan.shared import _sim_options
     from gpuplan.scheduling.scenario import scenario_inputs
     from gpuplan.scheduling.schema import parse_scenario as parse_shared
-    from gpuplan.plan.shared import _sim_options
 
     # gpuplan schedule --scenario FILE (cli/schedule.py: parse, then scenario_inputs)
     shared = parse_shared(yaml.safe_load(SCENARIO), where="scenario")
