@@ -53,11 +53,21 @@ class ProbeRun:
             self.proc.wait(timeout=10)
 
 
+def terminal_signals() -> None:
+    """In a child before exec: SIGINT, SIGTERM and SIGHUP at their defaults, as a terminal user
+    starts the probe. A test run launched from a background job (``cmd &`` in a script) inherits
+    SIGINT ignored, and Python then never raises KeyboardInterrupt: the Ctrl-C tests would test
+    the launcher, not the probe."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start_probe(tmp_path: Path, *args: str, ignore: tuple[int, ...] = ()) -> ProbeRun:
-    """Start ``gpuplan probe ARGS`` in its own session, output to files under tmp_path;
-    the signals in ``ignore`` start ignored (as under ``nohup``)."""
+    """Start ``gpuplan probe ARGS`` in its own session, output to files under tmp_path, with a
+    terminal's signal dispositions; the signals in ``ignore`` start ignored (as under ``nohup``)."""
 
     def preexec() -> None:
+        terminal_signals()
         for sig in ignore:
             signal.signal(sig, signal.SIG_IGN)
 
@@ -74,7 +84,7 @@ def start_probe(tmp_path: Path, *args: str, ignore: tuple[int, ...] = ()) -> Pro
             cwd=REPO,
             env=env,
             start_new_session=True,
-            preexec_fn=preexec if ignore else None,
+            preexec_fn=preexec,
         )
     return ProbeRun(proc, marker, stdout_path, stderr_path)
 

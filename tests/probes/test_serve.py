@@ -31,6 +31,7 @@ from gpuplan.probes.serve import (
     public_endpoint,
 )
 from gpuplan.results.schema import ResultDocument
+from tests.probes._runs import terminal_signals
 from tests.probes.serve_server import running_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,6 +182,7 @@ def test_ctrl_c_keeps_finished_levels_and_the_partial_one(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=terminal_signals,
         )
         try:
             deadline = time.monotonic() + 240
