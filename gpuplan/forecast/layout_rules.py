@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsInt, TypeAlias, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import RECOMPUTE_NAMES, stage_layers, valid_pipeline
+from gpuplan.numeric import BoolArray, Int, IntArray
 
 #: Layout fields that count GPUs or micro-batches and must be at least 1.
 POSITIVE_FIELDS = ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch")
@@ -56,32 +58,36 @@ class _Ctx:
     global_batch: int | None
 
 
-Fields = Mapping[str, Any]
+Fields: TypeAlias = Mapping[str, Int]
+"""Layout fields: integers (one layout) or equally long integer arrays (the search grid)."""
+Verdict: TypeAlias = np.bool_ | BoolArray
+"""A rule's verdict: one (numpy) bool, or one per candidate."""
+_S = TypeVar("_S", bound=np.generic)
 
 
 @dataclass(frozen=True)
 class _Rule:
     name: str
     needs: tuple[str, ...]
-    ok: Callable[[Fields, _Ctx], Any]
+    ok: Callable[[Fields, _Ctx], Verdict]
     message: Callable[[Fields, _Ctx], tuple[str, str | None]]
     moe: bool | None = None  # None: every model; True/False: MoE models only / dense only
 
 
-def _i(x: Any) -> Any:
+def _i(x: Int) -> npt.NDArray[np.int64]:
     return np.asarray(x, dtype=np.int64)
 
 
-def _pos(x: Any) -> Any:
+def _pos(x: Int) -> IntArray:
     """``x`` with values below 1 replaced by 1, so a modulo never divides by zero (the
     ``positive`` rule has already rejected such layouts)."""
     return np.maximum(_i(x), 1)
 
 
-def _member(x: Any, allowed: Iterable[int]) -> Any:
+def _member(x: Int, allowed: Iterable[int]) -> BoolArray:
     """``x`` is one of the few ``allowed`` codes (cheaper than ``np.isin`` for a handful)."""
     x = _i(x)
-    ok: Any = np.zeros(x.shape, dtype=bool)
+    ok: BoolArray = np.zeros(x.shape, dtype=bool)
     for value in allowed:
         ok = ok | (x == value)
     return ok
@@ -95,8 +101,8 @@ def nearest_pipelines(arch: ModelArch, pp: int) -> str:
     return " or ".join(str(x) for x in near) or "1"
 
 
-def _positive_ok(v: Fields, c: _Ctx) -> Any:
-    ok: Any = np.bool_(True)
+def _positive_ok(v: Fields, c: _Ctx) -> Verdict:
+    ok: Verdict = np.bool_(True)
     for k in POSITIVE_FIELDS:
         if k in v:
             ok = ok & (_i(v[k]) >= 1)
@@ -108,15 +114,19 @@ def _positive_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
     return f"--{key.replace('_', '-')} must be >= 1, got {v[key]}", None
 
 
-def _product_ok(v: Fields, c: _Ctx) -> Any:
+def _product_ok(v: Fields, c: _Ctx) -> Verdict:
     # the given ones of tp, pp, cp, dp divide the GPU count (the searched ones make up the
     # rest); all four given, they multiply to it
     prod = np.int64(1)
     for k in ("tp", "pp", "cp", "dp"):
         prod = prod * _pos(v.get(k, 1))
+    # (numpy's stubs leave ``==`` on arrays untyped: the verdicts are annotated here)
+    ok: Verdict
     if all(k in v for k in ("tp", "pp", "cp", "dp")):
-        return prod == c.num_gpus
-    return c.num_gpus % prod == 0
+        ok = prod == c.num_gpus
+    else:
+        ok = c.num_gpus % prod == 0
+    return ok
 
 
 def _product_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
@@ -137,24 +147,25 @@ def _product_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
     )
 
 
-def _by_stage_count(pp: Any, fn: Callable[[np.ndarray], Any]) -> Any:
+def _by_stage_count(pp: Int, fn: Callable[[IntArray], npt.NDArray[_S]]) -> npt.NDArray[_S]:
     """``fn`` of each distinct pipeline size, spread back over the candidates (a search
     has many candidates but few pipeline sizes, and the split is the costly part)."""
     values, inverse = np.unique(_i(pp), return_inverse=True)
     return np.asarray(fn(values))[inverse].reshape(np.shape(pp))
 
 
-def _pipeline_ok(v: Fields, c: _Ctx) -> Any:
+def _pipeline_ok(v: Fields, c: _Ctx) -> Verdict:
     return _by_stage_count(v["pp"], lambda p: valid_pipeline(c.arch, p))
 
 
-def _vp_divides_ok(v: Fields, c: _Ctx) -> Any:
-    def layers_per_stage(p: np.ndarray) -> Any:
+def _vp_divides_ok(v: Fields, c: _Ctx) -> Verdict:
+    def layers_per_stage(p: IntArray) -> npt.NDArray[np.float64]:
         p = np.maximum(p, 1)
         return np.where(valid_pipeline(c.arch, p), stage_layers(c.arch, p)[0], 1)
 
     lps = _by_stage_count(v["pp"], layers_per_stage).astype(np.int64)
-    return lps % _pos(v["vp"]) == 0
+    ok: Verdict = lps % _pos(v["vp"]) == 0
+    return ok
 
 
 def _vp_divides_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
@@ -165,10 +176,11 @@ def _vp_divides_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
     )
 
 
-def _ep_groups_ok(v: Fields, c: _Ctx) -> Any:
+def _ep_groups_ok(v: Fields, c: _Ctx) -> Verdict:
     # experts over the data-parallel ranks, or folded into the TP ranks as well
     tp, cp, ep, dp = (_pos(v[k]) for k in ("tp", "cp", "ep", "dp"))
-    return ((dp * cp) % ep == 0) | (((tp * dp * cp) % ep == 0) & (ep > dp * cp))
+    ok: Verdict = ((dp * cp) % ep == 0) | (((tp * dp * cp) % ep == 0) & (ep > dp * cp))
+    return ok
 
 
 def _ep_groups_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
@@ -180,9 +192,10 @@ def _ep_groups_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
     )
 
 
-def _batch_ok(v: Fields, c: _Ctx) -> Any:
+def _batch_ok(v: Fields, c: _Ctx) -> Verdict:
     local = _i(v["dp"]) * _i(v["micro_batch"])
-    return (local > 0) & (int(c.global_batch or 0) % np.maximum(local, 1) == 0)
+    ok: Verdict = (local > 0) & (int(c.global_batch or 0) % np.maximum(local, 1) == 0)
+    return ok
 
 
 def _batch_msg(v: Fields, c: _Ctx) -> tuple[str, str | None]:
@@ -297,7 +310,7 @@ def _applicable(
 def layout_violation(
     arch: ModelArch,
     num_gpus: int,
-    layout: Fields,
+    layout: Mapping[str, SupportsInt | None],
     *,
     seq_len: int | None = None,
     global_batch: int | None = None,
@@ -337,11 +350,11 @@ def layout_violation(
 def valid_layout_mask(
     arch: ModelArch,
     num_gpus: int,
-    layouts: Mapping[str, Any],
+    layouts: Mapping[str, npt.ArrayLike],
     *,
     seq_len: int | None = None,
     global_batch: int | None = None,
-) -> np.ndarray:
+) -> BoolArray:
     """Vectorised :func:`layout_violation`: ``True`` where a candidate breaks no rule.
 
     ``layouts`` maps field names to equally long integer arrays (one element per
