@@ -20,16 +20,37 @@ the node, pipeline across nodes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from gpuplan.numeric import Flag, FloatArray, Int, Num
 from gpuplan.units import busbw_factor
+
+if TYPE_CHECKING:
+    from gpuplan.calibration.api import DevicePerf, Estimate
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import Accelerator
 
 SCENARIOS = ("value", "low", "high")
 
 
-def estimate3(est: Any, *, rate: bool = False) -> np.ndarray:
+class _Scope(TypedDict):
+    """Where a group's ranks sit: the keywords every ``*_time3`` takes besides the sizes."""
+
+    ranks_per_node: Num
+    inter_node_bandwidth_bytes_per_s: float | None
+
+
+class DataParallelTimes(TypedDict):
+    """Per-pass ``[value, low, high]`` times of a data-parallel group
+    (:func:`data_parallel_times3`)."""
+
+    grad: FloatArray
+    param: FloatArray
+
+
+def estimate3(est: Estimate, *, rate: bool = False) -> FloatArray:
     """Stack an :class:`~gpuplan.calibration.api.Estimate` into ``[value, fast, slow]``.
 
     For a time the fast corner is ``low``; for a rate (FLOP/s, bytes/s) it is ``high``.
@@ -42,7 +63,7 @@ def estimate3(est: Any, *, rate: bool = False) -> np.ndarray:
     return np.stack([v, hi, lo]) if rate else np.stack([v, lo, hi])
 
 
-def group_ranks_per_node(group_size: Any, stride: Any, node_size: Any) -> np.ndarray:
+def group_ranks_per_node(group_size: Num, stride: Num, node_size: Num) -> FloatArray:
     """Members of one process group that share a scale-up domain (node).
 
     A group whose consecutive members are ``stride`` ranks apart has
@@ -59,14 +80,14 @@ def group_ranks_per_node(group_size: Any, stride: Any, node_size: Any) -> np.nda
 
 
 def collective_time3(
-    perf: Any,
+    perf: DevicePerf,
     op: str,
-    size_bytes: Any,
-    ranks: Any,
+    size_bytes: Num,
+    ranks: Num,
     *,
-    ranks_per_node: Any,
+    ranks_per_node: Num,
     inter_node_bandwidth_bytes_per_s: float | None,
-) -> np.ndarray:
+) -> FloatArray:
     """Time of one collective as ``[value, low, high]`` arrays; 0 for a group of one rank.
 
     ``ranks_per_node`` is clipped to ``ranks``; a group wholly inside one scale-up domain
@@ -95,12 +116,12 @@ def collective_time3(
 
 
 def p2p_time3(
-    perf: Any,
-    size_bytes: Any,
-    same_node: Any,
+    perf: DevicePerf,
+    size_bytes: Num,
+    same_node: Flag,
     *,
     inter_node_bandwidth_bytes_per_s: float | None,
-) -> np.ndarray:
+) -> FloatArray:
     """One point-to-point send of ``size_bytes`` between two ranks, intra- or inter-node."""
     same = np.asarray(same_node, dtype=bool)
     size = np.asarray(size_bytes, dtype=float)
@@ -116,14 +137,14 @@ def p2p_time3(
 
 
 def tp_layer_comm_time3(
-    perf: Any,
-    activation_bytes: Any,
-    tp: Any,
-    node_size: Any,
+    perf: DevicePerf,
+    activation_bytes: Num,
+    tp: Num,
+    node_size: Num,
     *,
-    sequence_parallel: Any,
+    sequence_parallel: Flag,
     inter_node_bandwidth_bytes_per_s: float | None,
-) -> np.ndarray:
+) -> FloatArray:
     """Tensor-parallel communication of one layer's forward (the backward does the same).
 
     Without sequence parallelism two all-reduces of the ``s*b*h`` activation per layer
@@ -131,7 +152,7 @@ def tp_layer_comm_time3(
     same tensor, the same volume (Korthikanti et al. 2022, section 4.2.2).
     """
     rpn = group_ranks_per_node(tp, 1, node_size)
-    kw: dict[str, Any] = dict(
+    kw = _Scope(
         ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s
     )
     sp = np.asarray(sequence_parallel, dtype=bool)
@@ -148,18 +169,18 @@ def tp_layer_comm_time3(
 
 
 def data_parallel_times3(
-    perf: Any,
+    perf: DevicePerf,
     *,
-    grad_bytes: Any,
-    param_bytes: Any,
-    ranks: Any,
-    stride: Any,
-    node_size: Any,
-    zero: Any,
+    grad_bytes: Num,
+    param_bytes: Num,
+    ranks: Num,
+    stride: Num,
+    node_size: Num,
+    zero: Int,
     inter_node_bandwidth_bytes_per_s: float | None,
-    zero3_chunks: Any = 1,
+    zero3_chunks: Num = 1,
     latency: LibraryLatency | None = None,
-) -> dict[str, np.ndarray]:
+) -> DataParallelTimes:
     """Gradient and parameter collectives of one data-parallel group.
 
     ZeRO stage 0: one all-reduce of the gradients; 1-2 (Megatron distributed optimizer):
@@ -177,14 +198,14 @@ def data_parallel_times3(
     """
     zero = np.asarray(zero)
     rpn = group_ranks_per_node(ranks, stride, node_size)
-    kw: dict[str, Any] = dict(
+    kw = _Scope(
         ranks_per_node=rpn, inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s
     )
     chunks = np.where(zero >= 3, np.maximum(np.asarray(zero3_chunks, dtype=float), 1.0), 1.0)
     grad_bytes = np.asarray(grad_bytes, dtype=float) / chunks
     param_bytes = np.asarray(param_bytes, dtype=float) / chunks
 
-    def coll(op: str, size: Any) -> np.ndarray:
+    def coll(op: str, size: Num) -> FloatArray:
         if latency is None:
             return collective_time3(perf, op, size, ranks, **kw)
         return topology_collective_time3(perf, latency, op, size, ranks, **kw)
@@ -229,9 +250,11 @@ class LibraryLatency:
     source: str
 
 
-def library_latency(gpu: Any, catalog: Any = None) -> LibraryLatency | None:
+def library_latency(gpu: Accelerator, catalog: Catalog | None = None) -> LibraryLatency | None:
     """The :class:`LibraryLatency` of ``gpu``'s scale-up fabric, or ``None`` where the
     catalog row of the fabric has no ``collective_*_latency_s`` fields."""
+    # read with a default: the inference tests' stand-in rows (tests/forecast/test_infer_fakes.py)
+    # carry only the fields the inference model reads, and have no fabric
     fid = getattr(gpu, "scale_up_fabric_id", None)
     if not fid:
         return None
@@ -243,17 +266,17 @@ def library_latency(gpu: Any, catalog: Any = None) -> LibraryLatency | None:
         fab = catalog.fabric(fid)
     except Exception:  # a catalog without that fabric row: no library model
         return None
-    base = getattr(fab, "collective_base_latency_s", None)
-    hop = getattr(fab, "collective_hop_latency_s", None)
+    base = fab.collective_base_latency_s
+    hop = fab.collective_hop_latency_s
     if not base or not hop:
         return None
     return LibraryLatency(
-        library=str(getattr(fab, "collective_library", None) or "nccl"),
+        library=str(fab.collective_library or "nccl"),
         base_latency_s=float(base),
         hop_latency_s=float(hop),
-        net_hop_latency_s=getattr(fab, "collective_net_hop_latency_s", None),
+        net_hop_latency_s=fab.collective_net_hop_latency_s,
         fabric_id=str(fid),
-        source=str(getattr(fab, "latency_source", None) or getattr(fab, "source", "")),
+        source=str(fab.latency_source or fab.source),
     )
 
 
@@ -269,14 +292,14 @@ LIBRARY_ALGORITHMS = ("ring_ll", "one_shot", "two_shot")
 def library_times(
     lat: LibraryLatency,
     op: str,
-    size_bytes: Any,
-    ranks: Any,
+    size_bytes: Num,
+    ranks: Num,
     *,
-    ranks_per_node: Any,
-    busbw_bytes_per_s: Any,
+    ranks_per_node: Num,
+    busbw_bytes_per_s: Num,
     custom_allreduce: bool = True,
     tree: bool = False,
-) -> dict[str, np.ndarray]:
+) -> dict[str, FloatArray]:
     """Time (seconds) of each small-message algorithm the library and engines run.
 
     * ``ring_ll``: NCCL's (and RCCL's) own cost model of the ring on the LL protocol
@@ -320,7 +343,7 @@ def library_times(
     bw = np.asarray(busbw_bytes_per_s, dtype=float)
     net_hop = lat.net_hop_latency_s if lat.net_hop_latency_s else lat.hop_latency_s
     base, hop = lat.base_latency_s, lat.hop_latency_s
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, FloatArray] = {}
     if op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
         ar = op == "all_reduce"
         steps = (2.0 if ar else 1.0) * (n - 1.0)
@@ -349,17 +372,17 @@ def library_times(
 
 
 def serving_collective_time3(
-    perf: Any,
+    perf: DevicePerf,
     lat: LibraryLatency | None,
     op: str,
-    size_bytes: Any,
-    ranks: Any,
+    size_bytes: Num,
+    ranks: Num,
     *,
-    ranks_per_node: Any,
+    ranks_per_node: Num,
     inter_node_bandwidth_bytes_per_s: float | None = None,
     custom_allreduce: bool = True,
     tree: bool = False,
-) -> tuple[np.ndarray, str]:
+) -> tuple[FloatArray, str]:
     """Collective time ``[value, low, high]`` and the algorithm that sets it.
 
     The fastest of the calibrated alpha-beta model (:func:`collective_time3`, fitted mostly
@@ -368,7 +391,7 @@ def serving_collective_time3(
     library times carry the calibration's relative interval at the same size. With no
     library constants (``lat is None``) this is the calibrated model.
     """
-    kw: dict[str, Any] = dict(
+    kw = _Scope(
         ranks_per_node=ranks_per_node,
         inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
     )
@@ -411,15 +434,15 @@ _TOPOLOGY_OPS = ("all_reduce",)
 
 
 def topology_collective_time3(
-    perf: Any,
+    perf: DevicePerf,
     lat: LibraryLatency,
     op: str,
-    size_bytes: Any,
-    ranks: Any,
+    size_bytes: Num,
+    ranks: Num,
     *,
-    ranks_per_node: Any,
+    ranks_per_node: Num,
     inter_node_bandwidth_bytes_per_s: float | None = None,
-) -> np.ndarray:
+) -> FloatArray:
     """A training collective over ``N`` nodes of ``G`` ranks whose latency knows the topology.
 
     The calibrated hierarchical model (:func:`collective_time3`) charges its fitted
