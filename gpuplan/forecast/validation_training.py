@@ -37,10 +37,11 @@ import csv
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from os import PathLike
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -59,6 +60,14 @@ from gpuplan.forecast.training import (
     profile_of,
     resolve_hardware,
 )
+from gpuplan.numeric import FloatArray, JSONDict
+
+if TYPE_CHECKING:
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import ModelArch as CatalogModel
+
+FilePath: TypeAlias = str | PathLike[str]
+"""A file name (``str`` or :class:`pathlib.Path`)."""
 
 FIT_KEYS = (
     "gemm_time_factor",
@@ -76,8 +85,18 @@ FIT_BOUNDS = {
 }
 RESIDUAL_QUANTILES = (0.05, 0.95)
 
+
+class FrameworkSpec(TypedDict):
+    """How one publication's framework runs (an entry of :data:`FRAMEWORKS`)."""
+
+    framework: Framework
+    zero: int
+    family: str | None
+    """``gpt`` / ``mpt``: GPT-style blocks where the row gives no catalog model; None: none."""
+
+
 # How each publication's framework runs, for the settings the table does not give.
-FRAMEWORKS: dict[str, dict[str, Any]] = {
+FRAMEWORKS: dict[str, FrameworkSpec] = {
     # Megatron-LM as of 2021: no sequence parallelism, no flash attention, gradients
     # all-reduced after the backward (no overlap), full activation recomputation,
     # replicated optimizer (Narayanan et al. 2021, sections 3 and 5).
@@ -217,7 +236,7 @@ def publication(source: str) -> str:
     return source.split(",")[0]
 
 
-def load_rows(path: Any = None) -> list[dict[str, str]]:
+def load_rows(path: FilePath | None = None) -> list[dict[str, str]]:
     """The shipped published runs (or ``path``) as a list of dicts."""
     try:
         if path is None:
@@ -339,7 +358,7 @@ def _recompute(text: str, framework_key: str) -> int | None:
     return None
 
 
-def _catalog_model(name: str, catalog: Any) -> Any:
+def _catalog_model(name: str, catalog: Catalog) -> CatalogModel | None:
     key = CATALOG_NAMES.get(name.strip().lower())
     if key is None:
         return None
@@ -349,7 +368,7 @@ def _catalog_model(name: str, catalog: Any) -> Any:
         return None
 
 
-def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
+def row_config(row: dict[str, str], catalog: Catalog) -> RowConfig:
     """Turn a published row into a forecast configuration (or say why it is incomplete)."""
     fkey = _framework_key(row)
     spec = FRAMEWORKS[fkey]
@@ -366,6 +385,7 @@ def row_config(row: dict[str, str], catalog: Any) -> RowConfig:
     notes = row.get("notes") or ""
     # --- architecture: row values, completed from the catalog model of the same name
     base = _catalog_model(row["model"], catalog)
+    # the keyword arguments of ModelArch: as_dict() is untyped and the values differ by field
     fields: dict[str, Any] = {}
     if base is not None:
         fields = arch_from_catalog(base).as_dict()
@@ -527,13 +547,13 @@ def _to_metric(cfg: RowConfig, step_s: float) -> float:
 class RowEval:
     cfg: RowConfig
     layout: dict[str, int]
-    step3: np.ndarray  # [value, low, high] before the model-error band
+    step3: FloatArray  # [value, low, high] before the model-error band
     basis: dict[str, float]
     rest: float
     fits: bool
 
 
-def _choose_layout(cfg: RowConfig, hw: Hardware, constants: dict[str, Any]) -> dict[str, int]:
+def _choose_layout(cfg: RowConfig, hw: Hardware, constants: Mapping[str, object]) -> dict[str, int]:
     """The published layout, with missing pieces searched as the authors tuned them."""
     from gpuplan.forecast.search import enumerate_layouts
     from gpuplan.forecast.training import memory_only, take_layouts
@@ -582,7 +602,10 @@ def _choose_layout(cfg: RowConfig, hw: Hardware, constants: dict[str, Any]) -> d
 
 
 def evaluate_row(
-    cfg: RowConfig, hw: Hardware, constants: dict[str, Any], layout: dict[str, int] | None = None
+    cfg: RowConfig,
+    hw: Hardware,
+    constants: Mapping[str, object],
+    layout: dict[str, int] | None = None,
 ) -> RowEval:
     arch = cfg.arch
     assert arch is not None
@@ -599,18 +622,18 @@ def evaluate_row(
     )
     step3 = np.asarray(res["step_time_s"])[:, 0]
     basis = {k: float(np.asarray(v)[0, 0]) for k, v in res["fit_basis"].items()}
-    linear = sum(constants[k] * basis[k] for k in FIT_KEYS)
+    linear = sum(_factor(constants, k) * basis[k] for k in FIT_KEYS)
     fits = float(res["memory"]["total"][0]) <= hw.memory_bytes
     return RowEval(cfg, layout, step3, basis, float(step3[0]) - linear, fits)
 
 
 # ------------------------------------------------------------------------ the fit
 def fit_constants(
-    evals_fn: Callable[[dict[str, Any]], list[RowEval]],
-    start: dict[str, Any],
+    evals_fn: Callable[[Mapping[str, object]], list[RowEval]],
+    start: Mapping[str, object],
     *,
     iterations: int = 4,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Fit the framework-efficiency constants on the rows ``evals_fn`` forecasts.
 
     The forecast step time is linear in the four constants except through the overlap
@@ -648,7 +671,7 @@ def fit_constants(
 class Context:
     """Catalog + per-GPU hardware cache for a validation run."""
 
-    catalog: Any
+    catalog: Catalog
     hardware: Callable[[str], Hardware]
 
 
@@ -662,7 +685,7 @@ def row_hardware(ctx: Context, cfg: RowConfig) -> Hardware:
     return hw
 
 
-def default_context(artifact: Any = None) -> Context:
+def default_context(artifact: JSONDict | str | None = None) -> Context:
     from gpuplan.catalogs import get_catalog
 
     cache: dict[str, Hardware] = {}
@@ -675,11 +698,121 @@ def default_context(artifact: Any = None) -> Context:
     return Context(catalog=get_catalog(), hardware=hardware)
 
 
+# ------------------------------------------------------------- records of the result
+class RowResult(TypedDict):
+    """One forecast row of :func:`validate` (``rows``)."""
+
+    run_id: str
+    source: str
+    group: str
+    framework: str
+    profile: str
+    profile_basis: str
+    metric: str
+    published: float
+    forecast: float
+    interval: list[float]
+    error: float
+    abs_error: float
+    in_interval: bool
+    layout: dict[str, int]
+    searched: list[str]
+    layout_fits_in_memory: bool
+    constants_fitted_without: str
+
+
+class RowFailure(TypedDict):
+    """A row that was not forecast, and why (``incomplete``, ``failed``)."""
+
+    run_id: str
+    source: str
+    reason: str
+
+
+class Stats(TypedDict):
+    """The error figures of a set of rows (:func:`_stats`)."""
+
+    rows: int
+    rows_complete: int
+    rows_forecast: int
+    coverage: float | None
+    median_abs_error: float | None
+    p90_abs_error: float | None
+    bias: float | None
+    interval_coverage: float | None
+    metrics: list[str]
+
+
+class ProfileStats(Stats):
+    """``per_profile``: the figures of a framework profile and what it covers."""
+
+    frameworks: list[str]
+    publications: list[str]
+    own_constants: bool
+    profile_basis: list[str]
+
+
+class ProfileFit(TypedDict):
+    """The constants one profile is forecast with (:func:`fit_profiles`)."""
+
+    constants: dict[str, object]
+    rows: int
+    basis: str
+    publications: list[str]
+
+
+class ValidationConstants(TypedDict):
+    shipped: dict[str, object]
+    folds: dict[str, dict[str, dict[str, object]]]
+    """held-out publication -> profile -> its basis and fitted constants"""
+
+
+class TrainingValidation(TypedDict):
+    """The JSON of ``gpuplan validate training`` (:func:`validate`)."""
+
+    scheme: str
+    overall: Stats
+    per_source: dict[str, Stats]
+    per_group: dict[str, Stats]
+    per_profile: dict[str, ProfileStats]
+    rows: list[RowResult]
+    incomplete: list[RowFailure]
+    failed: list[RowFailure]
+    constants: ValidationConstants
+
+
+def _factor(constants: Mapping[str, object], key: str) -> float:
+    """A numeric constant of ``training_constants.json``."""
+    v = constants[key]
+    if isinstance(v, (int, float)):
+        return v
+    raise SchemaError(f"training constants: {key} must be a number, not {v!r}")
+
+
+def _quantiles(constants: Mapping[str, object]) -> tuple[float, float]:
+    """``residual_ratio_quantiles`` of the constants: ``(low, high)``."""
+    q = constants["residual_ratio_quantiles"]
+    if isinstance(q, list) and len(q) == 2:
+        lo, hi = q
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+            return lo, hi
+    raise SchemaError(
+        f"training constants: residual_ratio_quantiles must be [low, high], not {q!r}"
+    )
+
+
+def _object(value: object, what: str) -> Mapping[str, object]:
+    """``value`` as a JSON object (``what`` names it in the error)."""
+    if isinstance(value, dict):
+        return value
+    raise SchemaError(f"training constants: {what} must be an object, not {value!r}")
+
+
 def _row_result(
-    e: RowEval, constants: dict[str, Any], held_out_from: str, profile_basis: str = ""
-) -> dict[str, Any]:
+    e: RowEval, constants: Mapping[str, object], held_out_from: str, profile_basis: str = ""
+) -> RowResult:
     cfg = e.cfg
-    r_lo, r_hi = constants["residual_ratio_quantiles"]
+    r_lo, r_hi = _quantiles(constants)
     step = float(e.step3[0])
     lo_s, hi_s = min(e.step3[1] * r_lo, step), max(e.step3[2] * r_hi, step)
     pred = _to_metric(cfg, step)
@@ -706,7 +839,7 @@ def _row_result(
     }
 
 
-def _stats(rows: list[dict[str, Any]], n_complete: int, n_total: int) -> dict[str, Any]:
+def _stats(rows: list[RowResult], n_complete: int, n_total: int) -> Stats:
     abs_err = np.array([r["abs_error"] for r in rows]) if rows else np.array([])
     err = np.array([r["error"] for r in rows]) if rows else np.array([])
     inside = np.array([r["in_interval"] for r in rows]) if rows else np.array([])
@@ -725,12 +858,12 @@ def _stats(rows: list[dict[str, Any]], n_complete: int, n_total: int) -> dict[st
 
 def validate(
     *,
-    data: Any = None,
-    artifact: Any = None,
+    data: FilePath | None = None,
+    artifact: JSONDict | str | None = None,
     scheme: str = "leave-one-source-out",
     context: Context | None = None,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> TrainingValidation:
     """Forecast every published row with a complete configuration and report the error.
 
     Held out (the default scheme), each publication's rows are forecast with the constants
@@ -749,14 +882,14 @@ def validate(
     rows = load_rows(data)
     cfgs = [row_config(r, ctx.catalog) for r in rows]
     complete = [c for c in cfgs if c.complete]
-    incomplete = [
+    incomplete: list[RowFailure] = [
         {"run_id": c.run_id, "source": c.source, "reason": c.reason} for c in cfgs if not c.complete
     ]
-    shipped = default_constants()
+    shipped: JSONDict = default_constants()
     layouts: dict[str, dict[str, int]] = {}
-    failures: list[dict[str, Any]] = []
+    failures: list[RowFailure] = []
 
-    def evals_for(subset: Iterable[RowConfig], constants: dict[str, Any]) -> list[RowEval]:
+    def evals_for(subset: Iterable[RowConfig], constants: Mapping[str, object]) -> list[RowEval]:
         out = []
         for cfg in subset:
             lay = layouts.get(cfg.run_id)
@@ -780,8 +913,8 @@ def validate(
     base = evals_for(complete, shipped)
     ok_ids = {e.cfg.run_id for e in base}
     complete_ok = [c for c in complete if c.run_id in ok_ids]
-    results: list[dict[str, Any]] = []
-    fold_constants: dict[str, dict[str, Any]] = {}
+    results: list[RowResult] = []
+    fold_constants: dict[str, dict[str, dict[str, object]]] = {}
     if scheme == "shipped":
         for e in base:
             c, basis = shipped_profile_constants(shipped, e.cfg.profile)
@@ -811,7 +944,7 @@ def validate(
                 )
     results.sort(key=lambda r: r["run_id"])
     n_total = len(rows)
-    per_profile: dict[str, Any] = {}
+    per_profile: dict[str, ProfileStats] = {}
     for prof in sorted({c.profile for c in cfgs}):
         prof_rows = [r for r in results if r["profile"] == prof]
         stats = _stats(
@@ -819,18 +952,20 @@ def validate(
             sum(1 for c in complete if c.profile == prof),
             sum(1 for c in cfgs if c.profile == prof),
         )
-        stats["frameworks"] = sorted({c.framework_name for c in cfgs if c.profile == prof})
-        stats["publications"] = sorted({c.group for c in cfgs if c.profile == prof})
-        stats["own_constants"] = stats["rows_forecast"] >= MIN_PROFILE_ROWS
-        stats["profile_basis"] = sorted({r["profile_basis"] for r in prof_rows})
-        per_profile[prof] = stats
-    by_source: dict[str, dict[str, Any]] = {}
-    keys: tuple[tuple[str, Callable[[Any], str]], ...] = (
+        per_profile[prof] = {
+            **stats,
+            "frameworks": sorted({c.framework_name for c in cfgs if c.profile == prof}),
+            "publications": sorted({c.group for c in cfgs if c.profile == prof}),
+            "own_constants": stats["rows_forecast"] >= MIN_PROFILE_ROWS,
+            "profile_basis": sorted({r["profile_basis"] for r in prof_rows}),
+        }
+    by_source: dict[str, dict[str, Stats]] = {}
+    keys: tuple[tuple[str, Callable[[RowConfig], str]], ...] = (
         ("per_source", lambda c: str(c.source)),
         ("per_group", lambda c: str(c.group)),
     )
     for key_name, key_fn in keys:
-        table: dict[str, Any] = {}
+        table: dict[str, Stats] = {}
         for k in sorted({key_fn(c) for c in cfgs}):
             sub = [r for r in results if key_fn_row(r, key_name) == k]
             table[k] = _stats(
@@ -857,10 +992,10 @@ def validate(
 
 def fit_profiles(
     train: list[RowConfig],
-    evals_for: Callable[[Iterable[RowConfig], dict[str, Any]], list[RowEval]],
-    start: dict[str, Any],
+    evals_for: Callable[[Iterable[RowConfig], Mapping[str, object]], list[RowEval]],
+    start: Mapping[str, object],
     profiles: Iterable[str],
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ProfileFit]:
     """The constants each framework profile in ``profiles`` is forecast with, fitted on ``train``.
 
     The pooled constants are fitted on every row of ``train`` (:func:`fit_constants`); a
@@ -870,11 +1005,11 @@ def fit_profiles(
     "basis", "publications"}}``, plus ``"(pooled)"``.
     """
 
-    def evals(subset: list[RowConfig]) -> Callable[[dict[str, Any]], list[RowEval]]:
+    def evals(subset: list[RowConfig]) -> Callable[[Mapping[str, object]], list[RowEval]]:
         return lambda c: evals_for(subset, c)
 
     pooled = fit_constants(evals(train), start)
-    out: dict[str, dict[str, Any]] = {
+    out: dict[str, ProfileFit] = {
         "(pooled)": {
             "constants": pooled,
             "rows": len(train),
@@ -884,34 +1019,38 @@ def fit_profiles(
     }
     for prof in sorted(set(profiles)):
         sub = [c for c in train if c.profile == prof]
-        entry: dict[str, Any] = {
-            "rows": len(sub),
-            "publications": sorted({c.group for c in sub}),
-        }
+        publications = sorted({c.group for c in sub})
         if len(sub) >= MIN_PROFILE_ROWS:
-            entry["constants"] = fit_constants(evals(sub), pooled)
-            entry["basis"] = f"fitted ({len(sub)} rows)"
+            constants = fit_constants(evals(sub), pooled)
+            basis = f"fitted ({len(sub)} rows)"
         else:
-            entry["constants"] = pooled
-            entry["basis"] = f"pooled ({len(sub)} rows < {MIN_PROFILE_ROWS})"
-        out[prof] = entry
+            constants = pooled
+            basis = f"pooled ({len(sub)} rows < {MIN_PROFILE_ROWS})"
+        out[prof] = {
+            "rows": len(sub),
+            "publications": publications,
+            "constants": constants,
+            "basis": basis,
+        }
     return out
 
 
-def shipped_profile_constants(shipped: dict[str, Any], profile: str) -> tuple[dict[str, Any], str]:
+def shipped_profile_constants(
+    shipped: Mapping[str, object], profile: str
+) -> tuple[dict[str, object], str]:
     """The shipped constants of ``profile`` (its fitted section, or the pooled ones)."""
     from gpuplan.forecast.training import profile_constants
 
     return profile_constants(shipped, profile)
 
 
-def key_fn_row(r: dict[str, Any], key_name: str) -> str:
+def key_fn_row(r: RowResult, key_name: str) -> str:
     return str(r["source"] if key_name == "per_source" else r["group"])
 
 
-def neutral_constants() -> dict[str, Any]:
+def neutral_constants() -> JSONDict:
     """The shipped constants with every fitted factor at its neutral value (1, or 0 s)."""
-    c = default_constants()
+    c: JSONDict = default_constants()
     c.update({k: FIT_BOUNDS[k][0] for k in FIT_KEYS})
     c["residual_ratio_quantiles"] = [1.0, 1.0]
     return c
@@ -921,7 +1060,7 @@ def choose_layouts(
     cfgs: Iterable[RowConfig],
     ctx: Context,
     layouts: dict[str, dict[str, int]],
-    failures: list[dict[str, Any]],
+    failures: list[RowFailure],
 ) -> None:
     """Fill ``layouts`` with each row's layout, searched pieces chosen without fitted constants."""
     neutral = neutral_constants()
@@ -933,8 +1072,11 @@ def choose_layouts(
 
 
 def fit_shipped_constants(
-    *, data: Any = None, artifact: Any = None, context: Context | None = None
-) -> dict[str, Any]:
+    *,
+    data: FilePath | None = None,
+    artifact: JSONDict | str | None = None,
+    context: Context | None = None,
+) -> dict[str, object]:
     """Fit the constants on every complete row (what ships in training_constants.json).
 
     The pooled constants are fitted on all rows; ``profiles`` holds each framework
@@ -944,11 +1086,11 @@ def fit_shipped_constants(
     ctx = context or default_context(artifact)
     rows = load_rows(data)
     complete = [c for c in (row_config(r, ctx.catalog) for r in rows) if c.complete]
-    start = default_constants()
+    start: JSONDict = default_constants()
     layouts: dict[str, dict[str, int]] = {}
     choose_layouts(complete, ctx, layouts, [])
 
-    def evals_for(subset: Iterable[RowConfig], c: dict[str, Any]) -> list[RowEval]:
+    def evals_for(subset: Iterable[RowConfig], c: Mapping[str, object]) -> list[RowEval]:
         out = []
         for cfg in subset:
             try:
@@ -963,9 +1105,9 @@ def fit_shipped_constants(
     train = [c for c in complete if c.run_id in ok]
     fits = fit_profiles(train, evals_for, start, {c.profile for c in train})
     pooled = dict(fits.pop("(pooled)")["constants"])
-    profiles: dict[str, Any] = {}
+    profiles: dict[str, object] = {}
     for prof, f in fits.items():
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "rows": f["rows"],
             "frameworks": sorted({c.framework_name for c in train if c.profile == prof}),
             "sources": f["publications"],
@@ -978,7 +1120,9 @@ def fit_shipped_constants(
     return pooled
 
 
-def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -> None:
+def write_constants(
+    path: FilePath, constants: Mapping[str, object], *, data: FilePath | None = None
+) -> None:
     """Write fitted constants as JSON with their provenance (atomic replace)."""
     import datetime as _dt
     import hashlib
@@ -996,12 +1140,14 @@ def write_constants(path: Any, constants: dict[str, Any], *, data: Any = None) -
         )
     else:
         text = Path(data).read_bytes()
-    out = dict(default_constants())  # keep the sourced tables (attention kernels, overhead)
+    # keep the sourced tables (attention kernels, overhead)
+    out: dict[str, object] = dict(default_constants())
     out.update({k: constants[k] for k in (*FIT_KEYS, "residual_ratio_quantiles")})
     today = _dt.date.today().isoformat()
     if "profiles" in constants:
         out["profiles"] = {
-            p: {**entry, "fitted_at": today} for p, entry in sorted(constants["profiles"].items())
+            p: {**_object(entry, f"profiles.{p}"), "fitted_at": today}
+            for p, entry in sorted(_object(constants["profiles"], "profiles").items())
         }
         out["profiles_note"] = (
             "per framework profile: the same bounded least squares (fit_constants) on that "
