@@ -42,13 +42,14 @@ Sources
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
 from gpuplan.errors import InputError
 from gpuplan.forecast.flops import ModelArch
+from gpuplan.numeric import BoolArray, Flag, FloatArray, Int, Num
 
 BYTES_16BIT = 2.0
 WEIGHT_BYTES_PER_PARAM = 2.0
@@ -61,6 +62,17 @@ PIPELINE_SCHEDULES = ("1f1b", "dualpipe")
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+class _ActivationOptions(TypedDict):
+    """The keyword options :func:`training_memory_per_gpu` passes to
+    :func:`activation_bytes_per_layer` for its dense and its MoE layers alike."""
+
+    sequence_parallel: Flag
+    flash_attention: bool
+    linear_input_bytes: float
+    recompute_modules: tuple[str, ...]
+    act_cache_bytes: float
 
 
 def fmt_gib(value: float) -> str:
@@ -92,8 +104,8 @@ def optimizer_bytes_per_param(
 
 
 def korthikanti_activation_bytes(
-    s: Any, b: Any, h: Any, a: Any, t: Any = 1, *, sequence_parallel: bool, recompute: str
-) -> Any:
+    s: Num, b: Num, h: Num, a: Num, t: Num = 1, *, sequence_parallel: bool, recompute: str
+) -> FloatArray:
     """The paper's per-layer activation bytes for a GPT block (Korthikanti et al. 2022, eqs. 2-5).
 
     >>> float(korthikanti_activation_bytes(2048, 1, 12288, 96, sequence_parallel=False,
@@ -115,19 +127,19 @@ def korthikanti_activation_bytes(
 
 def activation_bytes_per_layer(
     arch: ModelArch,
-    seq_len: Any,
-    micro_batch: Any,
-    tp: Any,
-    cp: Any,
-    recompute: Any,
+    seq_len: Num,
+    micro_batch: Num,
+    tp: Num,
+    cp: Num,
+    recompute: Int,
     *,
-    sequence_parallel: Any = True,
+    sequence_parallel: Flag = True,
     flash_attention: bool = True,
     moe: bool = False,
     linear_input_bytes: float = BYTES_16BIT,
     recompute_modules: tuple[str, ...] = (),
     act_cache_bytes: float = BYTES_16BIT,
-) -> Any:
+) -> FloatArray:
     """Activation bytes one layer keeps for the backward pass, on one rank.
 
     Generalises Korthikanti et al. (2022) section 4.1 term by term (16-bit tensors):
@@ -251,10 +263,11 @@ def activation_bytes_per_layer(
     none = sb * (per_token + scores)
     selective = sb * fine
     full = sb * 2.0 * h / np.where(sp, t, 1.0)
-    return np.where(recompute >= 2, full, np.where(recompute == 1, selective, none))
+    out: FloatArray = np.where(recompute >= 2, full, np.where(recompute == 1, selective, none))
+    return out
 
 
-def pipeline_inflight_factor(pp: Any, vp: Any, num_microbatches: Any) -> Any:
+def pipeline_inflight_factor(pp: Num, vp: Num, num_microbatches: Num) -> FloatArray:
     """Micro-batches whose activations the first pipeline stage holds at its peak.
 
     1F1B keeps ``min(p, m)`` in flight; interleaving ``v`` chunks multiplies the stage's
@@ -265,10 +278,11 @@ def pipeline_inflight_factor(pp: Any, vp: Any, num_microbatches: Any) -> Any:
     v = np.asarray(vp, dtype=float)
     m = np.asarray(num_microbatches, dtype=float)
     inflight = np.minimum(p, m)
-    return inflight * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    factor: FloatArray = inflight * np.where(v > 1, 1.0 + (p - 1.0) / (p * v), 1.0)
+    return factor
 
 
-def pipeline_split(arch: ModelArch, pp: Any) -> tuple[Any, Any, Any]:
+def pipeline_split(arch: ModelArch, pp: Num) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Transformer layers on the first, each middle and the last pipeline stage.
 
     ``L/p`` everywhere when ``p`` divides the layers. Otherwise every middle stage takes
@@ -303,7 +317,7 @@ def pipeline_split(arch: ModelArch, pp: Any) -> tuple[Any, Any, Any]:
     return first, middle, last
 
 
-def stage_layers(arch: ModelArch, pp: Any) -> tuple[Any, Any]:
+def stage_layers(arch: ModelArch, pp: Num) -> tuple[FloatArray, FloatArray]:
     """Transformer layers on the busiest pipeline stage, and how many fewer the last has.
 
     The busiest stage sets the pipeline's pace (its bubble and every micro-batch step);
@@ -318,14 +332,14 @@ def stage_layers(arch: ModelArch, pp: Any) -> tuple[Any, Any]:
     return busiest, busiest - last
 
 
-def valid_pipeline(arch: ModelArch, pp: Any) -> Any:
+def valid_pipeline(arch: ModelArch, pp: Num) -> BoolArray:
     """``p`` stages that each keep at least one transformer layer (:func:`pipeline_split`)."""
     p = np.asarray(pp, dtype=float)
     _, _, last = pipeline_split(arch, p)
     return (p >= 1) & (p <= arch.layers) & (last >= 1)
 
 
-def expert_tensor_parallel(tp: Any, cp: Any, dp: Any, ep: Any) -> Any:
+def expert_tensor_parallel(tp: Num, cp: Num, dp: Num, ep: Num) -> FloatArray:
     """Tensor-parallel size inside each expert (ETP).
 
     Experts are split by the attention's TP when ``ep`` divides ``dp*cp`` (Megatron-core's
@@ -342,8 +356,8 @@ def expert_tensor_parallel(tp: Any, cp: Any, dp: Any, ep: Any) -> Any:
 
 
 def param_counts_per_rank(
-    arch: ModelArch, tp: Any, pp: Any, ep: Any, etp: Any = None, *, stage: str = "busiest"
-) -> dict[str, Any]:
+    arch: ModelArch, tp: Num, pp: Num, ep: Num, etp: Num | None = None, *, stage: str = "busiest"
+) -> dict[str, FloatArray]:
     """Parameters held by one rank of a pipeline stage: dense (non-expert) and expert parts.
 
     ``stage`` is ``first`` (its layers + the input embedding), ``middle``, ``last`` (its
@@ -363,7 +377,7 @@ def param_counts_per_rank(
     vh = float(arch.vocab * arch.hidden)
     emb_single = vh * (1.0 if arch.tied_embeddings else 2.0)
 
-    def counts(layers: Any, emb: Any) -> dict[str, Any]:
+    def counts(layers: FloatArray, emb: Num) -> dict[str, FloatArray]:
         return {
             "dense": layer_dense * layers / tp + emb / tp,
             "expert": layer_expert * layers / (ep * etp),
@@ -386,12 +400,12 @@ def param_counts_per_rank(
 
 def model_state_bytes(
     arch: ModelArch,
-    tp: Any,
-    pp: Any,
-    ep: Any,
-    dp: Any,
-    cp: Any,
-    zero: Any,
+    tp: Num,
+    pp: Num,
+    ep: Num,
+    dp: Num,
+    cp: Num,
+    zero: Int,
     *,
     grad_bytes: float = GRAD_BYTES_PER_PARAM,
     zero3_unit_params: float | None = None,
@@ -399,8 +413,8 @@ def model_state_bytes(
     optimizer_dtype: str = "fp32",
     master_weights: str = "fp32",
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
-    shard_ranks: Any = None,
-) -> dict[str, Any]:
+    shard_ranks: Num | None = None,
+) -> dict[str, FloatArray]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
     Dense weights are replicated over the ``dp*cp`` ranks of their data-parallel group,
@@ -433,7 +447,7 @@ def model_state_bytes(
         d_expert = np.where(hsdp, np.maximum(d_expert * shard / d_dense, 1.0), d_expert)
         d_dense = np.where(hsdp, shard, d_dense)
 
-    def sharded(per_param: float, stage: int) -> Any:
+    def sharded(per_param: float, stage: int) -> FloatArray:
         on = zero >= stage
         return per_param * (
             counts["dense"] / np.where(on, d_dense, 1.0)
@@ -464,11 +478,14 @@ def model_state_bytes(
     }
 
 
-def logits_bytes(arch: ModelArch, seq_len: Any, micro_batch: Any, tp: Any, cp: Any) -> Any:
+def logits_bytes(arch: ModelArch, seq_len: Num, micro_batch: Num, tp: Num, cp: Num) -> FloatArray:
     """Output logits of one micro-batch on the last stage: 16-bit logits plus the fp32
     copy the cross-entropy keeps (``6*s*b*V/t`` bytes)."""
     s = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
-    return 6.0 * s * np.asarray(micro_batch, dtype=float) * arch.vocab / np.asarray(tp, dtype=float)
+    out: FloatArray = (
+        6.0 * s * np.asarray(micro_batch, dtype=float) * arch.vocab / np.asarray(tp, dtype=float)
+    )
+    return out
 
 
 def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16BIT) -> float:
@@ -498,19 +515,19 @@ def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16B
 def training_memory_per_gpu(
     arch: ModelArch,
     *,
-    seq_len: Any,
-    micro_batch: Any,
-    num_microbatches: Any,
-    tp: Any,
-    pp: Any,
-    cp: Any,
-    ep: Any,
-    dp: Any,
-    vp: Any,
-    recompute: Any,
-    zero: Any,
+    seq_len: Num,
+    micro_batch: Num,
+    num_microbatches: Num,
+    tp: Num,
+    pp: Num,
+    cp: Num,
+    ep: Num,
+    dp: Num,
+    vp: Num,
+    recompute: Int,
+    zero: Int,
     overhead_bytes: float,
-    sequence_parallel: Any = True,
+    sequence_parallel: Flag = True,
     flash_attention: bool = True,
     grad_bytes: float = GRAD_BYTES_PER_PARAM,
     linear_input_bytes: float = BYTES_16BIT,
@@ -521,8 +538,8 @@ def training_memory_per_gpu(
     act_cache_bytes: float = BYTES_16BIT,
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
     pipeline_schedule: str = "1f1b",
-    shard_ranks: Any = None,
-) -> dict[str, Any]:
+    shard_ranks: Num | None = None,
+) -> dict[str, FloatArray]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
     Returns ``{"weights", "gradients", "optimizer", "activations", "zero3_buffers",
@@ -543,7 +560,7 @@ def training_memory_per_gpu(
             hint="use one of " + ", ".join(PIPELINE_SCHEDULES),
         )
     pp_f = np.asarray(pp, dtype=float)
-    kw: dict[str, Any] = dict(
+    kw: _ActivationOptions = dict(
         sequence_parallel=sequence_parallel,
         flash_attention=flash_attention,
         linear_input_bytes=linear_input_bytes,
@@ -573,7 +590,7 @@ def training_memory_per_gpu(
         ),
         "last": (last, np.ones_like(pp_f)),
     }
-    parts: dict[str, dict[str, Any]] = {}
+    parts: dict[str, dict[str, FloatArray]] = {}
     for name, (layers, inflight) in stages.items():
         st = model_state_bytes(
             arch,
@@ -627,14 +644,14 @@ def training_memory_per_gpu(
 
 
 def _dualpipe_ranks(
-    parts: dict[str, dict[str, Any]],
-    per_layer: Any,
-    logits: Any,
-    first: Any,
-    middle: Any,
-    last: Any,
-    pp: Any,
-) -> dict[str, dict[str, Any]]:
+    parts: dict[str, dict[str, FloatArray]],
+    per_layer: FloatArray,
+    logits: FloatArray,
+    first: FloatArray,
+    middle: FloatArray,
+    last: FloatArray,
+    pp: FloatArray,
+) -> dict[str, dict[str, FloatArray]]:
     """DualPipe's ranks from the 1F1B stage parts: rank 0 holds stages 0 and ``p-1``, a middle
     rank two middle stages; each keeps ``p + 1`` micro-batches of its chunks' mean
     activations (DeepSeek-V3 Table 2: parameters 2x, activations ``PP + 1``). Without
@@ -645,7 +662,7 @@ def _dualpipe_ranks(
     mid = {k: 2.0 * parts["middle"][k] for k in parts["middle"]}
     mid["activations"] = per_layer * middle * inflight
     on = pp > 1
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, FloatArray]] = {}
     for name, ranks in (("first", edge), ("middle", mid), ("last", edge)):
         out[name] = {k: np.where(on, ranks[k], parts[name][k]) for k in parts[name]}
     return out
