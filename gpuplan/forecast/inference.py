@@ -44,19 +44,18 @@ from typing import Any
 
 import numpy as np
 
+from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.forecast.inference_arch import (
-    Arch,
     Layout,
     PrecisionSpec,
     Sharded,
-    arch_from,
     check_layout,
     divisors,
-    kv_cache_bytes_per_token,
     resolve_precision,
     shard,
 )
+from gpuplan.forecast.model import ModelArch, arch_from, kv_cache_bytes_per_token
 from gpuplan.forecast.inference_fit import FittedOverheads, load_overheads, widen
 from gpuplan.forecast.inference_step import (
     DEFAULT_ENGINE,
@@ -114,20 +113,25 @@ def device_perf_for(gpu_id: str, artifact: Any = None) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------
-def resolve_model(model: Any, catalog: Any) -> tuple[Arch, dict[str, Any]]:
-    """An :class:`Arch` and its provenance from a catalog id, a catalog row, a dict or an arch."""
+def resolve_model(model: Any, catalog: Any) -> tuple[ModelArch, dict[str, Any]]:
+    """An :class:`ModelArch` and its provenance from a catalog id, a catalog row, a dict or an arch."""
     if isinstance(model, str):
-        row = catalog.model(model)
-        arch = arch_from(row)
-        info = {"id": row.id, "source": getattr(row, "source", None)}
+        model = catalog.model(model)
+    arch = arch_from(model)
+    if isinstance(model, CatalogModel):
+        # the catalog's own count (biases, QK-norm and router biases included)
+        info = {"id": model.id, "source": model.source}
+        total, active = float(model.params_total()), float(model.params_active())
     elif isinstance(model, dict):
-        arch = arch_from(model)
         info = {"id": arch.name, "source": model.get("source", "given architecture")}
+        given_total, given_active = model.get("params_total"), model.get("params_active")
+        total = float(given_total) if given_total is not None else float(arch.params_total())
+        active = float(given_active) if given_active is not None else float(arch.params_active())
     else:
-        arch = arch_from(model)
         info = {"id": arch.name, "source": getattr(model, "source", None) or "given architecture"}
-    info["params_total"] = arch.params_total
-    info["params_active"] = arch.params_active
+        total, active = float(arch.params_total()), float(arch.params_active())
+    info["params_total"] = total
+    info["params_active"] = active
     return arch, info
 
 
@@ -234,7 +238,7 @@ def _fmt_gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
 
 
-def tp_options(arch: Arch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]:
+def tp_options(arch: ModelArch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]:
     """TP degrees to consider: powers of two dividing the heads, within the scale-up domain."""
     domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
     out = []
@@ -247,7 +251,7 @@ def tp_options(arch: Arch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]:
 
 
 def smallest_fitting_tp(
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     prec: PrecisionSpec,
     *,
@@ -268,7 +272,7 @@ def smallest_fitting_tp(
 
 
 def fits_one_request(
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     prec: PrecisionSpec,
     layout: Layout,
@@ -290,7 +294,7 @@ MAX_AUTO_NODES = 8
 
 
 def multi_node_layout(
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     prec: PrecisionSpec,
     *,
@@ -391,7 +395,7 @@ def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dic
 
 
 def no_fit_error(
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     prec: PrecisionSpec,
     layout: Layout,
@@ -470,7 +474,7 @@ def _best_batch(
 
 def _single_layout(
     *,
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     perf: Any,
     prec: PrecisionSpec,
@@ -666,7 +670,7 @@ class ServingDemand:
     Attributes
     ----------
     model:
-        Catalog id, catalog row, architecture dict or ``Arch``.
+        Catalog id, catalog row, architecture dict or ``ModelArch``.
     gpus:
         Catalog GPU names compared (at least one).
     qps:
@@ -826,7 +830,7 @@ def cost_per_million_output_tokens(
 
 
 def _base_info(
-    arch: Arch,
+    arch: ModelArch,
     model_info: dict[str, Any],
     precision: str,
     inputs: LengthDist,
@@ -1029,7 +1033,7 @@ def forecast_inference(
     Parameters
     ----------
     model:
-        Catalog id (``"llama3.3-70b"``), catalog row, architecture dict or ``Arch``.
+        Catalog id (``"llama3.3-70b"``), catalog row, architecture dict or ``ModelArch``.
     gpu:
         Catalog GPU name; with ``qps`` several may be given (``"h100,h200,a100"`` or a list)
         and compared.
@@ -1475,7 +1479,7 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
 
 def _default_tp(
     *,
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     perf: Any,
     prec: PrecisionSpec,
@@ -1561,7 +1565,7 @@ def _basis(perf: Any) -> str | None:
 
 
 def fleet_layouts(
-    arch: Arch,
+    arch: ModelArch,
     gpu: Any,
     prec: PrecisionSpec,
     *,
@@ -1635,7 +1639,7 @@ def fleet_layouts(
 
 def build_candidates(
     *,
-    arch: Arch,
+    arch: ModelArch,
     gpus: list[Any],
     precision: str,
     kv_precision: str | None,
@@ -1758,7 +1762,7 @@ def build_candidates(
 
 def _size_for_load(
     *,
-    arch: Arch,
+    arch: ModelArch,
     gpus: list[Any],
     base: dict[str, Any],
     precision: str,
@@ -2116,7 +2120,7 @@ def _min_replicas(ok: Any, start: int, limit: int = 4096) -> int | None:
 
 def size_disaggregated(
     *,
-    arch: Arch,
+    arch: ModelArch,
     gpus: list[Any],
     demand: ServingDemand,
     colocated: dict[str, Any],

@@ -1,7 +1,8 @@
 """Inference view of a model: precision, parallel layout, per-GPU GEMM shapes, weights and KV.
 
-Pure functions of a model architecture (a catalog :class:`gpuplan.catalogs.ModelArch`, or any
-object with the same attribute names) and a layout. Nothing here reads a file or a device
+Pure functions of a model architecture (the one record :class:`gpuplan.forecast.model.ModelArch`,
+built from a catalog row, a mapping or ``--model-file`` by :func:`gpuplan.forecast.model.arch_from`)
+and a layout. Nothing here reads a file or a device
 model: :mod:`gpuplan.forecast.inference_step` turns the shapes into time with a
 :class:`gpuplan.calibration.api.DevicePerf`.
 
@@ -30,12 +31,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
+from gpuplan.catalogs.schema import Accelerator
 from gpuplan.errors import InputError
+from gpuplan.forecast.model import (  # noqa: F401  (arch_from re-exported until the callers move)
+    ModelArch as ModelArch,
+    arch_from as arch_from,
+    kv_cache_bytes_per_token as kv_cache_bytes_per_token,
+)
+from gpuplan.numeric import BoolArray, FloatArray, Num
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +130,7 @@ FP4_BY_VENDOR = {"nvidia": "fp4"}
 KV_PRECISIONS: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 
 
-def _peak(gpu: Any, dtype: str) -> float | None:
+def _peak(gpu: Accelerator, dtype: str) -> float | None:
     fn = getattr(gpu, "peak_flops_per_s", None)
     if fn is None:
         return None
@@ -135,7 +141,9 @@ def _peak(gpu: Any, dtype: str) -> float | None:
     return None if value is None else float(value)
 
 
-def resolve_precision(precision: str, gpu: Any, kv_precision: str | None = None) -> PrecisionSpec:
+def resolve_precision(
+    precision: str, gpu: Accelerator, kv_precision: str | None = None
+) -> PrecisionSpec:
     """The :class:`PrecisionSpec` for ``precision`` on ``gpu``; refuses what the GPU lacks.
 
     The catalog's dense peak per dtype decides: an empty FP8 peak (A100) means no FP8 tensor
@@ -184,142 +192,6 @@ def resolve_precision(precision: str, gpu: Any, kv_precision: str | None = None)
 
 
 # ---------------------------------------------------------------------------------------------
-# Architecture
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Arch:
-    """The architecture fields the inference model reads, normalised from a catalog row."""
-
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn_hidden: int
-    vocab: int
-    tied_embeddings: bool
-    gated_mlp: bool
-    attention: str
-    parallel_attention: bool = False
-    num_experts: int = 0
-    top_k: int = 0
-    num_shared_experts: int = 0
-    moe_ffn_hidden: int = 0
-    shared_expert_ffn_hidden: int = 0
-    num_moe_layers: int = 0
-    # MLA (DeepSeek-V2): None or (q_lora_rank, kv_lora_rank, qk_nope, qk_rope, v_head_dim)
-    mla: tuple[int, int, int, int, int] | None = None
-    max_context: int | None = None
-    params_total: float | None = None
-    params_active: float | None = None
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0 and self.num_moe_layers > 0
-
-    @property
-    def num_dense_layers(self) -> int:
-        return self.layers - self.num_moe_layers
-
-    @property
-    def qk_head_dim(self) -> int:
-        if self.mla is not None:
-            return self.mla[2] + self.mla[3]
-        return self.head_dim
-
-    @property
-    def v_head_dim(self) -> int:
-        return self.mla[4] if self.mla is not None else self.head_dim
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def arch_from(model: Any) -> Arch:
-    """Normalise a catalog ``ModelArch`` (or a dict / object with its field names) to :class:`Arch`."""
-    if isinstance(model, Arch):
-        return model
-    try:
-        layers = int(_get(model, "layers"))
-        hidden = int(_get(model, "hidden"))
-        heads = int(_get(model, "heads"))
-        kv_heads = int(_get(model, "kv_heads") or heads)
-        head_dim = int(_get(model, "head_dim") or hidden // heads)
-        ffn = int(_get(model, "ffn_hidden"))
-        vocab = int(_get(model, "vocab"))
-    except (TypeError, ValueError) as exc:
-        raise InputError(
-            f"model architecture is incomplete ({exc})",
-            hint="give layers, hidden, heads, kv_heads, ffn_hidden and vocab",
-        ) from exc
-    num_experts = int(_get(model, "num_experts", 0) or 0)
-    if num_experts <= 1:
-        num_experts = 0
-    moe_layers = 0
-    if num_experts:
-        idx = _get(model, "moe_layer_indices")
-        if callable(idx):
-            moe_layers = len(idx())
-        else:
-            first = int(_get(model, "first_dense_layers", 0) or 0)
-            every = int(_get(model, "moe_layer_interval") or _get(model, "moe_layer_freq") or 1)
-            moe_layers = sum(1 for i in range(first, layers) if (i - first + 1) % every == 0)
-    mla = _get(model, "mla")
-    mla_t = None
-    if mla is not None:
-        mla_t = (
-            int(_get(mla, "q_lora_rank") or 0),
-            int(_get(mla, "kv_lora_rank")),
-            int(_get(mla, "qk_nope_head_dim")),
-            int(_get(mla, "qk_rope_head_dim")),
-            int(_get(mla, "v_head_dim")),
-        )
-    moe_ffn = int(_get(model, "moe_ffn_hidden", 0) or 0) or (ffn if num_experts else 0)
-
-    def _count(name: str) -> float | None:
-        fn = _get(model, name)
-        try:
-            return float(fn()) if callable(fn) else (float(fn) if fn is not None else None)
-        except Exception:
-            return None
-
-    attention = str(_get(model, "attention", "") or ("mha" if kv_heads == heads else "gqa"))
-    if mla_t is not None:
-        attention = "mla"
-    for name, val in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab)):
-        if val <= 0:
-            raise InputError(f"model {name} must be positive, got {val}")
-    return Arch(
-        name=str(_get(model, "id", None) or _get(model, "name", "custom")),
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        ffn_hidden=ffn,
-        vocab=vocab,
-        tied_embeddings=bool(_get(model, "tied_embeddings", False)),
-        gated_mlp=bool(_get(model, "gated_mlp", True)),
-        attention=attention,
-        parallel_attention=bool(_get(model, "parallel_attention", False)),
-        num_experts=num_experts,
-        top_k=int(_get(model, "top_k", 0) or 0),
-        num_shared_experts=int(_get(model, "num_shared_experts", 0) or 0),
-        moe_ffn_hidden=moe_ffn,
-        shared_expert_ffn_hidden=int(_get(model, "shared_expert_ffn_hidden", 0) or 0) or moe_ffn,
-        num_moe_layers=moe_layers,
-        mla=mla_t,
-        max_context=_get(model, "max_context"),
-        params_total=_count("params_total"),
-        params_active=_count("params_active"),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # Layout and sharding
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -337,7 +209,7 @@ class Layout:
         return self.tp * self.pp * self.dp
 
 
-def check_layout(arch: Arch, layout: Layout) -> None:
+def check_layout(arch: ModelArch, layout: Layout) -> None:
     """Raise :class:`InputError` for a layout the model cannot be split into."""
     tp, pp, ep = layout.tp, layout.pp, layout.ep
     for name, v in (("tp", tp), ("pp", pp), ("ep", ep)):
@@ -381,7 +253,7 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def expected_distinct_experts(num_experts: int, top_k: int, tokens: Any) -> Any:
+def expected_distinct_experts(num_experts: int, top_k: int, tokens: Num) -> FloatArray:
     """Expected number of distinct experts that ``tokens`` tokens route to.
 
     With uniform routing each token picks ``top_k`` of ``E`` experts, so an expert is missed by
@@ -394,7 +266,7 @@ def expected_distinct_experts(num_experts: int, top_k: int, tokens: Any) -> Any:
     >>> round(float(expected_distinct_experts(8, 2, 1000)), 6)
     8.0
     """
-    t = np.asarray(tokens, dtype=float)
+    t = np.asarray(tokens, dtype=np.float64)
     if num_experts <= 0:
         return np.zeros_like(t)
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** t)
@@ -410,19 +282,19 @@ class Gemms:
     """
 
     names: tuple[str, ...]
-    m: np.ndarray
-    n: np.ndarray
-    k: np.ndarray
-    count: np.ndarray
-    weight_bytes_per_elem: np.ndarray
-    quantised: np.ndarray  # bool: runs at the precision's GEMM dtype (else activation dtype)
+    m: FloatArray
+    n: FloatArray
+    k: FloatArray
+    count: FloatArray
+    weight_bytes_per_elem: FloatArray
+    quantised: BoolArray  # bool: runs at the precision's GEMM dtype (else activation dtype)
 
 
 @dataclass(frozen=True)
 class Sharded:
     """A model split over a layout at a precision: the per-GPU quantities the step model uses."""
 
-    arch: Arch
+    arch: ModelArch
     layout: Layout
     precision: PrecisionSpec
     # per GPU, average stage
@@ -437,9 +309,10 @@ class Sharded:
     # ---- KV cache ---------------------------------------------------------------------
     def kv_bytes_per_token_per_layer_per_gpu(self) -> float:
         """KV bytes one token adds to one layer on one GPU (MLA: the latent, replicated)."""
-        return (
-            _kv_bytes(self.arch, 1, self.kv_heads_per_gpu, self.precision.kv_bytes) / self.layout.dp
+        kv = kv_cache_bytes_per_token(
+            self.arch, self.precision.kv_bytes, kv_layers=1, kv_heads=self.kv_heads_per_gpu
         )
+        return kv / self.layout.dp
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
@@ -465,10 +338,12 @@ class Sharded:
         logit_rows = logit_rows / lay.dp
         # attention projections
         if a.mla is None:
-            rows.append(("qkv", tokens, (qh + 2 * kvh) * a.head_dim, h, layers, wb))
-            rows.append(("attn_out", tokens, h, qh * a.head_dim, layers, wb))
+            rows.append(("qkv", tokens, (qh + 2 * kvh) * a.d_head, h, layers, wb))
+            rows.append(("attn_out", tokens, h, qh * a.d_head, layers, wb))
         else:
-            q_lora, kv_lora, nope, rope, vd = a.mla
+            m = a.mla
+            q_lora, kv_lora = m.q_lora_rank or 0, m.kv_lora_rank
+            nope, rope, vd = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
             if q_lora:
                 rows.append(("q_down", tokens, q_lora, h, layers, wb))
                 rows.append(("q_up", tokens, qh * (nope + rope), q_lora, layers, wb))
@@ -484,7 +359,7 @@ class Sharded:
             rows.append(("mlp_down", tokens, h, f, ld, wb))
         if lm:
             e_tp = tp * lay.dp / ep  # each expert sharded this many ways
-            fe = a.moe_ffn_hidden / e_tp
+            fe = a.expert_ffn / e_tp
             distinct = float(expected_distinct_experts(a.num_experts, a.top_k, all_tokens))
             per_expert = all_tokens * a.top_k / max(distinct, 1e-12)
             local = distinct / ep
@@ -492,13 +367,13 @@ class Sharded:
             rows.append(("expert_up", per_expert, up * fe, h, lm * local, wb))
             rows.append(("expert_down", per_expert, h, fe, lm * local, wb))
             if a.num_shared_experts:
-                fs = a.num_shared_experts * a.shared_expert_ffn_hidden / tp
+                fs = a.num_shared_experts * a.shared_expert_ffn / tp
                 rows.append(("shared_up", tokens, up * fs, h, lm, wb))
                 rows.append(("shared_down", tokens, h, fs, lm, wb))
         # LM head on the last stage only: 1/pp of it on the average stage
         rows.append(("lm_head", logit_rows, a.vocab / tp, h, 1.0 / lay.pp, ab))
         names = tuple(r[0] for r in rows)
-        arr = np.array([r[1:] for r in rows], dtype=float)
+        arr = np.array([r[1:] for r in rows], dtype=np.float64)
         quantised = np.array([n not in ("router", "lm_head") for n in names])
         return Gemms(names, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], quantised)
 
@@ -518,9 +393,7 @@ class Sharded:
         per_layer = 2 * 2 * h + 2 * 3 * h
         per_layer += 2 * (self.q_heads_per_gpu + self.kv_heads_per_gpu) * a.qk_head_dim
         dense_f = a.ffn_hidden / tp
-        moe_f = (
-            a.top_k * a.moe_ffn_hidden + a.num_shared_experts * a.shared_expert_ffn_hidden
-        ) / tp
+        moe_f = (a.top_k * a.expert_ffn + a.num_shared_experts * a.shared_expert_ffn) / tp
         act = 3 if a.gated_mlp else 2
         total = (
             self.layers_per_stage * per_layer
@@ -530,15 +403,15 @@ class Sharded:
         return total * ab / self.layout.dp
 
     # ---- attention ----------------------------------------------------------------------
-    def attention_flops_prefill(self, seq_len: Any, prefix: Any = 0) -> Any:
+    def attention_flops_prefill(self, seq_len: Num, prefix: Num = 0) -> FloatArray:
         """Attention FLOPs of one sequence's prefill chunk on one GPU, whole stage.
 
         ``2 * heads * (d_qk + d_v) * (s * c + s**2 / 2)`` for a chunk of ``s`` tokens after
         ``c`` cached ones: QK^T and PV each cost ``2 * s * ctx * d`` per head, and causal
         masking halves the square part (FlashAttention, Dao et al. 2022, Sec. 3 counts).
         """
-        s = np.asarray(seq_len, dtype=float)
-        c = np.asarray(prefix, dtype=float)
+        s = np.asarray(seq_len, dtype=np.float64)
+        c = np.asarray(prefix, dtype=np.float64)
         a = self.arch
         dsum = a.qk_head_dim + a.v_head_dim
         return (
@@ -559,12 +432,12 @@ class Sharded:
         """
         a = self.arch
         if a.mla is not None:
-            dsum = (a.mla[1] + a.mla[3]) + a.mla[1]
+            dsum = (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim) + a.mla.kv_lora_rank
         else:
             dsum = a.qk_head_dim + a.v_head_dim
         return 2.0 * self.q_heads_per_gpu * dsum * self.layers_per_stage / self.layout.dp
 
-    def activation_bytes_peak(self, tokens: Any, logit_rows: Any) -> Any:
+    def activation_bytes_peak(self, tokens: Num, logit_rows: Num) -> FloatArray:
         """Peak activation memory of one forward pass over ``tokens`` tokens on one GPU.
 
         Inference keeps no activations between layers, so the peak is one layer's working
@@ -576,10 +449,10 @@ class Sharded:
         tp = self.layout.tp
         attn_w = (self.q_heads_per_gpu * 2 + 2 * self.kv_heads_per_gpu) * a.qk_head_dim
         up = 3 if a.gated_mlp else 2
-        mlp_w = up * max(a.ffn_hidden, a.top_k * a.moe_ffn_hidden) / tp
+        mlp_w = up * max(a.ffn_hidden, a.top_k * a.expert_ffn) / tp
         per_token = (3 * a.hidden + max(attn_w, mlp_w)) * p.activation_bytes
-        t = np.asarray(tokens, dtype=float) / self.layout.dp
-        rows = np.asarray(logit_rows, dtype=float) / self.layout.dp
+        t = np.asarray(tokens, dtype=np.float64) / self.layout.dp
+        rows = np.asarray(logit_rows, dtype=np.float64) / self.layout.dp
         return t * per_token + rows * a.vocab / tp * 4.0
 
     @property
@@ -608,7 +481,7 @@ class Sharded:
         return per_layer * self.layers_per_stage
 
 
-def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
+def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     """Split ``arch`` over ``layout`` at ``precision`` (after :func:`check_layout`)."""
     check_layout(arch, layout)
     tp, pp = layout.tp, layout.pp
@@ -616,23 +489,25 @@ def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     wb = precision.weight_bytes
     ab = precision.activation_bytes
     qh = arch.heads // tp
-    kvh = max(1, math.ceil(arch.kv_heads / tp))
+    kvh = max(1, math.ceil(arch.n_kv_heads / tp))
     layers_stage = arch.layers / pp
     ld = arch.num_dense_layers / pp
     lm = arch.num_moe_layers / pp
     # attention weights per GPU and layer
     if arch.mla is None:
-        attn = (qh + 2 * kvh) * arch.head_dim * h + qh * arch.head_dim * h
+        attn = (qh + 2 * kvh) * arch.d_head * h + qh * arch.d_head * h
     else:
-        q_lora, kv_lora, nope, rope, vd = arch.mla
+        m = arch.mla
+        q_lora, kv_lora = m.q_lora_rank or 0, m.kv_lora_rank
+        nope, rope, vd = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         q = (h * q_lora + q_lora * qh * (nope + rope)) if q_lora else h * qh * (nope + rope)
         attn = q + h * (kv_lora + rope) + kv_lora * qh * (nope + vd) + qh * vd * h
     up = 3 if arch.gated_mlp else 2
     dense_mlp = up * h * arch.ffn_hidden / tp
     moe_mlp = 0.0
     if arch.is_moe:
-        moe_mlp = arch.num_experts * up * h * arch.moe_ffn_hidden / (tp * layout.dp)
-        moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn_hidden / tp
+        moe_mlp = arch.num_experts * up * h * arch.expert_ffn / (tp * layout.dp)
+        moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn / tp
     # slowest (largest) stage for memory: ceil of the layers
     frac = math.ceil(arch.layers / pp) / arch.layers
     attn_bytes = attn * arch.layers * frac * wb
@@ -658,26 +533,3 @@ def shard(arch: Arch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         weight_bytes_per_gpu=sum(breakdown.values()),
         weight_breakdown_bytes=breakdown,
     )
-
-
-def _kv_bytes(arch: Arch, kv_layers: float, kv_heads: float, kv_bytes: float) -> float:
-    """:func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` for an :class:`Arch`."""
-    return kv_cache_formula(
-        kv_layers=kv_layers,
-        kv_heads=kv_heads,
-        head_dim=arch.head_dim,
-        bytes_per_element=kv_bytes,
-        mla_kv_lora_rank=arch.mla[1] if arch.mla is not None else None,
-        mla_qk_rope_head_dim=arch.mla[3] if arch.mla is not None else None,
-    )
-
-
-def kv_cache_bytes_per_token(arch: Arch, kv_bytes: float) -> float:
-    """Whole-model KV-cache bytes per token, by the one formula
-    :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` over every layer.
-
-    >>> a = Arch("x", 80, 8192, 64, 8, 128, 28672, 32000, False, True, "gqa")
-    >>> kv_cache_bytes_per_token(a, 2.0)
-    327680.0
-    """
-    return _kv_bytes(arch, arch.layers, arch.kv_heads, kv_bytes)

@@ -196,7 +196,7 @@ def activation_bytes_per_layer(
     out_in = lb * (arch.heads * arch.v_head_dim)  # output-projection input (the context)
     latents = 0.0
     if arch.attention == "mla" and arch.mla:
-        ranks = float(arch.mla.get("q_lora_rank", 0)) + float(arch.mla["kv_lora_rank"])
+        ranks = float(arch.mla.q_lora_rank or 0) + float(arch.mla.kv_lora_rank)
         latents = (2.0 + lb) * ranks
     # Terms that tensor parallelism always splits (per token, in bytes): Q, K, V and the
     # output-projection input (the per-head context).
@@ -507,8 +507,8 @@ def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16B
         kv_heads=arch.n_kv_heads,
         head_dim=arch.d_head,
         bytes_per_element=bytes_per_value,
-        mla_kv_lora_rank=int(mla["kv_lora_rank"]) if mla else None,
-        mla_qk_rope_head_dim=int(mla["qk_rope_head_dim"]) if mla else None,
+        mla_kv_lora_rank=mla.kv_lora_rank if mla else None,
+        mla_qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
     )
 
 

@@ -168,6 +168,6 @@ def test_arch_from_catalog_row_and_dict_agree():
             )
         }
     )
-    assert b.num_moe_layers == a.num_moe_layers and b.head_dim == a.head_dim == 128
+    assert b.num_moe_layers == a.num_moe_layers and b.d_head == a.d_head == 128
     with pytest.raises(InputError, match="incomplete"):
         arch_from({"layers": 2})

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from gpuplan.calibration.api import Estimate
-from gpuplan.forecast.inference_arch import Arch
+from gpuplan.catalogs.schema import MLAConfig
+from gpuplan.forecast.model import ModelArch
 
 # Llama-2-70B-like and Mixtral-8x7B-like shapes (HF config.json of meta-llama/Llama-2-70b-hf
 # and mistralai/Mixtral-8x7B-v0.1).
-LLAMA70 = Arch(
+LLAMA70 = ModelArch(
     name="llama2-70b",
     layers=80,
     hidden=8192,
@@ -30,7 +31,7 @@ LLAMA70 = Arch(
     gated_mlp=True,
     attention="gqa",
 )
-MIXTRAL = Arch(
+MIXTRAL = ModelArch(
     name="mixtral-8x7b",
     layers=32,
     hidden=4096,
@@ -46,9 +47,8 @@ MIXTRAL = Arch(
     top_k=2,
     moe_ffn_hidden=14336,
     shared_expert_ffn_hidden=14336,
-    num_moe_layers=32,
 )
-DEEPSEEK_MLA = Arch(
+DEEPSEEK_MLA = ModelArch(
     name="mla-toy",
     layers=4,
     hidden=1024,
@@ -60,7 +60,9 @@ DEEPSEEK_MLA = Arch(
     tied_embeddings=False,
     gated_mlp=True,
     attention="mla",
-    mla=(256, 128, 32, 16, 32),
+    mla=MLAConfig(
+        q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32
+    ),
 )
 
 

@@ -11,7 +11,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpuplan.forecast.inference_arch import PRECISIONS, Arch, Layout, arch_from, shard
+from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
+from gpuplan.forecast.model import ModelArch, arch_from
 from gpuplan.forecast.inference_step import (
     FAST,
     SLOW,
@@ -29,7 +30,7 @@ from gpuplan.forecast.inference_step import (
 
 from .test_infer_fakes import LLAMA70, MIXTRAL, FakeGpu, FakePerf
 
-TINY = Arch(
+TINY = ModelArch(
     name="tiny",
     layers=2,
     hidden=1024,

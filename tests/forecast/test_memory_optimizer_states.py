@@ -139,7 +139,7 @@ def test_recompute_modules_only_act_under_selective():
 
 def test_mla_latents_are_kept():
     """The up-projections' inputs (q and kv latents) stay when Q, K, V are recomputed."""
-    no_mla = MLA.with_(mla={**MLA.mla, "q_lora_rank": 0, "kv_lora_rank": 0})
+    no_mla = MLA.with_(mla=MLA.mla.model_copy(update={"q_lora_rank": 0, "kv_lora_rank": 0}))
     d = _act(recompute_modules=("mla_up_proj",)) - float(
         activation_bytes_per_layer(
             no_mla,

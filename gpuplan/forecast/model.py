@@ -1,0 +1,631 @@
+"""The one architecture record of the forecasts, and what follows from the architecture alone.
+
+Job of this module: :class:`ModelArch` describes a decoder-only language model (dense,
+mixture of experts with routed, shared and fine-grained experts and leading dense layers,
+full / sliding-window / multi-head latent attention, hybrid Mamba-2 state-space blocks) for
+both the training and the inference forecasts and the planner. It is built from a catalog
+row (:func:`arch_from_catalog`), from any of the accepted inputs (:func:`arch_from`: a
+catalog row, a mapping with the same field names, or a record), from ``--model-file`` and
+explicit flags (:mod:`gpuplan.cli._model`, which also reads a Hugging Face ``config.json``).
+
+One function each, citing its source:
+
+* parameters: :meth:`ModelArch.params_total`, :meth:`ModelArch.params_active`,
+  :meth:`ModelArch.embedding_params` (and the per-block counts they add up);
+* FLOPs per token: :func:`model_flops_per_token` (forward + backward, PaLM appendix B),
+  :func:`recompute_flops_per_token`, :func:`hardware_flops_per_token`, with the attention
+  core :func:`attention_core_flops_per_token_layer`;
+* KV-cache bytes per token: :func:`kv_cache_bytes_per_token`, which evaluates the one
+  formula :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` for the record.
+
+The per-rank GEMM shapes of training live in :mod:`gpuplan.forecast.flops`, the inference
+sharding in :mod:`gpuplan.forecast.inference_arch`.
+
+Conventions
+-----------
+* FLOPs count a multiply-add as 2 FLOPs; a GEMM ``(m x k) @ (k x n)`` costs ``2*m*n*k``.
+* Model FLOPs per token follow PaLM (Chowdhery et al. 2022, appendix B):
+  ``6*N + 12*L*h*s`` where ``N`` counts the parameters that take part in matmuls for one
+  token (for a mixture of experts only the *active* experts; the input embedding lookup is
+  not a matmul, the output projection is) and the attention term counts the full
+  (non-causal) ``QK^T`` and ``AV`` products for forward and backward.
+* Hardware FLOPs add what activation recomputation re-executes: with full recompute one
+  more forward of every transformer layer (Narayanan et al. 2021, eq. 3:
+  ``96*B*s*L*h^2*(1 + s/(6h) + V/(16*L*h))`` per step for a GPT), with selective recompute
+  the attention core forward (Korthikanti et al. 2022, section 5).
+
+Examples
+--------
+>>> gpt3 = ModelArch(name="gpt3-175b", layers=96, hidden=12288, heads=96, ffn_hidden=49152,
+...                  vocab=51200, gated_mlp=False, tied_embeddings=True)
+>>> round(gpt3.params_total() / 1e9, 1)
+174.6
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
+from gpuplan.catalogs.schema import MLAConfig
+from gpuplan.catalogs.schema import ModelArch as CatalogModel
+from gpuplan.errors import InputError
+from gpuplan.numeric import FloatArray, Num
+
+ATTENTION_KINDS = ("mha", "gqa", "mqa", "mla")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelArch:
+    """Architecture of a decoder-only transformer (dense or mixture of experts).
+
+    Sizes are counts (not bytes). Validation happens in ``__post_init__``; a bad value
+    raises :class:`gpuplan.errors.InputError` naming the field.
+    """
+
+    name: str = "custom"
+    """Identifier shown in outputs (catalog id when the model came from the catalog)."""
+    layers: int
+    """Number of transformer blocks ``L``."""
+    hidden: int
+    """Model width ``h`` (residual stream)."""
+    heads: int
+    """Attention (query) heads ``a``."""
+    ffn_hidden: int
+    """Intermediate size of a dense MLP block."""
+    vocab: int
+    """Vocabulary size ``V``."""
+    kv_heads: int | None = None
+    """Key/value heads (GQA/MQA); ``None`` means as many as ``heads`` (MHA)."""
+    head_dim: int | None = None
+    """Per-head dimension; ``None`` means ``hidden // heads``."""
+    tied_embeddings: bool = False
+    """Input embedding and output projection share one matrix."""
+    gated_mlp: bool = True
+    """SwiGLU/GeGLU MLP with three matrices (True) or a GELU MLP with two (False)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 or 1 means a dense model."""
+    top_k: int = 0
+    """Routed experts each token is sent to."""
+    num_shared_experts: int = 0
+    """Always-active shared experts per MoE layer (DeepSeek style)."""
+    max_nodes_per_token: int | None = None
+    """Node-limited routing: the router sends each token to experts on at most this many
+    EP nodes (DeepSeek-V3's ``topk_group`` 4 of ``n_group`` 8 expert groups, one group per
+    node at EP64 over 8 nodes; DeepSeek-AI 2024, arXiv 2412.19437, section 2.1.2
+    "Node-Limited Routing", M = 4). ``None``: no limit (each of the ``top_k`` copies may
+    go to another node)."""
+    moe_ffn_hidden: int | None = None
+    """Intermediate size of one expert; ``None`` means ``ffn_hidden``."""
+    first_dense_layers: int = 0
+    """Leading layers that use a dense MLP in an MoE model."""
+    moe_layer_freq: int = 1
+    """Every ``moe_layer_freq``-th layer (after the dense ones) is an MoE layer."""
+    attention: str = "mha"
+    """``mha`` | ``gqa`` | ``mqa`` | ``mla``."""
+    mla: MLAConfig | None = None
+    """Multi-head latent attention ranks (the catalog's record): q_lora_rank (None or 0 =
+    queries projected directly), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+    v_head_dim (DeepSeek-V2/V3). A mapping with those keys is accepted and converted."""
+    dropout: bool = False
+    """Dropout layers present (GPT-era training); adds masks to the activation memory."""
+    causal: bool = True
+    """Causal (decoder) attention: flash-attention kernels skip the masked half."""
+    sliding_window: int | None = None
+    """Tokens a local (sliding-window) attention layer attends to; None = full attention."""
+    full_attention_interval: int | None = None
+    """With ``sliding_window``: every N-th layer attends to the full context (Gemma 3: 6,
+    GPT-OSS: 2); None = every layer local."""
+    mamba_layers: int = 0
+    """Hybrid models (Nemotron-H): blocks whose mixer is a Mamba-2 layer. With it (or with
+    ``attention_layers``) every one of the ``layers`` is a single block, as in Megatron's
+    hybrid_override_pattern: ``mamba_layers`` Mamba-2, ``attention_layers`` self-attention
+    and the rest MLP blocks, each with its own pre-norm and residual."""
+    attention_layers: int | None = None
+    """Hybrid models: self-attention blocks; None = a standard transformer (every layer has
+    attention and MLP)."""
+    mamba: dict[str, int] | None = None
+    """Mamba-2 mixer sizes: heads, head_dim, state, groups, conv_kernel (Dao & Gu 2024)."""
+    shared_expert_ffn_hidden: int | None = None
+    """Intermediate size of one shared expert; ``None`` means ``moe_ffn_hidden`` (Qwen-MoE
+    style models give the shared expert its own width)."""
+    parallel_attention: bool = False
+    """Attention and MLP read the same input and are summed (GPT-J / PaLM "parallel
+    layers"): one tensor-parallel all-reduce per layer instead of two."""
+    max_context: int | None = None
+    """Longest context the model was trained for (tokens), where known."""
+    extra: dict[str, str | None] = field(default_factory=dict)
+    """Free-form provenance (catalog source, retrieved date, notes)."""
+
+    def __post_init__(self) -> None:
+        if self.mla is not None and not isinstance(self.mla, MLAConfig):
+            ranks: object = self.mla
+            if not isinstance(ranks, Mapping):
+                raise InputError(f"model {self.name!r}: mla must give the MLA ranks by name")
+            try:
+                mla = MLAConfig(
+                    q_lora_rank=int(ranks.get("q_lora_rank") or 0) or None,
+                    kv_lora_rank=int(ranks["kv_lora_rank"]),
+                    qk_nope_head_dim=int(ranks["qk_nope_head_dim"]),
+                    qk_rope_head_dim=int(ranks["qk_rope_head_dim"]),
+                    v_head_dim=int(ranks["v_head_dim"]),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(
+                    f"model {self.name!r}: incomplete MLA ranks ({exc})",
+                    hint="give q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+                    "v_head_dim",
+                ) from exc
+            object.__setattr__(self, "mla", mla)
+        for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value <= 0:
+                raise InputError(
+                    f"model {self.name!r}: {name} must be a positive integer, got {value!r}",
+                    hint=f"pass --{name.replace('_', '-')} N with N >= 1",
+                )
+        if self.kv_heads is not None and (self.kv_heads <= 0 or self.heads % self.kv_heads != 0):
+            raise InputError(
+                f"model {self.name!r}: kv_heads={self.kv_heads} must be positive and divide "
+                f"heads={self.heads}",
+                hint="use --kv-heads equal to --heads (MHA), a divisor of it (GQA) or 1 (MQA)",
+            )
+        if self.head_dim is not None and self.head_dim <= 0:
+            raise InputError(f"model {self.name!r}: head_dim must be positive")
+        if self.head_dim is None and self.hidden % self.heads != 0 and self.mla is None:
+            raise InputError(
+                f"model {self.name!r}: hidden={self.hidden} is not divisible by heads={self.heads}",
+                hint="give head_dim explicitly or choose heads dividing hidden",
+            )
+        if self.attention not in ATTENTION_KINDS:
+            raise InputError(
+                f"model {self.name!r}: unknown attention kind {self.attention!r}",
+                hint="one of " + ", ".join(ATTENTION_KINDS),
+            )
+        if self.attention == "mla" and not self.mla:
+            raise InputError(f"model {self.name!r}: attention 'mla' needs the mla ranks")
+        if self.num_experts > 1:
+            if not 1 <= self.top_k <= self.num_experts:
+                raise InputError(
+                    f"model {self.name!r}: top_k={self.top_k} must be between 1 and "
+                    f"num_experts={self.num_experts}",
+                    hint="pass --top-k K with 1 <= K <= --experts",
+                )
+            if self.moe_ffn_hidden is not None and self.moe_ffn_hidden <= 0:
+                raise InputError(f"model {self.name!r}: moe_ffn_hidden must be positive")
+        if not 0 <= self.first_dense_layers <= self.layers:
+            raise InputError(f"model {self.name!r}: first_dense_layers out of range")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise InputError(f"model {self.name!r}: sliding_window must be positive")
+        if self.full_attention_interval is not None and self.full_attention_interval <= 0:
+            raise InputError(f"model {self.name!r}: full_attention_interval must be positive")
+        if self.is_hybrid:
+            n_attn = self.attention_layers or 0
+            if self.mamba_layers < 0 or n_attn < 0 or self.mamba_layers + n_attn > self.layers:
+                raise InputError(
+                    f"model {self.name!r}: mamba_layers + attention_layers must be at most "
+                    f"layers={self.layers}"
+                )
+            if self.mamba_layers and not self.mamba:
+                raise InputError(f"model {self.name!r}: mamba_layers needs the mamba sizes")
+            if self.num_experts > 1:
+                raise InputError(
+                    f"model {self.name!r}: hybrid Mamba models with experts are not modelled",
+                    hint="drop --experts, or describe the model without Mamba blocks",
+                )
+
+    # ----------------------------------------------------------------- derived sizes
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden if self.moe_ffn_hidden is not None else self.ffn_hidden
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def shared_expert_ffn(self) -> int:
+        """Intermediate size of one shared expert."""
+        return self.shared_expert_ffn_hidden or self.expert_ffn
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of the query/key dot product (nope + rope for MLA)."""
+        if self.attention == "mla" and self.mla:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.d_head
+
+    @property
+    def v_head_dim(self) -> int:
+        if self.attention == "mla" and self.mla:
+            return self.mla.v_head_dim
+        return self.d_head
+
+    @property
+    def num_moe_layers(self) -> int:
+        if not self.is_moe:
+            return 0
+        rest = self.layers - self.first_dense_layers
+        return rest // max(1, self.moe_layer_freq)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.layers - self.num_moe_layers
+
+    # ------------------------------------------------------------- hybrid (Mamba) blocks
+    @property
+    def is_hybrid(self) -> bool:
+        return self.mamba_layers > 0 or self.attention_layers is not None
+
+    @property
+    def attention_fraction(self) -> float:
+        """Share of the layers with self-attention (1 for a standard transformer)."""
+        return (self.attention_layers or 0) / self.layers if self.is_hybrid else 1.0
+
+    @property
+    def mlp_fraction(self) -> float:
+        """Share of the layers with an MLP (1 for a standard transformer)."""
+        if not self.is_hybrid:
+            return 1.0
+        return (self.layers - self.mamba_layers - (self.attention_layers or 0)) / self.layers
+
+    @property
+    def mamba_fraction(self) -> float:
+        return self.mamba_layers / self.layers if self.is_hybrid else 0.0
+
+    @property
+    def blocks_per_layer(self) -> float:
+        """Pre-norm + residual blocks per layer: 2 (attention, MLP), 1 in a hybrid model."""
+        return 1.0 if self.is_hybrid else 2.0
+
+    def mamba_dims(self) -> tuple[int, int, int, int, int]:
+        """(heads, head_dim, state, groups, conv_kernel) of the Mamba-2 mixer."""
+        m = self.mamba or {}
+        return (
+            int(m.get("heads", 0)),
+            int(m.get("head_dim", 64)),
+            int(m.get("state", 128)),
+            int(m.get("groups", 1)),
+            int(m.get("conv_kernel", 4)),
+        )
+
+    def mamba_params(self) -> int:
+        """Weights of one Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", section 7;
+        Megatron-core MambaMixer): in_proj ``h x (2*d_in + 2*G*N + H)`` (z, x, B, C, dt),
+        depthwise conv over ``x, B, C``, per-head ``A``, ``D``, ``dt`` bias, the gated norm
+        and out_proj ``d_in x h``, with ``d_in = H * P``."""
+        heads, p, n, g, k = self.mamba_dims()
+        d_in = heads * p
+        conv_ch = d_in + 2 * g * n
+        return (
+            self.hidden * (2 * d_in + 2 * g * n + heads)
+            + conv_ch * (k + 1)
+            + 3 * heads
+            + d_in
+            + d_in * self.hidden
+        )
+
+    def ssd_flops_per_token(self) -> float:
+        """Forward FLOPs of the Mamba-2 SSD scan per token (beyond its projections).
+
+        The chunked algorithm (Dao & Gu 2024, section 6) computes, per head, an intra-chunk
+        ``C B^T`` and its product with ``x`` (``2*Q*(N + P)`` per token for chunk length
+        ``Q``, counted non-causally as attention is) and the chunk states in and out
+        (``4*N*P``). ``Q`` = 128, the Megatron-core / mamba_ssm default chunk size.
+        """
+        heads, p, n, _, _ = self.mamba_dims()
+        chunk = 128.0
+        return float(heads) * (2.0 * chunk * (n + p) + 4.0 * n * p)
+
+    @property
+    def num_local_attention_layers(self) -> int:
+        """Layers with sliding-window attention (the others attend to the full context)."""
+        if self.sliding_window is None:
+            return 0
+        if self.full_attention_interval is None:
+            return self.layers
+        return self.layers - self.layers // self.full_attention_interval
+
+    def attention_keys_per_query(self, seq_len: Num, *, executed: bool = False) -> FloatArray:
+        """Keys each query attends to, averaged over the layers, in PaLM's non-causal units.
+
+        A full-attention layer counts ``s`` (PaLM appendix B). A sliding-window layer counts
+        the window ``min(s, w)`` for the model FLOPs: a query attends to ``w`` keys, so the
+        attention cost is ``O(s*w)`` (Beltagy et al. 2020, "Longformer", section 3.1; Jiang
+        et al. 2023, "Mistral 7B", section 2). With ``executed`` the count is the work a
+        causal kernel runs, in the same units as the full layers' ``s`` (which do half of
+        it, the masked half skipped): ``2w - w^2/s`` for ``w < s`` (every query of a causal
+        window sees ``min(i, w)`` keys), so that one fitted attention factor serves both.
+
+        >>> a = ModelArch(layers=6, hidden=64, heads=4, ffn_hidden=256, vocab=10,
+        ...               sliding_window=1024, full_attention_interval=6)
+        >>> float(a.attention_keys_per_query(8192)), float(a.attention_keys_per_query(8192, executed=True))
+        (2218.6666666666665, 2965.3333333333335)
+        """
+        s = np.asarray(seq_len, dtype=np.float64)
+        n_local = self.num_local_attention_layers
+        if not n_local:
+            return s
+        w = np.minimum(float(self.sliding_window or 0), s)
+        local: FloatArray = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
+        return ((self.layers - n_local) * s + n_local * local) / self.layers
+
+    # ---------------------------------------------------------------- parameter counts
+    def attention_params(self) -> int:
+        """Weights of one attention block (projections only, biases ignored)."""
+        h, a = self.hidden, self.heads
+        if self.attention == "mla" and self.mla:
+            m = self.mla
+            q_lora = m.q_lora_rank or 0
+            kv_lora = m.kv_lora_rank
+            nope, rope, v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+            q = h * q_lora + q_lora * a * (nope + rope) if q_lora else h * a * (nope + rope)
+            kv = h * (kv_lora + rope) + kv_lora * a * (nope + v)
+            return q + kv + a * v * h
+        d = self.d_head
+        return h * a * d + 2 * h * self.n_kv_heads * d + a * d * h
+
+    def dense_mlp_params(self) -> int:
+        return self.mlp_matrices * self.hidden * self.ffn_hidden
+
+    def expert_params(self) -> int:
+        """Weights of one routed expert."""
+        return self.mlp_matrices * self.hidden * self.expert_ffn
+
+    def shared_expert_params(self) -> int:
+        """Weights of one shared expert."""
+        return self.mlp_matrices * self.hidden * self.shared_expert_ffn
+
+    def moe_mlp_params(self, *, active: bool) -> int:
+        """Router + experts of one MoE layer; ``active`` counts only top_k + shared."""
+        routed = self.top_k if active else self.num_experts
+        return (
+            self.hidden * self.num_experts
+            + routed * self.expert_params()
+            + self.num_shared_experts * self.shared_expert_params()
+        )
+
+    def layer_params(self, *, active: bool = False) -> int:
+        """Weights of all transformer blocks (norms included)."""
+        if self.is_hybrid:
+            n_attn = self.attention_layers or 0
+            n_mlp = self.layers - self.mamba_layers - n_attn
+            return (
+                self.mamba_layers * self.mamba_params()
+                + n_attn * self.attention_params()
+                + n_mlp * self.dense_mlp_params()
+                + self.layers * self.hidden
+            )
+        norms = 2 * self.hidden
+        dense = self.attention_params() + self.dense_mlp_params() + norms
+        total = self.num_dense_layers * dense
+        if self.is_moe:
+            moe = self.attention_params() + self.moe_mlp_params(active=active) + norms
+            total += self.num_moe_layers * moe
+        return total
+
+    def embedding_params(self) -> int:
+        """Input embedding plus (untied) output projection."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def params_total(self) -> int:
+        """All parameters (every expert counted)."""
+        return self.layer_params(active=False) + self.embedding_params() + self.hidden
+
+    def params_active(self) -> int:
+        """Parameters touched by one token (top_k + shared experts only)."""
+        return self.layer_params(active=True) + self.embedding_params() + self.hidden
+
+    def matmul_params_active(self) -> int:
+        """``N`` of the ``6N`` rule: active parameters taking part in matmuls per token.
+
+        The input embedding is a lookup, not a matmul, so it is left out; the output
+        projection (``V*h``, shared or not) is in.
+        """
+        return self.layer_params(active=True) + self.vocab * self.hidden
+
+    def with_(self, **changes: Any) -> ModelArch:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("extra", None)
+        return d
+
+
+def arch_from_catalog(row: CatalogModel) -> ModelArch:
+    """Build a :class:`ModelArch` from a catalog model row (``get_catalog().model(id)``).
+
+    A catalog "mixture" of one expert is a dense model (no experts, no routing).
+    """
+    moe = row.num_experts > 1
+    return ModelArch(
+        name=row.id,
+        layers=row.layers,
+        hidden=row.hidden,
+        heads=row.heads,
+        kv_heads=row.kv_heads or None,
+        head_dim=row.head_dim or None,
+        ffn_hidden=row.ffn_hidden,
+        vocab=row.vocab,
+        tied_embeddings=row.tied_embeddings,
+        gated_mlp=row.gated_mlp,
+        num_experts=row.num_experts if moe else 0,
+        top_k=row.top_k if moe else 0,
+        num_shared_experts=row.num_shared_experts,
+        max_nodes_per_token=row.max_nodes_per_token or None,
+        moe_ffn_hidden=row.moe_ffn_hidden or None,
+        shared_expert_ffn_hidden=row.shared_expert_ffn_hidden or None,
+        first_dense_layers=row.first_dense_layers,
+        moe_layer_freq=row.moe_layer_interval or 1,
+        attention=row.attention,
+        mla=row.mla if row.attention == "mla" else None,
+        sliding_window=row.sliding_window or None,
+        mamba_layers=row.mamba_layers,
+        attention_layers=row.attention_layers,
+        mamba=(
+            {k: int(v) for k, v in row.mamba.model_dump().items() if v is not None}
+            if row.mamba is not None
+            else None
+        ),
+        full_attention_interval=row.full_attention_interval or None,
+        parallel_attention=row.parallel_attention,
+        max_context=row.max_context,
+        extra={"source": row.source, "retrieved": str(row.retrieved or "")},
+    )
+
+
+#: Catalog spellings of record fields (a mapping may use either).
+_ALIASES = {
+    "id": "name",
+    "moe_layer_interval": "moe_layer_freq",
+    "topk_group": "max_nodes_per_token",
+}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelArch))
+
+
+def arch_from(model: ModelArch | CatalogModel | Mapping[str, object] | str) -> ModelArch:
+    """The :class:`ModelArch` of a record, a catalog row, a catalog id or a mapping.
+
+    The one resolver both forecasts use. A mapping gives the record's field names (or the
+    catalog's spellings ``id``, ``moe_layer_interval``, ``topk_group``); catalog-only
+    fields (family, source, params_total, ...) are ignored, anything else is refused with
+    the list of field names.
+    """
+    if isinstance(model, ModelArch):
+        return model
+    if isinstance(model, CatalogModel):
+        return arch_from_catalog(model)
+    if isinstance(model, str):
+        from gpuplan.catalogs import get_catalog
+
+        return arch_from_catalog(get_catalog().model(model))
+    fields: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in model.items():
+        name = _ALIASES.get(key, key)
+        if name in _FIELDS:
+            if name not in fields or key == name:
+                fields[name] = value
+        elif key not in CatalogModel.model_fields and key not in _CATALOG_EXTRAS:
+            unknown.append(key)
+    if unknown:
+        raise InputError(
+            f"model description has unknown field(s): {', '.join(sorted(unknown))}",
+            hint="fields: " + ", ".join(sorted(_FIELDS - {"extra"})),
+        )
+    if int(str(fields.get("num_experts") or 0)) <= 1:
+        fields["num_experts"] = 0
+    try:
+        return ModelArch(**fields)
+    except TypeError as exc:
+        raise InputError(
+            f"model description is incomplete: {exc}",
+            hint="give layers, hidden, heads, ffn_hidden and vocab (kv_heads, head_dim, "
+            "num_experts, top_k, moe_ffn_hidden, ... optional)",
+        ) from None
+
+
+#: Keys of a catalog row's ``to_dict()`` that are derived, not fields.
+_CATALOG_EXTRAS = frozenset({"params_total", "params_active", "head_dim", "kind"})
+
+
+def kv_cache_bytes_per_token(
+    arch: ModelArch,
+    bytes_per_element: float,
+    *,
+    kv_layers: float | None = None,
+    kv_heads: float | None = None,
+) -> float:
+    """KV-cache bytes one token adds, by the one formula
+    :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the compressed latent
+    and the decoupled RoPE key, DeepSeek-AI 2024, arXiv 2405.04434, section 2.1).
+
+    ``kv_layers`` defaults to every layer, ``kv_heads`` to the model's KV heads (pass the
+    heads one tensor-parallel rank holds for a per-GPU figure).
+
+    >>> a = ModelArch(name="x", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672,
+    ...               vocab=32000)
+    >>> kv_cache_bytes_per_token(a, 2.0)
+    327680.0
+    """
+    return kv_cache_formula(
+        kv_layers=arch.layers if kv_layers is None else kv_layers,
+        kv_heads=arch.n_kv_heads if kv_heads is None else kv_heads,
+        head_dim=arch.d_head,
+        bytes_per_element=bytes_per_element,
+        mla_kv_lora_rank=arch.mla.kv_lora_rank if arch.mla is not None else None,
+        mla_qk_rope_head_dim=arch.mla.qk_rope_head_dim if arch.mla is not None else None,
+    )
+
+
+# ------------------------------------------------------------------------ FLOP counts
+def attention_core_flops_per_token_layer(
+    arch: ModelArch, seq_len: Num, *, executed: bool = False
+) -> FloatArray:
+    """Forward FLOPs of ``QK^T`` and ``AV`` for one token in one layer, non-causal.
+
+    ``2*s*a*(d_qk + d_v)``; for standard heads (``a*d = h``) this is ``4*s*h``, the forward
+    third of PaLM's ``12*L*h*s`` attention term (Chowdhery et al. 2022, appendix B). With
+    sliding-window layers ``s`` is the layer average of
+    :meth:`ModelArch.attention_keys_per_query` (``executed``: the kernel's work).
+    """
+    keys = arch.attention_keys_per_query(seq_len, executed=executed)
+    attn = 2.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
+    if not arch.is_hybrid:
+        return attn
+    # Hybrid: the layer average of the attention blocks' core and the Mamba blocks' scan.
+    return attn * arch.attention_fraction + arch.ssd_flops_per_token() * arch.mamba_fraction
+
+
+def model_flops_per_token(arch: ModelArch, seq_len: Num) -> FloatArray:
+    """Training FLOPs per token, PaLM appendix B: ``6*N + 12*L*h*s`` (forward + backward).
+
+    ``N`` = :meth:`ModelArch.matmul_params_active` (active parameters only for MoE). This
+    is the numerator of MFU: recomputation is never counted.
+
+    >>> arch = ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=100,
+    ...                  gated_mlp=False)
+    >>> int(model_flops_per_token(arch, 128)) == 6 * arch.matmul_params_active() + 12 * 2 * 64 * 128
+    True
+    """
+    n = arch.matmul_params_active()
+    return 6.0 * n + 3.0 * arch.layers * attention_core_flops_per_token_layer(arch, seq_len)
+
+
+def recompute_flops_per_token(arch: ModelArch, seq_len: Num, recompute: Num) -> FloatArray:
+    """FLOPs re-executed per token by activation recomputation (forward only).
+
+    ``recompute`` is 0 (none), 1 (selective: attention core, Korthikanti et al. 2022
+    section 5) or 2 (full: every transformer layer's forward, Narayanan et al. 2021 eq. 3
+    which recomputes all layers but not the output projection). Vectorised over
+    ``recompute`` and ``seq_len``.
+    """
+    recompute = np.asarray(recompute)
+    attn = arch.layers * attention_core_flops_per_token_layer(arch, seq_len)
+    layers = 2.0 * arch.layer_params(active=True) + attn
+    return np.where(recompute >= 2, layers, np.where(recompute == 1, attn, 0.0))
+
+
+def hardware_flops_per_token(arch: ModelArch, seq_len: Num, recompute: Num) -> FloatArray:
+    """Model FLOPs plus the recomputed forward (the numerator of HFU)."""
+    return model_flops_per_token(arch, seq_len) + recompute_flops_per_token(
+        arch, seq_len, recompute
+    )
