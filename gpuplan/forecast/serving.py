@@ -19,14 +19,21 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.inference_step import VALUE, StepCostModel
+from gpuplan.numeric import BoolArray, FloatArray, IntArray, JSONDict, Num
+
+if TYPE_CHECKING:
+    from gpuplan.forecast.inference import MemoryPlan
+    from gpuplan.forecast.inference_arch import Sharded
+    from gpuplan.forecast.inference_step import DeviceRates
 
 #: z-score of the 99th percentile of a standard normal
 _Z99 = 2.3263478740408408
@@ -107,7 +114,7 @@ class LengthDist:
             )
 
     @classmethod
-    def from_trace(cls, lengths: Any, max_tokens: int | None = None) -> LengthDist:
+    def from_trace(cls, lengths: Iterable[float], max_tokens: int | None = None) -> LengthDist:
         """The empirical distribution of ``lengths`` (tokens of each request)."""
         arr = np.asarray(list(lengths), dtype=float)
         if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 1):
@@ -168,8 +175,8 @@ class LengthDist:
         hi = self.max_tokens or np.inf
         return np.asarray(np.clip(x, 1, hi), dtype=np.int64)
 
-    def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "mean": self.mean}
+    def describe(self) -> JSONDict:
+        d: JSONDict = {"kind": self.kind, "mean": self.mean}
         if self.trace is not None:
             d.update(
                 requests=len(self.trace),
@@ -191,7 +198,10 @@ class LengthDist:
             return f"fixed {self.mean:g}"
         if d["kind"] == "trace":
             return f"trace of {d['requests']} requests (mean {self.mean:.0f}, p99 {d['p99']:g})"
-        by = d["fixed_by"][1]
+        fixed_by = d["fixed_by"]
+        assert isinstance(fixed_by, list)  # ["mean", the percentile's name] (describe)
+        by = fixed_by[1]
+        assert isinstance(by, str)
         return f"lognormal mean {self.mean:g}, {by} {d[by]:g}"
 
 
@@ -254,6 +264,23 @@ class ReplicaModel:
         return ttft + self.frontend_s_per_request, t_dec
 
 
+class SimSummary(TypedDict):
+    """Latency percentiles and load of one simulated replica (:meth:`SimResult.summary`)."""
+
+    requests: int
+    saturated: bool
+    mean_running_requests: float
+    throughput_output_tokens_per_s: float
+    ttft_p50_s: float
+    tpot_p50_s: float
+    ttft_p90_s: float
+    tpot_p90_s: float
+    ttft_p99_s: float
+    tpot_p99_s: float
+    ttft_mean_s: float
+    tpot_mean_s: float
+
+
 @dataclass
 class SimResult:
     """Per-request latencies of one simulated replica (warm-up requests dropped)."""
@@ -273,35 +300,40 @@ class SimResult:
             return math.inf
         return float(np.percentile(arr, pct))
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def summary(self) -> SimSummary:
+        return {
             "requests": self.requests,
             "saturated": self.saturated,
             "mean_running_requests": round(self.mean_running, 2),
             "throughput_output_tokens_per_s": self.output_tokens / self.duration_s
             if self.duration_s > 0
             else 0.0,
+            "ttft_p50_s": self.percentile("ttft", PERCENTILES["p50"]),
+            "tpot_p50_s": self.percentile("tpot", PERCENTILES["p50"]),
+            "ttft_p90_s": self.percentile("ttft", PERCENTILES["p90"]),
+            "tpot_p90_s": self.percentile("tpot", PERCENTILES["p90"]),
+            "ttft_p99_s": self.percentile("ttft", PERCENTILES["p99"]),
+            "tpot_p99_s": self.percentile("tpot", PERCENTILES["p99"]),
+            "ttft_mean_s": float(self.ttft_s.mean())
+            if self.ttft_s.size and not self.saturated
+            else math.inf,
+            "tpot_mean_s": float(self.tpot_s.mean())
+            if self.tpot_s.size and not self.saturated
+            else math.inf,
         }
-        for name in ("p50", "p90", "p99"):
-            out[f"ttft_{name}_s"] = self.percentile("ttft", PERCENTILES[name])
-            out[f"tpot_{name}_s"] = self.percentile("tpot", PERCENTILES[name])
-        out["ttft_mean_s"] = (
-            float(self.ttft_s.mean()) if self.ttft_s.size and not self.saturated else math.inf
-        )
-        out["tpot_mean_s"] = (
-            float(self.tpot_s.mean()) if self.tpot_s.size and not self.saturated else math.inf
-        )
-        return out
 
 
-def check_num_requests(num_requests: Any) -> int:
+def check_num_requests(num_requests: object) -> int:
     """``num_requests`` as an int if it is a whole number >= 1, else an :class:`InputError`.
 
     >>> check_num_requests(2000)
     2000
     """
-    ok = isinstance(num_requests, (int, np.integer)) and not isinstance(num_requests, bool)
-    if not ok or num_requests < 1:
+    if (
+        not isinstance(num_requests, (int, np.integer))
+        or isinstance(num_requests, bool)
+        or num_requests < 1
+    ):
         raise InputError(
             f"--requests must be a whole number >= 1, got {num_requests!r}",
             hint="e.g. --requests 2000 (requests simulated per replica count tried)",
@@ -549,7 +581,7 @@ def simulate_requests(
 # ---------------------------------------------------------------------------------------------
 def analytic_latency(
     replica: ReplicaModel,
-    rate: Any,
+    rate: Num,
     inputs: LengthDist,
     outputs: LengthDist,
     percentile: str = "p99",
@@ -557,7 +589,7 @@ def analytic_latency(
     iterations: int = 60,
     *,
     ignore_batch_cap: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[FloatArray, FloatArray, BoolArray]:
     """Approximate TTFT and TPOT at arrival ``rate`` (array) per replica, and feasibility.
 
     Steady state of continuous batching: with iteration time ``tau``, Little's law gives
@@ -668,7 +700,7 @@ def analytic_latency(
     return ttft, tpot, feasible
 
 
-def poisson_quantile(mu: Any, q: float) -> np.ndarray:
+def poisson_quantile(mu: Num, q: float) -> FloatArray:
     """Smallest ``k`` with ``P(Poisson(mu) <= k) >= q``, elementwise.
 
     >>> int(poisson_quantile(1.0, 0.99))
@@ -682,7 +714,7 @@ def poisson_quantile(mu: Any, q: float) -> np.ndarray:
 
 def max_rates_for_caps(
     replica: ReplicaModel,
-    caps: Any,
+    caps: Sequence[float] | FloatArray | IntArray,
     inputs: LengthDist,
     outputs: LengthDist,
     ttft_slo_s: float | None,
@@ -691,7 +723,7 @@ def max_rates_for_caps(
     scenario: int = VALUE,
     points: int = 160,
     refine: int = 24,
-) -> np.ndarray:
+) -> FloatArray:
     """Largest per-replica arrival rate meeting the SLOs (analytic model), for each batch cap.
 
     The latencies do not depend on the cap (only the running-request count must stay below
@@ -704,7 +736,7 @@ def max_rates_for_caps(
     hi = top / max(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
     grid = np.geomspace(hi * 1e-4, hi, points)
 
-    def passing(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def passing(rates: FloatArray) -> tuple[BoolArray, FloatArray]:
         ttft, tpot, feas = analytic_latency(
             replica, rates, inputs, outputs, percentile, scenario, ignore_batch_cap=True
         )
@@ -754,6 +786,18 @@ def max_rate_meeting(
 # ---------------------------------------------------------------------------------------------
 # Fleet sizing
 # ---------------------------------------------------------------------------------------------
+class CandidateExtra(TypedDict, total=False):
+    """What the fleet search keeps of a candidate for its report
+    (:func:`gpuplan.forecast.inference.size_serving_fleet`)."""
+
+    price_source: str | None
+    memory: MemoryPlan
+    sharded: Sharded
+    rates: DeviceRates
+    kv_max_batch: int
+    multi_node: JSONDict | None
+
+
 @dataclass
 class Candidate:
     """One way to serve the load: a GPU type, a layout and a batch cap."""
@@ -767,9 +811,9 @@ class Candidate:
     max_rate: float = 0.0
     replicas_analytic: int | None = None
     replicas: int | None = None
-    sim: dict[str, Any] | None = None
+    sim: SimSummary | None = None
     reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: CandidateExtra = field(default_factory=CandidateExtra)
     #: measured-over-model (TTFT, TPOT) factors of the user's own server on this GPU and
     #: engine (``serve`` probe runs in the artifact); the replica model's latencies are
     #: multiplied by them before every SLO check
@@ -800,8 +844,11 @@ class Candidate:
         return None if replicas is None else replicas * self.gpus_per_replica
 
     def as_dict(self) -> dict[str, Any]:
+        """The candidate's row of the report's candidate table (JSON values)."""
+        # returned loosely typed, not as JSONDict: size_serving_fleet (forecast/inference.py)
+        # still reads these rows by key in arithmetic and extends them; JSONDict once it narrows
         r = self.replicas if self.replicas is not None else self.replicas_analytic
-        d: dict[str, Any] = {
+        d: JSONDict = {
             "gpu": self.gpu,
             "tp": self.tp,
             "pp": self.pp,
@@ -931,7 +978,7 @@ def size_fleet(
     num_requests: int = 2000,
     seed: int = 0,
     verify: int = 4,
-    progress: Any = None,
+    progress: Callable[[], object] | None = None,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """Cheapest candidate (by cost when every candidate has a price, else by GPU count).
 
