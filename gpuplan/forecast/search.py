@@ -12,7 +12,8 @@ bound upward and the first that meets the date is returned (:func:`smallest_clus
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import TypeAlias, TypedDict
 
 import numpy as np
 
@@ -23,8 +24,14 @@ from gpuplan.forecast.memory import fmt_gib, valid_pipeline
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     SECONDS_PER_DAY,
+    Constants,
     Framework,
     Hardware,
+    Layouts,
+    Progress,
+    RunnerUp,
+    SearchOptions,
+    TrainingForecast,
     check_layout,
     evaluate_layouts,
     layouts_from_dict,
@@ -40,6 +47,9 @@ MAX_SEARCH_CP = 32
 MAX_SEARCH_VP = 8
 MAX_SEARCH_MICRO_BATCH = 16
 MAX_CLUSTER_GPUS = 1 << 21
+
+Fixed: TypeAlias = Mapping[str, int | None]
+"""The layout dimensions the user fixed (``None`` or absent: searched)."""
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -58,7 +68,7 @@ def _divisors(n: int, limit: int | None = None) -> list[int]:
 def candidate_values(
     arch: ModelArch,
     num_gpus: int,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     seq_len: int,
     global_batch: int,
@@ -93,12 +103,12 @@ def candidate_values(
 def enumerate_layouts(
     arch: ModelArch,
     num_gpus: int,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     seq_len: int,
     global_batch: int,
     node_size: int,
-) -> dict[str, np.ndarray]:
+) -> Layouts:
     """All valid layouts for ``num_gpus`` as arrays (keys of ``LAYOUT_KEYS``)."""
     cand = candidate_values(
         arch, num_gpus, fixed, seq_len=seq_len, global_batch=global_batch, node_size=node_size
@@ -112,8 +122,9 @@ def enumerate_layouts(
     dp = np.where(num_gpus % model_par == 0, num_gpus // np.maximum(model_par, 1), 0)
     L["dp"] = dp
     ok = valid_layout_mask(arch, num_gpus, L, seq_len=seq_len, global_batch=global_batch)
-    if fixed.get("dp") is not None:
-        ok &= dp == int(fixed["dp"])
+    fixed_dp = fixed.get("dp")
+    if fixed_dp is not None:
+        ok &= dp == int(fixed_dp)
     # A search preference, not a validity rule: ZeRO-2 with pipelining only when asked
     # for (FSDP2 + PP); Megatron's default is ZeRO-1.
     if fixed.get("zero") is None:
@@ -124,7 +135,7 @@ def enumerate_layouts(
 def nearest_valid_batch(
     arch: ModelArch,
     num_gpus: int,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     seq_len: int,
     global_batch: int,
@@ -145,8 +156,9 @@ def nearest_valid_batch(
         for c in cand["cp"]
         if num_gpus % (t * p * c) == 0
     }
-    if fixed.get("dp") is not None:
-        dps &= {int(fixed["dp"])}
+    fixed_dp = fixed.get("dp")
+    if fixed_dp is not None:
+        dps &= {int(fixed_dp)}
     step = max(int(fixed.get("micro_batch") or 1), 1)
     options: set[int] = set()
     for d in dps:
@@ -164,9 +176,7 @@ def nearest_valid_batch(
     return None
 
 
-def _no_layout_error(
-    arch: ModelArch, num_gpus: int, fixed: dict[str, Any], global_batch: int
-) -> InputError:
+def _no_layout_error(arch: ModelArch, num_gpus: int, fixed: Fixed, global_batch: int) -> InputError:
     given = ", ".join(f"{k}={v}" for k, v in fixed.items() if v is not None) or "none"
     return InputError(
         f"no valid parallel layout of {arch.name} on {num_gpus} GPUs with a global batch of "
@@ -185,7 +195,7 @@ def fit_suggestions(
     seq_len: int,
     global_batch: int,
     framework: Framework,
-    constants: dict[str, Any],
+    constants: Constants,
     precision: str = "bf16",
 ) -> list[str]:
     """Single changes to a layout that would make it fit, e.g. ``--recompute full (61 GiB)``."""
@@ -269,17 +279,17 @@ def best_layouts(
     arch: ModelArch,
     hw: Hardware,
     num_gpus: int,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     seq_len: int,
     global_batch: int,
     precision: str,
     framework: Framework,
-    constants: dict[str, Any],
+    constants: Constants,
     top: int = 1,
     raise_if_none_fits: bool = True,
     round_batch: bool = True,
-) -> dict[str, Any]:
+) -> TrainingForecast:
     """Best layout for ``num_gpus`` (DESIGN 3.3 fields) with ``runners_up`` (``top - 1``).
 
     When every layout dimension is given the layout is checked (one-line error naming the
@@ -288,15 +298,15 @@ def best_layouts(
     no layout divides the global batch (``round_batch``), the nearest global batch that one
     divides is used instead and ``global_batch_rounded_from`` says so.
     """
-    fixed = {k: v for k, v in fixed.items() if v is not None}
+    given: dict[str, int] = {k: v for k, v in fixed.items() if v is not None}
     if not arch.is_moe:
-        fixed.setdefault("ep", 1)  # nothing to search: a dense model has no experts
-    user_fixed = any(k != "ep" or arch.is_moe for k in fixed)
+        given.setdefault("ep", 1)  # nothing to search: a dense model has no experts
+    user_fixed = any(k != "ep" or arch.is_moe for k in given)
     complete = all(
-        k in fixed for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
+        k in given for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch", "recompute", "zero")
     )
     if complete:
-        par = dict(fixed)
+        par = dict(given)
         _check_partial(arch, num_gpus, par, seq_len=seq_len)
         par.setdefault("dp", num_gpus // (int(par["tp"]) * int(par["pp"]) * int(par["cp"])))
         check_layout(
@@ -305,11 +315,11 @@ def best_layouts(
         layouts = layouts_from_dict({k: par[k] for k in LAYOUT_KEYS})
     else:
         # Check what was given, one dimension at a time, for a precise message.
-        _check_partial(arch, num_gpus, fixed, seq_len=seq_len)
+        _check_partial(arch, num_gpus, given, seq_len=seq_len)
         layouts = enumerate_layouts(
             arch,
             num_gpus,
-            fixed,
+            given,
             seq_len=seq_len,
             global_batch=global_batch,
             node_size=hw.node_size,
@@ -317,18 +327,18 @@ def best_layouts(
         if layouts["tp"].size == 0:
             near = (
                 nearest_valid_batch(
-                    arch, num_gpus, fixed, seq_len=seq_len, global_batch=global_batch, hw=hw
+                    arch, num_gpus, given, seq_len=seq_len, global_batch=global_batch, hw=hw
                 )
                 if round_batch
                 else None
             )
             if near is None:
-                raise _no_layout_error(arch, num_gpus, fixed, global_batch)
+                raise _no_layout_error(arch, num_gpus, given, global_batch)
             out = best_layouts(
                 arch,
                 hw,
                 num_gpus,
-                fixed,
+                given,
                 seq_len=seq_len,
                 global_batch=near,
                 precision=precision,
@@ -383,31 +393,28 @@ def best_layouts(
     )
     step = np.asarray(res["step_time_s"])[0]
     order = np.argsort(step, kind="stable")
-    kw: dict[str, Any] = dict(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        precision=precision,
-        num_gpus=num_gpus,
-        constants=constants,
-        fsdp=fixed.get("zero") == 3 and fixed.get("pp") == 1,
-    )
+    kw: _SummaryOptions = {
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "precision": precision,
+        "num_gpus": num_gpus,
+        "constants": constants,
+        "fsdp": given.get("zero") == 3 and given.get("pp") == 1,
+    }
     best = summarise(arch, hw, res, int(order[0]), layouts, **kw)
-    runners = []
+    runners: list[RunnerUp] = []
     for j in order[1:top]:
         s = summarise(arch, hw, res, int(j), layouts, **kw)
         runners.append(
             {
-                k: s[k]
-                for k in (
-                    "parallelism",
-                    "step_time_s",
-                    "step_time_interval_s",
-                    "tokens_per_s_per_gpu",
-                    "mfu",
-                    "memory_per_gpu_bytes",
-                    "fits_in_memory",
-                    "breakdown_s",
-                )
+                "parallelism": s["parallelism"],
+                "step_time_s": s["step_time_s"],
+                "step_time_interval_s": s["step_time_interval_s"],
+                "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"],
+                "mfu": s["mfu"],
+                "memory_per_gpu_bytes": s["memory_per_gpu_bytes"],
+                "fits_in_memory": s["fits_in_memory"],
+                "breakdown_s": s["breakdown_s"],
             }
         )
     best["runners_up"] = runners
@@ -434,13 +441,13 @@ def best_layouts(
     return best
 
 
-def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq_len: int) -> None:
+def _check_partial(arch: ModelArch, num_gpus: int, fixed: Fixed, *, seq_len: int) -> None:
     """Raise :class:`InputError` for the first rule the user-fixed dimensions break alone.
 
     The global batch is not checked here: a search rounds it to the nearest one a layout
     divides (:func:`nearest_valid_batch`).
     """
-    given = {k: v for k, v in fixed.items() if k in LAYOUT_KEYS and v is not None}
+    given: dict[str, int] = {k: v for k, v in fixed.items() if k in LAYOUT_KEYS and v is not None}
     violation = layout_violation(arch, num_gpus, given, seq_len=seq_len)
     if violation is not None:
         raise violation.error()
@@ -449,7 +456,7 @@ def _check_partial(arch: ModelArch, num_gpus: int, fixed: dict[str, Any], *, seq
 def cluster_sizes(
     arch: ModelArch,
     hw: Hardware,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     seq_len: int,
     global_batch: int,
@@ -474,7 +481,8 @@ def cluster_sizes(
     )
     if fixed.get("pp") is None:
         cand["pp"] = [p for p in range(1, arch.layers + 1) if bool(valid_pipeline(arch, p))]
-    dps = [int(fixed["dp"])] if fixed.get("dp") is not None else _divisors(global_batch)
+    fixed_dp = fixed.get("dp")
+    dps = [int(fixed_dp)] if fixed_dp is not None else _divisors(global_batch)
     sizes = {
         t * p * c * d
         for t in cand["tp"]
@@ -505,7 +513,7 @@ def flops_lower_bound_gpus(
 def smallest_cluster(
     arch: ModelArch,
     hw: Hardware,
-    fixed: dict[str, Any],
+    fixed: Fixed,
     *,
     tokens: float,
     target_days: float,
@@ -513,10 +521,10 @@ def smallest_cluster(
     global_batch: int,
     precision: str,
     framework: Framework,
-    constants: dict[str, Any],
+    constants: Constants,
     top: int = 1,
-    progress: Any = None,
-) -> dict[str, Any]:
+    progress: Progress | None = None,
+) -> TrainingForecast:
     """Smallest number of GPUs that trains ``tokens`` in ``target_days``.
 
     Time to train is not monotone in the cluster size (divisibility decides which layouts
@@ -527,22 +535,26 @@ def smallest_cluster(
     fits), the GPUs-versus-days curve.
     """
     target_s = target_days * SECONDS_PER_DAY
-    kw: dict[str, Any] = dict(
-        seq_len=seq_len,
-        global_batch=global_batch,
-        precision=precision,
-        framework=framework,
-        constants=constants,
-    )
+    kw: SearchOptions = {
+        "seq_len": seq_len,
+        "global_batch": global_batch,
+        "precision": precision,
+        "framework": framework,
+        "constants": constants,
+    }
     lower = flops_lower_bound_gpus(
         arch, hw, tokens=tokens, target_s=target_s, seq_len=seq_len, precision=precision
     )
     sizes = cluster_sizes(
         arch, hw, fixed, seq_len=seq_len, global_batch=global_batch, smallest=lower
     )
-    curve: list[list[Any]] = []
-    found: dict[str, Any] | None = None
+    curve: list[list[float | None]] = []
+    evaluated: list[int] = []
+    timed: list[tuple[int, float]] = []  # (num_gpus, days) of the sizes where a layout fits
+    found: TrainingForecast | None = None
+    found_time = 0.0
     for n in sizes:
+        res: TrainingForecast | None
         try:
             res = best_layouts(
                 arch, hw, n, fixed, top=top, raise_if_none_fits=False, round_batch=False, **kw
@@ -551,16 +563,22 @@ def smallest_cluster(
             res = None
         if res is not None and not res.get("fits_in_memory", False):
             res = None
+        days: float | None = None
         if res is not None:
-            res["time_to_train_s"] = tokens / res["tokens_per_s"]
-        curve.append([n, None if res is None else res["time_to_train_s"] / SECONDS_PER_DAY])
+            time_s = tokens / res["tokens_per_s"]
+            res["time_to_train_s"] = time_s
+            days = time_s / SECONDS_PER_DAY
+            timed.append((n, days))
+        curve.append([n, days])
+        evaluated.append(n)
         if progress is not None:
             progress(n, res)
-        if res is not None and res["time_to_train_s"] <= target_s:
-            found = res
+        t = None if res is None else res["time_to_train_s"]
+        if res is not None and t is not None and t <= target_s:
+            found, found_time = res, t
             break
     if found is None:
-        fastest = min((c for c in curve if c[1] is not None), key=lambda c: c[1], default=None)
+        fastest = min(timed, key=lambda c: c[1], default=None)
         best = (
             f"; the fastest size found, {fastest[0]} GPUs, takes {fastest[1]:.3g} days"
             if fastest
@@ -573,21 +591,43 @@ def smallest_cluster(
             "raise --target-days, or choose a --global-batch with more divisors (a power of two)",
         )
     n_best = int(found["num_gpus"])
-    out = dict(found)
+    out = found.copy()
     out["num_gpus"] = n_best
-    out["gpu_hours"] = out["time_to_train_s"] * n_best / 3600.0
+    out["gpu_hours"] = found_time * n_best / 3600.0
     lo, hi = out["intervals"]["tokens_per_s"]
     out["intervals"]["time_to_train_s"] = [tokens / hi, tokens / lo]
     out["intervals"]["gpu_hours"] = [tokens / hi * n_best / 3600.0, tokens / lo * n_best / 3600.0]
-    out["cluster_sizes_evaluated"] = [c[0] for c in curve]
+    out["cluster_sizes_evaluated"] = evaluated
     out["gpus_vs_days"] = curve
     out["cluster_unit"] = int(hw.cluster_unit or hw.node_size or 1)
-    out.update(purchase_units(n_best, hw))
+    units = purchase_units(n_best, hw)
+    out["purchase_unit"] = units["purchase_unit"]
+    out["purchase_units"] = units["purchase_units"]
+    out["gpus_purchased"] = units["gpus_purchased"]
+    out["gpus_idle"] = units["gpus_idle"]
     out["gpus_lower_bound"] = lower
     return out
 
 
-def purchase_units(num_gpus: int, hw: Hardware) -> dict[str, int]:
+class PurchaseUnits(TypedDict):
+    """What is bought for a job (:func:`purchase_units`)."""
+
+    purchase_unit: int
+    purchase_units: int
+    gpus_purchased: int
+    gpus_idle: int
+
+
+class _SummaryOptions(TypedDict):
+    seq_len: int
+    global_batch: int
+    precision: str
+    num_gpus: int
+    constants: Constants
+    fsdp: bool
+
+
+def purchase_units(num_gpus: int, hw: Hardware) -> PurchaseUnits:
     """What is bought for a job of ``num_gpus``: whole purchase units (an NVL72 rack).
 
     Cluster sizes are scanned in cluster units (an NVL72 compute tray), so a job may use part

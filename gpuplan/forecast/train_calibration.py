@@ -32,13 +32,18 @@ nothing changes.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from gpuplan.calibration.training_step import (
     DEFAULT_FRAMEWORK,
     framework_key,
     validate_training,
 )
+from gpuplan.numeric import JSONDict
+
+if TYPE_CHECKING:
+    from gpuplan.forecast.flops import ModelArch
+    from gpuplan.forecast.training import Constants, Hardware
 
 #: the constants key the step model reads (``forecast.training.evaluate_layouts``)
 FACTOR_KEY = "compute_time_factor"
@@ -49,7 +54,81 @@ BASIS = (
 )
 
 
-def _artifact_dict(artifact: Any) -> dict[str, Any] | None:
+class _BlockShape(TypedDict):
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+
+
+class ProbeBlock(_BlockShape, total=False):
+    """The shapes of the transformer block a training-step probe ran."""
+
+    gated_mlp: bool
+
+
+class ProbePoint(TypedDict, total=False):
+    """One point of an artifact's ``training`` section (checked by
+    :func:`gpuplan.calibration.training_step.validate_training`)."""
+
+    run_id: str | None
+    model: str | None
+    scale: int
+    tp: int
+    seq_len: int
+    micro_batch: int
+    attention_backend: str | None
+    precision: str | None
+    block: ProbeBlock
+    compute_s: dict[str, float]
+    """``p10``, ``p50``, ``p90`` of the forward + backward time of one block."""
+    optimizer_s: dict[str, float]
+
+
+class BlockForecast(TypedDict):
+    """The step model's time of one probe block (:func:`block_forecast`)."""
+
+    compute_s: float
+    optimizer_s: float
+
+
+class FactorPoint(TypedDict):
+    """One probe point of ``calibration.training_step.points``, with its ratios."""
+
+    run_id: str | None
+    model: str | None
+    scale: int
+    tp: int
+    seq_len: int
+    micro_batch: int
+    attention_backend: str | None
+    measured_compute_per_block_s: float
+    forecast_compute_per_block_s: float
+    ratio: dict[str, float]
+    measured_optimizer_per_block_s: float
+    forecast_optimizer_per_block_s: float
+
+
+class TrainingStepFactor(TypedDict, total=False):
+    """``calibration.training_step`` of a training forecast (:func:`training_step_factor`):
+    ``applied`` with the factor and its points, or not applied with the ``reason``."""
+
+    applied: bool
+    factor: float
+    low: float
+    high: float
+    device: str
+    framework: str
+    matched: str
+    reason: str
+    basis: str
+    inputs: list[str]
+    points: list[FactorPoint]
+    warning: str
+
+
+def _artifact_dict(artifact: object) -> JSONDict | None:
     if artifact is None:
         return None
     if isinstance(artifact, dict):
@@ -59,7 +138,7 @@ def _artifact_dict(artifact: Any) -> dict[str, Any] | None:
     return load_artifact(artifact)
 
 
-def block_arch(block: dict[str, Any], layers: int) -> Any:
+def block_arch(block: ProbeBlock, layers: int) -> ModelArch:
     """A dense decoder of ``layers`` blocks with the probe's block shapes."""
     from gpuplan.forecast.flops import ModelArch
 
@@ -78,7 +157,7 @@ def block_arch(block: dict[str, Any], layers: int) -> Any:
     )
 
 
-def block_forecast(point: dict[str, Any], hw: Any, constants: dict[str, Any]) -> dict[str, float]:
+def block_forecast(point: ProbePoint, hw: Hardware, constants: Constants) -> BlockForecast:
     """The step model's forward + backward time (``compute_s``, with TP communication) and
     Adam time (``optimizer_s``) of one probe block, per block, at the calibrated value."""
     import numpy as np
@@ -123,8 +202,8 @@ def block_forecast(point: dict[str, Any], hw: Any, constants: dict[str, Any]) ->
 
 
 def training_step_factor(
-    artifact: Any, hw: Any, framework: str | None, constants: dict[str, Any]
-) -> dict[str, Any] | None:
+    artifact: object, hw: Hardware, framework: str | None, constants: Constants
+) -> TrainingStepFactor | None:
     """Measured-over-forecast block-time factor of ``framework`` on ``hw.gpu_id``, or None.
 
     Returns
@@ -145,8 +224,8 @@ def training_step_factor(
     section = (data or {}).get("training")
     if not section:
         return None
-    validate_training(section)
-    entries = section.get(hw.gpu_id) or {}
+    checked = validate_training(section)
+    entries = checked.get(hw.gpu_id) or {}
     if not entries:
         return None
     asked = framework_key(framework)
@@ -162,7 +241,7 @@ def training_step_factor(
             + "); probe with --framework "
             + asked,
         }
-    points = []
+    points: list[FactorPoint] = []
     for p in entry["points"]:
         ref = block_forecast(p, hw, constants)
         ratios = {k: float(p["compute_s"][k]) / ref["compute_s"] for k in ("p10", "p50", "p90")}
@@ -183,7 +262,7 @@ def training_step_factor(
             }
         )
     value = math.exp(sum(math.log(pt["ratio"]["p50"]) for pt in points) / len(points))
-    out: dict[str, Any] = {
+    out: TrainingStepFactor = {
         "applied": True,
         "factor": value,
         "low": min(value, min(pt["ratio"]["p10"] for pt in points)),
@@ -209,8 +288,8 @@ def training_step_factor(
 
 
 def apply_training_step(
-    artifact: Any, hw: Any, framework: str | None, constants: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    artifact: object, hw: Hardware, framework: str | None, constants: Constants
+) -> tuple[Constants, TrainingStepFactor | None]:
     """The constants with the training-step factor (unchanged without one) and the
     ``calibration.training_step`` summary (None without a training section for the device)."""
     factor = training_step_factor(artifact, hw, framework, constants)

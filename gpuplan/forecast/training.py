@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -80,9 +80,37 @@ from gpuplan.forecast.memory import (
     stage_layers,
     training_memory_per_gpu,
 )
+from gpuplan.numeric import BoolArray, Flag, FloatArray, IntArray, JSONDict, Num
+
+if TYPE_CHECKING:
+    from gpuplan.calibration.api import DevicePerf
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import Instance, Node
+    from gpuplan.catalogs.schema import ModelArch as CatalogModel
+    from gpuplan.forecast.train_calibration import TrainingStepFactor
+
+Constants: TypeAlias = Mapping[str, object]
+"""Framework-efficiency constants (``forecast/data/training_constants.json``, a profile's
+fitted values, a refit of :mod:`gpuplan.forecast.validation_training`): JSON values, narrowed
+where read (:func:`constant`)."""
+Layouts: TypeAlias = dict[str, IntArray]
+"""Parallel layouts: one integer array per key of :data:`LAYOUT_KEYS`, all of one shape."""
 
 PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "fp4", "int8")
-LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "dp", "vp", "micro_batch", "recompute", "zero")
+LayoutKey: TypeAlias = Literal[
+    "tp", "pp", "cp", "ep", "dp", "vp", "micro_batch", "recompute", "zero"
+]
+LAYOUT_KEYS: tuple[LayoutKey, ...] = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "dp",
+    "vp",
+    "micro_batch",
+    "recompute",
+    "zero",
+)
 BREAKDOWN_KEYS = (
     "compute",
     "tp_comm",
@@ -293,7 +321,7 @@ def precision_recipe(precision: str, hw: Hardware | None = None) -> PrecisionRec
     return recipe
 
 
-def gemm_rates3(hw: Hardware, m: Any, n: Any, k: Any, dtype: str) -> np.ndarray:
+def gemm_rates3(hw: Hardware, m: Num, n: Num, k: Num, dtype: str) -> FloatArray:
     """Achieved GEMM FLOP/s ``[value, high, low]`` at shapes ``(m, n, k)`` in ``dtype``.
 
     ``dtype`` is a recipe name or a 16-bit dtype. A dtype the calibration models is read
@@ -313,15 +341,48 @@ def gemm_rates3(hw: Hardware, m: Any, n: Any, k: Any, dtype: str) -> np.ndarray:
 
 # ------------------------------------------------------------------------- constants
 @lru_cache(maxsize=4)
-def _load_constants_file(name: str) -> dict[str, Any]:
+def _load_constants_file(name: str) -> JSONDict:
     text = resources.files("gpuplan.forecast").joinpath("data").joinpath(name).read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise InputError(f"forecast/data/{name} is not a JSON object", hint="reinstall gpuplan")
     return data
 
 
-def default_constants() -> dict[str, Any]:
+def default_constants() -> JSONDict:
     """The shipped framework-efficiency constants (``forecast/data/training_constants.json``)."""
     return dict(_load_constants_file("training_constants.json"))
+
+
+def _number(value: object, what: str) -> float:
+    """``value`` as a float, or an :class:`InputError` naming ``what`` when it is no number."""
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(
+            f"{what} must be a number, got {value!r}",
+            hint="fix the training constants (forecast/data/training_constants.json)",
+        )
+    return float(value)
+
+
+def constant(constants: Constants, key: str, default: float | None = None) -> float:
+    """The number ``key`` of ``constants`` (``default`` when it is absent)."""
+    return _number(constants.get(key, default), f"training constant {key}")
+
+
+def constant_list(constants: Constants, key: str, default: list[float]) -> list[float]:
+    """The list of numbers ``key`` of ``constants`` (``default`` when it is absent)."""
+    value = constants.get(key, default)
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise InputError(
+            f"training constant {key} must be a list of numbers, got {value!r}",
+            hint="fix the training constants (forecast/data/training_constants.json)",
+        )
+    return [_number(v, f"training constant {key}") for v in value]
+
+
+def _table(value: object) -> Mapping[str, object]:
+    """A JSON object of the constants (``{}`` for a missing or empty one)."""
+    return value if isinstance(value, dict) else {}
 
 
 # ------------------------------------------------------------------ framework profiles
@@ -363,7 +424,7 @@ def profile_of(framework: str) -> str:
     return PROFILE_OF_FRAMEWORK.get(key, key)
 
 
-def default_framework(hw: Hardware, parallelism: dict[str, Any], fsdp: bool) -> str:
+def default_framework(hw: Hardware, parallelism: Mapping[str, int | None], fsdp: bool) -> str:
     """The framework a layout on ``hw`` most likely runs under.
 
     TPU -> maxtext (JAX), Trainium -> neuronx, ZeRO-3/FSDP without tensor or pipeline
@@ -376,12 +437,13 @@ def default_framework(hw: Hardware, parallelism: dict[str, Any], fsdp: bool) -> 
     if gen.startswith("trainium") or gid.startswith("trainium"):
         return "neuronx"
     zero3 = fsdp or parallelism.get("zero") == 3
-    if zero3 and int(parallelism.get("tp", 1)) == 1 and int(parallelism.get("pp", 1)) == 1:
+    tp, pp = parallelism.get("tp", 1), parallelism.get("pp", 1)
+    if zero3 and tp is not None and int(tp) == 1 and pp is not None and int(pp) == 1:
         return "fsdp"
     return "megatron"
 
 
-def profile_constants(constants: dict[str, Any], framework: str) -> tuple[dict[str, Any], str]:
+def profile_constants(constants: Constants, framework: str) -> tuple[dict[str, object], str]:
     """``constants`` with the framework profile's fitted values, and the basis in words.
 
     A profile fitted on at least :data:`MIN_PROFILE_ROWS` published rows of its framework
@@ -389,8 +451,8 @@ def profile_constants(constants: dict[str, Any], framework: str) -> tuple[dict[s
     otherwise the pooled ones stay and the basis says how many rows the profile has.
     """
     profile = profile_of(framework)
-    entry = (constants.get("profiles") or {}).get(profile) or {}
-    rows = int(entry.get("rows", 0))
+    entry = _table(_table(constants.get("profiles")).get(profile))
+    rows = int(_number(entry.get("rows", 0), f"profiles.{profile}.rows"))
     if rows >= MIN_PROFILE_ROWS and all(k in entry for k in PROFILE_FIT_KEYS):
         out = {**constants, **{k: entry[k] for k in PROFILE_FIT_KEYS}}
         return out, f"fitted ({rows} rows)"
@@ -540,8 +602,8 @@ class Hardware:
     """The calibrated accelerator and its fabric, as the step model needs them."""
 
     gpu_id: str
-    perf: Any
-    """A :class:`gpuplan.calibration.api.DevicePerf`."""
+    perf: DevicePerf
+    """The calibrated device."""
     memory_bytes: float
     node_size: int
     """GPUs per scale-up domain (NVLink/xGMI), e.g. 8 for HGX, 72 for NVL72."""
@@ -558,7 +620,7 @@ class Hardware:
     peaks_flops_per_s: dict[str, float] = field(default_factory=dict)
     """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
     does not model); empty means the calibration's spec peaks only."""
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: JSONDict = field(default_factory=dict)
     collective_latency: comm_mod.LibraryLatency | None = None
     """The collective library's latency constants of the scale-up fabric (catalog
     ``collective_*_latency_s``): data-parallel collectives across nodes take the faster of
@@ -566,8 +628,206 @@ class Hardware:
     (:func:`gpuplan.forecast.comm.topology_collective_time3`); None = calibrated only."""
 
 
+# -------------------------------------------------------------------- result records
+class EpCommDetail(TypedDict):
+    """Expert-parallel all-to-all time of every layout (``[value, low, high]`` rows)."""
+
+    total: FloatArray
+    exposed: FloatArray
+    dispatch_bytes_per_element: float
+    combine_bytes_per_element: float
+
+
+class _StepEvaluationParts(TypedDict):
+    step_time_s: FloatArray
+    breakdown_s: dict[str, FloatArray]
+    compute_detail_s: dict[str, FloatArray]
+    num_microbatches: FloatArray
+    dp_comm_bytes: dict[str, FloatArray]
+    fixed_costs_s: dict[str, FloatArray]
+    cp_comm_detail_s: dict[str, FloatArray]
+    ep_comm_detail_s: EpCommDetail
+    fit_basis: dict[str, FloatArray]
+
+
+class StepEvaluation(_StepEvaluationParts, total=False):
+    """What :func:`evaluate_layouts` returns: per-layout arrays, times as ``(3, n)``
+    ``[value, low, high]`` rows (before the model-error band)."""
+
+    memory: dict[str, FloatArray]
+    """Memory per GPU by part (``with_memory``), :func:`gpuplan.forecast.memory.training_memory_per_gpu`."""
+
+
+class MemoryOptions(TypedDict):
+    """The framework's keyword options of :func:`gpuplan.forecast.memory.training_memory_per_gpu`."""
+
+    grad_bytes: float
+    linear_input_bytes: float
+    zero3_unit_params: float | None
+    optimizer_dtype: str
+    master_weights: str
+    recompute_modules: tuple[str, ...]
+    act_cache_bytes: float
+    gathered_weight_bytes: float
+    pipeline_schedule: str
+    shard_ranks: int | None
+
+
+class TrainParallelism(TypedDict, total=False):
+    """``parallelism`` of a training forecast (DESIGN.md 3.3); ``hsdp_shard_size`` with HSDP."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vp: int
+    micro_batch: int
+    recompute: str
+    zero: int
+    fsdp: bool
+    num_microbatches: int
+    hsdp_shard_size: int
+
+
+class TrainIntervals(TypedDict, total=False):
+    """``intervals``: ``[low, high]`` of each banded figure (``time_to_train_s`` and
+    ``gpu_hours`` with a token budget)."""
+
+    step_time_s: list[float]
+    tokens_per_s: list[float]
+    tokens_per_s_per_gpu: list[float]
+    model_tflops_per_gpu: list[float]
+    hardware_tflops_per_gpu: list[float]
+    mfu: list[float] | None
+    hfu: list[float] | None
+    breakdown_s: dict[str, list[float]]
+    time_to_train_s: list[float]
+    gpu_hours: list[float]
+
+
+class EpCommSummary(TypedDict, total=False):
+    """``ep_comm_s``: expert-parallel all-to-all time of the step (empty for a dense model)."""
+
+    ep_comm_total: float
+    ep_comm_exposed: float
+    ep_comm_hidden: float
+    dispatch_bytes_per_element: float
+    combine_bytes_per_element: float
+    ep_overlap: str
+
+
+class RunnerUp(TypedDict):
+    """One of ``runners_up``: the next-best layouts."""
+
+    parallelism: TrainParallelism
+    step_time_s: float
+    step_time_interval_s: list[float]
+    tokens_per_s_per_gpu: float
+    mfu: float | None
+    memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    breakdown_s: dict[str, float]
+
+
+class TrainingForecast(TypedDict, total=False):
+    """The DESIGN.md 3.3 ``forecast train`` JSON (:func:`forecast_training`).
+
+    :func:`summarise` sets the figures of one layout (``step_time_s`` to ``cp_comm_s``); the
+    search adds ``runners_up``, ``layouts_evaluated``, ``to_fit`` and, sizing a cluster, the
+    ``gpus_vs_days`` curve and the purchase units; :func:`forecast_training` adds the run,
+    the inputs and ``provenance``. A search that finds no fitting layout returns only
+    ``fits_in_memory`` (false) and ``num_gpus``.
+    """
+
+    step_time_s: float
+    step_time_interval_s: list[float]
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float | None
+    hfu: float | None
+    memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    memory_overshoot_bytes: float
+    parallelism: TrainParallelism
+    breakdown_s: dict[str, float]
+    intervals: TrainIntervals
+    num_gpus: int
+    memory_breakdown_bytes: dict[str, float]
+    memory_capacity_bytes: float
+    memory_usable_bytes: float
+    memory_headroom_fraction: float
+    ep_comm_s: EpCommSummary
+    dp_comm_bytes: dict[str, float]
+    compute_detail_s: dict[str, float]
+    fixed_costs_s: dict[str, float]
+    cp_comm_s: dict[str, float]
+    # the search (gpuplan.forecast.search)
+    runners_up: list[RunnerUp]
+    layouts_evaluated: int
+    to_fit: list[str]
+    global_batch_rounded_from: int
+    global_batch_used: int
+    time_to_train_s: float | None
+    gpu_hours: float | None
+    cluster_sizes_evaluated: list[int]
+    gpus_vs_days: list[list[float | None]]
+    cluster_unit: int
+    purchase_unit: int
+    purchase_units: int
+    gpus_purchased: int
+    gpus_idle: int
+    gpus_lower_bound: int
+    # the run and its inputs (forecast_training)
+    framework: str
+    framework_basis: str
+    framework_profile: str
+    profile_basis: str
+    model: str
+    gpu: str
+    precision: str
+    seq_len: int
+    notes: list[str]
+    global_batch: int
+    global_batch_tokens: int
+    tokens: float | None
+    target_days: float | None
+    provenance: JSONDict
+    context_parallel: dict[str, str]
+    calibration: dict[str, TrainingStepFactor]
+
+
+class FrameworkOverrides(TypedDict, total=False):
+    """:class:`Framework` fields a forecast's options replace (``dataclasses.replace``)."""
+
+    optimizer_dtype: str
+    master_weights: str
+    moe_act_cache: str
+    recompute_modules: tuple[str, ...]
+    hsdp_shard_size: int
+    cp_comm: str
+    cp_load_balance: bool
+
+
+class SearchOptions(TypedDict):
+    """The keyword options every layout search of one forecast shares
+    (:func:`gpuplan.forecast.search.best_layouts`, ``smallest_cluster``)."""
+
+    seq_len: int
+    global_batch: int
+    precision: str
+    framework: Framework
+    constants: Constants
+
+
+Progress: TypeAlias = Callable[[int, "TrainingForecast | None"], object]
+"""Called after each cluster size a search evaluates, with its best fitting layout (or None)."""
+
+
 # -------------------------------------------------------------------------- layouts
-def layouts_from_dict(values: dict[str, Any]) -> dict[str, np.ndarray]:
+def layouts_from_dict(values: Mapping[str, Num]) -> Layouts:
     """Broadcast a dict of layout values (scalars or arrays) to int64 arrays."""
     arrays = {k: np.asarray(values[k]) for k in LAYOUT_KEYS}
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
@@ -575,7 +835,7 @@ def layouts_from_dict(values: dict[str, Any]) -> dict[str, np.ndarray]:
     return {k: np.broadcast_to(a, shape).astype(np.int64) for k, a in arrays.items()}
 
 
-def take_layouts(layouts: dict[str, np.ndarray], index: Any) -> dict[str, np.ndarray]:
+def take_layouts(layouts: Layouts, index: BoolArray | IntArray | int) -> Layouts:
     return {k: np.asarray(v)[index] for k, v in layouts.items()}
 
 
@@ -585,23 +845,23 @@ def _dtype_for_attention(precision: str) -> str:
 
 
 def attention_kernel_figure(
-    generation: str | None, kernel: str, constants: dict[str, Any]
-) -> dict[str, Any] | None:
+    generation: str | None, kernel: str, constants: Constants
+) -> dict[str, object] | None:
     """The published efficiency row of a fused-attention kernel on a GPU generation.
 
     ``kernel="auto"`` picks the constants' ``attention_kernel_auto`` entry for the
     generation. Returns ``None`` when no figure is published for the pair.
     """
-    table = constants.get("attention_kernels", {})
+    table = _table(constants.get("attention_kernels", {}))
     if kernel == "auto":
-        kernel = constants.get("attention_kernel_auto", {}).get(str(generation), "")
-    row = table.get(kernel, {}).get(str(generation))
-    return {**row, "kernel": kernel} if row else None
+        kernel = str(_table(constants.get("attention_kernel_auto", {})).get(str(generation), ""))
+    row = _table(table.get(kernel, {})).get(str(generation))
+    return {**row, "kernel": kernel} if isinstance(row, dict) and row else None
 
 
 def attention_rate3(
-    perf: Any, generation: str | None, dtype: str, kernel: str, constants: dict[str, Any]
-) -> np.ndarray:
+    perf: DevicePerf, generation: str | None, dtype: str, kernel: str, constants: Constants
+) -> FloatArray:
     """Fused-attention FLOP/s ``[value, high, low]``: published fraction x dense peak.
 
     Without a published figure for the kernel and generation, the best achievable dense
@@ -611,13 +871,13 @@ def attention_rate3(
     peak = perf.peak_flops_per_s(dtype)
     if row is None or not peak:
         return _best_matmul3(perf, dtype)
-    frac = float(row["fraction_of_peak"])
-    lo = float(row.get("low", frac))
-    hi = float(row.get("high", frac))
+    frac = _number(row["fraction_of_peak"], "attention_kernels fraction_of_peak")
+    lo = _number(row.get("low", frac), "attention_kernels low")
+    hi = _number(row.get("high", frac), "attention_kernels high")
     return np.array([frac, hi, lo]).reshape(3, 1) * float(peak)
 
 
-def _best_matmul3(perf: Any, dtype: str) -> np.ndarray:
+def _best_matmul3(perf: DevicePerf, dtype: str) -> FloatArray:
     """Best achievable dense GEMM rate ``[value, high, low]`` (DESIGN 3.2 summary quantity)."""
     try:
         est = perf.summary().get(f"matmul_{dtype}_flops_per_s")
@@ -629,14 +889,16 @@ def _best_matmul3(perf: Any, dtype: str) -> np.ndarray:
     return comm_mod.estimate3(est, rate=True).reshape(3, 1)
 
 
-def _unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+def _unique_rows(*cols: Num) -> tuple[tuple[FloatArray, ...], IntArray]:
     stacked = np.stack([np.asarray(c, dtype=float) for c in cols], axis=1)
     uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
     return tuple(uniq[:, i] for i in range(uniq.shape[1])), inverse.reshape(-1)
 
 
 # --------------------------------------------------------------- expert parallel
-def ep_all_to_all_bytes(tokens: Any, top_k: float, hidden: float, bytes_per_element: float) -> Any:
+def ep_all_to_all_bytes(
+    tokens: Num, top_k: float, hidden: float, bytes_per_element: float
+) -> FloatArray:
     """Bytes one rank sends in one MoE dispatch (or combine): ``tokens x top_k x hidden x b``.
 
     Every token goes to its ``top_k`` routed experts and comes back weighted (GShard,
@@ -650,8 +912,8 @@ def ep_all_to_all_bytes(tokens: Any, top_k: float, hidden: float, bytes_per_elem
 
 
 def ep_inter_node_copy_fraction(
-    top_k: float, num_nodes: Any, max_nodes_per_token: int | None, *, dedup: bool
-) -> Any:
+    top_k: float, num_nodes: Num, max_nodes_per_token: int | None, *, dedup: bool
+) -> FloatArray:
     """Inter-node bytes of a deduplicating dispatch per inter-node byte of a plain one.
 
     A plain all-to-all sends each of the ``top_k`` copies of a token on its own: the
@@ -678,8 +940,8 @@ def ep_inter_node_copy_fraction(
 
 
 def ep_exposed_time(
-    comm_s: Any, overlapped_compute_s: Any, overlap: str, comm_sm_fraction: float = 0.0
-) -> Any:
+    comm_s: Num, overlapped_compute_s: Num, overlap: str, comm_sm_fraction: float = 0.0
+) -> FloatArray:
     """All-to-all time left on the critical path after the framework's overlap.
 
     ``none``: all of it. ``dualpipe`` / ``1f1b-overlap``: the dispatch and combine of one
@@ -699,10 +961,13 @@ def ep_exposed_time(
     if overlap == "none":
         return c
     f = min(max(float(comm_sm_fraction), 0.0), 1.0)
-    return np.minimum(np.maximum(c - np.asarray(overlapped_compute_s, dtype=float), f * c), c)
+    exposed: FloatArray = np.minimum(
+        np.maximum(c - np.asarray(overlapped_compute_s, dtype=float), f * c), c
+    )
+    return exposed
 
 
-def cp_causal_imbalance(cp: Any, load_balance: Any) -> Any:
+def cp_causal_imbalance(cp: Num, load_balance: Flag) -> FloatArray:
     """Attention time of the slowest CP rank over the balanced share, causal mask.
 
     With contiguous chunks rank ``i`` (of ``cp``) attends to ``i`` full blocks and one
@@ -720,7 +985,9 @@ def cp_causal_imbalance(cp: Any, load_balance: Any) -> Any:
     return np.where(np.asarray(load_balance, dtype=bool), 1.0, (2.0 * c - 1.0) / c)
 
 
-def ring_attention_exposed(step_comm: Any, block_compute: Any, cp: Any, passes: Any = 1.0) -> Any:
+def ring_attention_exposed(
+    step_comm: Num, block_compute: Num, cp: Num, passes: Num = 1.0
+) -> FloatArray:
     """Exposed time of the ring exchange of one layer's attention pass.
 
     The ring runs ``cp`` steps; in each of the first ``cp - 1`` a rank sends the K/V block
@@ -737,10 +1004,13 @@ def ring_attention_exposed(step_comm: Any, block_compute: Any, cp: Any, passes: 
     0.0
     """
     steps = np.maximum(np.asarray(cp, dtype=float) - 1.0, 0.0)
-    return passes * steps * np.maximum(np.asarray(step_comm) - np.asarray(block_compute), 0.0)
+    exposed: FloatArray = (
+        passes * steps * np.maximum(np.asarray(step_comm) - np.asarray(block_compute), 0.0)
+    )
+    return exposed
 
 
-def ulysses_all_to_all_bytes(tokens: Any, q_width: Any, kv_width: Any) -> Any:
+def ulysses_all_to_all_bytes(tokens: Num, q_width: float, kv_width: float) -> FloatArray:
     """Bytes one rank passes to one all-to-all set of a DeepSpeed-Ulysses attention layer.
 
     Ulysses swaps the sequence split for a head split before the attention core and back
@@ -756,7 +1026,7 @@ def ulysses_all_to_all_bytes(tokens: Any, q_width: Any, kv_width: Any) -> Any:
     return np.asarray(tokens, dtype=float) * (2.0 * q_width + kv_width) * 2.0
 
 
-def dualpipe_bubble(pp: Any, fb_s: Any, b_s: Any, w_s: Any) -> Any:
+def dualpipe_bubble(pp: Num, fb_s: Num, b_s: Num, w_s: Num) -> FloatArray:
     """DualPipe's pipeline bubble, ``(PP/2 - 1) (F&B + B - 3W)``.
 
     DeepSeek-AI 2024 (arXiv 2412.19437), Table 2: ``F&B`` is the time of a pair of
@@ -767,24 +1037,24 @@ def dualpipe_bubble(pp: Any, fb_s: Any, b_s: Any, w_s: Any) -> Any:
     >>> float(dualpipe_bubble(16, 3.0, 2.0, 0.5))
     24.5
     """
-    pp = np.asarray(pp, dtype=float)
-    dual = np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(fb_s + b_s - 3.0 * w_s, 0.0)
-    return np.where(pp % 2 == 0, dual, (pp - 1.0) * fb_s)
+    stages = np.asarray(pp, dtype=float)
+    dual = np.maximum(stages / 2.0 - 1.0, 0.0) * np.maximum(fb_s + b_s - 3.0 * w_s, 0.0)
+    return np.where(stages % 2 == 0, dual, (stages - 1.0) * fb_s)
 
 
 # ------------------------------------------------------------------------ step model
 def evaluate_layouts(
     arch: ModelArch,
     hw: Hardware,
-    layouts: dict[str, np.ndarray],
+    layouts: Layouts,
     *,
     seq_len: int,
     global_batch: int,
     precision: str,
     framework: Framework | None = None,
-    constants: dict[str, Any] | None = None,
+    constants: Constants | None = None,
     with_memory: bool = True,
-) -> dict[str, Any]:
+) -> StepEvaluation:
     """Step time (with breakdown and interval) and memory of every layout.
 
     Parameters
@@ -933,9 +1203,10 @@ def evaluate_layouts(
         if "mla_up_proj" in mods and arch.attention == "mla"
         else 0.0
     )
-    gemm_time = c["gemm_time_factor"] * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers + rerun_up)
-    gemm_fwd_c = c["gemm_time_factor"] * gemm_fwd
-    wgrad_time = c["gemm_time_factor"] * sum(per_layout(wgrad_u[k]) * mult[k] for k in groups)
+    gemm_factor = constant(c, "gemm_time_factor")
+    gemm_time = gemm_factor * (gemm_fwd + gemm_bwd + full * gemm_fwd_layers + rerun_up)
+    gemm_fwd_c = gemm_factor * gemm_fwd
+    wgrad_time = gemm_factor * sum(per_layout(wgrad_u[k]) * mult[k] for k in groups)
 
     # ---- attention core (PaLM's non-causal FLOP count) per layer on this rank. Not halved
     # for a fused causal kernel: fused and unfused rows share the attention factor, and a
@@ -948,7 +1219,7 @@ def evaluate_layouts(
         * layers_per_stage
     )
     attn_dtype = _dtype_for_attention(precision)
-    score_bytes = 0.0
+    score_bytes: Num = 0.0
     if fw.flash_attention:
         # Flash attention keeps the score tiles on chip (Dao et al. 2022, section 3.1): it
         # is compute-bound, at the fraction of the dense peak its kernel reaches on this
@@ -986,7 +1257,8 @@ def evaluate_layouts(
     # approximation for other head dims and the key-tile width). Independent of cp under
     # zig-zag: the s/B diagonal tiles are spread over the ranks.
     diag = 1.0 + CAUSAL_TILE_ROWS / s if (fw.flash_attention and arch.causal) else 1.0
-    attn_fwd_balanced = c["attention_time_factor"] * attn_fwd_flops / attn_rate * diag
+    attn_factor = constant(c, "attention_time_factor")
+    attn_fwd_balanced = attn_factor * attn_fwd_flops / attn_rate * diag
     attn_fwd = attn_fwd_balanced * imbalance
     bwd_ratio = (
         FLASH_ATTENTION_BWD_FLOPS_RATIO if fw.flash_attention else UNFUSED_ATTENTION_BWD_FLOPS_RATIO
@@ -1044,7 +1316,7 @@ def evaluate_layouts(
     # Cross-entropy over the logits on the last stage: 16-bit logits read, fp32 softmax
     # written and read back in the backward (2 + 4 + 4 + 2 B per element).
     ce_bytes = tokens * arch.vocab / tp * 12.0 * mult["model"]
-    rerun_bytes = 0.0
+    rerun_bytes: Num = 0.0
     if "layernorm" in mods:  # two norms per layer: read the input, write the output (2 B)
         rerun_bytes = rerun_bytes + 8.0 * h / seq_split * layers_per_stage
     if "moe_act" in mods and arch.is_moe:  # SwiGLU: read gate and up, write the product
@@ -1053,14 +1325,19 @@ def evaluate_layouts(
         fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes + selective_only * tokens * rerun_bytes
     )
     membw = comm_mod.estimate3(perf.memory_bandwidth_bytes_per_s(None), rate=True).reshape(3, 1)
-    mem_time = c["nongemm_traffic_factor"] * nongemm_bytes / membw
-    mem_fwd = c["nongemm_traffic_factor"] * (fwd_bytes + ce_bytes / 3.0) / membw
-    launch = c["layer_overhead_s"] * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1))
+    traffic_factor = constant(c, "nongemm_traffic_factor")
+    mem_time = traffic_factor * nongemm_bytes / membw
+    mem_fwd = traffic_factor * (fwd_bytes + ce_bytes / 3.0) / membw
+    launch = (
+        constant(c, "layer_overhead_s") * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1))
+    )
 
     compute_mb = gemm_time + attn_time + mem_time + launch
     fwd_mb = gemm_fwd_c + attn_fwd + mem_fwd + launch * 0.25
     # the training-step probe's measured/forecast factor (forecast/train_calibration.py)
-    step_f = np.asarray(c.get("compute_time_factor", [1.0, 1.0, 1.0]), dtype=float).reshape(3, 1)
+    step_f = np.asarray(
+        constant_list(c, "compute_time_factor", [1.0, 1.0, 1.0]), dtype=float
+    ).reshape(3, 1)
     compute_mb, fwd_mb = compute_mb * step_f, fwd_mb * step_f
     bwd_mb = np.maximum(compute_mb - fwd_mb, 0.0)
 
@@ -1150,7 +1427,7 @@ def evaluate_layouts(
         ep_total_mb,
         compute_mb,
         fw.ep_overlap,
-        float(c.get("ep_overlap_comm_sm_fraction", 0.0)),
+        constant(c, "ep_overlap_comm_sm_fraction", 0.0),
     )
 
     t_mb = compute_mb + tp_mb + cp_mb + ep_mb
@@ -1262,9 +1539,9 @@ def evaluate_layouts(
     # prefetched; every gradient reduction waits on the critical path.
     # Overlapped collectives are not free: their kernels hold a share f of the SMs, so the
     # compute they hide behind runs at 1 - f (ep_exposed_time's model, the same SM share).
-    f_dp = float(c.get("dp_overlap_comm_sm_fraction", 0.0))
+    f_dp = constant(c, "dp_overlap_comm_sm_fraction", 0.0)
 
-    def hidden_behind(comm: Any, compute: Any) -> Any:
+    def hidden_behind(comm: Num, compute: Num) -> FloatArray:
         return ep_exposed_time(comm, compute, "overlap", f_dp)
 
     if fw.dp_overlap and fw.grad_reduce_overlap:
@@ -1323,7 +1600,7 @@ def evaluate_layouts(
         "memory_bound": m_micro * mem_time,
         "layer_overhead": m_micro * launch * np.ones_like(gemm_time),
     }
-    out: dict[str, Any] = {
+    out: StepEvaluation = {
         "step_time_s": step,
         "breakdown_s": breakdown,
         "compute_detail_s": detail,
@@ -1354,13 +1631,9 @@ def evaluate_layouts(
         # Linear decomposition used by the constants fit (validation_training.py):
         # step = sum_i c_i * basis_i + rest, with the bubble spread over the basis terms.
         "fit_basis": {
-            "gemm_time_factor": (m_micro + (pp - 1.0) / vp) * gemm_time / c["gemm_time_factor"],
-            "attention_time_factor": (m_micro + (pp - 1.0) / vp)
-            * attn_time
-            / c["attention_time_factor"],
-            "nongemm_traffic_factor": (m_micro + (pp - 1.0) / vp)
-            * mem_time
-            / c["nongemm_traffic_factor"],
+            "gemm_time_factor": (m_micro + (pp - 1.0) / vp) * gemm_time / gemm_factor,
+            "attention_time_factor": (m_micro + (pp - 1.0) / vp) * attn_time / attn_factor,
+            "nongemm_traffic_factor": (m_micro + (pp - 1.0) / vp) * mem_time / traffic_factor,
             "layer_overhead_s": (m_micro + (pp - 1.0) / vp)
             * layers_per_stage
             * (1.0 + full / 3.0)
@@ -1381,7 +1654,7 @@ def evaluate_layouts(
             vp=vp,
             recompute=rc,
             zero=zero,
-            overhead_bytes=float(c["framework_overhead_bytes"]),
+            overhead_bytes=constant(c, "framework_overhead_bytes"),
             sequence_parallel=sp,
             flash_attention=fw.flash_attention,
             **_memory_options(fw, precision),
@@ -1392,14 +1665,14 @@ def evaluate_layouts(
 def memory_only(
     arch: ModelArch,
     hw: Hardware,
-    layouts: dict[str, np.ndarray],
+    layouts: Layouts,
     *,
     seq_len: int,
     global_batch: int,
     framework: Framework | None = None,
-    constants: dict[str, Any] | None = None,
+    constants: Constants | None = None,
     precision: str = "bf16",
-) -> dict[str, Any]:
+) -> dict[str, FloatArray]:
     """Memory per GPU of each layout (cheap; used to prune the search before timing)."""
     fw = framework or Framework()
     c = constants or default_constants()
@@ -1418,18 +1691,18 @@ def memory_only(
         vp=L["vp"],
         recompute=L["recompute"].astype(np.int64),
         zero=L["zero"].astype(np.int64),
-        overhead_bytes=float(c["framework_overhead_bytes"]),
+        overhead_bytes=constant(c, "framework_overhead_bytes"),
         sequence_parallel=sp,
         flash_attention=fw.flash_attention,
         **_memory_options(fw, precision),
     )
 
 
-def usable_memory_bytes(hw: Hardware, constants: dict[str, Any]) -> float:
+def usable_memory_bytes(hw: Hardware, constants: Constants) -> float:
     """HBM a layout may fill: capacity less ``memory_headroom_fraction`` of it (constants;
     default 0, since ``framework_overhead_bytes`` already holds the CUDA context and the
     communication buffers and published layouts run packed to 97-99 % of HBM)."""
-    return float(hw.memory_bytes) * (1.0 - float(constants.get("memory_headroom_fraction", 0.0)))
+    return float(hw.memory_bytes) * (1.0 - constant(constants, "memory_headroom_fraction", 0.0))
 
 
 def fp8_param_gather_on(fw: Framework, precision: str) -> bool:
@@ -1437,7 +1710,7 @@ def fp8_param_gather_on(fw: Framework, precision: str) -> bool:
     return bool(fw.fp8_param_gather) and precision_recipe(precision).name == "fp8"
 
 
-def _memory_options(fw: Framework, precision: str) -> dict[str, Any]:
+def _memory_options(fw: Framework, precision: str) -> MemoryOptions:
     return {
         "grad_bytes": fw.grad_buffer_bytes,
         "linear_input_bytes": precision_recipe(precision).saved_input_bytes,
@@ -1486,21 +1759,21 @@ def check_layout(
 def summarise(
     arch: ModelArch,
     hw: Hardware,
-    result: dict[str, Any],
+    result: StepEvaluation,
     index: int,
-    layouts: dict[str, np.ndarray],
+    layouts: Layouts,
     *,
     seq_len: int,
     global_batch: int,
     precision: str,
     num_gpus: int,
-    constants: dict[str, Any],
+    constants: Constants,
     fsdp: bool = False,
-) -> dict[str, Any]:
+) -> TrainingForecast:
     """The DESIGN.md 3.3 JSON fields for layout ``index`` of an evaluation."""
     i = index
     step3 = np.asarray(result["step_time_s"])[:, i]
-    r_lo, r_hi = constants.get("residual_ratio_quantiles", [1.0, 1.0])
+    r_lo, r_hi = constant_list(constants, "residual_ratio_quantiles", [1.0, 1.0])
     step = float(step3[0])
     step_lo = float(min(step3[1] * r_lo, step))
     step_hi = float(max(step3[2] * r_hi, step))
@@ -1520,7 +1793,7 @@ def summarise(
     usable = usable_memory_bytes(hw, constants)
     fits = mem["total"] <= usable
     tps = tokens_per_step / step
-    par = {
+    par: TrainParallelism = {
         "tp": int(layouts["tp"][i]),
         "pp": int(layouts["pp"][i]),
         "dp": int(layouts["dp"][i]),
@@ -1538,7 +1811,7 @@ def summarise(
         k: [float(np.asarray(v)[1, i]), float(np.asarray(v)[2, i])]
         for k, v in result["breakdown_s"].items()
     }
-    out: dict[str, Any] = {
+    out: TrainingForecast = {
         "step_time_s": step,
         "step_time_interval_s": [step_lo, step_hi],
         "tokens_per_s": tps,
@@ -1566,7 +1839,7 @@ def summarise(
         "memory_breakdown_bytes": {k: v for k, v in mem.items() if k != "total"},
         "memory_capacity_bytes": float(hw.memory_bytes),
         "memory_usable_bytes": usable,
-        "memory_headroom_fraction": float(constants.get("memory_headroom_fraction", 0.0)),
+        "memory_headroom_fraction": constant(constants, "memory_headroom_fraction", 0.0),
         "ep_comm_s": _ep_comm_summary(result, i),
         "dp_comm_bytes": {
             k: float(np.asarray(v).reshape(-1)[i] if np.ndim(v) else v)
@@ -1590,7 +1863,7 @@ def summarise(
     return out
 
 
-def _ep_comm_summary(result: dict[str, Any], i: int) -> dict[str, Any]:
+def _ep_comm_summary(result: StepEvaluation, i: int) -> EpCommSummary:
     """``ep_comm_s``: total and exposed expert-parallel all-to-all time of the step.
 
     ``breakdown_s.ep_comm`` is the exposed part (the breakdown sums to the step time)."""
@@ -1609,8 +1882,11 @@ def _ep_comm_summary(result: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- resolution
-def resolve_model(model: Any) -> ModelArch:
-    """A :class:`ModelArch` from a catalog id, a catalog row, a dict or a ModelArch."""
+def resolve_model(model: ModelArch | dict[str, Any] | str | CatalogModel) -> ModelArch:
+    """A :class:`ModelArch` from a catalog id, a catalog row, a dict or a ModelArch.
+
+    A dict holds :class:`ModelArch` fields by name, each of its field's type; the dataclass
+    refuses an unknown or missing one."""
     if isinstance(model, ModelArch):
         return model
     if isinstance(model, dict):
@@ -1629,50 +1905,39 @@ def resolve_model(model: Any) -> ModelArch:
     return arch_from_catalog(model)
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-        if value is not None:
-            return value
-    return default
-
-
-def _nic_bandwidth_bytes_per_s(cat: Any, nic_id: str) -> float | None:
+def _nic_bandwidth_bytes_per_s(cat: Catalog, nic_id: str) -> float | None:
     try:
         nic = cat.nic(nic_id)
     except Exception:
         return None
-    bits = _get(nic, "bandwidth_bits_per_s", "port_rate_bits_per_s", "rate_bits_per_s")
-    if bits:
-        return float(bits) / 8.0
-    byts = _get(nic, "bandwidth_bytes_per_s")
-    return float(byts) if byts else None
+    bits = nic.bandwidth_bits_per_s
+    return float(bits) / 8.0 if bits else None
 
 
-def node_inter_bandwidth(cat: Any, node: Any) -> float | None:
+def node_inter_bandwidth(cat: Catalog, node: Node) -> float | None:
     """Scale-out bandwidth per GPU of an on-premises node row (sum of its NICs / GPUs)."""
     total = 0.0
-    for entry in _get(node, "nics", default=[]) or []:
-        if _get(entry, "role", default="compute") not in ("compute", "gpu", None):
+    for entry in node.nics:
+        if entry.role != "compute":
             continue  # storage / management NICs do not carry the training traffic
-        bw = _nic_bandwidth_bytes_per_s(cat, _get(entry, "nic_id", "id"))
+        bw = _nic_bandwidth_bytes_per_s(cat, entry.nic_id)
         if bw is None:
             return None
-        total += bw * float(_get(entry, "count", default=1))
-    per = float(_get(node, "accelerators_per_node", default=0) or 0)
+        total += bw * float(entry.count)
+    per = float(node.accelerators_per_node)
     return total / per if total > 0 and per > 0 else None
 
 
-def instance_inter_bandwidth(instance: Any) -> float | None:
-    bits = _get(instance, "network_bandwidth_bits_per_s")
-    per = float(_get(instance, "accelerators_per_node", default=0) or 0)
+def instance_inter_bandwidth(instance: Instance) -> float | None:
+    bits = instance.network_bandwidth_bits_per_s
+    per = float(instance.accelerators_per_node)
     return float(bits) / 8.0 / per if bits and per > 0 else None
 
 
 def resolve_hardware(
     gpu: str,
     *,
-    artifact: Any = None,
+    artifact: object = None,
     node: str | None = None,
     instance: str | None = None,
     inter_node_bandwidth_bytes_per_s: float | None = None,
@@ -1690,7 +1955,7 @@ def resolve_hardware(
     cat = get_catalog()
     row = cat.gpu(gpu)
     perf = device_perf(row.id, artifact=artifact)
-    prov: dict[str, Any] = {"gpu": row.id, "gpu_source": _get(row, "source")}
+    prov: JSONDict = {"gpu": row.id, "gpu_source": row.source}
     bw = inter_node_bandwidth_bytes_per_s
     if bw is not None:
         prov["inter_node_bandwidth"] = "given"
@@ -1703,24 +1968,20 @@ def resolve_hardware(
         bw = instance_inter_bandwidth(inst)
         prov["inter_node_bandwidth"] = f"instance {inst.id}"
     else:
-        for n in getattr(cat, "nodes", []) or []:
-            if _get(n, "accelerator_id") == row.id:
+        for n in cat.nodes:
+            if n.accelerator_id == row.id:
                 bw = node_inter_bandwidth(cat, n)
                 if bw:
                     prov["inter_node_bandwidth"] = f"default: node {n.id} (same GPU)"
                     break
         if bw is None:
-            generation = _get(row, "generation")
-            for n in getattr(cat, "nodes", []) or []:
+            generation = row.generation
+            for n in cat.nodes:
                 try:
-                    other = cat.gpu(_get(n, "accelerator_id"))
+                    other = cat.gpu(n.accelerator_id)
                 except Exception:
                     continue
-                if (
-                    generation
-                    and _get(other, "generation") == generation
-                    and _get(other, "vendor") == _get(row, "vendor")
-                ):
+                if generation and other.generation == generation and other.vendor == row.vendor:
                     bw = node_inter_bandwidth(cat, n)
                     if bw:
                         prov["inter_node_bandwidth"] = (
@@ -1728,8 +1989,8 @@ def resolve_hardware(
                         )
                         break
         if bw is None:
-            for inst in getattr(cat, "instances", []) or []:
-                if _get(inst, "accelerator_id") == row.id:
+            for inst in cat.instances:
+                if inst.accelerator_id == row.id:
                     bw = instance_inter_bandwidth(inst)
                     if bw:
                         prov["inter_node_bandwidth"] = f"default: instance {inst.id} (same GPU)"
@@ -1737,20 +1998,18 @@ def resolve_hardware(
     if bw is None:
         prov["inter_node_bandwidth"] = "calibration default (no node or instance row)"
     prov["inter_node_bandwidth_bytes_per_s"] = bw
-    node_size = int(_get(row, "scale_up_domain_size", default=1) or 1)
-    if not _get(row, "memory_bytes"):
+    node_size = int(row.scale_up_domain_size or 1)
+    if not row.memory_bytes:
         raise InputError(
             f"{row.id} has no memory size in the catalog, so no layout can be checked",
             hint="choose another GPU or add memory_bytes to its catalog row",
         )
-    peaks = {
-        d: float(v) for d, v in (_get(row, "dense_flops_per_s", default={}) or {}).items() if v
-    }
+    peaks = {d: float(v) for d, v in row.dense_flops_per_s.items() if v}
     return Hardware(
-        generation=_get(row, "generation"),
+        generation=row.generation,
         peaks_flops_per_s=peaks,
-        cluster_unit=int(_get(row, "cluster_unit")) if _get(row, "cluster_unit") else None,
-        purchase_unit=int(_get(row, "purchase_unit")) if _get(row, "purchase_unit") else None,
+        cluster_unit=int(row.cluster_unit) if row.cluster_unit else None,
+        purchase_unit=int(row.purchase_unit) if row.purchase_unit else None,
         gpu_id=row.id,
         perf=perf,
         memory_bytes=float(row.memory_bytes or 0.0),
@@ -1786,38 +2045,38 @@ def global_batch_sequences(
 
 
 def forecast_training(
-    model: Any,
+    model: ModelArch | dict[str, Any] | str | CatalogModel,
     gpu: str = "h100",
     num_gpus: int | None = None,
     seq_len: int = 8192,
     global_batch: int | None = None,
     global_batch_tokens: float | None = None,
     precision: str = "bf16",
-    parallelism: dict[str, Any] | None = None,
+    parallelism: Mapping[str, int | str | None] | None = None,
     tokens: float | None = None,
     target_days: float | None = None,
     top: int = 1,
-    artifact: Any = None,
+    artifact: object = None,
     *,
     fsdp: bool = False,
     node: str | None = None,
     instance: str | None = None,
     inter_node_bandwidth_bytes_per_s: float | None = None,
     framework: Framework | None = None,
-    constants: dict[str, Any] | None = None,
+    constants: Constants | None = None,
     hardware: Hardware | None = None,
-    progress: Any = None,
+    progress: Progress | None = None,
     ep_overlap: str | None = None,
     optimizer_dtype: str | None = None,
     master_weights: str | None = None,
-    recompute_modules: Any = None,
+    recompute_modules: str | Iterable[str] | None = None,
     moe_act_cache: str | None = None,
     memory_headroom: float | None = None,
     hsdp_shard_size: int | None = None,
     framework_name: str | None = None,
     cp_comm: str | None = None,
     cp_layout: str | None = None,
-) -> dict[str, Any]:
+) -> TrainingForecast:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
     Parameters
@@ -1833,7 +2092,7 @@ def forecast_training(
     precision:
         bf16 | fp16 | fp8 | fp4 (GEMM dtype; MFU uses the dense peak of this dtype).
     parallelism:
-        Any of ``tp pp cp ep dp vp micro_batch recompute zero``; missing ones are searched.
+        Some of ``tp pp cp ep dp vp micro_batch recompute zero``; missing ones are searched.
     tokens:
         Total training tokens: adds ``time_to_train_s`` and ``gpu_hours``.
     target_days:
@@ -1911,13 +2170,20 @@ def forecast_training(
     )
     precision_recipe(precision, hw)
     gbs = global_batch_sequences(int(seq_len), global_batch, global_batch_tokens)
-    par = dict(parallelism or {})
-    if "recompute" in par and isinstance(par["recompute"], str):
-        if par["recompute"] not in RECOMPUTE_CODES:
-            raise InputError(
-                f"unknown --recompute {par['recompute']!r}", hint="use none, selective or full"
-            )
-        par["recompute"] = RECOMPUTE_CODES[par["recompute"]]
+    par: dict[str, int | None] = {}
+    for key, value in (parallelism or {}).items():
+        if key == "recompute" and isinstance(value, str):
+            if value not in RECOMPUTE_CODES:
+                raise InputError(
+                    f"unknown --recompute {value!r}", hint="use none, selective or full"
+                )
+            value = RECOMPUTE_CODES[value]
+        elif isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise InputError(f"--{key} must be an integer, got {value!r}") from None
+        par[key] = value
     if fsdp:
         if par.get("zero", 3) != 3:
             raise InputError(
@@ -1937,14 +2203,13 @@ def forecast_training(
                 f"unknown --ep-overlap {ep_overlap!r}: use one of " + ", ".join(EP_OVERLAP_MODES),
             )
         fw = dataclasses.replace(fw, ep_overlap=mode)
-    overrides: dict[str, Any] = {}
-    for name, value in (
-        ("optimizer_dtype", optimizer_dtype),
-        ("master_weights", master_weights),
-        ("moe_act_cache", moe_act_cache),
-    ):
-        if value is not None:
-            overrides[name] = str(value).strip().lower()
+    overrides: FrameworkOverrides = {}
+    if optimizer_dtype is not None:
+        overrides["optimizer_dtype"] = str(optimizer_dtype).strip().lower()
+    if master_weights is not None:
+        overrides["master_weights"] = str(master_weights).strip().lower()
+    if moe_act_cache is not None:
+        overrides["moe_act_cache"] = str(moe_act_cache).strip().lower()
     if recompute_modules is not None:
         items = (
             recompute_modules.split(",")
@@ -2005,13 +2270,13 @@ def forecast_training(
     from gpuplan.forecast.train_calibration import apply_training_step
 
     c, step_cal = apply_training_step(artifact, hw, fname, c)  # probe --workload train
-    common: dict[str, Any] = dict(
-        seq_len=int(seq_len),
-        global_batch=gbs,
-        precision=precision,
-        framework=fw,
-        constants=c,
-    )
+    common: SearchOptions = {
+        "seq_len": int(seq_len),
+        "global_batch": gbs,
+        "precision": precision,
+        "framework": fw,
+        "constants": c,
+    }
     if num_gpus is None:
         out = search_mod.smallest_cluster(
             arch,
@@ -2026,8 +2291,9 @@ def forecast_training(
     else:
         out = search_mod.best_layouts(arch, hw, int(num_gpus), par, top=top, **common)
         if tokens is not None:
-            out["time_to_train_s"] = float(tokens) / out["tokens_per_s"]
-            out["gpu_hours"] = out["time_to_train_s"] * int(num_gpus) / 3600.0
+            time_s = float(tokens) / out["tokens_per_s"]
+            out["time_to_train_s"] = time_s
+            out["gpu_hours"] = time_s * int(num_gpus) / 3600.0
             lo, hi = out["intervals"]["tokens_per_s"]
             out["intervals"]["time_to_train_s"] = [float(tokens) / hi, float(tokens) / lo]
             out["intervals"]["gpu_hours"] = [
@@ -2064,10 +2330,11 @@ def forecast_training(
     out["global_batch_tokens"] = used * int(seq_len)
     out["tokens"] = float(tokens) if tokens is not None else None
     out["target_days"] = float(target_days) if target_days is not None else None
+    fitted = c.get("provenance", {})  # the constants' fit (a JSON object)
     out["provenance"] = {
         **hw.provenance,
         "calibration_basis": _basis_summary(hw.perf, precision_recipe(precision).curve_dtype),
-        "constants": c.get("provenance", {}),
+        "constants": fitted if isinstance(fitted, dict) else {},
         "framework": fw.name,
         "ep_overlap": fw.ep_overlap,
         "ep_kernels": "deepep" if fw.ep_deepep else "nccl",
@@ -2088,7 +2355,7 @@ def forecast_training(
     return out
 
 
-def _basis_summary(perf: Any, precision: str) -> dict[str, Any]:
+def _basis_summary(perf: DevicePerf, precision: str) -> JSONDict:
     try:
         summary = perf.summary()
     except Exception:  # a DevicePerf without a summary still forecasts
@@ -2098,4 +2365,4 @@ def _basis_summary(perf: Any, precision: str) -> dict[str, Any]:
         "memory_bandwidth_bytes_per_s",
         "allreduce_busbw_bytes_per_s",
     )
-    return {k: getattr(v, "basis", None) for k, v in summary.items() if k in keep}
+    return {k: v.basis for k, v in summary.items() if k in keep}
