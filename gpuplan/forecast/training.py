@@ -1166,7 +1166,7 @@ def evaluate_layouts(
         cast_fwd_elems[g.per] = cast_fwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.k, (n_u,))
         cast_bwd_elems[g.per] = cast_bwd_elems[g.per] + cnt * np.broadcast_to(g.m * g.n, (n_u,))
 
-    def per_layout(u: np.ndarray) -> np.ndarray:
+    def per_layout(u: FloatArray) -> FloatArray:
         return u[..., inv]
 
     mult = {
@@ -1410,7 +1410,7 @@ def evaluate_layouts(
             arch.top_k, ep_nodes, arch.max_nodes_per_token, dedup=deepep
         )
 
-        def a2a_time(b: float) -> np.ndarray:
+        def a2a_time(b: float) -> FloatArray:
             return comm_mod.collective_time3(
                 perf,
                 "all_to_all",
