@@ -38,9 +38,10 @@ sizing result carries ``serving_calibration`` too.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -55,7 +56,6 @@ from gpuplan.forecast.inference_arch import (
     resolve_precision,
     shard,
 )
-from gpuplan.forecast.model import ModelArch, arch_from, kv_cache_bytes_per_token
 from gpuplan.forecast.inference_fit import FittedOverheads, load_overheads, widen
 from gpuplan.forecast.inference_step import (
     DEFAULT_ENGINE,
@@ -72,15 +72,25 @@ from gpuplan.forecast.inference_step import (
     static_run_parts,
     static_run_time,
 )
+from gpuplan.forecast.model import ModelArch, arch_from, kv_cache_bytes_per_token
 from gpuplan.forecast.serving import (
     PERCENTILES,
     Candidate,
     LengthDist,
     ReplicaModel,
+    SimResult,
     check_num_requests,
     simulate,
     size_fleet,
 )
+from gpuplan.numeric import JSONDict
+
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired, Unpack
+
+    from gpuplan.calibration.api import DevicePerf
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.catalogs.schema import Accelerator
 
 #: fraction of GPU memory the engine may use (vLLM ``gpu_memory_utilization`` default, see
 #: https://docs.vllm.ai/en/latest/serving/engine_args.html); the rest is CUDA context,
@@ -91,11 +101,271 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 DEFAULT_CHUNK_TOKENS = 8192
 BATCHING_MODES = ("continuous", "static")
 
+#: looks up the calibrated performance of a catalog GPU id (:func:`device_perf_for`)
+PerfLookup: TypeAlias = Callable[[str], "DevicePerf"]
+#: called once per simulated fleet candidate (the CLI's progress line)
+Progress: TypeAlias = Callable[[], object]
 
-_PERF_CACHE: dict[tuple[str, Any], Any] = {}
+
+# ---------------------------------------------------------------------------------------------
+# Result records: the shapes of the ``forecast infer`` JSON parts (DESIGN.md section 3.3)
+# ---------------------------------------------------------------------------------------------
+class CrossNodeTP(TypedDict):
+    """What a TP group beyond a GPU's scale-up domain assumes (:func:`check_tp_domain`)."""
+
+    nodes: int
+    scale_up_domain: int
+    fabric: str
+    note: str
 
 
-def device_perf_for(gpu_id: str, artifact: Any = None) -> Any:
+class DroppedLayout(TypedDict):
+    """A (GPU, layout) the fleet search left out, with the reason (:func:`build_candidates`)."""
+
+    gpu: str
+    reason: str
+    tp: NotRequired[int]
+    pp: NotRequired[int]
+    memory_breakdown_bytes: NotRequired[dict[str, float]]
+
+
+class ServingPoint(TypedDict):
+    """One concurrency level of a ``serve`` probe run in the artifact's ``serving`` section
+    (its shape checked by :func:`gpuplan.calibration.serving.validate_serving`)."""
+
+    concurrency: int
+    input_tokens: int
+    output_tokens: int
+    #: p10, p50 and p90 of the measured per-request latency (seconds)
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    catalog_model: NotRequired[str | None]
+    tp: NotRequired[int | None]
+    precision: NotRequired[str | None]
+    run_id: NotRequired[str | None]
+
+
+class ServingEntry(TypedDict):
+    """The ``serving.<gpu>.<engine>`` entry of an artifact: its points and run ids."""
+
+    points: list[ServingPoint]
+    inputs: NotRequired[list[str]]
+
+
+class Factor(TypedDict):
+    """A measured-over-forecast latency factor with its interval."""
+
+    value: float
+    low: float
+    high: float
+    basis: str
+
+
+class FactorPoint(TypedDict):
+    """One serving point compared with its forecast (:func:`serving_factors`)."""
+
+    run_id: str | None
+    catalog_model: str | None
+    concurrency: int
+    measured_ttft_p50_s: float
+    forecast_ttft_s: float
+    measured_tpot_p50_s: float
+    forecast_tpot_s: float
+    ttft_ratio: dict[str, float]
+    tpot_ratio: dict[str, float]
+
+
+class ServingFactors(TypedDict):
+    """What :func:`serving_factors` returns; ``applied`` says whether the factors exist."""
+
+    device: str
+    engine: str
+    inputs: list[str]
+    points: list[FactorPoint]
+    skipped: list[str]
+    convention: str
+    applied: NotRequired[bool]
+    reason: NotRequired[str]
+    ttft_factor: NotRequired[Factor]
+    tpot_factor: NotRequired[Factor]
+
+
+class ServingCalibration(ServingFactors):
+    """A result's ``serving_calibration`` when the factors were applied: the raw latencies
+    they scaled and the hardware basis the forecast had before."""
+
+    raw: dict[str, float]
+    hardware_basis: str | None
+
+
+class FleetServingCalibration(ServingCalibration):
+    """A sized fleet's ``serving_calibration``: also what the factors were applied to."""
+
+    applied_to: str
+
+
+class BaseInfo(TypedDict):
+    """The request a forecast answers (:func:`_base_info`): model, precision, lengths, engine."""
+
+    model: Mapping[str, object]
+    precision: str
+    input_tokens: JSONDict
+    output_tokens: JSONDict
+    batching: str
+    engine: str
+    engine_profile: Mapping[str, object]
+    framework_constants: Mapping[str, object]
+
+
+class _ReplicaExtras(TypedDict, total=False):
+    """The keys a replica's forecast has only in some cases."""
+
+    #: data-parallel attention ranks of a wide-EP replica
+    dp_attention: int
+    #: what a replica spanning nodes assumes (:func:`multi_node_info`)
+    multi_node: JSONDict
+    cross_node_tp: CrossNodeTP
+    serving_calibration: ServingFactors | ServingCalibration
+
+
+class _FleetExtras(_ReplicaExtras, total=False):
+    """The keys a sized fleet has only in some cases."""
+
+    disaggregated: Disaggregated
+    sized_from: str
+
+
+def _dp_attention(dp: int) -> _ReplicaExtras:
+    """``dp_attention`` of a wide-EP replica (data-parallel attention ranks), else nothing."""
+    return {"dp_attention": dp} if dp > 1 else {}
+
+
+def _multi_node(info: JSONDict | None) -> _FleetExtras:
+    """``multi_node`` of a replica spanning nodes (:func:`multi_node_info`), else nothing."""
+    return {"multi_node": info} if info else {}
+
+
+class LayoutResult(_ReplicaExtras):
+    """One replica's forecast at no load (:func:`_single_layout`); ``_rates`` and
+    ``_memory`` are the device model and memory plan, dropped before the JSON leaves."""
+
+    ttft_s: float
+    tpot_s: float
+    throughput_output_tokens_per_s: float
+    throughput_output_tokens_per_s_per_gpu: float
+    batch: int
+    batch_running: int
+    batch_note: str | None
+    max_batch: int
+    kv_cache_bytes_per_token: float
+    kv_cache_bytes_per_token_per_gpu: float
+    memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    bottleneck: str
+    intervals: dict[str, list[float]]
+    tp: int
+    pp: int
+    ep: int
+    gpus_per_replica: int
+    memory_breakdown_bytes: dict[str, float]
+    breakdown_s: dict[str, dict[str, float]]
+    pp_hop_decode_s: float
+    static_batch: dict[str, float]
+    _rates: NotRequired[DeviceRates]
+    _memory: NotRequired[MemoryPlan]
+
+
+class InferenceResult(BaseInfo, LayoutResult):
+    """The ``forecast infer`` JSON of one replica (:func:`forecast_inference` without qps)."""
+
+    gpu: str
+    basis: str | None
+    precision_detail: str
+
+
+class PoolInfo(TypedDict):
+    """One pool of a disaggregated fleet (:func:`size_disaggregated`)."""
+
+    tp: int
+    pp: int
+    ep: int
+    batch_cap: int
+    gpus_per_replica: int
+    replicas: int
+    num_gpus: int
+    qps_per_replica: float
+    ttft_s: float
+    tpot_s: float | None
+    mean_running_requests: float
+
+
+class DecodePool(PoolInfo):
+    admission_wait_s: float
+
+
+class Disaggregated(TypedDict, total=False):
+    """Separate prefill and decode pools (:func:`size_disaggregated`); only ``num_gpus``
+    (None) and ``reason`` when no such fleet meets the SLOs."""
+
+    method: str
+    gpu: str
+    slo_percentile: str
+    prefill: PoolInfo
+    decode: DecodePool
+    prefill_decode_gpu_ratio: float
+    kv_transfer: dict[str, float | str]
+    ttft_s: float
+    tpot_s: float
+    ttft_note: str
+    num_gpus: int | None
+    reason: str
+    usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+    cost_derivation: str | None
+    colocated_num_gpus: int
+    colocated_usd_per_hour: float | None
+    verdict: str
+
+
+class FleetResult(BaseInfo, _FleetExtras):
+    """The ``forecast infer --qps`` JSON: the fleet sized for a load (:func:`size_serving_fleet`)."""
+
+    gpu: str
+    basis: str | None
+    ttft_s: float
+    tpot_s: float
+    throughput_output_tokens_per_s: float
+    throughput_output_tokens_per_s_per_gpu: float
+    batch: int
+    max_batch: int
+    kv_cache_bytes_per_token: float
+    kv_cache_bytes_per_token_per_gpu: float
+    memory_per_gpu_bytes: float
+    fits_in_memory: bool
+    bottleneck: str
+    intervals: dict[str, list[float] | None]
+    tp: int
+    pp: int
+    ep: int
+    gpus_per_replica: int
+    replicas: int
+    num_gpus: int
+    usd_per_hour: float | None
+    price_source: str | None
+    usd_per_million_output_tokens: float | None
+    cost_derivation: str | None
+    memory_breakdown_bytes: dict[str, float]
+    load: dict[str, float | str | None]
+    simulation: Mapping[str, object]
+    ranked_by: str
+    #: one row per (GPU, layout): :meth:`Candidate.as_dict` with its cost, or a dropped layout
+    candidates: list[dict[str, object]]
+
+
+_PERF_CACHE: dict[tuple[str, str | int | None], tuple[object, DevicePerf]] = {}
+
+
+def device_perf_for(gpu_id: str, artifact: object = None) -> DevicePerf:
     """The calibrated :class:`DevicePerf` of a catalog GPU (default artifact when None),
     cached per GPU and artifact (path, or the dict's identity) for repeated forecasts."""
     from gpuplan.calibration import device_perf
@@ -120,7 +390,7 @@ def resolve_model(model: Any, catalog: Any) -> tuple[ModelArch, dict[str, Any]]:
     arch = arch_from(model)
     if isinstance(model, CatalogModel):
         # the catalog's own count (biases, QK-norm and router biases included)
-        info = {"id": model.id, "source": model.source}
+        info: JSONDict = {"id": model.id, "source": model.source}
         total, active = float(model.params_total()), float(model.params_active())
     elif isinstance(model, dict):
         info = {"id": arch.name, "source": model.get("source", "given architecture")}
@@ -135,7 +405,7 @@ def resolve_model(model: Any, catalog: Any) -> tuple[ModelArch, dict[str, Any]]:
     return arch, info
 
 
-def _gpu_list(gpu: Any) -> list[str]:
+def _gpu_list(gpu: str | Sequence[str]) -> list[str]:
     if isinstance(gpu, (list, tuple)):
         names = [str(g).strip() for g in gpu]
     else:
@@ -146,7 +416,7 @@ def _gpu_list(gpu: Any) -> list[str]:
     return names
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: float | str) -> int:
     try:
         f = float(value)
     except (TypeError, ValueError):
@@ -156,7 +426,7 @@ def _positive_int(name: str, value: Any) -> int:
     return int(f)
 
 
-def _positive(name: str, value: Any) -> float | None:
+def _positive(name: str, value: float | str | None) -> float | None:
     if value is None:
         return None
     v = float(value)
@@ -165,7 +435,7 @@ def _positive(name: str, value: Any) -> float | None:
     return v
 
 
-def usd_per_gpu_hour(catalog: Any, gpu_id: str) -> tuple[float | None, str | None]:
+def usd_per_gpu_hour(catalog: Catalog, gpu_id: str) -> tuple[float | None, str | None]:
     """Cheapest published on-demand price per GPU-hour of any instance with this GPU."""
     best: tuple[float | None, str | None] = (None, None)
     for inst in getattr(catalog, "instances", []) or []:
@@ -217,7 +487,7 @@ class MemoryPlan:
 
 
 def memory_plan(
-    sh: Sharded, gpu: Any, *, tokens_in_pass: float, rows: float, utilization: float
+    sh: Sharded, gpu: Accelerator, *, tokens_in_pass: float, rows: float, utilization: float
 ) -> MemoryPlan:
     cap = float(getattr(gpu, "memory_bytes", 0) or 0)
     if cap <= 0:
@@ -252,7 +522,7 @@ def tp_options(arch: ModelArch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]
 
 def smallest_fitting_tp(
     arch: ModelArch,
-    gpu: Any,
+    gpu: Accelerator,
     prec: PrecisionSpec,
     *,
     pp: int,
@@ -273,7 +543,7 @@ def smallest_fitting_tp(
 
 def fits_one_request(
     arch: ModelArch,
-    gpu: Any,
+    gpu: Accelerator,
     prec: PrecisionSpec,
     layout: Layout,
     *,
@@ -295,7 +565,7 @@ MAX_AUTO_NODES = 8
 
 def multi_node_layout(
     arch: ModelArch,
-    gpu: Any,
+    gpu: Accelerator,
     prec: PrecisionSpec,
     *,
     ep: int,
@@ -350,7 +620,9 @@ def wide_ep_layout(ep: int) -> Layout:
     return Layout(1, 1, ep, dp=ep)
 
 
-def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dict[str, Any] | None:
+def multi_node_info(
+    layout: Layout, gpu: Accelerator, hop_s: float | None = None
+) -> JSONDict | None:
     """What a replica spanning nodes assumes (None inside one scale-up domain)."""
     domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
     if layout.gpus <= domain:
@@ -373,7 +645,7 @@ def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dic
         }
     stages_per_node = max(1, domain // layout.tp)
     boundaries = max(0, min(layout.pp - 1, nodes - 1)) if layout.tp <= domain else 0
-    out: dict[str, Any] = {
+    out: JSONDict = {
         "nodes": nodes,
         "scale_up_domain": domain,
         "tp_inside_node": layout.tp <= domain,
@@ -396,7 +668,7 @@ def multi_node_info(layout: Layout, gpu: Any, hop_s: float | None = None) -> dic
 
 def no_fit_error(
     arch: ModelArch,
-    gpu: Any,
+    gpu: Accelerator,
     prec: PrecisionSpec,
     layout: Layout,
     mp: MemoryPlan,
@@ -439,7 +711,7 @@ def no_fit_error(
 # ---------------------------------------------------------------------------------------------
 # One layout, no load
 # ---------------------------------------------------------------------------------------------
-def _round(x: Any, digits: int = 6) -> Any:
+def _round(x: object, digits: int = 6) -> object:
     if isinstance(x, float):
         if not math.isfinite(x):
             return None
@@ -475,8 +747,8 @@ def _best_batch(
 def _single_layout(
     *,
     arch: ModelArch,
-    gpu: Any,
-    perf: Any,
+    gpu: Accelerator,
+    perf: DevicePerf,
     prec: PrecisionSpec,
     layout: Layout,
     fitted: FittedOverheads,
@@ -488,7 +760,7 @@ def _single_layout(
     chunk_tokens: int,
     utilization: float,
     engine: str = "modern",
-) -> dict[str, Any]:
+) -> LayoutResult:
     params = fitted.params_for(engine, arch.is_moe)
     sh = shard(arch, layout, prec)
     rates = DeviceRates(perf, gpu, sh, engine=engine)
@@ -636,7 +908,7 @@ def _single_layout(
         "tp": layout.tp,
         "pp": layout.pp,
         "ep": layout.ep,
-        **({"dp_attention": layout.dp} if layout.dp > 1 else {}),
+        **_dp_attention(layout.dp),
         "gpus_per_replica": gpus,
         "memory_breakdown_bytes": mb,
         "breakdown_s": {
@@ -705,7 +977,7 @@ class ServingDemand:
         Also size separate prefill and decode pools (:func:`size_disaggregated`).
     """
 
-    model: Any
+    model: object
     gpus: tuple[str, ...]
     qps: float
     inputs: LengthDist
@@ -790,9 +1062,9 @@ class FleetSizing:
     usd_per_million_output_tokens: float | None
     cost_derivation: str | None
     sized_from: str
-    result: dict[str, Any]
+    result: FleetResult
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FleetResult:
         return self.result
 
 
@@ -831,14 +1103,14 @@ def cost_per_million_output_tokens(
 
 def _base_info(
     arch: ModelArch,
-    model_info: dict[str, Any],
+    model_info: Mapping[str, object],
     precision: str,
     inputs: LengthDist,
     outputs: LengthDist,
     batching: str,
     engine: str,
     fitted: FittedOverheads,
-) -> dict[str, Any]:
+) -> BaseInfo:
     return {
         "model": model_info,
         "precision": precision,
@@ -859,11 +1131,11 @@ def _base_info(
 def size_serving_fleet(
     demand: ServingDemand,
     *,
-    artifact: Any = None,
-    catalog: Any = None,
-    perf_for: Any = None,
+    artifact: object = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfLookup | None = None,
     overheads: FittedOverheads | None = None,
-    progress: Any = None,
+    progress: Progress | None = None,
     serving_calibration: bool = True,
 ) -> FleetSizing:
     """Size the cheapest fleet that serves ``demand`` within its SLOs.
@@ -910,7 +1182,7 @@ def size_serving_fleet(
     if demand.tp is not None:
         cross_node = check_tp_domain(demand.tp, gpus, catalog, allow=demand.allow_cross_node_tp)
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
-    factors: dict[str, dict[str, Any]] = {}
+    factors: dict[str, ServingFactors] = {}
     if serving_calibration and perf_for is None:
         for g in gpus:
             f = serving_factors(artifact, g.id, demand.engine, catalog=catalog, overheads=fitted)
@@ -994,8 +1266,8 @@ def size_serving_fleet(
 # Public entry point
 # ---------------------------------------------------------------------------------------------
 def forecast_inference(
-    model: Any,
-    gpu: Any = "h100",
+    model: object,
+    gpu: str | Sequence[str] = "h100",
     tp: int | None = None,
     pp: int = 1,
     ep: int = 1,
@@ -1008,7 +1280,7 @@ def forecast_inference(
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
     slo_percentile: str = "p99",
-    artifact: Any = None,
+    artifact: object = None,
     *,
     kv_precision: str | None = None,
     input_tokens_p99: float | None = None,
@@ -1019,15 +1291,15 @@ def forecast_inference(
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     seed: int = 0,
     num_requests: int = 2000,
-    catalog: Any = None,
-    perf_for: Any = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfLookup | None = None,
     overheads: FittedOverheads | None = None,
-    progress: Any = None,
+    progress: Progress | None = None,
     allow_cross_node_tp: bool = False,
     serving_calibration: bool = True,
     nodes: int | None = None,
     disaggregate: bool = False,
-) -> dict[str, Any]:
+) -> InferenceResult | FleetResult:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
     Parameters
@@ -1181,7 +1453,7 @@ def forecast_inference(
     g = gpus[0]
     prec = resolve_precision(precision, g, kv_precision)
     perf = get_perf(g.id)
-    common = dict(
+    common = _LayoutInputs(
         arch=arch,
         gpu=g,
         perf=perf,
@@ -1217,10 +1489,10 @@ def forecast_inference(
 # ---------------------------------------------------------------------------------------------
 # Serving calibration: the user's own server, measured by ``gpuplan probe --workload serve``
 # ---------------------------------------------------------------------------------------------
-_FACTOR_CACHE: dict[tuple[Any, str, str], Any] = {}
+_FACTOR_CACHE: dict[tuple[str | int | None, str, str], tuple[JSONDict, ServingFactors | None]] = {}
 
 
-def _artifact_dict(artifact: Any) -> dict[str, Any]:
+def _artifact_dict(artifact: object) -> JSONDict:
     from gpuplan.calibration import load_artifact
 
     if isinstance(artifact, dict):
@@ -1229,13 +1501,13 @@ def _artifact_dict(artifact: Any) -> dict[str, Any]:
 
 
 def serving_factors(
-    artifact: Any,
+    artifact: object,
     gpu_id: str,
     engine: str,
     *,
-    catalog: Any = None,
+    catalog: Catalog | None = None,
     overheads: FittedOverheads | None = None,
-) -> dict[str, Any] | None:
+) -> ServingFactors | None:
     """Measured-over-forecast TTFT and TPOT factors of ``engine`` on ``gpu_id``, or None.
 
     For every point of the artifact's ``serving.<gpu_id>.<engine>`` section (one concurrency
@@ -1272,9 +1544,9 @@ def serving_factors(
     key = (artifact if isinstance(artifact, str) or artifact is None else id(data), gpu_id, name)
     hit = _FACTOR_CACHE.get(key)
     if hit is not None and hit[0] is data:
-        return hit[1]  # type: ignore[no-any-return]
-    validate_serving(section)
-    entry = section.get(gpu_id, {}).get(name)
+        return hit[1]
+    devices = validate_serving(section)
+    entry = devices.get(gpu_id, {}).get(name)
     result = None if not entry else _fit_factors(data, entry, gpu_id, name, catalog, overheads)
     if len(_FACTOR_CACHE) > 64:
         _FACTOR_CACHE.clear()
@@ -1283,14 +1555,15 @@ def serving_factors(
 
 
 def _fit_factors(
-    data: dict[str, Any],
-    entry: dict[str, Any],
+    data: JSONDict,
+    entry: ServingEntry,
     gpu_id: str,
     engine: str,
-    catalog: Any,
+    catalog: Catalog | None,
     overheads: FittedOverheads | None,
-) -> dict[str, Any]:
-    points, skipped = [], []
+) -> ServingFactors:
+    points: list[FactorPoint] = []
+    skipped: list[str] = []
     for p in entry["points"]:
         if not p.get("catalog_model"):
             skipped.append(f"c={p['concurrency']}: no catalog model (probe with --catalog-model)")
@@ -1315,9 +1588,13 @@ def _fit_factors(
                 f"c={p['concurrency']}: {exc.message if hasattr(exc, 'message') else exc}"
             )
             continue
+        measured_vs_raw = {
+            "ttft": (p["ttft_s"], raw["ttft_s"]),
+            "tpot": (p["tpot_s"], raw["tpot_s"]),
+        }
         ratios = {
-            q: {k: float(p[f"{q}_s"][k]) / float(raw[f"{q}_s"]) for k in ("p10", "p50", "p90")}
-            for q in ("ttft", "tpot")
+            q: {k: float(measured[k]) / float(fc) for k in ("p10", "p50", "p90")}
+            for q, (measured, fc) in measured_vs_raw.items()
         }
         points.append(
             {
@@ -1332,7 +1609,7 @@ def _fit_factors(
                 "tpot_ratio": ratios["tpot"],
             }
         )
-    out: dict[str, Any] = {
+    out: ServingFactors = {
         "device": gpu_id,
         "engine": engine,
         "inputs": list(entry.get("inputs", [])),
@@ -1344,26 +1621,37 @@ def _fit_factors(
         out["applied"] = False
         out["reason"] = "no serving point could be forecast: " + "; ".join(skipped)
         return out
-    for q in ("ttft", "tpot"):
-        r = [pt[f"{q}_ratio"] for pt in points]
-        value = math.exp(sum(math.log(x["p50"]) for x in r) / len(r))
-        out[f"{q}_factor"] = {
-            "value": value,
-            "low": min(value, min(x["p10"] for x in r)),
-            "high": max(value, max(x["p90"] for x in r)),
-            "basis": "measured",
-        }
+    out["ttft_factor"] = _factor([pt["ttft_ratio"] for pt in points])
+    out["tpot_factor"] = _factor([pt["tpot_ratio"] for pt in points])
     out["applied"] = True
     return out
 
 
-def _apply_serving_factors(out: dict[str, Any], factors: dict[str, Any], basis: str | None) -> Any:
+def _factor(r: list[dict[str, float]]) -> Factor:
+    """The factor of the points' ratios: geometric mean of the p50 ratios, from the smallest
+    p10 ratio to the largest p90 ratio."""
+    value = math.exp(sum(math.log(x["p50"]) for x in r) / len(r))
+    return {
+        "value": value,
+        "low": min(value, min(x["p10"] for x in r)),
+        "high": max(value, max(x["p90"] for x in r)),
+        "basis": "measured",
+    }
+
+
+def _apply_serving_factors(
+    out: LayoutResult, factors: ServingFactors, basis: str | None
+) -> str | None:
     """Scale a single-replica forecast ``out`` in place by the serving factors; its basis."""
     if not factors.get("applied"):
         out["serving_calibration"] = factors
         return basis
     ft, fp = factors["ttft_factor"], factors["tpot_factor"]
-    raw = {k: out[k] for k in ("ttft_s", "tpot_s", "throughput_output_tokens_per_s")}
+    raw = {
+        "ttft_s": out["ttft_s"],
+        "tpot_s": out["tpot_s"],
+        "throughput_output_tokens_per_s": out["throughput_output_tokens_per_s"],
+    }
     gpus = out["gpus_per_replica"]
     out["ttft_s"] = raw["ttft_s"] * ft["value"]
     out["tpot_s"] = raw["tpot_s"] * fp["value"]
@@ -1377,13 +1665,14 @@ def _apply_serving_factors(out: dict[str, Any], factors: dict[str, Any], basis: 
         "throughput_output_tokens_per_s": [thr / fp["high"], thr / fp["low"]],
         "throughput_output_tokens_per_s_per_gpu": [thr / fp["high"] / gpus, thr / fp["low"] / gpus],
     }
-    out["serving_calibration"] = {**factors, "raw": raw, "hardware_basis": basis}
+    calibration: ServingCalibration = {**factors, "raw": raw, "hardware_basis": basis}
+    out["serving_calibration"] = calibration
     return "measured"
 
 
 def check_tp_domain(
-    tp: int, gpus: list[Any], catalog: Any, *, allow: bool
-) -> dict[str, dict[str, Any]] | None:
+    tp: int, gpus: Sequence[Accelerator], catalog: Catalog, *, allow: bool
+) -> dict[str, CrossNodeTP] | None:
     """Refuse a TP group larger than a GPU's scale-up domain unless ``allow``.
 
     Tensor parallelism all-reduces twice per layer and pass; outside the scale-up domain
@@ -1391,7 +1680,7 @@ def check_tp_domain(
     section 3.3: tensor parallelism inside the node). Returns, per GPU whose domain the
     group exceeds, what the forecast then assumes (``None`` when every group fits).
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CrossNodeTP] = {}
     for g in gpus:
         domain = int(getattr(g, "scale_up_domain_size", None) or 1)
         if tp <= domain:
@@ -1425,7 +1714,35 @@ def check_tp_domain(
     return out or None
 
 
-def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **common: Any) -> Layout:
+class _LayoutInputs(TypedDict):
+    """What :func:`forecast_inference` passes to the layout choice and the replica model."""
+
+    arch: ModelArch
+    gpu: Accelerator
+    perf: DevicePerf
+    prec: PrecisionSpec
+    fitted: FittedOverheads
+    input_tokens: int
+    output_tokens: int
+    batch: int | None
+    max_throughput: bool
+    batching: str
+    chunk_tokens: int
+    utilization: float
+    engine: str
+
+
+class _FitArgs(TypedDict):
+    """The request and memory figures a layout must hold (:func:`fits_one_request`)."""
+
+    request_tokens: float
+    chunk: float
+    utilization: float
+
+
+def _choose_layout(
+    *, tp: int | None, pp: int, ep: int, nodes: int | None, **common: Unpack[_LayoutInputs]
+) -> Layout:
     """The replica layout of a single forecast: the given one; else the smallest TP inside
     the scale-up domain that holds the batch; else, when the model fits no node (and
     neither ``--pp`` nor ``--tp`` is fixed), the fewest nodes with TP inside each node and
@@ -1434,8 +1751,7 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
     arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
     req = float(common["input_tokens"] + common["output_tokens"])
     domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
-    kw = dict(
-        ep=ep,
+    fit_kw = _FitArgs(
         request_tokens=req,
         chunk=common["chunk_tokens"],
         utilization=common["utilization"],
@@ -1455,7 +1771,7 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
                     hint=f"use a --pp dividing {nodes * domain}",
                 )
             return Layout(nodes * domain // pp, pp, ep)
-        lay = multi_node_layout(arch, gpu, prec, nodes=nodes, tp=tp, **kw)
+        lay = multi_node_layout(arch, gpu, prec, ep=ep, nodes=nodes, tp=tp, **fit_kw)
         if lay is None:
             raise InputError(
                 f"no layout of {nodes} node(s) of {domain} {gpu.id} GPUs splits {arch.name}",
@@ -1469,9 +1785,8 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
         return Layout(tp, pp, ep)
     t = _default_tp(pp=pp, ep=ep, **common)
     lay = Layout(t, pp, ep)
-    fit_kw = {k: v for k, v in kw.items() if k != "ep"}
     if pp == 1 and not fits_one_request(arch, gpu, prec, lay, **fit_kw):
-        multi = multi_node_layout(arch, gpu, prec, **kw)
+        multi = multi_node_layout(arch, gpu, prec, ep=ep, **fit_kw)
         if multi is not None:
             return multi
     return lay
@@ -1480,8 +1795,8 @@ def _choose_layout(*, tp: int | None, pp: int, ep: int, nodes: int | None, **com
 def _default_tp(
     *,
     arch: ModelArch,
-    gpu: Any,
-    perf: Any,
+    gpu: Accelerator,
+    perf: DevicePerf,
     prec: PrecisionSpec,
     pp: int,
     ep: int,
@@ -1551,7 +1866,7 @@ def _default_tp(
     return best
 
 
-def _basis(perf: Any) -> str | None:
+def _basis(perf: DevicePerf) -> str | None:
     try:
         s = perf.summary()
         bases = {e.basis for e in s.values()}
@@ -1566,7 +1881,7 @@ def _basis(perf: Any) -> str | None:
 
 def fleet_layouts(
     arch: ModelArch,
-    gpu: Any,
+    gpu: Accelerator,
     prec: PrecisionSpec,
     *,
     tp: int | None,
@@ -1640,7 +1955,7 @@ def fleet_layouts(
 def build_candidates(
     *,
     arch: ModelArch,
-    gpus: list[Any],
+    gpus: list[Accelerator],
     precision: str,
     kv_precision: str | None,
     tp: int | None,
@@ -1650,20 +1965,20 @@ def build_candidates(
     outputs: LengthDist,
     batch: int | None,
     fitted: FittedOverheads,
-    get_perf: Any,
-    catalog: Any,
+    get_perf: PerfLookup,
+    catalog: Catalog,
     chunk_tokens: int,
     utilization: float,
     engine: str = "modern",
     nodes: int | None = None,
-) -> tuple[list[Candidate], list[dict[str, Any]]]:
+) -> tuple[list[Candidate], list[DroppedLayout]]:
     """Every (GPU, layout, batch cap) that could serve, with a replica model each.
 
     Returns the candidates and the (gpu, tp) layouts left out with the reason.
     """
     params = fitted.params_for(engine, arch.is_moe)
     cands: list[Candidate] = []
-    dropped: list[dict[str, Any]] = []
+    dropped: list[DroppedLayout] = []
     req_mean = inputs.mean + outputs.mean
     req_max = inputs.quantile(0.999) + outputs.quantile(0.999)
     for g in gpus:
@@ -1673,7 +1988,7 @@ def build_candidates(
             dropped.append({"gpu": g.id, "reason": exc.one_line()})
             continue
         price, price_src = usd_per_gpu_hour(catalog, g.id)
-        perf = None
+        perf: DevicePerf | None = None
         for layout in fleet_layouts(
             arch,
             g,
@@ -1763,8 +2078,8 @@ def build_candidates(
 def _size_for_load(
     *,
     arch: ModelArch,
-    gpus: list[Any],
-    base: dict[str, Any],
+    gpus: list[Accelerator],
+    base: BaseInfo,
     precision: str,
     kv_precision: str | None,
     tp: int | None,
@@ -1778,17 +2093,17 @@ def _size_for_load(
     percentile: str,
     batch: int | None,
     fitted: FittedOverheads,
-    get_perf: Any,
-    catalog: Any,
+    get_perf: PerfLookup,
+    catalog: Catalog,
     chunk_tokens: int,
     utilization: float,
     engine: str,
     seed: int,
     num_requests: int,
-    progress: Any,
-    serving: dict[str, dict[str, Any]] | None = None,
+    progress: Progress | None,
+    serving: dict[str, ServingFactors] | None = None,
     nodes: int | None = None,
-) -> dict[str, Any]:
+) -> FleetResult:
     serving = serving or {}
     cands, dropped = build_candidates(
         nodes=nodes,
@@ -1935,8 +2250,8 @@ def _size_for_load(
     )
     pct = PERCENTILES[percentile]
     sv = sim_val.summary()
-    mp: Any = best.extra["memory"]
-    sh: Any = best.extra["sharded"]
+    mp: MemoryPlan = best.extra["memory"]
+    sh: Sharded = best.extra["sharded"]
     gpr = best.gpus_per_replica
     thr_rep = sv["throughput_output_tokens_per_s"]
     mean_running = sv["mean_running_requests"]
@@ -1961,7 +2276,7 @@ def _size_for_load(
     ft, fp = best.latency_factors
     ttft_v = sim_val.percentile("ttft", pct) * ft
     tpot_v = sim_val.percentile("tpot", pct) * fp
-    rates: Any = best.extra["rates"]
+    rates: DeviceRates = best.extra["rates"]
     decode_parts = combine(
         continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
         fitted.params_for(engine, arch.is_moe),
@@ -1969,7 +2284,7 @@ def _size_for_load(
     per_mtok, per_mtok_how = cost_per_million_output_tokens(
         best.usd_per_gpu_hour, best.replicas * gpr, qps, outputs.mean
     )
-    out = {
+    out: FleetResult = {
         **base,
         "gpu": best.gpu,
         "basis": _basis(rates.perf),
@@ -2017,9 +2332,9 @@ def _size_for_load(
         "tp": best.tp,
         "pp": best.pp,
         "ep": best.ep,
-        **({"dp_attention": best.dp} if best.dp > 1 else {}),
+        **_dp_attention(best.dp),
         "gpus_per_replica": gpr,
-        **({"multi_node": best.extra["multi_node"]} if best.extra.get("multi_node") else {}),
+        **_multi_node(best.extra.get("multi_node")),
         "replicas": best.replicas,
         "num_gpus": best.replicas * gpr,
         "usd_per_hour": None
@@ -2058,7 +2373,7 @@ def _size_for_load(
     return out
 
 
-def _latency_factors(factors: dict[str, Any] | None) -> tuple[float, float]:
+def _latency_factors(factors: ServingFactors | None) -> tuple[float, float]:
     """(TTFT, TPOT) multipliers of :func:`serving_factors`' result; (1, 1) without one."""
     if not factors or not factors.get("applied"):
         return (1.0, 1.0)
@@ -2066,8 +2381,8 @@ def _latency_factors(factors: dict[str, Any] | None) -> tuple[float, float]:
 
 
 def _fleet_serving_calibration(
-    factors: dict[str, Any], *, raw: dict[str, float], hardware_basis: str | None
-) -> dict[str, Any]:
+    factors: ServingFactors, *, raw: dict[str, float], hardware_basis: str | None
+) -> ServingFactors | FleetServingCalibration:
     """The sizing result's ``serving_calibration``: the factors, what they scaled, the raw
     latencies at the SLO percentile."""
     if not factors.get("applied"):
@@ -2093,6 +2408,10 @@ def _fleet_serving_calibration(
 KV_TRANSFER_PROBE_BYTES = 256 * 2**20
 
 
+#: a sized pool: (GPUs, the candidate, its replicas, the simulation at that count)
+_Sized: TypeAlias = tuple[int, Candidate, int, SimResult]
+
+
 def inter_node_link_bytes_per_s(rates: DeviceRates) -> tuple[float, str]:
     """Per-GPU bandwidth between two nodes from the calibrated point-to-point model (one
     rank per node), and its basis: the link a prefill GPU sends its KV shard over."""
@@ -2102,7 +2421,7 @@ def inter_node_link_bytes_per_s(rates: DeviceRates) -> tuple[float, str]:
     return float(KV_TRANSFER_PROBE_BYTES / t3[VALUE]), basis
 
 
-def _min_replicas(ok: Any, start: int, limit: int = 4096) -> int | None:
+def _min_replicas(ok: Callable[[int], bool], start: int, limit: int = 4096) -> int | None:
     """Smallest replica count ``r >= 1`` with ``ok(r)`` (monotone), doubling then bisecting."""
     lo, hi = 0, max(1, start)
     while not ok(hi):
@@ -2121,13 +2440,13 @@ def _min_replicas(ok: Any, start: int, limit: int = 4096) -> int | None:
 def size_disaggregated(
     *,
     arch: ModelArch,
-    gpus: list[Any],
+    gpus: list[Accelerator],
     demand: ServingDemand,
-    colocated: dict[str, Any],
+    colocated: FleetResult,
     fitted: FittedOverheads,
-    get_perf: Any,
-    catalog: Any,
-) -> dict[str, Any]:
+    get_perf: PerfLookup,
+    catalog: Catalog,
+) -> Disaggregated:
     """Separate prefill and decode pools for ``demand``, compared with the co-located fleet.
 
     Method (DistServe, Zhong et al., OSDI 2024, section 4: each phase on its own instances,
@@ -2194,8 +2513,8 @@ def size_disaggregated(
     dec_cands = top_caps(cands, 3)
     pf_cands = top_caps(cands, 1)
 
-    def size_decode(wait_cap: float | None) -> tuple[int, Candidate, int, Any] | None:
-        best: tuple[int, Candidate, int, Any] | None = None
+    def size_decode(wait_cap: float | None) -> _Sized | None:
+        best: _Sized | None = None
         for c in dec_cands:
             rep = dc_replace(c.replica, prefilled=True, label=c.replica.label + " decode")
 
@@ -2218,8 +2537,8 @@ def size_disaggregated(
             best = (r * c.gpus_per_replica, c, r, sim)
         return best
 
-    def size_prefill(budget: float | None) -> tuple[int, Candidate, int, Any] | None:
-        best: tuple[int, Candidate, int, Any] | None = None
+    def size_prefill(budget: float | None) -> _Sized | None:
+        best: _Sized | None = None
         for c in pf_cands:
             rep = dc_replace(c.replica, label=c.replica.label + " prefill")
 
@@ -2240,7 +2559,7 @@ def size_disaggregated(
     # decode pool's admission wait: try a few splits and keep the fewest GPUs in all
     slo = demand.ttft_slo_s
     splits = [None] if slo is None else [0.05, 0.15, 0.3]
-    found: tuple[int, Any, Any, float, float] | None = None
+    found: tuple[int, _Sized, _Sized, float, float] | None = None
     reasons: list[str] = []
     for frac in splits:
         dec = size_decode(None if slo is None or frac is None else frac * slo)
@@ -2287,7 +2606,7 @@ def size_disaggregated(
     else:
         verdict = f"the same {total} GPUs either way"
 
-    def pool(c: Candidate, r: int, sim: Any) -> dict[str, Any]:
+    def pool(c: Candidate, r: int, sim: SimResult) -> PoolInfo:
         return {
             "tp": c.tp,
             "pp": c.pp,
