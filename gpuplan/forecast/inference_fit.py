@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from gpuplan.forecast.inference_step import (
     combine,
 )
 from gpuplan.fsio import write_atomic
+from gpuplan.numeric import FloatArray, JSONDict, Num
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 OVERHEADS_JSON = DATA_DIR / "inference_overheads.json"
@@ -112,12 +114,15 @@ class Cases:
     gpus: np.ndarray
 
     @classmethod
-    def build(cls, rows: list[dict[str, Any]], runs: list[StaticRunParts]) -> Cases:
+    def build(cls, rows: Sequence[Mapping[str, object]], runs: list[StaticRunParts]) -> Cases:
+        """``rows``: one mapping per run with the columns of :class:`Cases` (``run_id``,
+        ``metric``, ``published``, ``model``, ``gpu``, ``source``, ``table``, ``gpus``)."""
+
         def col(k: str) -> np.ndarray:
             return np.array([r[k] for r in rows])
 
         return cls(
-            ids=tuple(r["run_id"] for r in rows),
+            ids=tuple(str(r["run_id"]) for r in rows),
             metric=col("metric"),
             published=col("published").astype(float),
             model=col("model"),
@@ -250,8 +255,8 @@ def residual_quantiles(
 
 
 def widen(
-    value: Any, low: Any, high: Any, q_lo: float, q_hi: float, *, is_time: bool = False
-) -> tuple[Any, Any]:
+    value: Num, low: Num, high: Num, q_lo: float, q_hi: float, *, is_time: bool = False
+) -> tuple[FloatArray, FloatArray]:
     """Combine the calibration interval with the model-error quantiles, in log space.
 
     ``q_lo, q_hi`` are quantiles of ``log(forecast / truth)`` for the quantity; the truth then
@@ -271,6 +276,40 @@ def widen(
 # ---------------------------------------------------------------------------------------------
 # The shipped constants
 # ---------------------------------------------------------------------------------------------
+class EngineConstants(TypedDict, total=False):
+    """One engine profile's shipped constants (``engine_constants`` of
+    ``data/inference_overheads.json``, fitted by
+    :func:`gpuplan.forecast.validation_inference.fit_engine_constants`). Partial
+    (``total=False``): a file written before a constant existed lacks it and
+    :meth:`FittedOverheads.params_for` falls back to the shared value; only
+    ``time_scale`` is always read."""
+
+    time_scale: float
+    moe_time_scale: float
+    overhead_per_layer_s: float
+    frontend_s_per_request: float
+    rows: int
+    basis: str
+    log_residual_quantiles: dict[str, list[float]]
+
+
+class OverheadsRecord(TypedDict, total=False):
+    """The document ``data/inference_overheads.json`` (written by
+    :func:`gpuplan.forecast.validation_inference.refit`); ``note`` alone where none is shipped."""
+
+    version: int
+    what: str
+    fitted_on: str
+    skipped: list[JSONDict]
+    params: dict[str, float]
+    interval: JSONDict
+    held_out: dict[str, JSONDict]
+    engines: dict[str, JSONDict]
+    engine_constants: dict[str, EngineConstants]
+    regenerate: str
+    note: str
+
+
 @dataclass(frozen=True)
 class FittedOverheads:
     """The shipped framework constants, the held-out error quantiles per metric, and the
@@ -279,10 +318,10 @@ class FittedOverheads:
 
     params: OverheadParams
     quantiles: dict[str, tuple[float, float]]
-    record: dict[str, Any]
-    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: OverheadsRecord
+    engines: dict[str, EngineConstants] = field(default_factory=dict)
 
-    def engine_constants(self, engine: str | None) -> dict[str, Any] | None:
+    def engine_constants(self, engine: str | None) -> EngineConstants | None:
         """The fitted constants a profile uses: its own (calibrated), the pooled ones (a
         profile with fewer than ``MIN_ROWS_CALIBRATED`` rows of its own), or None (the
         TensorRT-LLM v0.9 constants as they are)."""
@@ -343,7 +382,7 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
     return FittedOverheads(params, q, doc, dict(doc.get("engine_constants", {})))
 
 
-def write_overheads(doc: dict[str, Any], path: Path | None = None) -> Path:
+def write_overheads(doc: Mapping[str, object], path: Path | None = None) -> Path:
     p = path or OVERHEADS_JSON
     write_atomic(p, json.dumps(doc, indent=2, sort_keys=False) + "\n", make_parents=False)
     load_overheads.cache_clear()
