@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -46,6 +46,19 @@ from gpuplan.forecast.inference_fit import (
     write_overheads,
 )
 from gpuplan.forecast.inference_step import VALUE, OverheadParams
+from gpuplan.numeric import FloatArray, JSONDict
+
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired
+
+    from gpuplan.calibration.api import DevicePerf
+    from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.forecast.inference_fit import FittedOverheads
+    from gpuplan.forecast.inference_step import DeviceRates
+
+PerfFor: TypeAlias = "Callable[[str], DevicePerf]"
+"""Looks up the calibrated performance of a catalog GPU id (default:
+:func:`gpuplan.forecast.inference.device_perf_for`)."""
 
 CSV_PATH = DATA_DIR / "inference_runs.csv"
 
@@ -58,6 +71,197 @@ CSV_PATH = DATA_DIR / "inference_runs.csv"
 PRECISION_AS_RUN: dict[tuple[str, str, str], str] = {}
 SCHEMES = {"leave-one-model-out": "model", "leave-one-gpu-out": "gpu"}
 METRICS = ("throughput_per_gpu", "ttft")
+
+
+# ---------------------------------------------------------------------------------------------
+# Records: the shapes of the ``gpuplan validate inference`` JSON parts
+# ---------------------------------------------------------------------------------------------
+class RowCase(TypedDict):
+    """What a published row measured (:func:`row_case`)."""
+
+    metric: str
+    published: float
+    batch: int
+    input: int
+    output: int
+    tp: int
+    pp: int
+    ep: int
+
+
+class Skipped(TypedDict):
+    """A row that was not forecast, and why."""
+
+    run_id: str
+    reason: str
+
+
+class Fold(TypedDict):
+    """One fold of :func:`cross_validate`: the group held out and the constants fitted."""
+
+    held_out: str
+    rows: int
+    params: dict[str, float]
+
+
+class Score(TypedDict):
+    """Coverage and error figures of a set of rows (:func:`score`); only the counts where
+    no row was forecast."""
+
+    rows: int
+    forecast: int
+    coverage: NotRequired[float]
+    median_abs_pct_error: NotRequired[float]
+    p90_abs_pct_error: NotRequired[float]
+    bias_pct: NotRequired[float]
+    interval_coverage: NotRequired[float]
+
+
+ScoreFigure: TypeAlias = Literal[
+    "coverage", "median_abs_pct_error", "p90_abs_pct_error", "bias_pct", "interval_coverage"
+]
+#: the figures of a :class:`Score` beyond its counts, in their order
+SCORE_FIGURES: tuple[ScoreFigure, ...] = (
+    "coverage",
+    "median_abs_pct_error",
+    "p90_abs_pct_error",
+    "bias_pct",
+    "interval_coverage",
+)
+ErrorFigure: TypeAlias = Literal["median_abs_pct_error", "p90_abs_pct_error", "bias_pct"]
+_ERROR_FIGURES: tuple[ErrorFigure, ...] = ("median_abs_pct_error", "p90_abs_pct_error", "bias_pct")
+
+EngineMetric: TypeAlias = Literal[
+    "throughput", "ttft_mean_burst", "tpot_median_burst", "ttft_median_online", "tpot_median_online"
+]
+"""A metric an engine row's replay gives (:func:`simulate_engine_row`)."""
+LatencyMetric: TypeAlias = Literal[
+    "ttft_mean_burst", "tpot_median_burst", "ttft_median_online", "tpot_median_online"
+]
+_TTFT_METRICS: tuple[LatencyMetric, ...] = ("ttft_mean_burst", "ttft_median_online")
+
+
+class LatencyPoint(TypedDict):
+    """A latency metric of one engine row: published, forecast and its interval (s)."""
+
+    published_s: float
+    forecast_s: float
+    interval_s: list[float]
+    error_pct: float
+
+
+class EngineRow(TypedDict):
+    """One engine row of :func:`validate_engines` (``rows``): the constants it was scored
+    with, its throughput (bursts) and its latency metrics."""
+
+    run_id: str | None
+    engine: str
+    model: str
+    gpu: str | None
+    tp: str | None
+    kind: str
+    time_scale: float
+    overhead_per_layer_s: float
+    frontend_s_per_request: float
+    fitted_on: str
+    published: NotRequired[float]
+    forecast: NotRequired[float]
+    interval: NotRequired[list[float]]
+    error_pct: NotRequired[float]
+    ttft_mean_burst: NotRequired[LatencyPoint]
+    tpot_median_burst: NotRequired[LatencyPoint]
+    ttft_median_online: NotRequired[LatencyPoint]
+    tpot_median_online: NotRequired[LatencyPoint]
+
+
+class EngineFit(TypedDict):
+    """Engine-profile constants (:meth:`_EngineData.fit`): the time scales and per-layer
+    overhead; a finished fit adds the front-end cost, its row counts and residual quantiles."""
+
+    time_scale: float
+    moe_time_scale: float
+    overhead_per_layer_s: float
+    frontend_s_per_request: NotRequired[float]
+    rows: NotRequired[int]
+    moe_rows: NotRequired[int]
+    log_residual_quantiles: NotRequired[dict[str, list[float]]]
+
+
+class EngineConstants(TypedDict):
+    """A profile's shipped constants (:func:`fit_engine_constants`)."""
+
+    time_scale: float
+    moe_time_scale: float
+    overhead_per_layer_s: float
+    frontend_s_per_request: float
+    rows: int
+    basis: str
+    log_residual_quantiles: dict[str, list[float]]
+
+
+class EngineProfile(Score):
+    """An engine profile's scores on its rows (:func:`validate_engines`, ``profiles``)."""
+
+    latency: dict[str, Score]
+    ttft: Score | None
+    tpot: Score | None
+    models: list[str]
+    rows_total: int
+    skipped: int
+    calibrated: bool
+    constants: str
+    note: str
+
+
+class EngineValidation(TypedDict):
+    """What :func:`validate_engines` returns."""
+
+    data: str
+    scheme: str
+    convention: str
+    profiles: dict[str, EngineProfile]
+    by_metric: dict[str, Score]
+    overall: Score
+    rows: list[EngineRow]
+    skipped: list[Skipped]
+
+
+class ProfileRow(TypedDict):
+    """One engine profile of ``gpuplan validate inference`` (:func:`engine_profile_table`)."""
+
+    rows: int
+    throughput: Score
+    ttft: Score | None
+    tpot: Score | None
+    calibrated: bool
+    constants: str
+    models: NotRequired[list[str]]
+    held_out: str
+    leave_one_engine_out: dict[str, float] | None
+    note: NotRequired[str]
+
+
+class InferenceValidation(TypedDict):
+    """The JSON of ``gpuplan validate inference`` (:func:`validate_inference`)."""
+
+    data: str
+    scheme: str
+    convention: str
+    fitted: list[str]
+    interval: str
+    skipped: list[Skipped]
+    overall: NotRequired[Score]
+    folds: NotRequired[list[Fold]]
+    by_source: NotRequired[dict[str, Score]]
+    by_table: NotRequired[dict[str, Score]]
+    by_metric: NotRequired[dict[str, Score]]
+    profiles: NotRequired[dict[str, ProfileRow]]
+    engine_rows: NotRequired[list[EngineRow]]
+    engine_skipped: NotRequired[list[Skipped]]
+    metrics: NotRequired[dict[str, str]]
+    by_model: NotRequired[dict[str, Score]]
+    by_gpu: NotRequired[dict[str, Score]]
+    rows: NotRequired[list[JSONDict]]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -103,7 +307,7 @@ def engine_of(row: dict[str, str]) -> str:
     return "modern"
 
 
-def row_case(row: dict[str, str]) -> dict[str, Any]:
+def row_case(row: dict[str, str]) -> RowCase:
     """What a published row measured, in the model's terms (raises for rows it cannot use)."""
     scenario = (row.get("scenario") or "").lower()
     tp = int(_num(row.get("tp")) or 1)
@@ -146,10 +350,10 @@ def row_case(row: dict[str, str]) -> dict[str, Any]:
 def prepare(
     rows: list[dict[str, str]],
     *,
-    artifact: Any = None,
-    perf_for: Callable[[str], Any] | None = None,
-    catalog: Any = None,
-) -> tuple[Cases | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    artifact: JSONDict | str | None = None,
+    perf_for: PerfFor | None = None,
+    catalog: Catalog | None = None,
+) -> tuple[Cases | None, list[JSONDict], list[Skipped]]:
     """Turn published rows into :class:`Cases`; rows that cannot be forecast are returned
     with the reason (they count against coverage)."""
     from gpuplan.forecast.inference import device_perf_for
@@ -160,11 +364,11 @@ def prepare(
         from gpuplan.catalogs import get_catalog
 
         catalog = get_catalog()
-    perfs: dict[str, Any] = {}
-    rates_cache: dict[tuple[Any, ...], Any] = {}
-    kept: list[dict[str, Any]] = []
+    perfs: dict[str, DevicePerf] = {}
+    rates_cache: dict[tuple[str, str, str, int, int, int], DeviceRates] = {}
+    kept: list[JSONDict] = []
     runs = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[Skipped] = []
     for row in rows:
         rid = row.get("run_id", "?")
         try:
@@ -214,13 +418,13 @@ def prepare(
 
 def cross_validate(
     cases: Cases, scheme: str = "leave-one-model-out", base: OverheadParams | None = None
-) -> tuple[np.ndarray, list[dict[str, Any]]]:
+) -> tuple[FloatArray, list[Fold]]:
     """Held-out forecasts ``(R, 3)`` with widened intervals, and the fold records."""
     if scheme not in SCHEMES:
         raise InputError(f"unknown scheme {scheme!r}", hint=f"use one of {', '.join(SCHEMES)}")
     groups = cases.model if SCHEMES[scheme] == "model" else cases.gpu
     pred = np.full((len(cases), 3), np.nan)
-    folds = []
+    folds: list[Fold] = []
     for g in sorted(set(groups.tolist())):
         test = groups == g
         train = ~test
@@ -244,7 +448,7 @@ def cross_validate(
     return pred, folds
 
 
-def score(published: np.ndarray, pred: np.ndarray, total_rows: int) -> dict[str, Any]:
+def score(published: FloatArray, pred: FloatArray, total_rows: int) -> Score:
     """Coverage, median / p90 absolute percentage error, bias and interval coverage."""
     ok = np.isfinite(pred[:, VALUE])
     n = int(ok.sum())
@@ -265,9 +469,9 @@ def score(published: np.ndarray, pred: np.ndarray, total_rows: int) -> dict[str,
 
 
 def _group_scores(
-    key: np.ndarray, cases: Cases, pred: np.ndarray, skipped_keys: list[str]
-) -> dict[str, Any]:
-    out = {}
+    key: np.ndarray, cases: Cases, pred: FloatArray, skipped_keys: list[str]
+) -> dict[str, Score]:
+    out: dict[str, Score] = {}
     for g in sorted(set(key.tolist()) | set(skipped_keys)):
         sel = key == g
         total = int(sel.sum()) + skipped_keys.count(g)
@@ -276,14 +480,14 @@ def _group_scores(
 
 
 def engine_profile_table(
-    result: dict[str, Any], engines: dict[str, Any], transfer: dict[str, Any]
-) -> dict[str, Any]:
+    result: InferenceValidation, engines: EngineValidation, transfer: EngineValidation
+) -> dict[str, ProfileRow]:
     """One entry per engine profile with published rows: throughput (median / p90 / bias /
     interval coverage), TTFT and TPOT errors apart, held out by model (and, for the serving
     engines, by engine: ``leave_one_engine_out``), and what its constants are."""
     from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED, engine_profile
 
-    out: dict[str, Any] = {}
+    out: dict[str, ProfileRow] = {}
     bm = result.get("by_metric", {})
     if "throughput_per_gpu" in bm:
         prof = engine_profile("trtllm@0.9")
@@ -298,21 +502,15 @@ def engine_profile_table(
             "leave_one_engine_out": None,
         }
     for name, p in engines.get("profiles", {}).items():
-        thr = {
-            k: p[k]
-            for k in p
-            if k
-            in (
-                "rows",
-                "forecast",
-                "coverage",
-                "median_abs_pct_error",
-                "p90_abs_pct_error",
-                "bias_pct",
-                "interval_coverage",
-            )
-        }
-        loeo = transfer.get("profiles", {}).get(name, {})
+        # the profile's throughput score: its counts and figures, in their order
+        thr: Score = {"rows": p["rows"], "forecast": p["forecast"]}
+        for fig in SCORE_FIGURES:
+            if fig in p:
+                thr[fig] = p[fig]
+        loeo = transfer.get("profiles", {}).get(name)
+        loeo_errors: dict[str, float] = (
+            {k: loeo[k] for k in _ERROR_FIGURES if k in loeo} if loeo is not None else {}
+        )
         out[name] = {
             "rows": p["rows"],
             "throughput": thr,
@@ -322,12 +520,7 @@ def engine_profile_table(
             "constants": p["constants"],
             "models": p["models"],
             "held_out": engines["scheme"],
-            "leave_one_engine_out": {
-                k: loeo[k]
-                for k in ("median_abs_pct_error", "p90_abs_pct_error", "bias_pct")
-                if k in loeo
-            }
-            or None,
+            "leave_one_engine_out": loeo_errors or None,
             "note": p["note"],
         }
     return out
@@ -337,10 +530,10 @@ def validate_inference(
     data: str | Path | None = None,
     *,
     scheme: str = "leave-one-model-out",
-    artifact: Any = None,
-    perf_for: Callable[[str], Any] | None = None,
-    catalog: Any = None,
-) -> dict[str, Any]:
+    artifact: JSONDict | str | None = None,
+    perf_for: PerfFor | None = None,
+    catalog: Catalog | None = None,
+) -> InferenceValidation:
     """Held-out errors of the inference forecast on the published table.
 
     Returns the JSON of ``gpuplan validate inference``: ``overall``, ``by_source``,
@@ -349,7 +542,7 @@ def validate_inference(
     """
     rows = load_rows(data)
     cases, kept, skipped = prepare(rows, artifact=artifact, perf_for=perf_for, catalog=catalog)
-    result: dict[str, Any] = {
+    result: InferenceValidation = {
         "data": str(Path(data) if data else CSV_PATH.name),
         "scheme": scheme,
         "convention": (
@@ -409,7 +602,7 @@ def validate_inference(
     result["metrics"] = {k: v for k, v in result["metrics"].items() if k in result["by_metric"]}
     result["by_model"] = _group_scores(cases.model, cases, pred, [])
     result["by_gpu"] = _group_scores(cases.gpu, cases, pred, [])
-    per_row = []
+    per_row: list[JSONDict] = []
     for i, k in enumerate(kept):
         v, lo, hi = pred[i]
         per_row.append(
@@ -458,7 +651,7 @@ ONLINE_SEED = 0
 
 #: metrics of the engine rows: (column, unit scale, name in ``by_metric``, row kind).
 #: Throughput is scored on bursts only: an online run at a fixed rate outputs what is offered.
-ENGINE_METRICS = (
+ENGINE_METRICS: tuple[tuple[str, float, EngineMetric, str], ...] = (
     ("out_tokens_per_s_total", 1.0, "throughput", "burst"),
     ("ttft_mean_ms", 1e-3, "ttft_mean_burst", "burst"),
     ("tpot_median_ms", 1e-3, "tpot_median_burst", "burst"),
@@ -558,12 +751,12 @@ def simulate_engine_row(
     *,
     time_scale: float | None = None,
     overhead_per_layer_s: float | None = None,
-    fitted: Any = None,
-    catalog: Any = None,
-    perf_for: Any = None,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
     shape: tuple[np.ndarray, np.ndarray] | None = None,
     frontend_s_per_request: float | None = None,
-) -> dict[str, np.ndarray]:
+) -> dict[EngineMetric, FloatArray]:
     """One row's benchmark replayed through the continuous-batching simulation.
 
     Returns ``[value, slow, fast]`` per metric the row's kind has: ``throughput`` (total
@@ -628,7 +821,7 @@ def simulate_engine_row(
         raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
     # the scheduler's cap, else memory's (the largest candidate cap)
     rep = max(cands, key=lambda c: c.replica.max_batch).replica
-    out: dict[str, list[float]] = {}
+    out: dict[EngineMetric, list[float]] = {}
     for scn in (VALUE, SLOW, FAST):
         sim = simulate_requests(rep, arrivals, lin, lout, max_queue=lin.size + 1, scenario=scn)
         if kind == "burst":
@@ -650,7 +843,7 @@ def simulate_engine_row(
     return {k: np.array(v) for k, v in out.items()}
 
 
-def _catalog_or_default(catalog: Any) -> Any:
+def _catalog_or_default(catalog: Catalog | None) -> Catalog:
     if catalog is None:
         from gpuplan.catalogs import get_catalog
 
@@ -673,8 +866,12 @@ def _with_interval(
 
 
 def forecast_engine_row_all(
-    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
-) -> dict[str, tuple[float, float, float]]:
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[EngineMetric, tuple[float, float, float]]:
     """Every metric of one engine row with the shipped constants of its profile, each
     ``(value, low, high)`` (:func:`simulate_engine_row`, intervals as new forecasts get)."""
     from gpuplan.forecast.inference_arch import arch_from
@@ -699,7 +896,11 @@ def forecast_engine_row_all(
 
 
 def forecast_engine_row(
-    row: dict[str, str], *, fitted: Any = None, catalog: Any = None, perf_for: Any = None
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
 ) -> tuple[float, float, float]:
     """Output tokens/s of the replica for a burst row: ``(value, low, high)``."""
     return forecast_engine_row_all(row, fitted=fitted, catalog=catalog, perf_for=perf_for)[
@@ -732,7 +933,9 @@ class _EngineData:
     :data:`OVERHEAD_GRID_S`, the basis of every fit (a burst scales exactly with the time
     scale, so these are all the simulations a fit needs)."""
 
-    def __init__(self, rows: list[dict[str, str]], catalog: Any, perf_for: Any) -> None:
+    def __init__(
+        self, rows: list[dict[str, str]], catalog: Catalog, perf_for: PerfFor | None
+    ) -> None:
         from gpuplan.forecast.inference_arch import arch_from
         from gpuplan.forecast.inference_step import engine_profile
 
@@ -742,10 +945,10 @@ class _EngineData:
         self.engine: list[str] = []
         self.model: list[str] = []
         self.moe: list[bool] = []
-        self.base: list[dict[float, dict[str, np.ndarray]]] = []
-        self.slopes: list[dict[float, dict[str, float]]] = []
+        self.base: list[dict[float, dict[EngineMetric, FloatArray]]] = []
+        self.slopes: list[dict[float, dict[EngineMetric, float]]] = []
         self.n_requests: list[int] = []
-        self.skipped: list[dict[str, Any]] = []
+        self.skipped: list[Skipped] = []
         for row in rows:
             rid = row.get("run_id", "?")
             try:
@@ -795,13 +998,13 @@ class _EngineData:
         v = _num(self.rows[i].get(col))
         return v * scale if v and v > 0 else None
 
-    def scale(self, i: int, f: dict[str, Any]) -> float:
+    def scale(self, i: int, f: EngineFit) -> float:
         """The time scale row ``i`` runs at under the constants ``f``."""
         return float(f["time_scale"]) * (float(f["moe_time_scale"]) if self.moe[i] else 1.0)
 
-    def log_ratios(self, idx: list[int], f: dict[str, Any]) -> dict[str, np.ndarray]:
+    def log_ratios(self, idx: list[int], f: EngineFit) -> dict[EngineMetric, FloatArray]:
         """``log(forecast / published)`` per metric over rows ``idx`` under constants ``f``."""
-        out: dict[str, list[float]] = {}
+        out: dict[EngineMetric, list[float]] = {}
         c = float(f.get("frontend_s_per_request", 0.0))
         for i in idx:
             s = self.scale(i, f)
@@ -814,7 +1017,7 @@ class _EngineData:
                 out.setdefault(name, []).append(math.log(v / pub))
         return {k: np.array(v) for k, v in out.items()}
 
-    def fit_frontend(self, idx: list[int], f: dict[str, Any]) -> float:
+    def fit_frontend(self, idx: list[int], f: EngineFit) -> float:
         """:func:`_frontend_estimate` over the burst TTFT rows of ``idx`` at constants ``f``."""
         pub, fc, sl = [], [], []
         o = f["overhead_per_layer_s"]
@@ -828,7 +1031,7 @@ class _EngineData:
             sl.append((self.n_requests[i] + 1) / 2.0)
         return _frontend_estimate(np.array(pub), np.array(fc), np.array(sl))
 
-    def fit(self, idx: list[int]) -> dict[str, Any]:
+    def fit(self, idx: list[int]) -> EngineFit:
         """Constants fitted on rows ``idx`` from their burst throughput: for each per-layer
         overhead of :data:`OVERHEAD_GRID_S`, ``time_scale`` is the median log ratio over the
         dense models' rows (every model's when none is dense); the overhead kept is the one
@@ -840,7 +1043,7 @@ class _EngineData:
         moe = [i for i in idx if self.moe[i]]
         best: tuple[float, float, float] | None = None
         for o in OVERHEAD_GRID_S:
-            one = {"time_scale": 1.0, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
+            one: EngineFit = {"time_scale": 1.0, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
             lr_d = self.log_ratios(dense or idx, one).get("throughput", np.array([]))
             ts = fit_time_scale(lr_d)
             loss = float(np.abs(lr_d - math.log(ts)).sum()) if lr_d.size else 0.0
@@ -848,7 +1051,7 @@ class _EngineData:
                 best = (loss, o, ts)
         assert best is not None
         _, o, ts = best
-        f: dict[str, Any] = {"time_scale": ts, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
+        f: EngineFit = {"time_scale": ts, "moe_time_scale": 1.0, "overhead_per_layer_s": o}
         lr_m = self.log_ratios(moe, f).get("throughput", np.array([]))
         f["moe_time_scale"] = fit_time_scale(lr_m)
         # the front end, then the time scales again with it (a burst's duration includes
@@ -880,11 +1083,13 @@ class _EngineData:
 FRONTEND_PROBE_S = 5e-3
 
 
-def _sensitivities(base: dict[str, np.ndarray], probe: dict[str, np.ndarray]) -> dict[str, float]:
+def _sensitivities(
+    base: dict[EngineMetric, FloatArray], probe: dict[EngineMetric, FloatArray]
+) -> dict[EngineMetric, float]:
     """How each metric of a row moves per second of front-end cost per request, from its
     replays at 0 and :data:`FRONTEND_PROBE_S` (time scale 1): time metrics in s per s,
     throughput as its inverse (s per token per s)."""
-    out: dict[str, float] = {}
+    out: dict[EngineMetric, float] = {}
     for name, v0 in base.items():
         v1 = probe.get(name)
         if v1 is None or not (math.isfinite(v0[VALUE]) and math.isfinite(v1[VALUE])):
@@ -950,10 +1155,10 @@ def _train_rows(data: _EngineData, i: int, scheme: str) -> tuple[list[int], str]
 def validate_engines(
     data: str | Path | None = None,
     *,
-    catalog: Any = None,
-    perf_for: Any = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
     scheme: str = "leave-one-model-out",
-) -> dict[str, Any]:
+) -> EngineValidation:
     """Held-out error of each engine profile on the published serving rows.
 
     ``leave-one-model-out`` (default): a profile with at least ``MIN_ROWS_CALIBRATED``
@@ -976,8 +1181,8 @@ def validate_engines(
         catalog = get_catalog()
     rows = load_engine_rows(data)
     d = _EngineData(rows, catalog, perf_for)
-    fits: dict[tuple[int, ...], dict[str, Any]] = {}
-    per_row: list[dict[str, Any]] = []
+    fits: dict[tuple[int, ...], EngineFit] = {}
+    per_row: list[EngineRow] = []
     points: dict[tuple[str, str], list[tuple[float, tuple[float, float, float]]]] = {}
     for i, row in enumerate(d.rows):
         train, basis = _train_rows(d, i, scheme)
@@ -997,7 +1202,7 @@ def validate_engines(
             shape=d.shape,
             frontend_s_per_request=f["frontend_s_per_request"],
         )
-        rec: dict[str, Any] = {
+        rec: EngineRow = {
             "run_id": row.get("run_id"),
             "engine": d.engine[i],
             "model": d.model[i],
@@ -1017,7 +1222,12 @@ def validate_engines(
             points.setdefault((d.engine[i], name), []).append((pub, (v, lo, hi)))
             if name == "throughput":
                 rec.update(
-                    published=pub, forecast=v, interval=[lo, hi], error_pct=(v - pub) / pub * 100
+                    {
+                        "published": pub,
+                        "forecast": v,
+                        "interval": [lo, hi],
+                        "error_pct": (v - pub) / pub * 100,
+                    }
                 )
             else:
                 rec[name] = {
@@ -1028,7 +1238,7 @@ def validate_engines(
                 }
         per_row.append(rec)
 
-    def sc(pts: list[tuple[float, tuple[float, float, float]]], total: int) -> dict[str, Any]:
+    def sc(pts: list[tuple[float, tuple[float, float, float]]], total: int) -> Score:
         return score(
             np.array([p for p, _ in pts], dtype=float),
             np.array([f for _, f in pts], dtype=float).reshape(-1, 3),
@@ -1036,7 +1246,7 @@ def validate_engines(
         )
 
     skipped_ids = {s["run_id"] for s in d.skipped}
-    profiles: dict[str, Any] = {}
+    profiles: dict[str, EngineProfile] = {}
     for engine in sorted(set(d.engine) | {engine_profile(r["engine"]).name for r in rows}):
         prof = engine_profile(engine)
         thr_pts = points.get((engine, "throughput"), [])
@@ -1047,37 +1257,41 @@ def validate_engines(
             and _num(r.get("out_tokens_per_s_total"))
             and (r.get("request_rate") or "").strip().lower() == "inf"
         )
-        entry: dict[str, Any] = sc(thr_pts, n_thr) if thr_pts else {"rows": n_thr, "forecast": 0}
-        entry["latency"] = {
+        thr_score: Score = sc(thr_pts, n_thr) if thr_pts else {"rows": n_thr, "forecast": 0}
+        latency = {
             name: sc(pts, len(pts))
             for (e, name), pts in sorted(points.items())
             if e == engine and name != "throughput"
         }
+        ttft_tpot: dict[str, Score | None] = {}
         for what in ("ttft", "tpot"):
             pts = [
                 p for (e, n), ps in points.items() if e == engine and n.startswith(what) for p in ps
             ]
-            entry[what] = sc(pts, len(pts)) if pts else None
+            ttft_tpot[what] = sc(pts, len(pts)) if pts else None
         calibrated = prof.calibrated and n_thr >= MIN_ROWS_CALIBRATED
-        entry.update(
-            models=sorted({d.model[i] for i in range(len(d.rows)) if d.engine[i] == engine}),
-            rows_total=sum(1 for r in rows if engine_profile(r["engine"]).name == engine),
-            skipped=sum(
+        profiles[engine] = {
+            **thr_score,
+            "latency": latency,
+            "ttft": ttft_tpot["ttft"],
+            "tpot": ttft_tpot["tpot"],
+            "models": sorted({d.model[i] for i in range(len(d.rows)) if d.engine[i] == engine}),
+            "rows_total": sum(1 for r in rows if engine_profile(r["engine"]).name == engine),
+            "skipped": sum(
                 1
                 for r in rows
                 if engine_profile(r["engine"]).name == engine and r.get("run_id") in skipped_ids
             ),
-            calibrated=bool(calibrated),
-            constants=prof.basis,
-            note=(
+            "calibrated": bool(calibrated),
+            "constants": prof.basis,
+            "note": (
                 "calibrated: time scale fitted on its own rows"
                 if calibrated
                 else f"{n_thr} throughput rows < {MIN_ROWS_CALIBRATED}: not claimed calibrated; "
                 f"{prof.basis}, interval widened"
             ),
-        )
-        profiles[engine] = entry
-    by_metric: dict[str, Any] = {}
+        }
+    by_metric: dict[str, Score] = {}
     for _, _, name, _ in ENGINE_METRICS:
         if name == "throughput":
             continue
@@ -1108,13 +1322,16 @@ def validate_engines(
     }
 
 
-def _engine_is(name: str, r: dict[str, Any]) -> bool:
+def _engine_is(name: str, r: EngineRow) -> bool:
     return bool(r["engine"] == name)
 
 
 def fit_engine_constants(
-    data: str | Path | None = None, *, catalog: Any = None, perf_for: Any = None
-) -> dict[str, Any]:
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[str, EngineConstants]:
     """The shipped engine constants: each calibrated profile's time scale fitted on all its
     rows, and the ``pooled`` one on every engine's rows; interval quantiles from the
     held-out (leave-one-model-out) residuals of :func:`validate_engines`."""
@@ -1128,25 +1345,27 @@ def fit_engine_constants(
     d = _EngineData(rows, catalog, perf_for)
     held = validate_engines(data, catalog=catalog, perf_for=perf_for)
 
-    def held_q(select: Callable[[dict[str, Any]], bool]) -> dict[str, list[float]]:
+    def held_q(select: Callable[[EngineRow], bool]) -> dict[str, list[float]]:
         thr = [
             math.log(r["forecast"] / r["published"])
             for r in held["rows"]
             if select(r) and "forecast" in r
         ]
+        # a row has at most one TTFT metric (burst or online), so the order of the keys
+        # checked does not matter
         ttft = [
             math.log(r[k]["forecast_s"] / r[k]["published_s"])
             for r in held["rows"]
             if select(r)
-            for k in r
-            if k.startswith("ttft_")
+            for k in _TTFT_METRICS
+            if k in r
         ]
         return {
             "throughput_per_gpu": list(_q(np.array(thr))),
             "ttft": list(_q(np.array(ttft))),
         }
 
-    out: dict[str, Any] = {}
+    out: dict[str, EngineConstants] = {}
     all_idx = list(range(len(d.rows)))
     f = d.fit(all_idx)
     out["pooled"] = {
@@ -1180,10 +1399,10 @@ def fit_engine_constants(
 def refit(
     data: str | Path | None = None,
     *,
-    artifact: Any = None,
-    perf_for: Callable[[str], Any] | None = None,
+    artifact: JSONDict | str | None = None,
+    perf_for: PerfFor | None = None,
     write: bool = False,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Fit the shipped constants on every row; record the held-out scores that describe them.
 
     The interval quantiles stored for new forecasts are those of the *held-out*
@@ -1194,7 +1413,7 @@ def refit(
     if cases is None:
         raise InputError("no usable row in the published table")
     params = fit_params(cases)
-    held: dict[str, Any] = {}
+    held: dict[str, Score] = {}
     quantiles: dict[str, list[float]] = {}
     for scheme in SCHEMES:
         pred, _ = cross_validate(cases, scheme)
@@ -1209,7 +1428,7 @@ def refit(
                     float(np.quantile(r[sel], 1 - a)),
                 ]
             quantiles["all"] = [float(np.quantile(r, a)), float(np.quantile(r, 1 - a))]
-    doc = {
+    doc: dict[str, object] = {
         "version": 1,
         "what": "framework constants of the inference forecast (gpuplan.forecast.inference_fit)",
         "fitted_on": f"{len(cases)} rows of {CSV_PATH.name} (TensorRT-LLM v0.9.0 performance tables)",
