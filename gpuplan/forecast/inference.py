@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import numpy as np
 
@@ -103,6 +103,9 @@ BATCHING_MODES = ("continuous", "static")
 
 #: looks up the calibrated performance of a catalog GPU id (:func:`device_perf_for`)
 PerfLookup: TypeAlias = Callable[[str], "DevicePerf"]
+#: a model to forecast: a catalog id, a catalog row, an architecture record or a mapping of
+#: its fields (:func:`gpuplan.forecast.model.arch_from`)
+ModelRef: TypeAlias = "ModelArch | CatalogModel | Mapping[str, object] | str"
 #: called once per simulated fleet candidate (the CLI's progress line)
 Progress: TypeAlias = Callable[[], object]
 
@@ -383,7 +386,7 @@ def device_perf_for(gpu_id: str, artifact: object = None) -> DevicePerf:
 # ---------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------
-def resolve_model(model: Any, catalog: Any) -> tuple[ModelArch, dict[str, Any]]:
+def resolve_model(model: ModelRef, catalog: Catalog) -> tuple[ModelArch, JSONDict]:
     """An :class:`ModelArch` and its provenance from a catalog id, a catalog row, a dict or an arch."""
     if isinstance(model, str):
         model = catalog.model(model)
@@ -508,7 +511,7 @@ def _fmt_gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
 
 
-def tp_options(arch: ModelArch, gpu: Any, ep: int = 1, pp: int = 1) -> list[int]:
+def tp_options(arch: ModelArch, gpu: Accelerator, ep: int = 1, pp: int = 1) -> list[int]:
     """TP degrees to consider: powers of two dividing the heads, within the scale-up domain."""
     domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
     out = []
@@ -977,7 +980,7 @@ class ServingDemand:
         Also size separate prefill and decode pools (:func:`size_disaggregated`).
     """
 
-    model: object
+    model: ModelRef
     gpus: tuple[str, ...]
     qps: float
     inputs: LengthDist
@@ -1266,7 +1269,7 @@ def size_serving_fleet(
 # Public entry point
 # ---------------------------------------------------------------------------------------------
 def forecast_inference(
-    model: object,
+    model: ModelRef,
     gpu: str | Sequence[str] = "h100",
     tp: int | None = None,
     pp: int = 1,
@@ -1565,12 +1568,13 @@ def _fit_factors(
     points: list[FactorPoint] = []
     skipped: list[str] = []
     for p in entry["points"]:
-        if not p.get("catalog_model"):
+        model_id = p.get("catalog_model")
+        if not model_id:
             skipped.append(f"c={p['concurrency']}: no catalog model (probe with --catalog-model)")
             continue
         try:
             raw = forecast_inference(
-                p["catalog_model"],
+                model_id,
                 gpu_id,
                 tp=int(p.get("tp") or 1),
                 precision=str(p.get("precision") or "bf16"),
