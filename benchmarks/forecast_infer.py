@@ -65,7 +65,7 @@ def run() -> dict[str, float]:
     one()
     forecast_s = _median_time(one, 50)
 
-    arch, _ = inf.resolve_model("llama3.1-8b", cat)
+    arch, _ = inf.model_with_provenance("llama3.1-8b", cat)
     fitted = inf.load_overheads()
     i, o = LengthDist(1024), LengthDist(256)
 

@@ -82,7 +82,9 @@ def _cli(repeats: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    from gpuplan.forecast.training import forecast_training, resolve_hardware, resolve_model
+    from gpuplan.forecast.hardware import resolve_hardware
+    from gpuplan.forecast.model import arch_from as resolve_model
+    from gpuplan.forecast.training import forecast_training
 
     t0 = time.perf_counter()
     hw = resolve_hardware("h100")

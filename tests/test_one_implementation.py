@@ -107,8 +107,8 @@ def test_the_layers_reexport_the_one_implementation():
     assert callable(write_atomic)
 
 
-#: Definitions that were copies of the above before issue 14 (name, where it may live).
-REMOVED = {
+#: Definitions that were copies of the above before issue 14 (name, where they may live).
+REMOVED: dict[str, str | list[str] | None] = {
     r"def write_json_atomic\(": "fsio.py",
     r"def _publish_new\(": "fsio.py",
     r"def _write_one\(": None,  # userfiles' per-file writer
@@ -123,7 +123,53 @@ REMOVED = {
     r"def _busbw_factor\(": None,  # results/compare.py
     r"BUSBW_FACTORS\b.*=\s*\{": "units.py",
     r"def to_json_text\(": "fsio.py",
+    # the forecast core (issue 14.1-14.3): one architecture record and its resolver, one
+    # KV-cache function per record (the formula, the catalog row's and the forecast
+    # record's view of it), one set of training layout rules, one hardware record
+    r"^class Arch\b": None,  # inference_arch.py's record with the tuple-encoded MLA
+    r"^class ModelArch\b": ["catalogs/schema.py", "forecast/model.py"],
+    r"^def arch_from\(": "forecast/model.py",
+    r"^def arch_from_catalog\(": "forecast/model.py",
+    r"^def resolve_model\(": None,  # training.py and inference.py each had one
+    r"def kv_cache_bytes_per_token\(": [
+        "catalogs/kv_cache.py",
+        "catalogs/schema.py",
+        "forecast/model.py",
+    ],
+    r"^def layout_violation\(": "forecast/layout_rules.py",
+    r"^def check_layout\(": "forecast/training.py",
+    r"^class Hardware\b": "forecast/hardware.py",
+    r"^def resolve_hardware\(": "forecast/hardware.py",
 }
+
+
+def test_the_forecast_core_has_one_of_each():
+    """The one record, resolver, KV function, layout rules and hardware record, imported
+    from their homes and checked on values that could be wrong."""
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.forecast.hardware import (
+        Hardware,
+        memory_capacity_bytes,
+        resolve_hardware,
+        scale_up_domain,
+    )
+    from gpuplan.forecast.layout_rules import layout_violation
+    from gpuplan.forecast.model import ModelArch, arch_from, kv_cache_bytes_per_token
+
+    row = get_catalog().model("llama3.1-70b")
+    arch = arch_from("llama3.1-70b")
+    assert isinstance(arch, ModelArch) and arch == arch_from(row)
+    assert kv_cache_bytes_per_token(arch, 2.0) == 2 * 80 * 8 * 128 * 2
+    ds = arch_from("deepseek-v3")
+    assert ds.mla is not None and kv_cache_bytes_per_token(ds, 1.0) == 61 * (512 + 64)
+    gpu = get_catalog().gpu("h100")
+    hw = resolve_hardware("h100")
+    assert isinstance(hw, Hardware) and hw.node_size == scale_up_domain(gpu) == 8
+    assert hw.memory_bytes == memory_capacity_bytes(gpu) == 80 * 2**30
+    with pytest.raises(InputError, match="no memory size for h100"):
+        memory_capacity_bytes(gpu.model_copy(update={"memory_bytes": None}))
+    ok = dict(tp=8, pp=4, cp=1, ep=1, dp=4, vp=1, micro_batch=1, recompute=0, zero=1)
+    assert layout_violation(arch, 128, ok, seq_len=8192, global_batch=64) is None
 
 
 def test_the_old_copies_are_gone():
@@ -135,7 +181,7 @@ def test_the_old_copies_are_gone():
             for p, text in sources.items()
             if re.search(pattern, text, re.MULTILINE)
         )
-        allowed = [home] if home else []
+        allowed = sorted([home] if isinstance(home, str) else (home or []))
         if where != allowed:
             hits[pattern] = where
     assert hits == {}

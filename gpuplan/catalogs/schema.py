@@ -969,10 +969,13 @@ class ModelArch(Row):
         return self._params(active=True)
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-        """KV-cache bytes per token over every layer, by the one formula
-        :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the latent)."""
+        """KV-cache bytes per token, by the one formula
+        :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the latent), over
+        the layers that cache K/V: every layer, or a hybrid's attention blocks only (its
+        Mamba-2 blocks keep a fixed-size state, Dao & Gu 2024)."""
+        hybrid = self.is_hybrid and self.mla is None
         return kv_cache_bytes_per_token(
-            kv_layers=self.layers,
+            kv_layers=(self.attention_layers or 0) if hybrid else self.layers,
             kv_heads=self.kv_heads,
             head_dim=self.head_dim,
             bytes_per_element=bytes_per_element,

@@ -211,7 +211,7 @@ def _model_fields() -> dict[str, str]:
     """Field name -> annotation (as text) of the forecasts' model record."""
     import dataclasses
 
-    from gpuplan.forecast.flops import ModelArch
+    from gpuplan.forecast.model import ModelArch
 
     return {f.name: str(f.type) for f in dataclasses.fields(ModelArch)}
 
@@ -258,7 +258,7 @@ def _check_model_record(data: dict[str, Any], where: str) -> dict[str, Any]:
 def load_model_file(path: Path) -> dict[str, Any]:
     """A ``--model-file``: gpuplan's YAML architecture fields or a Hugging Face
     ``config.json``, as the model record both forecasts take (field names of
-    :class:`gpuplan.forecast.flops.ModelArch`). Every problem is one ``InputError`` naming
+    :class:`gpuplan.forecast.model.ModelArch`). Every problem is one ``InputError`` naming
     the file and the field."""
     import yaml
 

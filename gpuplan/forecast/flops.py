@@ -22,15 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.forecast.model import (  # noqa: F401  (re-exported until the callers move)
-    ATTENTION_KINDS as ATTENTION_KINDS,
-    ModelArch as ModelArch,
-    arch_from_catalog as arch_from_catalog,
-    attention_core_flops_per_token_layer as attention_core_flops_per_token_layer,
-    hardware_flops_per_token as hardware_flops_per_token,
-    model_flops_per_token as model_flops_per_token,
-    recompute_flops_per_token as recompute_flops_per_token,
-)
+from gpuplan.forecast.model import ModelArch
 from gpuplan.numeric import FloatArray, Num
 
 

@@ -47,11 +47,12 @@ import numpy as np
 
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import GpuplanError, InputError
+from gpuplan.forecast.hardware import memory_capacity_bytes, scale_up_domain
 from gpuplan.forecast.inference_arch import (
     Layout,
     PrecisionSpec,
     Sharded,
-    check_layout,
+    check_serving_layout,
     divisors,
     resolve_precision,
     shard,
@@ -72,7 +73,7 @@ from gpuplan.forecast.inference_step import (
     static_run_parts,
     static_run_time,
 )
-from gpuplan.forecast.model import ModelArch, arch_from, kv_cache_bytes_per_token
+from gpuplan.forecast.model import ModelArch, ModelRef, arch_from, kv_cache_bytes_per_token
 from gpuplan.forecast.serving import (
     PERCENTILES,
     Candidate,
@@ -105,7 +106,6 @@ BATCHING_MODES = ("continuous", "static")
 PerfLookup: TypeAlias = Callable[[str], "DevicePerf"]
 #: a model to forecast: a catalog id, a catalog row, an architecture record or a mapping of
 #: its fields (:func:`gpuplan.forecast.model.arch_from`)
-ModelRef: TypeAlias = "ModelArch | CatalogModel | Mapping[str, object] | str"
 #: called once per simulated fleet candidate (the CLI's progress line)
 Progress: TypeAlias = Callable[[], object]
 
@@ -386,7 +386,7 @@ def device_perf_for(gpu_id: str, artifact: object = None) -> DevicePerf:
 # ---------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------
-def resolve_model(model: ModelRef, catalog: Catalog) -> tuple[ModelArch, JSONDict]:
+def model_with_provenance(model: ModelRef, catalog: Catalog) -> tuple[ModelArch, JSONDict]:
     """An :class:`ModelArch` and its provenance from a catalog id, a catalog row, a dict or an arch."""
     if isinstance(model, str):
         model = catalog.model(model)
@@ -492,12 +492,7 @@ class MemoryPlan:
 def memory_plan(
     sh: Sharded, gpu: Accelerator, *, tokens_in_pass: float, rows: float, utilization: float
 ) -> MemoryPlan:
-    cap = float(getattr(gpu, "memory_bytes", 0) or 0)
-    if cap <= 0:
-        raise InputError(
-            f"the catalog has no memory size for {getattr(gpu, 'id', gpu)}",
-            hint="pick a GPU whose catalog row gives memory_bytes",
-        )
+    cap = memory_capacity_bytes(gpu)
     return MemoryPlan(
         capacity_bytes=cap,
         usable_bytes=utilization * cap,
@@ -513,7 +508,7 @@ def _fmt_gib(x: float) -> str:
 
 def tp_options(arch: ModelArch, gpu: Accelerator, ep: int = 1, pp: int = 1) -> list[int]:
     """TP degrees to consider: powers of two dividing the heads, within the scale-up domain."""
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     out = []
     t = 1
     while t <= max(domain // max(pp, 1), 1):
@@ -590,7 +585,7 @@ def multi_node_layout(
     the node count; None takes the fewest nodes (up to :data:`MAX_AUTO_NODES`) that fit.
     Returns None when no such layout fits.
     """
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     t = tp or max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
     counts = [nodes] if nodes is not None else list(range(2, MAX_AUTO_NODES + 1))
     for n in counts:
@@ -627,7 +622,7 @@ def multi_node_info(
     layout: Layout, gpu: Accelerator, hop_s: float | None = None
 ) -> JSONDict | None:
     """What a replica spanning nodes assumes (None inside one scale-up domain)."""
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     if layout.gpus <= domain:
         return None
     nodes = math.ceil(layout.gpus / domain)
@@ -691,7 +686,7 @@ def no_fit_error(
         chunk=chunk,
         utilization=utilization,
     )
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     if smallest is None:
         hint = (
             f"no TP up to {arch.heads} fits with pp={layout.pp}: add pipeline stages (--pp), "
@@ -1172,7 +1167,7 @@ def size_serving_fleet(
         from gpuplan.catalogs import get_catalog
 
         catalog = get_catalog()
-    arch, model_info = resolve_model(demand.model, catalog)
+    arch, model_info = model_with_provenance(demand.model, catalog)
     max_ctx = arch.max_context
     inputs, outputs = demand.inputs, demand.outputs
     if max_ctx and inputs.max_tokens is None:
@@ -1363,7 +1358,7 @@ def forecast_inference(
         from gpuplan.catalogs import get_catalog
 
         catalog = get_catalog()
-    arch, model_info = resolve_model(model, catalog)
+    arch, model_info = model_with_provenance(model, catalog)
     input_tokens = _positive_int("input-tokens", input_tokens)
     output_tokens = _positive_int("output-tokens", output_tokens)
     pp = _positive_int("pp", pp)
@@ -1472,7 +1467,7 @@ def forecast_inference(
         engine=engine,
     )
     layout = _choose_layout(tp=tp, pp=pp, ep=ep, nodes=nodes, **common)
-    check_layout(arch, layout)
+    check_serving_layout(arch, layout)
     out = _single_layout(layout=layout, **common)
     mn = multi_node_info(layout, g, out["pp_hop_decode_s"])
     if mn is not None:
@@ -1686,7 +1681,7 @@ def check_tp_domain(
     """
     out: dict[str, CrossNodeTP] = {}
     for g in gpus:
-        domain = int(getattr(g, "scale_up_domain_size", None) or 1)
+        domain = scale_up_domain(g)
         if tp <= domain:
             continue
         if not allow:
@@ -1754,7 +1749,7 @@ def _choose_layout(
     """
     arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
     req = float(common["input_tokens"] + common["output_tokens"])
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     fit_kw = _FitArgs(
         request_tokens=req,
         chunk=common["chunk_tokens"],
@@ -1839,7 +1834,7 @@ def _default_tp(
             chunk=chunk_tokens,
             utilization=utilization,
         )
-        domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+        domain = scale_up_domain(gpu)
         # never a TP group beyond the scale-up domain unless asked (--tp with
         # --allow-cross-node-tp): the layout search takes PP across nodes instead
         if smallest is not None and smallest <= domain:
@@ -1904,7 +1899,7 @@ def fleet_layouts(
     that do, so a model too big for one node is served by multi-node replicas and the
     fleet counts replicas of that size.
     """
-    domain = int(getattr(gpu, "scale_up_domain_size", None) or 1)
+    domain = scale_up_domain(gpu)
     if nodes is not None:
         if tp is not None and pp > 1:
             return [Layout(tp, pp, ep)]
@@ -2007,7 +2002,7 @@ def build_candidates(
         ):
             t = layout.tp
             try:
-                check_layout(arch, layout)
+                check_serving_layout(arch, layout)
             except InputError as exc:
                 dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
                 continue

@@ -36,11 +36,7 @@ import numpy as np
 
 from gpuplan.catalogs.schema import Accelerator
 from gpuplan.errors import InputError
-from gpuplan.forecast.model import (  # noqa: F401  (arch_from re-exported until the callers move)
-    ModelArch as ModelArch,
-    arch_from as arch_from,
-    kv_cache_bytes_per_token as kv_cache_bytes_per_token,
-)
+from gpuplan.forecast.model import ModelArch, kv_cache_bytes_per_token
 from gpuplan.numeric import BoolArray, FloatArray, Num
 
 
@@ -209,8 +205,12 @@ class Layout:
         return self.tp * self.pp * self.dp
 
 
-def check_layout(arch: ModelArch, layout: Layout) -> None:
-    """Raise :class:`InputError` for a layout the model cannot be split into."""
+def check_serving_layout(arch: ModelArch, layout: Layout) -> None:
+    """Raise :class:`InputError` for a serving layout the model cannot be split into.
+
+    The serving replica's rules (TP divides the heads, EP inside the TP group, wide EP with
+    data-parallel attention); a training layout is checked by the rules of
+    :mod:`gpuplan.forecast.layout_rules`, written once for the scalar and the grid search."""
     tp, pp, ep = layout.tp, layout.pp, layout.ep
     for name, v in (("tp", tp), ("pp", pp), ("ep", ep)):
         if not isinstance(v, (int, np.integer)) or v < 1:
@@ -482,8 +482,8 @@ class Sharded:
 
 
 def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
-    """Split ``arch`` over ``layout`` at ``precision`` (after :func:`check_layout`)."""
-    check_layout(arch, layout)
+    """Split ``arch`` over ``layout`` at ``precision`` (after :func:`check_serving_layout`)."""
+    check_serving_layout(arch, layout)
     tp, pp = layout.tp, layout.pp
     h = arch.hidden
     wb = precision.weight_bytes

@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import RECOMPUTE_NAMES, stage_layers, valid_pipeline
+from gpuplan.forecast.model import ModelArch
 from gpuplan.numeric import BoolArray, Int, IntArray
 
 #: Layout fields that count GPUs or micro-batches and must be at least 1.

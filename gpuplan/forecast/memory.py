@@ -36,8 +36,8 @@ Sources
   (section 4.2.3). :func:`activation_bytes_per_layer` generalises the 34 to GQA/MQA,
   gated MLPs, any FFN width, MoE and flash attention, and reduces to the paper's
   coefficients for a GPT block (a doctest checks it).
-* KV cache per token: ``2 * layers * kv_heads * head_dim * bytes`` (MLA: the compressed
-  latent plus the rope key, ``layers * (kv_lora_rank + qk_rope_head_dim) * bytes``).
+* The KV cache is serving's, not training's: its one function is
+  :func:`gpuplan.forecast.model.kv_cache_bytes_per_token`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.model import ModelArch
 from gpuplan.numeric import BoolArray, Flag, FloatArray, Int, Num
 
 BYTES_16BIT = 2.0
@@ -486,30 +485,6 @@ def logits_bytes(arch: ModelArch, seq_len: Num, micro_batch: Num, tp: Num, cp: N
         6.0 * s * np.asarray(micro_batch, dtype=float) * arch.vocab / np.asarray(tp, dtype=float)
     )
     return out
-
-
-def kv_cache_bytes_per_token(arch: ModelArch, bytes_per_value: float = BYTES_16BIT) -> float:
-    """KV cache per token of a training-side :class:`ModelArch`, by the one formula
-    :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA caches the latent).
-
-    >>> kv_cache_bytes_per_token(ModelArch(layers=80, hidden=8192, heads=64, kv_heads=8,
-    ...                                    ffn_hidden=28672, vocab=128256))
-    327680.0
-    """
-    mla = arch.mla if arch.attention == "mla" and arch.mla else None
-    if mla is not None:
-        kv_layers = arch.layers
-    else:
-        # hybrid models cache K/V in their attention blocks only (Mamba blocks keep a state)
-        kv_layers = (arch.attention_layers or 0) if arch.is_hybrid else arch.layers
-    return kv_cache_formula(
-        kv_layers=kv_layers,
-        kv_heads=arch.n_kv_heads,
-        head_dim=arch.d_head,
-        bytes_per_element=bytes_per_value,
-        mla_kv_lora_rank=mla.kv_lora_rank if mla else None,
-        mla_qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
-    )
 
 
 def training_memory_per_gpu(

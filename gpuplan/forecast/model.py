@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -492,6 +492,10 @@ def arch_from_catalog(row: CatalogModel) -> ModelArch:
     )
 
 
+ModelRef: TypeAlias = "ModelArch | CatalogModel | Mapping[str, object] | str"
+"""What a forecast accepts as the model: the record, a catalog row, a catalog id, or a
+mapping of the record's fields (:func:`arch_from` resolves each)."""
+
 #: Catalog spellings of record fields (a mapping may use either).
 _ALIASES = {
     "id": "name",
@@ -501,7 +505,7 @@ _ALIASES = {
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ModelArch))
 
 
-def arch_from(model: ModelArch | CatalogModel | Mapping[str, object] | str) -> ModelArch:
+def arch_from(model: ModelRef) -> ModelArch:
     """The :class:`ModelArch` of a record, a catalog row, a catalog id or a mapping.
 
     The one resolver both forecasts use. A mapping gives the record's field names (or the
@@ -558,16 +562,21 @@ def kv_cache_bytes_per_token(
     :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the compressed latent
     and the decoupled RoPE key, DeepSeek-AI 2024, arXiv 2405.04434, section 2.1).
 
-    ``kv_layers`` defaults to every layer, ``kv_heads`` to the model's KV heads (pass the
-    heads one tensor-parallel rank holds for a per-GPU figure).
+    ``kv_layers`` defaults to the layers that cache keys and values: every layer, or in a
+    hybrid model only its attention blocks (Mamba-2 blocks keep a fixed-size state instead,
+    Dao & Gu 2024); ``kv_heads`` defaults to the model's KV heads (pass the heads one
+    tensor-parallel rank holds for a per-GPU figure).
 
     >>> a = ModelArch(name="x", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672,
     ...               vocab=32000)
     >>> kv_cache_bytes_per_token(a, 2.0)
     327680.0
     """
+    if kv_layers is None:
+        hybrid = arch.is_hybrid and arch.mla is None
+        kv_layers = (arch.attention_layers or 0) if hybrid else arch.layers
     return kv_cache_formula(
-        kv_layers=arch.layers if kv_layers is None else kv_layers,
+        kv_layers=kv_layers,
         kv_heads=arch.n_kv_heads if kv_heads is None else kv_heads,
         head_dim=arch.d_head,
         bytes_per_element=bytes_per_element,

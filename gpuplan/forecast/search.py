@@ -18,15 +18,15 @@ from typing import TypeAlias, TypedDict
 import numpy as np
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch, model_flops_per_token
+from gpuplan.forecast.hardware import Hardware
 from gpuplan.forecast.layout_rules import layout_violation, valid_layout_mask
 from gpuplan.forecast.memory import fmt_gib, valid_pipeline
+from gpuplan.forecast.model import ModelArch, model_flops_per_token
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     SECONDS_PER_DAY,
     Constants,
     Framework,
-    Hardware,
     Layouts,
     Progress,
     RunnerUp,

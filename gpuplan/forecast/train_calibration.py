@@ -42,8 +42,9 @@ from gpuplan.calibration.training_step import (
 from gpuplan.numeric import JSONDict
 
 if TYPE_CHECKING:
-    from gpuplan.forecast.flops import ModelArch
-    from gpuplan.forecast.training import Constants, Hardware
+    from gpuplan.forecast.hardware import Hardware
+    from gpuplan.forecast.model import ModelArch
+    from gpuplan.forecast.training import Constants
 
 #: the constants key the step model reads (``forecast.training.evaluate_layouts``)
 FACTOR_KEY = "compute_time_factor"
@@ -140,7 +141,7 @@ def _artifact_dict(artifact: object) -> JSONDict | None:
 
 def block_arch(block: ProbeBlock, layers: int) -> ModelArch:
     """A dense decoder of ``layers`` blocks with the probe's block shapes."""
-    from gpuplan.forecast.flops import ModelArch
+    from gpuplan.forecast.model import ModelArch
 
     heads, kv = int(block["heads"]), int(block["kv_heads"])
     return ModelArch(

@@ -46,26 +46,22 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 import numpy as np
 
 from gpuplan.errors import InputError
 from gpuplan.forecast import comm as comm_mod
 from gpuplan.forecast.flops import (
-    ModelArch,
-    arch_from_catalog,
-    attention_core_flops_per_token_layer,
     attention_core_shape,
     expert_rank_imbalance,
     grouped_gemm_rows,
-    hardware_flops_per_token,
     layer_gemms,
-    model_flops_per_token,
 )
+from gpuplan.forecast.hardware import Hardware, resolve_hardware
 from gpuplan.forecast.layout_rules import layout_violation
 from gpuplan.forecast.memory import (
     GRAD_BYTES_PER_PARAM,
@@ -80,13 +76,18 @@ from gpuplan.forecast.memory import (
     stage_layers,
     training_memory_per_gpu,
 )
+from gpuplan.forecast.model import (
+    ModelArch,
+    ModelRef,
+    arch_from,
+    attention_core_flops_per_token_layer,
+    hardware_flops_per_token,
+    model_flops_per_token,
+)
 from gpuplan.numeric import BoolArray, Flag, FloatArray, IntArray, JSONDict, Num
 
 if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf
-    from gpuplan.catalogs.catalog import Catalog
-    from gpuplan.catalogs.schema import Instance, Node
-    from gpuplan.catalogs.schema import ModelArch as CatalogModel
     from gpuplan.forecast.train_calibration import TrainingStepFactor
 
 Constants: TypeAlias = Mapping[str, object]
@@ -595,37 +596,6 @@ class Framework:
         if self.ep_kernels == "auto":
             return self.ep_overlap == "dualpipe"
         return self.ep_kernels == "deepep"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Hardware:
-    """The calibrated accelerator and its fabric, as the step model needs them."""
-
-    gpu_id: str
-    perf: DevicePerf
-    """The calibrated device."""
-    memory_bytes: float
-    node_size: int
-    """GPUs per scale-up domain (NVLink/xGMI), e.g. 8 for HGX, 72 for NVL72."""
-    inter_node_bandwidth_bytes_per_s: float | None
-    """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
-    generation: str | None = None
-    """Architecture generation (``ampere``, ``hopper``...): selects the attention kernel."""
-    cluster_unit: int | None = None
-    """Accelerators in the smallest unit a cluster is built from (an HGX node, an NVL72
-    compute tray, a TPU host); None = ``node_size``. Sizing scans whole units."""
-    purchase_unit: int | None = None
-    """Accelerators in the unit the hardware is bought in when larger than ``cluster_unit``
-    (an NVL72 rack): deadline sizing reports how many to buy; None = ``cluster_unit``."""
-    peaks_flops_per_s: dict[str, float] = field(default_factory=dict)
-    """The catalog's dense peaks by dtype (fp4 and int8 included, which the calibration
-    does not model); empty means the calibration's spec peaks only."""
-    provenance: JSONDict = field(default_factory=dict)
-    collective_latency: comm_mod.LibraryLatency | None = None
-    """The collective library's latency constants of the scale-up fabric (catalog
-    ``collective_*_latency_s``): data-parallel collectives across nodes take the faster of
-    the calibrated model and the library's topology-aware cost
-    (:func:`gpuplan.forecast.comm.topology_collective_time3`); None = calibrated only."""
 
 
 # -------------------------------------------------------------------- result records
@@ -1882,144 +1852,6 @@ def _ep_comm_summary(result: StepEvaluation, i: int) -> EpCommSummary:
 
 
 # ------------------------------------------------------------------- resolution
-def resolve_model(model: ModelArch | dict[str, Any] | str | CatalogModel) -> ModelArch:
-    """A :class:`ModelArch` from a catalog id, a catalog row, a dict or a ModelArch.
-
-    A dict holds :class:`ModelArch` fields by name, each of its field's type; the dataclass
-    refuses an unknown or missing one."""
-    if isinstance(model, ModelArch):
-        return model
-    if isinstance(model, dict):
-        try:
-            return ModelArch(**model)
-        except TypeError as exc:
-            raise InputError(
-                f"model description has an unknown or missing field: {exc}",
-                hint="fields: layers, hidden, heads, kv_heads, ffn_hidden, vocab, num_experts, "
-                "top_k, moe_ffn_hidden, ...",
-            ) from None
-    if isinstance(model, str):
-        from gpuplan.catalogs import get_catalog
-
-        return arch_from_catalog(get_catalog().model(model))
-    return arch_from_catalog(model)
-
-
-def _nic_bandwidth_bytes_per_s(cat: Catalog, nic_id: str) -> float | None:
-    try:
-        nic = cat.nic(nic_id)
-    except Exception:
-        return None
-    bits = nic.bandwidth_bits_per_s
-    return float(bits) / 8.0 if bits else None
-
-
-def node_inter_bandwidth(cat: Catalog, node: Node) -> float | None:
-    """Scale-out bandwidth per GPU of an on-premises node row (sum of its NICs / GPUs)."""
-    total = 0.0
-    for entry in node.nics:
-        if entry.role != "compute":
-            continue  # storage / management NICs do not carry the training traffic
-        bw = _nic_bandwidth_bytes_per_s(cat, entry.nic_id)
-        if bw is None:
-            return None
-        total += bw * float(entry.count)
-    per = float(node.accelerators_per_node)
-    return total / per if total > 0 and per > 0 else None
-
-
-def instance_inter_bandwidth(instance: Instance) -> float | None:
-    bits = instance.network_bandwidth_bits_per_s
-    per = float(instance.accelerators_per_node)
-    return float(bits) / 8.0 / per if bits and per > 0 else None
-
-
-def resolve_hardware(
-    gpu: str,
-    *,
-    artifact: object = None,
-    node: str | None = None,
-    instance: str | None = None,
-    inter_node_bandwidth_bytes_per_s: float | None = None,
-) -> Hardware:
-    """Catalog GPU + calibration + the scale-out bandwidth per GPU.
-
-    The scale-out bandwidth comes from, in order: the explicit argument; the named node or
-    instance row; the first catalog node row built around this GPU (e.g. DGX H100 for
-    H100); the first instance row with this GPU. Without any, the calibration's own
-    inter-node default is used and the provenance says so.
-    """
-    from gpuplan.calibration import device_perf
-    from gpuplan.catalogs import get_catalog
-
-    cat = get_catalog()
-    row = cat.gpu(gpu)
-    perf = device_perf(row.id, artifact=artifact)
-    prov: JSONDict = {"gpu": row.id, "gpu_source": row.source}
-    bw = inter_node_bandwidth_bytes_per_s
-    if bw is not None:
-        prov["inter_node_bandwidth"] = "given"
-    elif node is not None:
-        n = cat.node(node)
-        bw = node_inter_bandwidth(cat, n)
-        prov["inter_node_bandwidth"] = f"node {n.id}"
-    elif instance is not None:
-        inst = cat.instance(instance)
-        bw = instance_inter_bandwidth(inst)
-        prov["inter_node_bandwidth"] = f"instance {inst.id}"
-    else:
-        for n in cat.nodes:
-            if n.accelerator_id == row.id:
-                bw = node_inter_bandwidth(cat, n)
-                if bw:
-                    prov["inter_node_bandwidth"] = f"default: node {n.id} (same GPU)"
-                    break
-        if bw is None:
-            generation = row.generation
-            for n in cat.nodes:
-                try:
-                    other = cat.gpu(n.accelerator_id)
-                except Exception:
-                    continue
-                if generation and other.generation == generation and other.vendor == row.vendor:
-                    bw = node_inter_bandwidth(cat, n)
-                    if bw:
-                        prov["inter_node_bandwidth"] = (
-                            f"default: node {n.id} (same generation {generation})"
-                        )
-                        break
-        if bw is None:
-            for inst in cat.instances:
-                if inst.accelerator_id == row.id:
-                    bw = instance_inter_bandwidth(inst)
-                    if bw:
-                        prov["inter_node_bandwidth"] = f"default: instance {inst.id} (same GPU)"
-                        break
-    if bw is None:
-        prov["inter_node_bandwidth"] = "calibration default (no node or instance row)"
-    prov["inter_node_bandwidth_bytes_per_s"] = bw
-    node_size = int(row.scale_up_domain_size or 1)
-    if not row.memory_bytes:
-        raise InputError(
-            f"{row.id} has no memory size in the catalog, so no layout can be checked",
-            hint="choose another GPU or add memory_bytes to its catalog row",
-        )
-    peaks = {d: float(v) for d, v in row.dense_flops_per_s.items() if v}
-    return Hardware(
-        generation=row.generation,
-        peaks_flops_per_s=peaks,
-        cluster_unit=int(row.cluster_unit) if row.cluster_unit else None,
-        purchase_unit=int(row.purchase_unit) if row.purchase_unit else None,
-        gpu_id=row.id,
-        perf=perf,
-        memory_bytes=float(row.memory_bytes or 0.0),
-        node_size=node_size,
-        inter_node_bandwidth_bytes_per_s=bw,
-        provenance=prov,
-        collective_latency=comm_mod.library_latency(row, cat),
-    )
-
-
 def global_batch_sequences(
     seq_len: int, global_batch: int | None, global_batch_tokens: float | None
 ) -> int:
@@ -2045,7 +1877,7 @@ def global_batch_sequences(
 
 
 def forecast_training(
-    model: ModelArch | dict[str, Any] | str | CatalogModel,
+    model: ModelRef,
     gpu: str = "h100",
     num_gpus: int | None = None,
     seq_len: int = 8192,
@@ -2160,7 +1992,7 @@ def forecast_training(
         )
     if num_gpus is not None and int(num_gpus) < 1:
         raise InputError(f"--gpus must be >= 1, got {num_gpus}")
-    arch = resolve_model(model)
+    arch = arch_from(model)
     hw = hardware or resolve_hardware(
         gpu,
         artifact=artifact,

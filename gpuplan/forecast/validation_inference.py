@@ -357,8 +357,9 @@ def prepare(
     """Turn published rows into :class:`Cases`; rows that cannot be forecast are returned
     with the reason (they count against coverage)."""
     from gpuplan.forecast.inference import device_perf_for
-    from gpuplan.forecast.inference_arch import Layout, arch_from, resolve_precision, shard
+    from gpuplan.forecast.inference_arch import Layout, resolve_precision, shard
     from gpuplan.forecast.inference_step import DeviceRates, static_run_parts
+    from gpuplan.forecast.model import arch_from
 
     if catalog is None:
         from gpuplan.catalogs import get_catalog
@@ -769,9 +770,9 @@ def simulate_engine_row(
     from dataclasses import replace
 
     from gpuplan.forecast.inference import build_candidates, device_perf_for
-    from gpuplan.forecast.inference_arch import arch_from
     from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
+    from gpuplan.forecast.model import arch_from
     from gpuplan.forecast.serving import LengthDist, simulate_requests
 
     if catalog is None:
@@ -874,8 +875,8 @@ def forecast_engine_row_all(
 ) -> dict[EngineMetric, tuple[float, float, float]]:
     """Every metric of one engine row with the shipped constants of its profile, each
     ``(value, low, high)`` (:func:`simulate_engine_row`, intervals as new forecasts get)."""
-    from gpuplan.forecast.inference_arch import arch_from
     from gpuplan.forecast.inference_step import engine_profile
+    from gpuplan.forecast.model import arch_from
 
     fitted = fitted or load_overheads()
     engine = engine_profile(row["engine"]).name
@@ -936,8 +937,8 @@ class _EngineData:
     def __init__(
         self, rows: list[dict[str, str]], catalog: Catalog, perf_for: PerfFor | None
     ) -> None:
-        from gpuplan.forecast.inference_arch import arch_from
         from gpuplan.forecast.inference_step import engine_profile
+        from gpuplan.forecast.model import arch_from
 
         self.catalog, self.perf_for = catalog, perf_for
         self.shape = _shape(rows)

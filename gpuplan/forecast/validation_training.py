@@ -46,19 +46,19 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 import numpy as np
 
 from gpuplan.errors import InputError, NotFoundError, SchemaError
-from gpuplan.forecast.flops import ModelArch, arch_from_catalog, megatron_flops_per_step
+from gpuplan.forecast.flops import megatron_flops_per_step
+from gpuplan.forecast.hardware import Hardware, resolve_hardware
 from gpuplan.forecast.memory import RECOMPUTE_CODES
+from gpuplan.forecast.model import ModelArch, arch_from_catalog
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     MIN_PROFILE_ROWS,
     PROFILE_FIT_KEYS,
     Framework,
-    Hardware,
     default_constants,
     evaluate_layouts,
     layouts_from_dict,
     profile_of,
-    resolve_hardware,
 )
 from gpuplan.numeric import FloatArray, JSONDict
 
@@ -523,7 +523,7 @@ def row_config(row: dict[str, str], catalog: Catalog) -> RowConfig:
         cfg.metric, cfg.published = "megatron_tflops_per_gpu", tflops
         cfg.published_step_time_s = flops / (tflops * 1e12 * cfg.num_gpus)
     elif tflops:
-        from gpuplan.forecast.flops import model_flops_per_token
+        from gpuplan.forecast.model import model_flops_per_token
 
         flops = float(model_flops_per_token(cfg.arch, cfg.seq_len)) * tokens_per_step
         cfg.metric, cfg.published = "model_tflops_per_gpu", tflops

@@ -6,8 +6,13 @@ import pytest
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch, arch_from_catalog, layer_gemms, model_flops_per_token
-from gpuplan.forecast.memory import kv_cache_bytes_per_token
+from gpuplan.forecast.flops import layer_gemms
+from gpuplan.forecast.model import (
+    ModelArch,
+    arch_from_catalog,
+    kv_cache_bytes_per_token,
+    model_flops_per_token,
+)
 from gpuplan.forecast.training import forecast_training
 
 MAMBA = {"heads": 8, "head_dim": 64, "state": 16, "groups": 2, "conv_kernel": 4}
@@ -48,7 +53,7 @@ def test_hybrid_flops_are_the_blocks_matmuls_plus_attention_and_scan():
 
 def test_kv_cache_only_in_attention_blocks():
     per_layer = 2 * HYB.n_kv_heads * HYB.d_head * 2.0
-    assert kv_cache_bytes_per_token(HYB) == pytest.approx(2 * per_layer)
+    assert kv_cache_bytes_per_token(HYB, 2.0) == pytest.approx(2 * per_layer)
 
 
 def test_hybrid_with_experts_is_refused_by_name():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpuplan.catalogs import get_catalog
-from gpuplan.forecast.flops import ModelArch, arch_from_catalog, model_flops_per_token
+from gpuplan.forecast.model import ModelArch, arch_from_catalog, model_flops_per_token
 from gpuplan.forecast.training import forecast_training
 
 from .test_train_fakes import fake_hardware

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import param_counts_per_rank
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import (
     Framework,
     default_constants,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import model_state_bytes
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import (
     Framework,
     default_constants,

@@ -9,13 +9,12 @@ from gpuplan.errors import InputError
 from gpuplan.forecast.inference_arch import (
     PRECISIONS,
     Layout,
-    arch_from,
-    check_layout,
+    check_serving_layout,
     expected_distinct_experts,
-    kv_cache_bytes_per_token,
     resolve_precision,
     shard,
 )
+from gpuplan.forecast.model import arch_from, kv_cache_bytes_per_token
 
 from .test_infer_fakes import DEEPSEEK_MLA, LLAMA70, MIXTRAL, FakeGpu
 
@@ -130,12 +129,12 @@ def test_decode_gemms_read_only_touched_experts():
 
 def test_layout_errors_say_what_to_do():
     with pytest.raises(InputError, match="does not divide the 64 attention heads"):
-        check_layout(LLAMA70, Layout(tp=3))
+        check_serving_layout(LLAMA70, Layout(tp=3))
     with pytest.raises(InputError, match="needs a mixture-of-experts"):
-        check_layout(LLAMA70, Layout(tp=2, ep=2))
+        check_serving_layout(LLAMA70, Layout(tp=2, ep=2))
     with pytest.raises(InputError, match="must divide both"):
-        check_layout(MIXTRAL, Layout(tp=2, ep=4))
-    check_layout(MIXTRAL, Layout(tp=4, ep=2))
+        check_serving_layout(MIXTRAL, Layout(tp=2, ep=4))
+    check_serving_layout(MIXTRAL, Layout(tp=4, ep=2))
 
 
 def test_tp_allreduces_per_layer():

@@ -14,7 +14,7 @@ from gpuplan.forecast.inference import (
     ServingDemand,
     fits_one_request,
     forecast_inference,
-    resolve_model,
+    model_with_provenance,
     size_serving_fleet,
 )
 from gpuplan.forecast.inference_arch import Layout, resolve_precision
@@ -38,7 +38,7 @@ def test_deepseek_v3_fp8_on_h100_gets_the_fewest_nodes_that_hold_it():
     # under the GPU's usable memory, and one node fewer would not hold it
     assert r["fits_in_memory"]
     assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * g.memory_bytes
-    arch, _ = resolve_model("deepseek-v3", get_catalog())
+    arch, _ = model_with_provenance("deepseek-v3", get_catalog())
     prec = resolve_precision("fp8", g, None)
     fewer = Layout(r["tp"], r["pp"] - domain // r["tp"], 1)
     assert not fits_one_request(
@@ -146,7 +146,7 @@ def test_wide_ep_spreads_the_experts_and_keeps_attention_whole_on_every_gpu():
     assert r["multi_node"]["wide_ep"] and r["multi_node"]["nodes"] == 2
     assert r["fits_in_memory"]
     assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * _h100().memory_bytes
-    arch, _ = resolve_model("deepseek-v3", get_catalog())
+    arch, _ = model_with_provenance("deepseek-v3", get_catalog())
     prec = resolve_precision("fp8", _h100(), None)
     wide = shard(arch, Layout(1, 1, 16, dp=16), prec)
     tp1 = shard(arch, Layout(1, 1, 1), prec)

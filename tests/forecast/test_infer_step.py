@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
-from gpuplan.forecast.model import ModelArch, arch_from
 from gpuplan.forecast.inference_step import (
     FAST,
     SLOW,
@@ -27,6 +26,7 @@ from gpuplan.forecast.inference_step import (
     static_run_parts,
     static_run_time,
 )
+from gpuplan.forecast.model import ModelArch, arch_from
 
 from .test_infer_fakes import LLAMA70, MIXTRAL, FakeGpu, FakePerf
 

@@ -133,10 +133,10 @@ def test_scheduler_cap_bounds_the_planned_batch() -> None:
 def test_burst_of_requests_all_arrive_at_zero() -> None:
     """simulate_requests with every arrival at 0: the slowest request bounds the run."""
     from gpuplan.catalogs import get_catalog
-    from gpuplan.forecast.inference import build_candidates, device_perf_for, resolve_model
+    from gpuplan.forecast.inference import build_candidates, device_perf_for, model_with_provenance
 
     cat = get_catalog()
-    arch, _ = resolve_model("llama3.1-8b", cat)
+    arch, _ = model_with_provenance("llama3.1-8b", cat)
     lin, lout = np.array([100, 100, 100]), np.array([10, 10, 200])
     cands, _ = build_candidates(
         arch=arch,

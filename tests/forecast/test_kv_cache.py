@@ -6,9 +6,9 @@ import pytest
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token
-from gpuplan.forecast import inference_arch, memory
-from gpuplan.forecast.flops import arch_from_catalog
-from gpuplan.forecast.inference_arch import PRECISIONS, Layout, arch_from, shard
+from gpuplan.forecast import model
+from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
+from gpuplan.forecast.model import arch_from, arch_from_catalog
 
 
 def test_gqa_by_hand() -> None:
@@ -44,31 +44,27 @@ MODELS = [m.id for m in get_catalog().models]
 
 @pytest.mark.parametrize("model_id", MODELS)
 def test_catalog_training_and_inference_views_agree(model_id: str) -> None:
+    """The catalog row, the record built from it and the record the serving forecast resolves
+    give one KV size: the one formula over the layers that cache K/V (a hybrid's attention
+    blocks only; its Mamba blocks keep a state)."""
     row = get_catalog().model(model_id)
     train = arch_from_catalog(row)
     infer = arch_from(row)
     mla = row.mla
-    expected_all_layers = kv_cache_bytes_per_token(
-        kv_layers=row.layers,
+    kv_layers = (row.attention_layers or 0) if row.is_hybrid and not mla else row.layers
+    expected = kv_cache_bytes_per_token(
+        kv_layers=kv_layers,
         kv_heads=row.kv_heads,
         head_dim=row.head_dim,
         bytes_per_element=2,
         mla_kv_lora_rank=mla.kv_lora_rank if mla else None,
         mla_qk_rope_head_dim=mla.qk_rope_head_dim if mla else None,
     )
-    assert row.kv_cache_bytes_per_token(2) == expected_all_layers
-    assert inference_arch.kv_cache_bytes_per_token(infer, 2.0) == expected_all_layers
-    if train.is_hybrid and not mla:
-        # training counts only the attention blocks of a hybrid (Mamba blocks keep a state)
-        expected_train = kv_cache_bytes_per_token(
-            kv_layers=train.attention_layers or 0,
-            kv_heads=row.kv_heads,
-            head_dim=row.head_dim,
-            bytes_per_element=2,
-        )
-        assert memory.kv_cache_bytes_per_token(train) == expected_train
-    else:
-        assert memory.kv_cache_bytes_per_token(train) == expected_all_layers
+    assert row.kv_cache_bytes_per_token(2) == expected
+    assert model.kv_cache_bytes_per_token(infer, 2.0) == expected
+    assert model.kv_cache_bytes_per_token(train, 2.0) == expected
+    if row.is_hybrid and not mla:
+        assert kv_layers < row.layers
 
 
 def test_per_gpu_view_uses_the_same_formula() -> None:
@@ -78,6 +74,4 @@ def test_per_gpu_view_uses_the_same_formula() -> None:
     # 8 KV heads over TP 4: 2 per GPU; 80 layers over PP 2: 40 per stage; 1-byte FP8 KV
     assert sh.kv_bytes_per_token_per_layer_per_gpu() == 2 * 2 * 128 * 1
     assert sh.kv_bytes_per_token_per_gpu() == 40 * 2 * 2 * 128
-    assert sh.kv_bytes_per_token_per_gpu() * 4 * 2 == inference_arch.kv_cache_bytes_per_token(
-        arch, 1.0
-    )
+    assert sh.kv_bytes_per_token_per_gpu() * 4 * 2 == model.kv_cache_bytes_per_token(arch, 1.0)

@@ -9,8 +9,8 @@ import pytest
 
 from gpuplan.errors import InputError
 from gpuplan.forecast import search, training
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.layout_rules import RULES, layout_violation, valid_layout_mask
+from gpuplan.forecast.model import ModelArch
 
 DENSE = ModelArch(
     name="d", layers=6, hidden=1536, heads=12, kv_heads=4, ffn_hidden=4096, vocab=1000

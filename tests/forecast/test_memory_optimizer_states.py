@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import (
     activation_bytes_per_layer,
     model_state_bytes,
     optimizer_bytes_per_param,
     training_memory_per_gpu,
 )
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import Framework, adam_step_bytes_per_param
 
 # 2 layers, h=64, 4 heads (MHA), GELU MLP 256, vocab 100, untied embeddings:

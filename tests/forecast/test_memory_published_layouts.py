@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplan.forecast.flops import ModelArch
 from gpuplan.forecast.memory import pipeline_split, stage_layers, valid_pipeline
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import (
     Framework,
     default_constants,

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.model import ModelArch, arch_from
 from gpuplan.forecast.training import (
     BREAKDOWN_KEYS,
     Framework,
@@ -27,7 +27,6 @@ from gpuplan.forecast.training import (
     evaluate_layouts,
     forecast_training,
     layouts_from_dict,
-    resolve_model,
 )
 
 from .test_train_fakes import fake_hardware
@@ -156,7 +155,7 @@ def test_deepseek_v3_dualpipe_within_band_of_report():
     median 8.6% (README); 15% sits between, for a run whose overlap schedule is modelled
     from the report's own description. The batch ramp (first 469B tokens at smaller
     batches) is ignored: a step at the final batch is the longest-running regime."""
-    arch = dataclasses.replace(resolve_model("deepseek-v3"), max_nodes_per_token=4)
+    arch = dataclasses.replace(arch_from("deepseek-v3"), max_nodes_per_token=4)
     kw = dict(
         gpu="h800",
         num_gpus=2048,

@@ -13,11 +13,11 @@ from gpuplan.forecast.inference import (
     ServingDemand,
     build_candidates,
     device_perf_for,
-    resolve_model,
+    model_with_provenance,
     size_serving_fleet,
 )
-from gpuplan.forecast.inference_arch import kv_cache_bytes_per_token
 from gpuplan.forecast.inference_fit import load_overheads
+from gpuplan.forecast.model import kv_cache_bytes_per_token
 from gpuplan.forecast.serving import PERCENTILES, LengthDist, kv_transfer_time_s, simulate
 
 TTFT_SLO, TPOT_SLO, QPS, N = 0.5, 0.03, 40.0, 600
@@ -52,7 +52,7 @@ def test_kv_transfer_term_from_the_formula_inputs(sized):
     _, f = sized
     dis = f.result["disaggregated"]
     kv = dis["kv_transfer"]
-    arch, _ = resolve_model("llama3.1-8b", get_catalog())
+    arch, _ = model_with_provenance("llama3.1-8b", get_catalog())
     # bf16 KV, heads split over the decode pool's TP (8 KV heads >= tp)
     per_token = kv_cache_bytes_per_token(arch, 2) / dis["decode"]["tp"]
     assert kv["kv_bytes_per_token_per_gpu"] == pytest.approx(per_token, rel=1e-12)
@@ -72,7 +72,7 @@ def test_both_slos_met_and_pools_minimal_in_the_simulator(sized):
     d, f = sized
     dis = f.result["disaggregated"]
     assert dis["ttft_s"] <= TTFT_SLO and dis["tpot_s"] <= TPOT_SLO
-    arch, _ = resolve_model("llama3.1-8b", get_catalog())
+    arch, _ = model_with_provenance("llama3.1-8b", get_catalog())
     cands, _ = build_candidates(
         arch=arch,
         gpus=[get_catalog().gpu("h100")],
@@ -133,7 +133,7 @@ def test_ratio_total_and_verdict_are_consistent(sized):
 def test_a_prefilled_replica_skips_the_prefill():
     """The same replica, same requests: with the KV cache arriving ready, the first step comes
     sooner than when the replica must prefill the prompt itself."""
-    arch, _ = resolve_model("llama3.1-8b", get_catalog())
+    arch, _ = model_with_provenance("llama3.1-8b", get_catalog())
     cands, _ = build_candidates(
         arch=arch,
         gpus=[get_catalog().gpu("h100")],

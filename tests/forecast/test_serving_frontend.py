@@ -11,8 +11,8 @@ import pytest
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.forecast.inference import build_candidates, device_perf_for, forecast_inference
-from gpuplan.forecast.inference_arch import arch_from
 from gpuplan.forecast.inference_fit import FittedOverheads, load_overheads
+from gpuplan.forecast.model import arch_from
 from gpuplan.forecast.serving import LengthDist, frontend_entries, simulate_requests
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpuplan.forecast import comm
-from gpuplan.forecast.training import resolve_hardware
+from gpuplan.forecast.hardware import resolve_hardware
 
 LAT = comm.LibraryLatency("nccl", 6.6e-6, 0.6e-6, 2.7e-6, "nvlink4", "NCCL-TUNING")
 

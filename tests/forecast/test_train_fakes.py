@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpuplan.calibration.api import Estimate
-from gpuplan.forecast.training import Hardware
+from gpuplan.forecast.hardware import Hardware
 
 BUSBW_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpuplan.forecast import comm as comm_mod
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import (
     CAUSAL_TILE_ROWS,
     FLASH_ATTENTION_BWD_FLOPS_RATIO,

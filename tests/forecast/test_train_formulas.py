@@ -11,19 +11,14 @@ import gpuplan.forecast.comm as comm
 import gpuplan.forecast.flops as flops
 import gpuplan.forecast.memory as memory
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import (
-    ModelArch,
-    hardware_flops_per_token,
-    layer_gemms,
-    megatron_flops_per_step,
-    model_flops_per_token,
-)
+from gpuplan.forecast.flops import layer_gemms, megatron_flops_per_step
 from gpuplan.forecast.memory import (
     activation_bytes_per_layer,
     korthikanti_activation_bytes,
     model_state_bytes,
     pipeline_inflight_factor,
 )
+from gpuplan.forecast.model import ModelArch, hardware_flops_per_token, model_flops_per_token
 
 GPT3 = ModelArch(
     name="gpt3",
@@ -87,7 +82,7 @@ def test_moe_counts_only_active_experts():
 
 def test_catalog_models_agree_with_catalog_counts():
     from gpuplan.catalogs import get_catalog
-    from gpuplan.forecast.flops import arch_from_catalog
+    from gpuplan.forecast.model import arch_from_catalog
 
     cat = get_catalog()
     for row in cat.models:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.search import best_layouts, enumerate_layouts, smallest_cluster
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
@@ -162,7 +162,7 @@ def test_smallest_cluster_is_the_smallest_of_every_size():
 
 
 def test_sizing_starts_at_the_flop_lower_bound():
-    from gpuplan.forecast.flops import model_flops_per_token
+    from gpuplan.forecast.model import model_flops_per_token
     from gpuplan.forecast.search import flops_lower_bound_gpus
 
     hw = fake_hardware()

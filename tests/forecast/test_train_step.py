@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.flops import ModelArch
+from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.training import (
     BREAKDOWN_KEYS,
     Framework,
