@@ -144,7 +144,8 @@ def _deadline(doc: dict[str, Any], workload: str, gpu: str) -> dict[str, Any] | 
 def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Owning vs renting: every owned option's break-even utilisation against every priced
     purchasing model of every cloud option with the same GPU
-    (:func:`gpuplan.plan.cost.break_even_against`)."""
+    (:func:`gpuplan.plan.cost.break_even_against`), shared storage on both sides or on neither
+    (:func:`gpuplan.plan.cost.storage_like_for_like`)."""
     from gpuplan.plan import cost as costmod
     from gpuplan.plan.provenance import figure_from_json
 
@@ -154,6 +155,8 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if own["kind"] != "onprem" or not tco or not _ok(tco.get("total_per_year_usd")):
             continue
         total = figure_from_json(tco["total_per_year_usd"])
+        own_st = tco.get("storage_in_total_per_year_usd")
+        own_storage = figure_from_json(own_st) if own_st else None
         nodes = figure_from_json(own["nodes"])
         own_gpn = figure_from_json(own["gpus_per_node"])
         for cloud in doc["options"]:
@@ -164,6 +167,13 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 if model == "onprem" or not c or not _ok(c.get("price_usd_per_node_hour")):
                     continue
                 label = costmod.MODEL_LABEL.get(model, model)
+                cloud_st = c.get("storage_usd_per_month")
+                own_y, rented_st, left_out = costmod.storage_like_for_like(
+                    total,
+                    own_storage,
+                    figure_from_json(cloud_st) if cloud_st else None,
+                    cloud["id"],
+                )
                 price = costmod.per_owned_node_price(
                     figure_from_json(c["price_usd_per_node_hour"]),
                     figure_from_json(cloud["gpus_per_node"]),
@@ -178,7 +188,7 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                         "committed": model in costmod.COMMITTED,
                         "price_usd_per_node_hour": price.to_json(),
                         "break_even_utilisation": costmod.break_even_against(
-                            total, nodes, price
+                            own_y, nodes, price, rented_st, left_out
                         ).to_json(),
                     }
                 )
