@@ -76,12 +76,21 @@ class FigureIndex:
         return self._num[k]
 
 
+#: a missing figure whose reason starts so prints the short text instead of "missing"
+#: (storage tiers: gpuplan.plan.storage.missing_price_reason)
+MISSING_SHORT = (
+    ("price not published", "price not published"),
+    ("price not in the catalog", "price not in catalog"),
+)
+
+
 def fmt(f: Any) -> str:
     """Display text of a figure's value (with its interval)."""
     if not is_figure_json(f):
         return "-" if f is None else str(f)
     if f.get("value") is None:
-        return "missing"
+        why = str(f.get("missing") or "")
+        return next((short for head, short in MISSING_SHORT if why.startswith(head)), "missing")
     text = format_number(f["value"], f["unit"])
     iv = f.get("interval")
     if iv and None not in iv and format_number(iv[0], f["unit"]) != format_number(iv[1], f["unit"]):
