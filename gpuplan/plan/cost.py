@@ -46,10 +46,11 @@ price per kWh, at full draw all year: an upper bound), plus operations per node 
 The hourly equivalent is then treated as a committed price. Break-even utilisation
 against on-demand renting = owned cost per year / (8,760 h x nodes x on-demand price):
 above it, owning is cheaper. Shared storage joins both sides like for like: the owned cost
-carries the storage capex (or a quoted yearly rate), the rented side the cloud tier's price
-per month x 12 (the data set stays provisioned all year, used or not), so
-``u* = max(0, owned per year - cloud storage per year) / (8,760 h x nodes x price)``; when
-either side has no storage price, storage is left out of both and the figure says so.
+carries the storage capex (or a quoted yearly rate), the rented side the cloud tier, held
+while the rented fleet runs (as each run's cost counts it: its wall hours), at its price per
+month x 12 a year of use, so
+``u* = owned per year / (8,760 h x nodes x price + cloud storage per year)``; when either
+side has no storage price, storage is left out of both and the figure says so.
 """
 
 from __future__ import annotations
@@ -1128,18 +1129,18 @@ def break_even_against(
     """:func:`break_even_utilisation` from the owned cost per year and any rented price per
     owned-node-equivalent hour.
 
-    Renting at utilisation u costs ``u x 8,760 h x nodes x price + S`` a year, with ``S``
-    the cloud storage per year (``rented_storage_per_year``, held all year); owning costs
-    ``O`` (its own storage in it). They are equal at
-    ``u* = max(0, O - S) / (8,760 h x nodes x price)``: 0 means owning is cheaper at any
-    utilisation. Give ``S`` only when ``O`` holds the owned storage too (like for like,
-    :func:`storage_like_for_like`); ``storage_left_out`` says why storage is in neither.
+    Renting at utilisation u costs ``u x (8,760 h x nodes x price + S)`` a year, with ``S``
+    the cloud storage for a year of use (``rented_storage_per_year``: the tier is held while
+    the rented fleet runs, as a run's cost counts it); owning costs ``O`` (its own storage in
+    it). They are equal at ``u* = O / (8,760 h x nodes x price + S)``. Give ``S`` only when
+    ``O`` holds the owned storage too (like for like, :func:`storage_like_for_like`);
+    ``storage_left_out`` says why storage is in neither.
 
     >>> own = input_fig(876000.0, "USD/year", "owned", "r")
     >>> n = input_fig(10, "nodes", "n", "r")
     >>> break_even_against(own, n, input_fig(20.0, "USD/node-hour", "p", "r")).value
     0.5
-    >>> s = input_fig(438000.0, "USD/year", "cloud storage", "r")
+    >>> s = input_fig(1752000.0, "USD/year", "cloud storage", "r")
     >>> break_even_against(own, n, input_fig(20.0, "USD/node-hour", "p", "r"), s).value
     0.25
     """
@@ -1152,12 +1153,12 @@ def break_even_against(
         )
     if rented_storage_per_year is not None and rented_storage_per_year.ok:
         return derived(
-            max(0.0, owned_per_year.value - rented_storage_per_year.value)
-            / (HOURS_PER_YEAR * nodes.value * price.value),
+            owned_per_year.value
+            / (HOURS_PER_YEAR * nodes.value * price.value + rented_storage_per_year.value),
             "fraction",
             f"break-even utilisation (own vs {price.label}, storage on both sides)",
-            "max(0, owned cost per year (its storage in it) - cloud storage per year) / "
-            "(8,760 h x nodes x rented price per node-hour)",
+            "owned cost per year (its storage in it) / (8,760 h x nodes x rented price per "
+            "node-hour + cloud storage for a year of use)",
             [owned_per_year, rented_storage_per_year, nodes, price],
         )
     formula = "owned cost per year / (8,760 h x nodes x rented price per node-hour)"
@@ -1200,7 +1201,7 @@ def storage_like_for_like(
             cloud_storage_per_month.value * 12,
             "USD/year",
             f"{cloud} shared storage per year",
-            "the cloud tier's price per month x 12 (provisioned all year)",
+            "the cloud tier's price per month x 12 (a year of use)",
             [cloud_storage_per_month],
         )
         return owned_per_year, rented, None

@@ -297,10 +297,15 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
         dep = _input(doc, "costs.depreciation_years")
         pue = _input(doc, "costs.pue")
         kwh = _input(doc, "costs.electricity_usd_per_kwh")
+        capex_formula = str(((tco.get("capex_usd") or {}).get("provenance") or {}).get("formula"))
         view["money"] = [
             (
                 "capex (nodes"
-                + ("" if _ok((o.get("fabric") or {}).get("capex_usd")) else " only")
+                + (
+                    " + storage"
+                    if "storage capex" in capex_formula
+                    else ("" if _ok((o.get("fabric") or {}).get("capex_usd")) else " only")
+                )
                 + ")",
                 tco.get("capex_usd"),
             ),
@@ -311,6 +316,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
             ("electricity price", kwh),
             ("support, space and operations per year", tco.get("operations_per_year_usd")),
             ("owned cost per year (TCO)", tco.get("total_per_year_usd")),
+            ("of which shared storage per year", tco.get("storage_in_total_per_year_usd")),
             ("utilisation assumed", util),
             (mlabel, rec["metric"]),
         ]
