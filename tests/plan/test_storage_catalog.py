@@ -108,6 +108,35 @@ def test_weka_servers_for_10_pb_and_never_fewer_than_its_minimum_system():
     assert small.provisioned_bytes.value == row.min_appliances * row.capacity_bytes_per_appliance
 
 
+def test_ddn_es400x3_is_sized_from_the_published_deployment():
+    row = CAT.storage_tier("AI400X3")
+    assert row.id == "ddn-exascaler-es400x3" and row.gpudirect_storage
+    # the deployment's totals (RIKEN R-CCS: two appliances) are what the row halves
+    assert 2 * row.capacity_bytes_per_appliance == pytest.approx(1081.34e12)
+    assert 2 * row.read_bytes_per_s_per_appliance == pytest.approx(260e9)
+    assert 2 * row.write_bytes_per_s_per_appliance == pytest.approx(180e9)
+    read = 1e12
+    f = st.fit_appliances(
+        appliance_tier(row),
+        capacity=fig(TEN_PB),
+        read_bps=fig(read),
+        write_bps=fig(CKPT_405B / BUDGET_S),
+        ckpt=fig(CKPT_405B),
+        budget_s=fig(BUDGET_S),
+    )
+    n = max(
+        math.ceil(TEN_PB / row.capacity_bytes_per_appliance),
+        math.ceil(read / row.read_bytes_per_s_per_appliance),
+        math.ceil(CKPT_405B / BUDGET_S / row.write_bytes_per_s_per_appliance),
+    )
+    assert f.sized and f.fits and f.appliances.value == n
+    assert f.checkpoint_write_s.value == pytest.approx(
+        CKPT_405B / (n * row.write_bytes_per_s_per_appliance)
+    )
+    # height and power are not in the source: missing, never zero
+    assert not f.rack_units.ok and not f.power_w.ok
+
+
 @pytest.mark.parametrize(
     "row_id", ["ddn-exascaler-ai400x2-turbo", "vast-data", "ibm-storage-scale"]
 )
