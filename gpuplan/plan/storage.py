@@ -868,11 +868,11 @@ def _appliance_capex(ctx: PlanContext, t: StorageTierRow, cap_per: Figure) -> Fi
             "price per usable TiB x usable TiB per appliance",
             [per_tib, cap_per],
         )
-    return missing_fig(
-        "USD",
-        f"{t.id} price per appliance",
-        price_status(ctx, t),
-    )
+    status = price_status(ctx, t)
+    if t.id in ctx.scenario.costs.storage_usd_per_gib_month:
+        # a monthly rate pays for the storage as it is used: nothing is bought
+        status = f"no capex: the tier is paid by the month ({status})"
+    return missing_fig("USD", f"{t.id} price per appliance", status)
 
 
 def _writers_cap(ctx: PlanContext, opt: Option, t: StorageTierRow) -> Figure | None:
