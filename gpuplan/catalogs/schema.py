@@ -573,6 +573,14 @@ class StorageTier(Row):
         None, description="purchase price per usable TiB (capex), USD"
     )
     price_as_of: str | None = None
+    price_not_published: str | None = Field(
+        None,
+        description=(
+            "why the catalog has no price for the tier (the vendor sells by quote only, the"
+            " provider's pricing page was not retrieved, ...): the plan prints it and leaves"
+            " the tier out of the cost until the scenario quotes a rate"
+        ),
+    )
     gpudirect_storage: bool | None = None
 
     @field_validator(
@@ -618,6 +626,10 @@ class StorageTier(Row):
         for name in ("price_usd_per_tib_month", "price_usd_per_appliance", "price_usd_per_tib"):
             if getattr(self, name) is not None and self.price_as_of is None:
                 raise ValueError(f"{name} needs price_as_of (when the price was published)")
+            if getattr(self, name) is not None and self.price_not_published:
+                raise ValueError(
+                    f"{name} is set but price_not_published says there is no price: drop one"
+                )
         if self.per_appliance and (
             self.read_bytes_per_s_per_tib is not None or self.write_bytes_per_s_per_tib is not None
         ):

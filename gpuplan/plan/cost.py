@@ -45,7 +45,12 @@ straight-line over the depreciation years, plus facility energy (facility power 
 price per kWh, at full draw all year: an upper bound), plus operations per node and staff.
 The hourly equivalent is then treated as a committed price. Break-even utilisation
 against on-demand renting = owned cost per year / (8,760 h x nodes x on-demand price):
-above it, owning is cheaper.
+above it, owning is cheaper. Shared storage joins both sides like for like: the owned cost
+carries the storage capex (or a quoted yearly rate), the rented side the cloud tier, held
+while the rented fleet runs (as each run's cost counts it: its wall hours), at its price per
+month x 12 a year of use, so
+``u* = owned per year / (8,760 h x nodes x price + cloud storage per year)``; when either
+side has no storage price, storage is left out of both and the figure says so.
 """
 
 from __future__ import annotations
@@ -780,9 +785,8 @@ def add_cloud_storage(
             interval=total_iv,
         )
     month = mc.per_month_usd
-    if month is None:
-        mc.per_month_usd = st
-    elif month.ok:
+    # a purchasing model with no fleet month (no price) gets none: storage alone is not its cost
+    if month is not None and month.ok:
         mc.per_month_usd = derived(
             month.value + st.value,
             "USD/month",
@@ -939,6 +943,9 @@ class OnPremTCO:
     usd_per_node_hour: Figure
     excludes: list[str]
     storage_per_year_usd: Figure | None = None
+    #: the shared storage's share of the yearly cost (capex / depreciation years, or a quoted
+    #: yearly rate); None when the owned cost has no storage in it
+    storage_in_total_per_year_usd: Figure | None = None
 
     def to_json(self) -> FigureDict:
         out = {
@@ -950,6 +957,8 @@ class OnPremTCO:
             "usd_per_node_hour": self.usd_per_node_hour,
             "excludes": self.excludes,
         }
+        if self.storage_in_total_per_year_usd is not None:
+            out["storage_in_total_per_year_usd"] = self.storage_in_total_per_year_usd
         if self.storage_per_year_usd is not None:
             out["storage_per_year_usd"] = self.storage_per_year_usd
         return out
@@ -1077,8 +1086,27 @@ def onprem_tco(
         "cost per year / (nodes x 8,760 h)",
         [total, nodes],
     )
+    storage_in: Figure | None = None
+    if storage_usd_per_year is not None and storage_usd_per_year.ok:
+        storage_in = storage_usd_per_year
+    elif storage_capex_usd is not None and storage_capex_usd.ok and depreciation_years.ok:
+        storage_in = derived(
+            storage_capex_usd.value / depreciation_years.value,
+            "USD/year",
+            "storage capex per year",
+            "storage capex / depreciation years (straight line)",
+            [storage_capex_usd, depreciation_years],
+        )
     return OnPremTCO(
-        capex, capex_y, energy, ops, total, per_node_hour, excludes, storage_usd_per_year
+        capex,
+        capex_y,
+        energy,
+        ops,
+        total,
+        per_node_hour,
+        excludes,
+        storage_usd_per_year,
+        storage_in_total_per_year_usd=storage_in,
     )
 
 
@@ -1091,14 +1119,30 @@ def break_even_utilisation(tco: OnPremTCO, nodes: Figure, on_demand: Figure) -> 
     return break_even_against(tco.total_per_year_usd, nodes, on_demand)
 
 
-def break_even_against(owned_per_year: Figure, nodes: Figure, price: Figure) -> Figure:
+def break_even_against(
+    owned_per_year: Figure,
+    nodes: Figure,
+    price: Figure,
+    rented_storage_per_year: Figure | None = None,
+    storage_left_out: str | None = None,
+) -> Figure:
     """:func:`break_even_utilisation` from the owned cost per year and any rented price per
     owned-node-equivalent hour.
+
+    Renting at utilisation u costs ``u x (8,760 h x nodes x price + S)`` a year, with ``S``
+    the cloud storage for a year of use (``rented_storage_per_year``: the tier is held while
+    the rented fleet runs, as a run's cost counts it); owning costs ``O`` (its own storage in
+    it). They are equal at ``u* = O / (8,760 h x nodes x price + S)``. Give ``S`` only when
+    ``O`` holds the owned storage too (like for like, :func:`storage_like_for_like`);
+    ``storage_left_out`` says why storage is in neither.
 
     >>> own = input_fig(876000.0, "USD/year", "owned", "r")
     >>> n = input_fig(10, "nodes", "n", "r")
     >>> break_even_against(own, n, input_fig(20.0, "USD/node-hour", "p", "r")).value
     0.5
+    >>> s = input_fig(1752000.0, "USD/year", "cloud storage", "r")
+    >>> break_even_against(own, n, input_fig(20.0, "USD/node-hour", "p", "r"), s).value
+    0.25
     """
     if not owned_per_year.ok or not price.ok:
         return missing_fig(
@@ -1107,13 +1151,80 @@ def break_even_against(owned_per_year: Figure, nodes: Figure, price: Figure) -> 
             owned_per_year.missing or price.missing or "missing price",
             [owned_per_year, price],
         )
+    if rented_storage_per_year is not None and rented_storage_per_year.ok:
+        return derived(
+            owned_per_year.value
+            / (HOURS_PER_YEAR * nodes.value * price.value + rented_storage_per_year.value),
+            "fraction",
+            f"break-even utilisation (own vs {price.label}, storage on both sides)",
+            "owned cost per year (its storage in it) / (8,760 h x nodes x rented price per "
+            "node-hour + cloud storage for a year of use)",
+            [owned_per_year, rented_storage_per_year, nodes, price],
+        )
+    formula = "owned cost per year / (8,760 h x nodes x rented price per node-hour)"
+    if storage_left_out:
+        formula += f"; shared storage left out of both sides ({storage_left_out})"
     return derived(
         owned_per_year.value / (HOURS_PER_YEAR * nodes.value * price.value),
         "fraction",
         f"break-even utilisation (own vs {price.label})",
-        "owned cost per year / (8,760 h x nodes x rented price per node-hour)",
+        formula,
         [owned_per_year, nodes, price],
     )
+
+
+def storage_like_for_like(
+    owned_per_year: Figure,
+    owned_storage_per_year: Figure | None,
+    cloud_storage_per_month: Figure | None,
+    cloud: str,
+) -> tuple[Figure, Figure | None, str | None]:
+    """Owned cost and cloud storage per year to compare like for like, and what is left out.
+
+    Both priced: the owned cost as it is (its storage in it) and the cloud tier's price per
+    month x 12. The cloud tier unpriced: the owned storage per year is taken out of the owned
+    cost and storage is in neither side. The owned storage unpriced: the cloud storage is not
+    counted. A break-even with storage on one side only would favour the side without it.
+
+    >>> o = input_fig(1000.0, "USD/year", "owned", "r")
+    >>> own_st = input_fig(200.0, "USD/year", "owned storage", "r")
+    >>> m = input_fig(10.0, "USD/month", "cloud storage", "r")
+    >>> [f.value if f is not None else None for f in storage_like_for_like(o, own_st, m, "aws")[:2]]
+    [1000.0, 120.0]
+    >>> storage_like_for_like(o, own_st, None, "aws")[0].value
+    800.0
+    """
+    cloud_ok = cloud_storage_per_month is not None and cloud_storage_per_month.ok
+    owned_ok = owned_storage_per_year is not None and owned_storage_per_year.ok
+    if owned_ok and cloud_ok and cloud_storage_per_month is not None:
+        rented = derived(
+            cloud_storage_per_month.value * 12,
+            "USD/year",
+            f"{cloud} shared storage per year",
+            "the cloud tier's price per month x 12 (a year of use)",
+            [cloud_storage_per_month],
+        )
+        return owned_per_year, rented, None
+    if owned_ok and owned_storage_per_year is not None and owned_per_year.ok:
+        without = derived(
+            owned_per_year.value - owned_storage_per_year.value,
+            "USD/year",
+            "owned cost per year without its storage",
+            "owned cost per year - owned storage per year",
+            [owned_per_year, owned_storage_per_year],
+        )
+        return (
+            without,
+            None,
+            f"the {cloud} storage tier has no price, so the owned storage is out too",
+        )
+    if cloud_ok:
+        return (
+            owned_per_year,
+            None,
+            "the owned storage has no price, so the cloud storage is out too",
+        )
+    return owned_per_year, None, "neither the owned nor the cloud storage has a price"
 
 
 def per_owned_node_price(
@@ -1470,12 +1581,12 @@ def link_break_even(options: list[Option]) -> None:
         for other in options:
             if other.kind != "cloud" or other.gpu.id != opt.gpu.id:
                 continue
-            od = other.costs.get("on_demand")
-            if od is None or not od.price_usd_per_node_hour.ok:
+            cand = other.costs.get("on_demand")
+            if cand is None or not cand.price_usd_per_node_hour.ok:
                 continue
-            per_gpu = od.price_usd_per_node_hour.value / other.gpus_per_node.value
+            per_gpu = cand.price_usd_per_node_hour.value / other.gpus_per_node.value
             if best is None or per_gpu < best[0]:
-                best = (per_gpu, other, od.price_usd_per_node_hour)
+                best = (per_gpu, other, cand)
         if best is None:
             opt.break_even = missing_fig(
                 "fraction",
@@ -1483,7 +1594,8 @@ def link_break_even(options: list[Option]) -> None:
                 f"no cloud on-demand price for {opt.gpu.id} among the candidates",
             )
             continue
-        _, other, od_price = best
+        _, other, od = best
+        od_price = od.price_usd_per_node_hour
         per_node_equiv = derived(
             od_price.value / other.gpus_per_node.value * opt.gpus_per_node.value,
             "USD/node-hour",
@@ -1491,7 +1603,15 @@ def link_break_even(options: list[Option]) -> None:
             "on-demand price / GPUs per instance x GPUs per owned node",
             [od_price, other.gpus_per_node, opt.gpus_per_node],
         )
-        opt.break_even = break_even_utilisation(opt.tco, opt.sized_nodes, per_node_equiv)
+        own_y, rented_st, left_out = storage_like_for_like(
+            opt.tco.total_per_year_usd,
+            opt.tco.storage_in_total_per_year_usd,
+            od.storage_usd_per_month,
+            other.id,
+        )
+        opt.break_even = break_even_against(
+            own_y, opt.sized_nodes, per_node_equiv, rented_st, left_out
+        )
         opt.break_even_against = other.id
 
 

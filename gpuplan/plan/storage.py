@@ -85,6 +85,8 @@ class StorageTier:
     cloud: str | None = None
     throughput_increment_bytes_per_s: Figure | None = None
     gpudirect_storage: bool | None = None
+    #: where the price comes from, or why there is none (:func:`price_status`)
+    price_status: str = ""
 
 
 def checkpoint_bytes(params: Figure, bytes_per_param: Figure) -> Figure:
@@ -182,6 +184,8 @@ class ApplianceTier:
     power_w_per_appliance: Figure | None = None
     capex_usd_per_appliance: Figure | None = None
     min_appliances: Figure | None = None
+    #: where the price comes from, or why there is none (:func:`price_status`)
+    price_status: str = ""
 
 
 def client_write_cap(writers: Figure, per_client_bytes_per_s: Figure) -> Figure:
@@ -264,6 +268,7 @@ class TierFit:
             "fits": self.fits,
             "reason": self.reason,
             "sized_by": self.sized_by,
+            "price_status": self.tier.price_status,
         }
 
 
@@ -739,6 +744,41 @@ APPLIANCE_FIELDS = (
 )
 
 
+#: why a cloud tier has no catalog price when its row gives no reason of its own
+CLOUD_PRICE_NOT_RETRIEVED = (
+    "price not in the catalog: the provider publishes a rate on its pricing page, but no"
+    " dated copy of it was retrieved for this tier"
+)
+
+
+def missing_price_reason(tier_id: str, not_published: str | None, cloud: bool) -> str:
+    """Why a tier has no price, and how a scenario prices it (a negotiated rate).
+
+    >>> missing_price_reason("x", "the vendor sells by quote", False)
+    'price not published: the vendor sells by quote; give your rate in costs.storage_usd_per_gib_month.x'
+    """
+    why = (
+        f"price not published: {not_published}"
+        if not_published
+        else (CLOUD_PRICE_NOT_RETRIEVED if cloud else "price not published")
+    )
+    return f"{why}; give your rate in costs.storage_usd_per_gib_month.{tier_id}"
+
+
+def price_status(ctx: PlanContext, t: StorageTierRow) -> str:
+    """Where a tier's price comes from (scenario quote, catalog row) or why it has none."""
+    quotes = ctx.scenario.costs.storage_usd_per_gib_month
+    if t.id in quotes:
+        return f"scenario quote (costs.storage_usd_per_gib_month.{t.id})"
+    for name in ("price_usd_per_tib_month", "price_usd_per_appliance", "price_usd_per_tib"):
+        if getattr(t, name, None):
+            flag = " (secondary source)" if t.is_unverified(name) else ""
+            return f"catalog {name}, as of {t.price_as_of}{flag}"
+    prov = str(getattr(t, "provider", "")).lower()
+    cloud = any(n in prov for names in CLOUD_PROVIDER_NAMES.values() for n in names)
+    return missing_price_reason(t.id, getattr(t, "price_not_published", None), cloud)
+
+
 def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | ApplianceTier:
     tib = TIB
 
@@ -746,6 +786,7 @@ def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | Applianc
         return ctx.cat("storage", t, field_name, unit, f"{t.id} {label}")
 
     price_fields = ctx.scenario.costs.storage_usd_per_gib_month
+    status = price_status(ctx, t)
     if t.id in price_fields:
         price = ctx.quote(
             ("costs", "storage_usd_per_gib_month", t.id), "USD/GiB-month", f"{t.id} price"
@@ -760,10 +801,14 @@ def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | Applianc
             [per_tib],
         )
     else:
+        # a bought tier priced per appliance or per TiB has a capex, not a monthly rate
+        capex_priced = bool(
+            getattr(t, "price_usd_per_appliance", None) or getattr(t, "price_usd_per_tib", None)
+        )
         price = missing_fig(
             "USD/GiB-month",
             f"{t.id} price",
-            f"no price for {t.id}: add costs.storage_usd_per_gib_month.{t.id}",
+            f"bought, not rented: priced by its capex ({status})" if capex_priced else status,
         )
     del tib
     if getattr(t, "per_appliance", False) or any(getattr(t, n, None) for n in APPLIANCE_FIELDS):
@@ -786,6 +831,7 @@ def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | Applianc
                 if getattr(t, "min_appliances", None)
                 else None
             ),
+            price_status=status,
         )
     return StorageTier(
         id=t.id,
@@ -803,6 +849,7 @@ def _tier_figures(ctx: PlanContext, t: StorageTierRow) -> StorageTier | Applianc
             else None
         ),
         gpudirect_storage=getattr(t, "gpudirect_storage", None),
+        price_status=status,
     )
 
 
@@ -821,12 +868,11 @@ def _appliance_capex(ctx: PlanContext, t: StorageTierRow, cap_per: Figure) -> Fi
             "price per usable TiB x usable TiB per appliance",
             [per_tib, cap_per],
         )
-    return missing_fig(
-        "USD",
-        f"{t.id} price per appliance",
-        f"the catalog row storage/{t.id} has no price_usd_per_appliance or price_usd_per_tib "
-        "(no published price): quote it in costs.storage_usd_per_gib_month",
-    )
+    status = price_status(ctx, t)
+    if t.id in ctx.scenario.costs.storage_usd_per_gib_month:
+        # a monthly rate pays for the storage as it is used: nothing is bought
+        status = f"no capex: the tier is paid by the month ({status})"
+    return missing_fig("USD", f"{t.id} price per appliance", status)
 
 
 def _writers_cap(ctx: PlanContext, opt: Option, t: StorageTierRow) -> Figure | None:

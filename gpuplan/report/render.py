@@ -76,12 +76,21 @@ class FigureIndex:
         return self._num[k]
 
 
+#: a missing figure whose reason starts so prints the short text instead of "missing"
+#: (storage tiers: gpuplan.plan.storage.missing_price_reason)
+MISSING_SHORT = (
+    ("price not published", "price not published"),
+    ("price not in the catalog", "price not in catalog"),
+)
+
+
 def fmt(f: Any) -> str:
     """Display text of a figure's value (with its interval)."""
     if not is_figure_json(f):
         return "-" if f is None else str(f)
     if f.get("value") is None:
-        return "missing"
+        why = str(f.get("missing") or "")
+        return next((short for head, short in MISSING_SHORT if why.startswith(head)), "missing")
     text = format_number(f["value"], f["unit"])
     iv = f.get("interval")
     if iv and None not in iv and format_number(iv[0], f["unit"]) != format_number(iv[1], f["unit"]):
@@ -144,7 +153,8 @@ def _deadline(doc: dict[str, Any], workload: str, gpu: str) -> dict[str, Any] | 
 def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Owning vs renting: every owned option's break-even utilisation against every priced
     purchasing model of every cloud option with the same GPU
-    (:func:`gpuplan.plan.cost.break_even_against`)."""
+    (:func:`gpuplan.plan.cost.break_even_against`), shared storage on both sides or on neither
+    (:func:`gpuplan.plan.cost.storage_like_for_like`)."""
     from gpuplan.plan import cost as costmod
     from gpuplan.plan.provenance import figure_from_json
 
@@ -154,6 +164,8 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if own["kind"] != "onprem" or not tco or not _ok(tco.get("total_per_year_usd")):
             continue
         total = figure_from_json(tco["total_per_year_usd"])
+        own_st = tco.get("storage_in_total_per_year_usd")
+        own_storage = figure_from_json(own_st) if own_st else None
         nodes = figure_from_json(own["nodes"])
         own_gpn = figure_from_json(own["gpus_per_node"])
         for cloud in doc["options"]:
@@ -164,6 +176,13 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 if model == "onprem" or not c or not _ok(c.get("price_usd_per_node_hour")):
                     continue
                 label = costmod.MODEL_LABEL.get(model, model)
+                cloud_st = c.get("storage_usd_per_month")
+                own_y, rented_st, left_out = costmod.storage_like_for_like(
+                    total,
+                    own_storage,
+                    figure_from_json(cloud_st) if cloud_st else None,
+                    cloud["id"],
+                )
                 price = costmod.per_owned_node_price(
                     figure_from_json(c["price_usd_per_node_hour"]),
                     figure_from_json(cloud["gpus_per_node"]),
@@ -178,7 +197,7 @@ def break_even_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                         "committed": model in costmod.COMMITTED,
                         "price_usd_per_node_hour": price.to_json(),
                         "break_even_utilisation": costmod.break_even_against(
-                            total, nodes, price
+                            own_y, nodes, price, rented_st, left_out
                         ).to_json(),
                     }
                 )
@@ -278,10 +297,15 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
         dep = _input(doc, "costs.depreciation_years")
         pue = _input(doc, "costs.pue")
         kwh = _input(doc, "costs.electricity_usd_per_kwh")
+        capex_formula = str(((tco.get("capex_usd") or {}).get("provenance") or {}).get("formula"))
         view["money"] = [
             (
                 "capex (nodes"
-                + ("" if _ok((o.get("fabric") or {}).get("capex_usd")) else " only")
+                + (
+                    " + storage"
+                    if "storage capex" in capex_formula
+                    else ("" if _ok((o.get("fabric") or {}).get("capex_usd")) else " only")
+                )
                 + ")",
                 tco.get("capex_usd"),
             ),
@@ -292,6 +316,7 @@ def summary_view(doc: dict[str, Any]) -> dict[str, Any]:
             ("electricity price", kwh),
             ("support, space and operations per year", tco.get("operations_per_year_usd")),
             ("owned cost per year (TCO)", tco.get("total_per_year_usd")),
+            ("of which shared storage per year", tco.get("storage_in_total_per_year_usd")),
             ("utilisation assumed", util),
             (mlabel, rec["metric"]),
         ]
