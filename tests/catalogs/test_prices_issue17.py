@@ -9,6 +9,7 @@ import re
 import pytest
 
 from gpuplan.catalogs import get_catalog
+from gpuplan.catalogs.schema import Instance
 
 CAT = get_catalog()
 
@@ -113,3 +114,29 @@ def test_neocloud_rows_cover_the_published_gpus(cloud: str, gpu: str) -> None:
         for i in priced:
             obs = i.price("on_demand")
             assert obs is not None and obs.as_of >= "2025", i.id
+
+
+COMMITTED_OR_SPOT = (
+    "spot",
+    "reserved",
+    "reserved_1y",
+    "reserved_3y",
+    "savings_plan_1y",
+    "savings_plan_3y",
+    "cud_1y",
+    "cud_3y",
+)
+
+
+@pytest.mark.parametrize("inst", CAT.instances, ids=lambda i: i.id)
+def test_a_commitment_or_spot_rate_undercuts_on_demand_in_its_region(inst: Instance) -> None:
+    """A transcription slip (a monthly figure, a per-GPU figure, the wrong term) shows up as
+    a discounted rate at or above the latest on-demand rate of the same region."""
+    for region in {p.region for p in inst.prices}:
+        od = inst.price("on_demand", region)
+        if od is None or od.usd_per_hour is None:
+            continue
+        for kind in COMMITTED_OR_SPOT:
+            obs = inst.price(kind, region)
+            if obs is not None and obs.usd_per_hour is not None:
+                assert obs.usd_per_hour < od.usd_per_hour, (inst.id, region, kind)
