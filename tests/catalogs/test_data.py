@@ -262,7 +262,7 @@ def test_historical_prices_kept_and_latest_chosen() -> None:
     on_demand = [p for p in p5.prices if p.model == "on_demand" and p.region == "us-east-1"]
     assert len(on_demand) >= 2
     assert p5.price("on_demand").usd_per_hour == 55.04  # 2026-11-09 beats the 2025-H1 98.32
-    assert CAT.instance("ND H200 v5").price() is None  # unpublished stays missing
+    assert CAT.instance("a4x-highgpu-4g").price() is None  # unpublished stays missing
 
 
 @pytest.mark.parametrize("node", CAT.nodes, ids=lambda n: n.id)

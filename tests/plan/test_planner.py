@@ -193,15 +193,15 @@ def test_pretrain_plan_by_hand(plans):
 
 def test_missing_prices_stay_missing(plans):
     _, doc = plans["llama-pretrain"]
-    az = _option(doc, "azure/standard-nd96isr-h200-v5")
-    od = az["costs"]["on_demand"]
-    assert od["price_usd_per_node_hour"]["value"] is None
-    assert "no on_demand price" in od["price_usd_per_node_hour"]["missing"]
-    # the catalog's documented gap is quoted; only the 3-year reservation has a rate
-    assert "no pay-as-you-go rate" in od["price_usd_per_node_hour"]["missing"]
-    assert az["costs"]["reserved_3y"]["price_usd_per_node_hour"]["value"] is not None
-    ranked = [e for e in doc["ranking"] if e["option"] == az["id"]]
-    assert all(e["purchasing_model"] != "on_demand" for e in ranked)
+    p5 = _option(doc, "aws/p5.48xlarge")
+    sp = p5["costs"]["savings_plan_1y"]["price_usd_per_node_hour"]
+    assert sp["value"] is None
+    assert "no savings_plan_1y price" in sp["missing"]
+    # the catalog's documented gap is quoted; the kinds with a rate are priced
+    assert "no p5 1-year Savings Plans rate" in sp["missing"]
+    assert p5["costs"]["on_demand"]["price_usd_per_node_hour"]["value"] is not None
+    ranked = [e for e in doc["ranking"] if e["option"] == p5["id"]]
+    assert all(e["purchasing_model"] != "savings_plan_1y" for e in ranked)
 
 
 def test_serving_plan(plans):

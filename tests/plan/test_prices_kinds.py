@@ -98,9 +98,9 @@ def test_blackwell_and_missing_rows_are_present_with_their_gaps():
         "a3-megagpu-8g",
     ):
         CAT.instance(name)
-    a4 = CAT.instance("a4-highgpu-8g")
-    assert a4.price("on_demand") is None
-    assert "no on-demand rate" in a4.price_gap("on_demand").notes
+    a4x = CAT.instance("a4x-highgpu-4g")
+    assert a4x.price("on_demand") is None
+    assert "no on-demand rate" in a4x.price_gap("on_demand").notes
     p6e = CAT.instance("p6e-gb200")
     block = p6e.price("capacity_block")
     # the UltraServer rate per GPU x the instance's GPUs, as the row's note says
@@ -245,10 +245,10 @@ def test_every_kind_can_be_overridden_with_a_negotiated_rate():
 
 
 def test_missing_prices_are_reported_not_crashed():
-    doc = _plan("a4-highgpu-8g", gpus="b200")
-    opt = _opt(doc, "a4-highgpu-8g")
+    doc = _plan("a4x-highgpu-4g", gpus="gb200")
+    opt = _opt(doc, "a4x-highgpu-4g")
     od = opt["costs"]["on_demand"]["price_usd_per_node_hour"]
-    assert od["value"] is None and "no on-demand rate for a4-highgpu-8g" in od["missing"]
+    assert od["value"] is None and "no on-demand rate for a4x-highgpu-4g" in od["missing"]
     assert opt["costs"]["cud_3y"]["price_usd_per_node_hour"]["value"] is None
     row = next(u for u in doc["unranked"] if u["option"] == opt["id"])
     assert "no priced purchasing model" in str(row["reason"])
