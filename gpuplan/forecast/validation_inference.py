@@ -89,6 +89,43 @@ class RowCase(TypedDict):
     ep: int
 
 
+class PreparedRow(TypedDict):
+    """A published row that can be forecast (:func:`prepare`): what it measured and where."""
+
+    run_id: str
+    metric: str
+    published: float
+    model: str
+    gpu: str
+    source: str
+    table: str
+    gpus: int
+    batch: int
+    input: int
+    output: int
+    tp: int
+    precision: str
+
+
+class RowForecast(TypedDict):
+    """One row of ``gpuplan validate inference`` (``rows``): published, forecast, interval
+    and error (None where the row was not forecast)."""
+
+    run_id: str
+    metric: str
+    model: str
+    gpu: str
+    precision: str
+    tp: int
+    batch: int
+    input: int
+    output: int
+    published: float
+    forecast: float | None
+    interval: list[float] | None
+    error_pct: float | None
+
+
 class Skipped(TypedDict):
     """A row that was not forecast, and why."""
 
@@ -261,7 +298,7 @@ class InferenceValidation(TypedDict):
     metrics: NotRequired[dict[str, str]]
     by_model: NotRequired[dict[str, Score]]
     by_gpu: NotRequired[dict[str, Score]]
-    rows: NotRequired[list[JSONDict]]
+    rows: NotRequired[list[RowForecast]]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -353,7 +390,7 @@ def prepare(
     artifact: JSONDict | str | None = None,
     perf_for: PerfFor | None = None,
     catalog: Catalog | None = None,
-) -> tuple[Cases | None, list[JSONDict], list[Skipped]]:
+) -> tuple[Cases | None, list[PreparedRow], list[Skipped]]:
     """Turn published rows into :class:`Cases`; rows that cannot be forecast are returned
     with the reason (they count against coverage)."""
     from gpuplan.forecast.inference import device_perf_for
@@ -367,7 +404,7 @@ def prepare(
         catalog = get_catalog()
     perfs: dict[str, DevicePerf] = {}
     rates_cache: dict[tuple[str, str, str, int, int, int], DeviceRates] = {}
-    kept: list[JSONDict] = []
+    kept: list[PreparedRow] = []
     runs = []
     skipped: list[Skipped] = []
     for row in rows:
@@ -603,25 +640,20 @@ def validate_inference(
     result["metrics"] = {k: v for k, v in result["metrics"].items() if k in result["by_metric"]}
     result["by_model"] = _group_scores(cases.model, cases, pred, [])
     result["by_gpu"] = _group_scores(cases.gpu, cases, pred, [])
-    per_row: list[JSONDict] = []
+    per_row: list[RowForecast] = []
     for i, k in enumerate(kept):
         v, lo, hi = pred[i]
         per_row.append(
             {
-                **{
-                    key: k[key]
-                    for key in (
-                        "run_id",
-                        "metric",
-                        "model",
-                        "gpu",
-                        "precision",
-                        "tp",
-                        "batch",
-                        "input",
-                        "output",
-                    )
-                },
+                "run_id": k["run_id"],
+                "metric": k["metric"],
+                "model": k["model"],
+                "gpu": k["gpu"],
+                "precision": k["precision"],
+                "tp": k["tp"],
+                "batch": k["batch"],
+                "input": k["input"],
+                "output": k["output"],
                 "published": float(cases.published[i]),
                 "forecast": float(v) if math.isfinite(v) else None,
                 "interval": [float(lo), float(hi)] if math.isfinite(v) else None,

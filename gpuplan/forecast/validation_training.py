@@ -54,7 +54,10 @@ from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     MIN_PROFILE_ROWS,
     PROFILE_FIT_KEYS,
+    Constants,
     Framework,
+    constant,
+    constant_list,
     default_constants,
     evaluate_layouts,
     layouts_from_dict,
@@ -553,7 +556,7 @@ class RowEval:
     fits: bool
 
 
-def _choose_layout(cfg: RowConfig, hw: Hardware, constants: Mapping[str, object]) -> dict[str, int]:
+def _choose_layout(cfg: RowConfig, hw: Hardware, constants: Constants) -> dict[str, int]:
     """The published layout, with missing pieces searched as the authors tuned them."""
     from gpuplan.forecast.search import enumerate_layouts
     from gpuplan.forecast.training import memory_only, take_layouts
@@ -604,7 +607,7 @@ def _choose_layout(cfg: RowConfig, hw: Hardware, constants: Mapping[str, object]
 def evaluate_row(
     cfg: RowConfig,
     hw: Hardware,
-    constants: Mapping[str, object],
+    constants: Constants,
     layout: dict[str, int] | None = None,
 ) -> RowEval:
     arch = cfg.arch
@@ -622,15 +625,15 @@ def evaluate_row(
     )
     step3 = np.asarray(res["step_time_s"])[:, 0]
     basis = {k: float(np.asarray(v)[0, 0]) for k, v in res["fit_basis"].items()}
-    linear = sum(_factor(constants, k) * basis[k] for k in FIT_KEYS)
+    linear = sum(constant(constants, k) * basis[k] for k in FIT_KEYS)
     fits = float(res["memory"]["total"][0]) <= hw.memory_bytes
     return RowEval(cfg, layout, step3, basis, float(step3[0]) - linear, fits)
 
 
 # ------------------------------------------------------------------------ the fit
 def fit_constants(
-    evals_fn: Callable[[Mapping[str, object]], list[RowEval]],
-    start: Mapping[str, object],
+    evals_fn: Callable[[Constants], list[RowEval]],
+    start: Constants,
     *,
     iterations: int = 4,
 ) -> dict[str, object]:
@@ -781,26 +784,6 @@ class TrainingValidation(TypedDict):
     constants: ValidationConstants
 
 
-def _factor(constants: Mapping[str, object], key: str) -> float:
-    """A numeric constant of ``training_constants.json``."""
-    v = constants[key]
-    if isinstance(v, (int, float)):
-        return v
-    raise SchemaError(f"training constants: {key} must be a number, not {v!r}")
-
-
-def _quantiles(constants: Mapping[str, object]) -> tuple[float, float]:
-    """``residual_ratio_quantiles`` of the constants: ``(low, high)``."""
-    q = constants["residual_ratio_quantiles"]
-    if isinstance(q, list) and len(q) == 2:
-        lo, hi = q
-        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-            return lo, hi
-    raise SchemaError(
-        f"training constants: residual_ratio_quantiles must be [low, high], not {q!r}"
-    )
-
-
 def _object(value: object, what: str) -> Mapping[str, object]:
     """``value`` as a JSON object (``what`` names it in the error)."""
     if isinstance(value, dict):
@@ -809,10 +792,10 @@ def _object(value: object, what: str) -> Mapping[str, object]:
 
 
 def _row_result(
-    e: RowEval, constants: Mapping[str, object], held_out_from: str, profile_basis: str = ""
+    e: RowEval, constants: Constants, held_out_from: str, profile_basis: str = ""
 ) -> RowResult:
     cfg = e.cfg
-    r_lo, r_hi = _quantiles(constants)
+    r_lo, r_hi = constant_list(constants, "residual_ratio_quantiles", [1.0, 1.0])
     step = float(e.step3[0])
     lo_s, hi_s = min(e.step3[1] * r_lo, step), max(e.step3[2] * r_hi, step)
     pred = _to_metric(cfg, step)
@@ -889,7 +872,7 @@ def validate(
     layouts: dict[str, dict[str, int]] = {}
     failures: list[RowFailure] = []
 
-    def evals_for(subset: Iterable[RowConfig], constants: Mapping[str, object]) -> list[RowEval]:
+    def evals_for(subset: Iterable[RowConfig], constants: Constants) -> list[RowEval]:
         out = []
         for cfg in subset:
             lay = layouts.get(cfg.run_id)
@@ -992,8 +975,8 @@ def validate(
 
 def fit_profiles(
     train: list[RowConfig],
-    evals_for: Callable[[Iterable[RowConfig], Mapping[str, object]], list[RowEval]],
-    start: Mapping[str, object],
+    evals_for: Callable[[Iterable[RowConfig], Constants], list[RowEval]],
+    start: Constants,
     profiles: Iterable[str],
 ) -> dict[str, ProfileFit]:
     """The constants each framework profile in ``profiles`` is forecast with, fitted on ``train``.
@@ -1005,7 +988,7 @@ def fit_profiles(
     "basis", "publications"}}``, plus ``"(pooled)"``.
     """
 
-    def evals(subset: list[RowConfig]) -> Callable[[Mapping[str, object]], list[RowEval]]:
+    def evals(subset: list[RowConfig]) -> Callable[[Constants], list[RowEval]]:
         return lambda c: evals_for(subset, c)
 
     pooled = fit_constants(evals(train), start)
@@ -1035,9 +1018,7 @@ def fit_profiles(
     return out
 
 
-def shipped_profile_constants(
-    shipped: Mapping[str, object], profile: str
-) -> tuple[dict[str, object], str]:
+def shipped_profile_constants(shipped: Constants, profile: str) -> tuple[dict[str, object], str]:
     """The shipped constants of ``profile`` (its fitted section, or the pooled ones)."""
     from gpuplan.forecast.training import profile_constants
 
@@ -1090,7 +1071,7 @@ def fit_shipped_constants(
     layouts: dict[str, dict[str, int]] = {}
     choose_layouts(complete, ctx, layouts, [])
 
-    def evals_for(subset: Iterable[RowConfig], c: Mapping[str, object]) -> list[RowEval]:
+    def evals_for(subset: Iterable[RowConfig], c: Constants) -> list[RowEval]:
         out = []
         for cfg in subset:
             try:
@@ -1120,9 +1101,7 @@ def fit_shipped_constants(
     return pooled
 
 
-def write_constants(
-    path: FilePath, constants: Mapping[str, object], *, data: FilePath | None = None
-) -> None:
+def write_constants(path: FilePath, constants: Constants, *, data: FilePath | None = None) -> None:
     """Write fitted constants as JSON with their provenance (atomic replace)."""
     import datetime as _dt
     import hashlib
