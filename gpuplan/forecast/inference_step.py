@@ -25,12 +25,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuplan.forecast.comm import LibraryLatency, library_latency, serving_collective_time3
+from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import Gemms, Sharded
+from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
+
+if TYPE_CHECKING:
+    from gpuplan.calibration.api import DevicePerf, Estimate
+    from gpuplan.catalogs.schema import Accelerator
 
 #: Rows below which a GEMM's compute ceiling is read at this many rows. The calibrated rate
 #: of a thin GEMM already contains its weight traffic at the probe's element size; this model
@@ -76,6 +82,10 @@ class EngineProfile:
         forecast's intervals are widened (:data:`TRANSFER_INTERVAL_WIDEN`).
     sources:
         Where the kernel and scheduler facts come from.
+    fp8_moe:
+        The engine has FP8 kernels for the routed experts' grouped GEMMs. False: with an FP8
+        precision the expert GEMMs run at the activation dtype's (16-bit) tensor-core rate
+        (:meth:`DeviceRates.gemm_rates`); the dense GEMMs stay FP8.
     """
 
     name: str
@@ -87,6 +97,7 @@ class EngineProfile:
     max_running_requests: int | None = None
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
+    fp8_moe: bool = True
 
     @property
     def calibrated(self) -> bool:
@@ -101,13 +112,14 @@ class EngineProfile:
             return POOLED_BASIS
         return f"transferred from {self.fitted_on}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         return {
             "name": self.name,
             "family": self.family,
             "version": self.version,
             "description": self.description,
             "custom_allreduce": self.custom_allreduce,
+            "fp8_moe": self.fp8_moe,
             "max_running_requests": self.max_running_requests,
             "constants": self.basis,
             "calibrated": self.calibrated,
@@ -147,7 +159,13 @@ _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_s
 #: model); every other shape used the masked MHA kernel. Its custom all-reduce plugin was
 #: opt-in (``PluginConfig.use_custom_all_reduce = False`` by default in the 0.x releases,
 #: ``tensorrt_llm/plugin/plugin.py``; the published table does not say it was enabled), so
-#: TP all-reduces ran on NCCL. ``modern``: tensor-core decode attention for any
+#: TP all-reduces ran on NCCL. Its MoE layers had no FP8 path: FP8 quantisation of
+#: Mixtral arrived in 0.10.0 ("Added FP8 quantization support for Mixtral", 0.10.0 release
+#: notes, docs/source/release-notes.md; NVIDIA/TensorRT-LLM issue #1229 "When will FP8 be
+#: available for Mixtral?") and FP8 for the non-plugin MoE in 0.12.0 ("Supported FP8 OOTB
+#: MoE"), so ``fp8_moe=False``: the expert GEMMs of its "FP8" Mixtral rows ran at the
+#: 16-bit rate (the published H100/A100 throughput ratio of those rows is 1.6-2.0, against
+#: 3.5-4.7 for the dense models of the same table). ``modern``: tensor-core decode attention for any
 #: MHA/GQA/MQA/MLA shape (FlashInfer, FlashAttention-3, FlashMLA, TensorRT-LLM's JIT XQA).
 ENGINES: dict[str, EngineProfile] = {
     "modern": EngineProfile(
@@ -161,10 +179,15 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM v0.9.0: XQA for head_dim 128 with 8 query heads per KV head, masked MHA "
         "otherwise; NCCL all-reduce",
         custom_allreduce=False,
+        fp8_moe=False,
         family="trtllm",
         version="0.9.0",
         fitted_on="trtllm@0.9",
-        sources=("NVIDIA/TensorRT-LLM v0.9.0 docs/source/performance.md (the fitted rows)",),
+        sources=(
+            "NVIDIA/TensorRT-LLM v0.9.0 docs/source/performance.md (the fitted rows)",
+            "NVIDIA/TensorRT-LLM docs/source/release-notes.md: 0.10.0 'Added FP8 quantization "
+            "support for Mixtral', 0.12.0 'Supported FP8 OOTB MoE' (retrieved 2026-12-02)",
+        ),
     ),
     "trtllm@1.0": EngineProfile(
         "trtllm@1.0",
@@ -259,14 +282,14 @@ def _worst(*bases: str) -> str:
     return max(known, key=_BASIS_ORDER.__getitem__) if known else "spec"
 
 
-def rate3(est: Any) -> np.ndarray:
+def rate3(est: Estimate) -> FloatArray:
     """``[value, low, high]`` of a rate Estimate: dividing work by it gives [value, slow, fast]."""
     return np.stack(
         [np.asarray(est.value, float), np.asarray(est.low, float), np.asarray(est.high, float)]
     )
 
 
-def time3(est: Any) -> np.ndarray:
+def time3(est: Estimate) -> FloatArray:
     """``[value, high, low]`` of a time Estimate (slow scenario = high time)."""
     return np.stack(
         [np.asarray(est.value, float), np.asarray(est.high, float), np.asarray(est.low, float)]
@@ -331,7 +354,7 @@ class OverheadParams:
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
-def smooth_max(c: Any, m: Any, p: float) -> Any:
+def smooth_max(c: Num, m: Num, p: float) -> FloatArray:
     """``(c**p + m**p)**(1/p)``, computed without overflow; equals ``max`` as ``p -> inf``.
 
     >>> float(smooth_max(3.0, 4.0, 2.0))
@@ -363,10 +386,10 @@ class PassParts:
     elementwise_s: np.ndarray
     comm_s: np.ndarray
     layers: float
-    kv_read_s: Any = 0.0
-    kv_group: Any = 1.0
-    attn_vector_compute_s: Any = 0.0
-    bandwidth_cap: Any = np.inf
+    kv_read_s: Num = 0.0
+    kv_group: Num = 1.0
+    attn_vector_compute_s: Num = 0.0
+    bandwidth_cap: Num = np.inf
     basis: str = "spec"
     flops: float = 0.0
     bytes: float = 0.0
@@ -433,25 +456,24 @@ def combine(parts: PassParts, params: OverheadParams) -> PassTime:
     comp = (parts.gemm_count * gc).sum(axis=-1) + ac
     mem = (parts.gemm_count * gm).sum(axis=-1) + am + ew
     k = params.time_scale
+    out = [total, gemm, attn, ew, comm, ovh, comp, mem]
     if k != 1.0:
-        total, gemm, attn, ew, comm, ovh, comp, mem = (
-            x * k for x in (total, gemm, attn, ew, comm, ovh, comp, mem)
-        )
-    return PassTime(total, gemm, attn, ew, comm, ovh, comp, mem)
+        out = [x * k for x in out]
+    return PassTime(*out)
 
 
 # ---------------------------------------------------------------------------------------------
 # Collectives
 # ---------------------------------------------------------------------------------------------
-def _scale_up_domain(gpu: Any) -> int:
+def _scale_up_domain(gpu: Accelerator) -> int:
     d = getattr(gpu, "scale_up_domain_size", None)
     return int(d) if d else 1
 
 
 def collective3(
-    perf: Any,
+    perf: DevicePerf,
     op: str,
-    size_bytes: Any,
+    size_bytes: Num,
     ranks: int,
     *,
     ranks_per_node: int | None = None,
@@ -468,7 +490,7 @@ def collective3(
     if ranks <= 1:
         return np.zeros((3, *size.shape)), "measured"
     rpn = ranks if ranks_per_node is None else max(1, min(int(ranks_per_node), ranks))
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, int] = {}
     if rpn < ranks:
         kwargs["ranks_per_node"] = rpn
     basis = perf.collective_time_s(op, 1.0, ranks, **kwargs).basis
@@ -486,14 +508,55 @@ def collective3(
 
 
 # ---------------------------------------------------------------------------------------------
+# Routed experts
+# ---------------------------------------------------------------------------------------------
+def expert_mask(g: Gemms) -> BoolArray:
+    """Which of ``g``'s GEMMs are routed-expert GEMMs (one grouped GEMM per layer)."""
+    return np.array([n.startswith("expert_") for n in g.names], dtype=bool)
+
+
+def expert_compute_rows(tokens_per_expert: Num) -> FloatArray:
+    """Rows the serving engine's grouped GEMM computes per expert for ``tokens_per_expert``
+    routed rows (mean): padded to whole M tiles.
+
+    From one tile of :data:`~gpuplan.forecast.flops.GROUPED_GEMM_TILE_ROWS` rows up this is
+    :func:`gpuplan.forecast.flops.grouped_gemm_rows` (the training forecast's rule: half a
+    tile of padding per expert on average). Below one tile a serving engine does not run a
+    128-row tile for a handful of rows: its MoE GEMM profiler picks the CTA tile per
+    problem size among 16- to 128-row shapes (TensorRT-LLM ``CutlassTileConfig``
+    candidates of ``moe_gemm_kernels``; vLLM's fused_moe per-size ``BLOCK_SIZE_M``
+    configs), so the same padding fraction applies to the smaller tile::
+
+        rows = grouped_gemm_rows(m)                 m >= tile
+        rows = m * grouped_gemm_rows(tile) / tile   m <  tile
+
+    Continuous at one tile; padding costs compute time, never weight traffic.
+
+    >>> [round(float(expert_compute_rows(m)), 2) for m in (0, 32, 128, 4096)]
+    [0.0, 47.88, 191.5, 4159.5]
+    """
+    m = np.maximum(np.asarray(tokens_per_expert, dtype=float), 0.0)
+    t = float(GROUPED_GEMM_TILE_ROWS)
+    full = float(grouped_gemm_rows(t))
+    return np.asarray(np.where(m >= t, grouped_gemm_rows(m), m * full / t), dtype=float)
+
+
+def compute_rows(g: Gemms) -> FloatArray:
+    """Rows each GEMM of ``g`` computes: ``m``, and :func:`expert_compute_rows` for the
+    routed experts."""
+    m = np.asarray(g.m, dtype=float)
+    return np.where(expert_mask(g), expert_compute_rows(m), m)
+
+
+# ---------------------------------------------------------------------------------------------
 # Passes
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class DeviceRates:
     """Calibrated rates of one device for one precision, cached for many passes."""
 
-    perf: Any
-    gpu: Any
+    perf: DevicePerf
+    gpu: Accelerator
     sharded: Sharded
     engine: str = "modern"
     bandwidth: np.ndarray = field(init=False)
@@ -503,11 +566,14 @@ class DeviceRates:
     #: the collective library's latency constants of the GPU's scale-up fabric (catalog)
     latency: LibraryLatency | None = field(init=False)
     custom_allreduce: bool = field(init=False)
+    #: the engine runs routed-expert GEMMs in FP8 when the precision does (EngineProfile)
+    fp8_moe: bool = field(init=False)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)
         self.latency = library_latency(self.gpu)
         self.custom_allreduce = profile.custom_allreduce
+        self.fp8_moe = profile.fp8_moe
         est = self.perf.memory_bandwidth_bytes_per_s()
         self.bandwidth = rate3(est)
         self.bandwidth_basis = est.basis
@@ -528,13 +594,19 @@ class DeviceRates:
             return np.full(3, float(peak)), "spec"
 
     def gemm_rates(self, g: Gemms) -> tuple[np.ndarray, str]:
-        """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype."""
+        """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype.
+
+        Routed-expert GEMMs of an engine without FP8 MoE kernels (``fp8_moe`` False) run at
+        the activation dtype's rate when the precision's GEMMs are FP8."""
         prec = self.sharded.precision
         out = np.empty((3, len(g.names)))
         bases = []
         m = np.maximum(g.m, COMPUTE_CEILING_MIN_ROWS)
+        quantised = g.quantised
+        if not self.fp8_moe and prec.gemm_dtype == "fp8":
+            quantised = quantised & ~expert_mask(g)
         for flag, dtype in ((True, prec.gemm_dtype), (False, prec.activation_dtype)):
-            sel = g.quantised == flag
+            sel = quantised == flag
             if not sel.any():
                 continue
             rate, basis = self.matmul_rate3(m[sel], g.n[sel], g.k[sel], dtype)
@@ -542,7 +614,7 @@ class DeviceRates:
             bases.append(basis)
         return out, _worst(*bases)
 
-    def matmul_rate3(self, m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, str]:
+    def matmul_rate3(self, m: Num, n: Num, k: Num, dtype: str) -> tuple[FloatArray, str]:
         """Calibrated GEMM FLOP/s ``[value, low, high]`` in ``dtype``.
 
         A dtype the calibration does not model (fp4, int8: ``gpuplan.calibration.specs.DTYPES``
@@ -567,7 +639,7 @@ class DeviceRates:
         est = self.perf.matmul_flops_per_s(m, n, k, dtype)  # raises the calibration's error
         return rate3(est), est.basis
 
-    def attention_rate(self, m: Any, n: Any, k: Any) -> tuple[np.ndarray, str]:
+    def attention_rate(self, m: Num, n: Num, k: Num) -> tuple[FloatArray, str]:
         est = self.perf.matmul_flops_per_s(
             np.maximum(np.asarray(m, float), COMPUTE_CEILING_MIN_ROWS),
             np.maximum(np.asarray(n, float), 1.0),
@@ -584,7 +656,7 @@ class DeviceRates:
     def domain_size(self) -> int:
         return _scale_up_domain(self.gpu)
 
-    def _coll(self, op: str, size: Any, ranks: int) -> tuple[np.ndarray, str]:
+    def _coll(self, op: str, size: Num, ranks: int) -> tuple[FloatArray, str]:
         return collective3(
             self.perf,
             op,
@@ -595,7 +667,7 @@ class DeviceRates:
             custom_allreduce=self.custom_allreduce,
         )
 
-    def comm(self, tokens: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    def comm(self, tokens: Num) -> tuple[FloatArray, FloatArray, str]:
         """Per-pass collective time of the stage and the time of one PP hop, ``(3, *shape)``
         for ``tokens`` of any shape. A TP group larger than the scale-up domain spans
         ``tp / domain`` nodes (the hierarchical model, and the library's network steps)."""
@@ -669,7 +741,7 @@ def pass_parts(
     ab = sh.precision.activation_bytes
     bytes_ = g.n * g.k * g.weight_bytes_per_elem + g.m * (g.k + g.n) * ab
     bw = rates.bandwidth[:, None]
-    gemm_c = flops[None, :] / rate
+    gemm_c = (2.0 * compute_rows(g) * g.n * g.k)[None, :] / rate
     gemm_m = bytes_[None, :] / bw
     arate, b_attn = rates.attention_rate(*attn_shape)
     attn_v = np.zeros(3)
@@ -886,7 +958,7 @@ class StepCostModel:
         big = Gemms(names * len(grid), m, n, k, cnt, wbe, q)
         rate, _ = rates.gemm_rates(big)
         ab = sh.precision.activation_bytes
-        flops = 2 * m * n * k
+        flops = 2 * compute_rows(big) * n * k
         bytes_ = n * k * wbe + m * (k + n) * ab
         em = np.minimum(params.bandwidth_efficiency, rates.bandwidth_cap)
         bw = (rates.bandwidth * em)[:, None]
@@ -910,6 +982,7 @@ class StepCostModel:
         prate, _ = rates.attention_rate(typical_prompt, typical_prompt, sh.arch.qk_head_dim)
         bwv = rates.bandwidth * em
         kv_read = kv * sh.kv_group**params.kv_group_exponent
+        d_comp: FloatArray
         if rates.vector_decode_attention:
             vrate, _ = rates.vector_rate()
             d_comp = dflops / vrate / params.vector_attention_efficiency
@@ -934,24 +1007,24 @@ class StepCostModel:
             pp=lay.pp,
         )
 
-    def base(self, tokens: Any, scenario: int = VALUE) -> Any:
+    def base(self, tokens: Num, scenario: int = VALUE) -> FloatArray:
         """GEMM + element-wise + communication + overhead time of ``tokens`` tokens."""
         t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-        return np.interp(np.log(t), self.log_grid, self.base_s[scenario])
+        return np.asarray(np.interp(np.log(t), self.log_grid, self.base_s[scenario]), float)
 
-    def lm(self, rows: Any, scenario: int = VALUE) -> Any:
+    def lm(self, rows: Num, scenario: int = VALUE) -> FloatArray:
         r = np.maximum(np.asarray(rows, dtype=float), 1.0)
-        return np.interp(np.log(r), self.log_grid, self.lm_s[scenario])
+        return np.asarray(np.interp(np.log(r), self.log_grid, self.lm_s[scenario]), float)
 
     def time(
         self,
-        tokens: Any,
-        rows: Any,
-        ctx_tokens: Any,
-        prefill_flops: Any = 0.0,
-        prefill_tokens: Any = 0.0,
+        tokens: Num,
+        rows: Num,
+        ctx_tokens: Num,
+        prefill_flops: Num = 0.0,
+        prefill_tokens: Num = 0.0,
         scenario: int = VALUE,
-    ) -> Any:
+    ) -> FloatArray:
         """Iteration time (replica) for ``tokens`` GEMM tokens, ``rows`` sequences emitting a
         token, ``ctx_tokens`` cached tokens read by decode attention, and the prefill
         attention FLOPs / newly written KV tokens.
@@ -968,7 +1041,7 @@ class StepCostModel:
             + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]
             + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]
         )
-        return self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario]
+        return np.asarray(self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario], float)
 
 
 def ceil_div(a: float, b: float) -> int:
