@@ -37,6 +37,7 @@ from gpuplan.forecast.inference_fit import (
     FIT_PARAMS,
     INTERVAL_LEVEL,
     Cases,
+    EngineConstants,
     _subset,
     fit_params,
     load_overheads,
@@ -222,18 +223,6 @@ class EngineFit(TypedDict):
     rows: NotRequired[int]
     moe_rows: NotRequired[int]
     log_residual_quantiles: NotRequired[dict[str, list[float]]]
-
-
-class EngineConstants(TypedDict):
-    """A profile's shipped constants (:func:`fit_engine_constants`)."""
-
-    time_scale: float
-    moe_time_scale: float
-    overhead_per_layer_s: float
-    frontend_s_per_request: float
-    rows: int
-    basis: str
-    log_residual_quantiles: dict[str, list[float]]
 
 
 class EngineProfile(Score):
