@@ -84,7 +84,7 @@ def _cli(repeats: int) -> tuple[float, float]:
 def main() -> int:
     from gpuplan.forecast.hardware import resolve_hardware
     from gpuplan.forecast.model import arch_from as resolve_model
-    from gpuplan.forecast.training import forecast_training
+    from gpuplan.forecast.train import forecast_training
 
     t0 = time.perf_counter()
     hw = resolve_hardware("h100")

@@ -363,7 +363,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         from gpuplan.cli._common import progress
-        from gpuplan.forecast.training import forecast_training
+        from gpuplan.forecast.train import forecast_training
 
         arch = dict(
             layers=layers,

@@ -107,7 +107,7 @@ def plan(
 
     def table(console) -> None:
         from gpuplan.plan.provenance import text_plain
-        from gpuplan.report.render import fmt as fmt_fig
+        from gpuplan.report.view import fmt as fmt_fig
 
         console.print(text_plain(doc["summary"]["headline"]))
         rows = [

@@ -227,7 +227,7 @@ def schedule(
                 spec.cluster.gpus_per_node if spec.cluster and spec.cluster.gpus_per_node else 8
             )
             cluster = Cluster.from_gpus(gpus, g)
-        from gpuplan.forecast.training import forecast_training  # training_jobs' durations
+        from gpuplan.forecast.train import forecast_training  # training_jobs' durations
 
         jobs, cluster, options = scenario_inputs(sc, cluster, forecast=forecast_training)
         team_specs = list(sc.teams)

@@ -533,3 +533,39 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         weight_bytes_per_gpu=sum(breakdown.values()),
         weight_breakdown_bytes=breakdown,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory of a layout: what is fixed and what one cached token costs."""
+
+    capacity_bytes: float
+    usable_bytes: float
+    weights_bytes: float
+    activation_bytes: float
+    kv_bytes_per_token: float
+
+    @property
+    def kv_budget_bytes(self) -> float:
+        return self.usable_bytes - self.weights_bytes - self.activation_bytes
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        return max(self.kv_budget_bytes, 0.0) / self.kv_bytes_per_token
+
+    def max_batch(self, tokens_per_request: float) -> int:
+        return int(self.kv_capacity_tokens // max(tokens_per_request, 1.0))
+
+    def breakdown(self, kv_tokens: float) -> dict[str, float]:
+        kv = kv_tokens * self.kv_bytes_per_token
+        return {
+            "weights": self.weights_bytes,
+            "kv_cache": kv,
+            "activations": self.activation_bytes,
+            "total": self.weights_bytes + kv + self.activation_bytes,
+            "usable": self.usable_bytes,
+            "capacity": self.capacity_bytes,
+        }

@@ -31,8 +31,7 @@ from gpuplan.forecast.inference_step import VALUE, StepCostModel
 from gpuplan.numeric import BoolArray, FloatArray, IntArray, JSONDict, Num
 
 if TYPE_CHECKING:
-    from gpuplan.forecast.inference import MemoryPlan
-    from gpuplan.forecast.inference_arch import Sharded
+    from gpuplan.forecast.inference_arch import MemoryPlan, Sharded
     from gpuplan.forecast.inference_step import DeviceRates
 
 #: z-score of the 99th percentile of a standard normal

@@ -44,7 +44,7 @@ from gpuplan.numeric import JSONDict
 if TYPE_CHECKING:
     from gpuplan.forecast.hardware import Hardware
     from gpuplan.forecast.model import ModelArch
-    from gpuplan.forecast.training import Constants
+    from gpuplan.forecast.training import Constants, FactorPoint, TrainingStepFactor
 
 #: the constants key the step model reads (``forecast.training.evaluate_layouts``)
 FACTOR_KEY = "compute_time_factor"
@@ -92,41 +92,6 @@ class BlockForecast(TypedDict):
 
     compute_s: float
     optimizer_s: float
-
-
-class FactorPoint(TypedDict):
-    """One probe point of ``calibration.training_step.points``, with its ratios."""
-
-    run_id: str | None
-    model: str | None
-    scale: int
-    tp: int
-    seq_len: int
-    micro_batch: int
-    attention_backend: str | None
-    measured_compute_per_block_s: float
-    forecast_compute_per_block_s: float
-    ratio: dict[str, float]
-    measured_optimizer_per_block_s: float
-    forecast_optimizer_per_block_s: float
-
-
-class TrainingStepFactor(TypedDict, total=False):
-    """``calibration.training_step`` of a training forecast (:func:`training_step_factor`):
-    ``applied`` with the factor and its points, or not applied with the ``reason``."""
-
-    applied: bool
-    factor: float
-    low: float
-    high: float
-    device: str
-    framework: str
-    matched: str
-    reason: str
-    basis: str
-    inputs: list[str]
-    points: list[FactorPoint]
-    warning: str
 
 
 def _artifact_dict(artifact: object) -> JSONDict | None:

@@ -43,9 +43,8 @@ high end together) with the model-form error: the 5th/95th percentiles of
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -61,12 +60,11 @@ from gpuplan.forecast.flops import (
     grouped_gemm_rows,
     layer_gemms,
 )
-from gpuplan.forecast.hardware import Hardware, resolve_hardware
+from gpuplan.forecast.hardware import Hardware
 from gpuplan.forecast.layout_rules import layout_violation
 from gpuplan.forecast.memory import (
     GRAD_BYTES_PER_PARAM,
     MASTER_WEIGHT_BYTES,
-    RECOMPUTE_CODES,
     RECOMPUTE_MODULES,
     RECOMPUTE_NAMES,
     STATE_DTYPE_BYTES,
@@ -78,8 +76,6 @@ from gpuplan.forecast.memory import (
 )
 from gpuplan.forecast.model import (
     ModelArch,
-    ModelRef,
-    arch_from,
     attention_core_flops_per_token_layer,
     hardware_flops_per_token,
     model_flops_per_token,
@@ -88,7 +84,6 @@ from gpuplan.numeric import BoolArray, Flag, FloatArray, IntArray, JSONDict, Num
 
 if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf
-    from gpuplan.forecast.train_calibration import TrainingStepFactor
 
 Constants: TypeAlias = Mapping[str, object]
 """Framework-efficiency constants (``forecast/data/training_constants.json``, a profile's
@@ -599,6 +594,43 @@ class Framework:
 
 
 # -------------------------------------------------------------------- result records
+
+
+class FactorPoint(TypedDict):
+    """One probe point of ``calibration.training_step.points``, with its ratios."""
+
+    run_id: str | None
+    model: str | None
+    scale: int
+    tp: int
+    seq_len: int
+    micro_batch: int
+    attention_backend: str | None
+    measured_compute_per_block_s: float
+    forecast_compute_per_block_s: float
+    ratio: dict[str, float]
+    measured_optimizer_per_block_s: float
+    forecast_optimizer_per_block_s: float
+
+
+class TrainingStepFactor(TypedDict, total=False):
+    """``calibration.training_step`` of a training forecast (:func:`training_step_factor`):
+    ``applied`` with the factor and its points, or not applied with the ``reason``."""
+
+    applied: bool
+    factor: float
+    low: float
+    high: float
+    device: str
+    framework: str
+    matched: str
+    reason: str
+    basis: str
+    inputs: list[str]
+    points: list[FactorPoint]
+    warning: str
+
+
 class EpCommDetail(TypedDict):
     """Expert-parallel all-to-all time of every layout (``[value, low, high]`` rows)."""
 
@@ -1874,327 +1906,3 @@ def global_batch_sequences(
             hint="raise --global-batch-tokens or lower --seq-len",
         )
     return seqs
-
-
-def forecast_training(
-    model: ModelRef,
-    gpu: str = "h100",
-    num_gpus: int | None = None,
-    seq_len: int = 8192,
-    global_batch: int | None = None,
-    global_batch_tokens: float | None = None,
-    precision: str = "bf16",
-    parallelism: Mapping[str, int | str | None] | None = None,
-    tokens: float | None = None,
-    target_days: float | None = None,
-    top: int = 1,
-    artifact: object = None,
-    *,
-    fsdp: bool = False,
-    node: str | None = None,
-    instance: str | None = None,
-    inter_node_bandwidth_bytes_per_s: float | None = None,
-    framework: Framework | None = None,
-    constants: Constants | None = None,
-    hardware: Hardware | None = None,
-    progress: Progress | None = None,
-    ep_overlap: str | None = None,
-    optimizer_dtype: str | None = None,
-    master_weights: str | None = None,
-    recompute_modules: str | Iterable[str] | None = None,
-    moe_act_cache: str | None = None,
-    memory_headroom: float | None = None,
-    hsdp_shard_size: int | None = None,
-    framework_name: str | None = None,
-    cp_comm: str | None = None,
-    cp_layout: str | None = None,
-) -> TrainingForecast:
-    """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
-
-    Parameters
-    ----------
-    model:
-        Catalog id (``"llama3.1-405b"``), a :class:`ModelArch`, or a dict of its fields.
-    gpu:
-        Catalog GPU name or alias.
-    num_gpus:
-        Cluster size; ``None`` with ``target_days`` searches the smallest cluster.
-    seq_len, global_batch, global_batch_tokens:
-        Sequence length (tokens) and batch per step (sequences, or tokens).
-    precision:
-        bf16 | fp16 | fp8 | fp4 (GEMM dtype; MFU uses the dense peak of this dtype).
-    parallelism:
-        Some of ``tp pp cp ep dp vp micro_batch recompute zero``; missing ones are searched.
-    tokens:
-        Total training tokens: adds ``time_to_train_s`` and ``gpu_hours``.
-    target_days:
-        With ``tokens``: find the smallest cluster that trains within this many days.
-    top:
-        Number of layouts to return (the best first, then ``runners_up``).
-    artifact:
-        Calibration artifact (dict or path); ``None`` = the shipped default.
-    fsdp:
-        Use PyTorch FSDP (ZeRO-3 without pipeline parallelism) semantics.
-    hardware:
-        A ready :class:`Hardware` (tests, validation); otherwise built from the catalog.
-    ep_overlap:
-        ``none`` | ``dualpipe`` | ``1f1b-overlap``: overrides ``framework.ep_overlap``
-        (see :class:`Framework`); ``dualpipe`` fixes ``vp`` to 1 unless given.
-    optimizer_dtype, master_weights, recompute_modules, moe_act_cache:
-        Override the :class:`Framework` fields of the same names (Adam moments
-        ``fp32|bf16``; master weights ``fp32|bf16|none``; fine-grained recompute modules,
-        a list or a comma-separated string; routed experts' activation cache
-        ``bf16|fp8``). Defaults: Megatron mixed precision (fp32 master, fp32 moments), no
-        extra modules, bf16 cache.
-    hsdp_shard_size:
-        HSDP with ZeRO-3/FSDP: shard over groups of this many data-parallel ranks
-        (:attr:`Framework.hsdp_shard_size`); must divide the layout's ``dp*cp``.
-    memory_headroom:
-        Share of HBM kept free, in [0, 1): a layout fits when its peak is at most
-        ``(1 - memory_headroom) x capacity``; default the constants' 0.
-    framework_name:
-        One of :data:`FRAMEWORK_CHOICES`: selects the framework profile's fitted constants
-        (:func:`profile_constants`); ``None`` = :func:`default_framework` of the chip and
-        the layout. The output says ``framework``, ``framework_basis`` (``default`` or
-        ``given``), ``framework_profile`` and ``profile_basis``.
-    cp_comm, cp_layout:
-        Context-parallel exchange ``ring`` (ring attention, :attr:`Framework.cp_comm`
-        ``p2p``) or ``a2a`` (DeepSpeed-Ulysses), and sequence split ``zigzag`` (load
-        balanced, :attr:`Framework.cp_load_balance`) or ``contiguous``; the output's
-        ``context_parallel`` says which were used.
-
-    Returns
-    -------
-    dict
-        Fields of DESIGN.md 3.3 plus ``runners_up``, ``model``, ``gpu``, ``precision``,
-        ``seq_len``, ``global_batch``, ``global_batch_tokens`` and ``provenance``.
-    """
-    from gpuplan.forecast import search as search_mod
-
-    precision = precision_recipe(precision).name
-    if int(seq_len) < 1:
-        raise InputError(f"--seq-len must be >= 1, got {seq_len}")
-    if top < 1:
-        raise InputError(f"--top must be >= 1, got {top}")
-    if tokens is not None and not tokens > 0:
-        raise InputError(f"--tokens must be positive, got {tokens}")
-    if target_days is not None:
-        if not target_days > 0:
-            raise InputError(f"--target-days must be positive, got {target_days}")
-        if tokens is None:
-            raise InputError(
-                "--target-days needs --tokens (the total training tokens)",
-                hint="add --tokens 15e12 (for example)",
-            )
-    if num_gpus is None and target_days is None:
-        raise InputError(
-            "give --gpus N, or --tokens and --target-days to have the cluster size searched"
-        )
-    if num_gpus is not None and int(num_gpus) < 1:
-        raise InputError(f"--gpus must be >= 1, got {num_gpus}")
-    arch = arch_from(model)
-    hw = hardware or resolve_hardware(
-        gpu,
-        artifact=artifact,
-        node=node,
-        instance=instance,
-        inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
-    )
-    precision_recipe(precision, hw)
-    gbs = global_batch_sequences(int(seq_len), global_batch, global_batch_tokens)
-    par: dict[str, int | None] = {}
-    for key, value in (parallelism or {}).items():
-        if key == "recompute" and isinstance(value, str):
-            if value not in RECOMPUTE_CODES:
-                raise InputError(
-                    f"unknown --recompute {value!r}", hint="use none, selective or full"
-                )
-            value = RECOMPUTE_CODES[value]
-        elif isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise InputError(f"--{key} must be an integer, got {value!r}") from None
-        par[key] = value
-    if fsdp:
-        if par.get("zero", 3) != 3:
-            raise InputError(
-                "--fsdp shards weights, gradients and optimizer (ZeRO-3); "
-                "drop --zero or use --zero 3"
-            )
-        if par.get("pp", 1) != 1:
-            raise InputError("--fsdp cannot be combined with --pp > 1", hint="drop --pp")
-        par["zero"] = 3
-        par["pp"] = 1
-        par.setdefault("tp", 1)
-    fw = framework or Framework()
-    if ep_overlap is not None:
-        mode = str(ep_overlap).strip().lower()
-        if mode not in EP_OVERLAP_MODES:
-            raise InputError(
-                f"unknown --ep-overlap {ep_overlap!r}: use one of " + ", ".join(EP_OVERLAP_MODES),
-            )
-        fw = dataclasses.replace(fw, ep_overlap=mode)
-    overrides: FrameworkOverrides = {}
-    if optimizer_dtype is not None:
-        overrides["optimizer_dtype"] = str(optimizer_dtype).strip().lower()
-    if master_weights is not None:
-        overrides["master_weights"] = str(master_weights).strip().lower()
-    if moe_act_cache is not None:
-        overrides["moe_act_cache"] = str(moe_act_cache).strip().lower()
-    if recompute_modules is not None:
-        items = (
-            recompute_modules.split(",")
-            if isinstance(recompute_modules, str)
-            else list(recompute_modules)
-        )
-        overrides["recompute_modules"] = tuple(
-            sorted({str(x).strip().lower() for x in items if str(x).strip()} - {"core_attn"})
-        )
-    if hsdp_shard_size is not None:
-        if int(hsdp_shard_size) < 1:
-            raise InputError(f"--hsdp-shard-size must be >= 1, got {hsdp_shard_size}")
-        if not fsdp and par.get("zero") != 3:
-            raise InputError(
-                "--hsdp-shard-size shards ZeRO-3/FSDP states; add --fsdp (or --zero 3)"
-            )
-        overrides["hsdp_shard_size"] = int(hsdp_shard_size)
-    if cp_comm is not None:
-        mode = str(cp_comm).strip().lower()
-        if mode not in CP_COMM_CLI:
-            raise InputError(
-                f"unknown --cp-comm {cp_comm!r}", hint="use one of " + ", ".join(CP_COMM_CLI)
-            )
-        overrides["cp_comm"] = CP_COMM_CLI[mode]
-    if cp_layout is not None:
-        lay = str(cp_layout).strip().lower()
-        if lay not in CP_LAYOUTS:
-            raise InputError(
-                f"unknown --cp-layout {cp_layout!r}", hint="use one of " + ", ".join(CP_LAYOUTS)
-            )
-        overrides["cp_load_balance"] = CP_LAYOUTS[lay]
-    if overrides:
-        fw = dataclasses.replace(fw, **overrides)
-    if fw.ep_overlap == "dualpipe":
-        par.setdefault("vp", 1)  # DualPipe's two directions replace interleaved stages
-    c = constants or default_constants()
-    if memory_headroom is not None:
-        if not 0.0 <= float(memory_headroom) < 1.0:
-            raise InputError(
-                f"--memory-headroom must be in [0, 1), got {memory_headroom}",
-                hint="e.g. --memory-headroom 0.1 keeps 10% of HBM free",
-            )
-        c = {**c, "memory_headroom_fraction": float(memory_headroom)}
-    if framework_name is not None:
-        fname = str(framework_name).strip().lower()
-        if fname not in FRAMEWORK_CHOICES:
-            raise InputError(
-                f"unknown --framework {framework_name!r}",
-                hint="use one of " + ", ".join(FRAMEWORK_CHOICES),
-            )
-        fbasis = "given"
-    else:
-        fname, fbasis = default_framework(hw, par, fsdp), "default"
-    c, profile_basis = profile_constants(c, fname)
-    if fname == "deepspeed" and framework is None:
-        # DeepSpeed ZeRO-3 defaults: gathers prefetched, reductions not overlapped.
-        fw = dataclasses.replace(fw, grad_reduce_overlap=False)
-    from gpuplan.forecast.train_calibration import apply_training_step
-
-    c, step_cal = apply_training_step(artifact, hw, fname, c)  # probe --workload train
-    common: SearchOptions = {
-        "seq_len": int(seq_len),
-        "global_batch": gbs,
-        "precision": precision,
-        "framework": fw,
-        "constants": c,
-    }
-    if num_gpus is None:
-        out = search_mod.smallest_cluster(
-            arch,
-            hw,
-            par,
-            tokens=float(tokens or 0.0),
-            target_days=float(target_days or 0.0),
-            top=top,
-            progress=progress,
-            **common,
-        )
-    else:
-        out = search_mod.best_layouts(arch, hw, int(num_gpus), par, top=top, **common)
-        if tokens is not None:
-            time_s = float(tokens) / out["tokens_per_s"]
-            out["time_to_train_s"] = time_s
-            out["gpu_hours"] = time_s * int(num_gpus) / 3600.0
-            lo, hi = out["intervals"]["tokens_per_s"]
-            out["intervals"]["time_to_train_s"] = [float(tokens) / hi, float(tokens) / lo]
-            out["intervals"]["gpu_hours"] = [
-                float(tokens) / hi * int(num_gpus) / 3600.0,
-                float(tokens) / lo * int(num_gpus) / 3600.0,
-            ]
-    if fw.hsdp_shard_size is not None:
-        group = int(out["parallelism"]["dp"]) * int(out["parallelism"]["cp"])
-        if group % fw.hsdp_shard_size != 0:
-            divisors = [d for d in range(1, group + 1) if group % d == 0]
-            raise InputError(
-                f"--hsdp-shard-size {fw.hsdp_shard_size} does not divide the data-parallel "
-                f"group of the layout (dp x cp = {group})",
-                hint="use one of " + ", ".join(map(str, divisors)) + " or fix --tp/--cp",
-            )
-        out["parallelism"]["hsdp_shard_size"] = fw.hsdp_shard_size
-    out.setdefault("time_to_train_s", None)
-    out.setdefault("gpu_hours", None)
-    out["framework"] = fname
-    out["framework_basis"] = fbasis
-    out["framework_profile"] = profile_of(fname)
-    out["profile_basis"] = profile_basis
-    out["model"] = arch.name
-    out["gpu"] = hw.gpu_id
-    out["precision"] = precision
-    out["seq_len"] = int(seq_len)
-    used = int(out.pop("global_batch_used", gbs))
-    if used != gbs:
-        out.setdefault("notes", []).append(
-            f"global batch rounded from {gbs} to {used} sequences: no layout on "
-            f"{out['num_gpus']} GPUs divides {gbs} (data parallelism x micro-batch must)"
-        )
-    out["global_batch"] = used
-    out["global_batch_tokens"] = used * int(seq_len)
-    out["tokens"] = float(tokens) if tokens is not None else None
-    out["target_days"] = float(target_days) if target_days is not None else None
-    fitted = c.get("provenance", {})  # the constants' fit (a JSON object)
-    out["provenance"] = {
-        **hw.provenance,
-        "calibration_basis": _basis_summary(hw.perf, precision_recipe(precision).curve_dtype),
-        "constants": fitted if isinstance(fitted, dict) else {},
-        "framework": fw.name,
-        "ep_overlap": fw.ep_overlap,
-        "ep_kernels": "deepep" if fw.ep_deepep else "nccl",
-        "optimizer_dtype": fw.optimizer_dtype,
-        "master_weights": fw.master_weights,
-        "recompute_modules": list(fw.recompute_modules),
-        "moe_act_cache": fw.moe_act_cache,
-        "fsdp_fp8_all_gather": fp8_param_gather_on(fw, precision),
-    }
-    out["context_parallel"] = {
-        "comm": next(k for k, v in CP_COMM_CLI.items() if v == fw.cp_comm),
-        "layout": "zigzag" if fw.cp_load_balance else "contiguous",
-    }
-    if out.get("ep_comm_s"):
-        out["ep_comm_s"]["ep_overlap"] = fw.ep_overlap
-    if step_cal is not None:
-        out["calibration"] = {"training_step": step_cal}
-    return out
-
-
-def _basis_summary(perf: DevicePerf, precision: str) -> JSONDict:
-    try:
-        summary = perf.summary()
-    except Exception:  # a DevicePerf without a summary still forecasts
-        return {}
-    keep = (
-        f"matmul_{precision}_flops_per_s",
-        "memory_bandwidth_bytes_per_s",
-        "allreduce_busbw_bytes_per_s",
-    )
-    return {k: v.basis for k, v in summary.items() if k in keep}

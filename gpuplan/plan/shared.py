@@ -116,7 +116,7 @@ def _summary(res: dict[str, Any], inputs: list[Figure]) -> FigureDict:
 
 def _team_jobs(ctx: PlanContext, spec: SchedulingSpec) -> list[Job]:
     """The teams' seeded job draw (one per plan: sizing and the section replay the same jobs)."""
-    from gpuplan.forecast.training import forecast_training
+    from gpuplan.forecast.train import forecast_training
     from gpuplan.scheduling.workload import generate_workload
 
     key = (spec.horizon_days, spec.seed)

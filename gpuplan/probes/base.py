@@ -207,7 +207,6 @@ class ProbeContext:
     def catalog_row(self, index: int) -> Any | None:
         """The catalog accelerator row of torch device ``index``, or None."""
         from gpuplan.probes.inventory import catalog_gpu
-        from gpuplan.probes.suite import accelerator_for
 
         acc = accelerator_for(self.accelerators, index)
         return catalog_gpu(acc["name"]) if acc else None
@@ -247,3 +246,13 @@ class ProbeContext:
     def point_done(self) -> None:
         if self.on_point is not None:
             self.on_point()
+
+
+def accelerator_for(accelerators: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
+    """The inventory row of torch device ``index`` (matched by UUID/PCI id, not position)."""
+    for acc in accelerators:
+        if acc.get("torch_index") == index:
+            return acc
+    if any(acc.get("torch_index") is not None for acc in accelerators):
+        return None
+    return accelerators[index] if index < len(accelerators) else None

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.probes.timing import TimingConfig
+from gpuplan.probes.timing import DEFAULT_TIMING, QUICK_TIMING, TimingConfig
 
 #: wall time of a point per second the harness times (allocation, checks, syncs, flushes)
 WALL_FACTOR = 1.5
@@ -156,20 +156,6 @@ def _membw(quick: bool, gpus: int, timing: TimingConfig) -> ProbeBudget:
     )
 
 
-def _pcie(quick: bool, gpus: int, timing: TimingConfig) -> ProbeBudget:
-    from gpuplan.probes.pcie import sizes
-
-    if gpus == 0:
-        return ProbeBudget("pcie", 0.0, 0, "skipped without a GPU")
-    points = 4 * (len(sizes(quick=quick)) + gpus - 1)
-    return ProbeBudget(
-        "pcie",
-        SETUP_S + points * point_s(timing),
-        points,
-        "4 copies x the sizes on GPU 0 and the largest on the others",
-    )
-
-
 def _collectives(quick: bool, gpus: int, timing: TimingConfig) -> ProbeBudget:
     from gpuplan.probes.collectives import cases, sizes
 
@@ -207,7 +193,6 @@ def soak_budget(duration_s: float) -> ProbeBudget:
 _PLANNERS: dict[str, Callable[[bool, int, TimingConfig], ProbeBudget]] = {
     "matmul": _matmul,
     "membw": _membw,
-    "pcie": _pcie,
     "collectives": _collectives,
     "storage": _storage,
 }
@@ -245,8 +230,6 @@ def plan(
     soak when ``soak`` is among ``probes``.
     """
     if timing is None:
-        from gpuplan.probes.suite import DEFAULT_TIMING, QUICK_TIMING
-
         timing = QUICK_TIMING if quick else DEFAULT_TIMING
     out = []
     for name in probes:

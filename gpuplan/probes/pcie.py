@@ -140,7 +140,7 @@ def numa_bound(bus_id: str | None, root: Path | str = "/") -> Iterator[NumaBindi
 
 def gpu_bus_id(ctx: ProbeContext, index: int) -> str | None:
     """PCI bus id of torch device ``index``: the inventory row (matched by UUID/PCI), else torch."""
-    from gpuplan.probes.suite import accelerator_for
+    from gpuplan.probes.base import accelerator_for
 
     acc = accelerator_for(ctx.accelerators, index)
     if acc and acc.get("pci_bus_id"):

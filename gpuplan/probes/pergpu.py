@@ -102,7 +102,7 @@ def identity(accelerators: list[dict[str, Any]], index: int, gpu: bool) -> dict[
     inventory rows matched by UUID/PCI id; None on CPUs and where unknown)."""
     if not gpu:
         return {"device_index": index, "uuid": None, "pci_bus_id": None}
-    from gpuplan.probes.suite import accelerator_for
+    from gpuplan.probes.base import accelerator_for
 
     acc = accelerator_for(accelerators, index) or {}
     return {

@@ -43,12 +43,14 @@ from gpuplan.probes.base import (
     ProbeContext,
     ProbeTimeout,
     Progress,
+    accelerator_for,
     import_torch,
     resolve_device,
 )
 from gpuplan.probes.procs import kill_children
 from gpuplan.probes.scratch import remove_stale
-from gpuplan.probes.timing import TimingConfig
+from gpuplan.probes.timing import DEFAULT_TIMING as DEFAULT_TIMING
+from gpuplan.probes.timing import QUICK_TIMING as QUICK_TIMING
 from gpuplan.results import runlock
 from gpuplan.results.privacy import filter_env
 from gpuplan.results.schema import ResultDocument
@@ -69,12 +71,6 @@ PROBES: tuple[str, ...] = (
 WORKLOADS: tuple[str, ...] = ("serve", "train", "soak")
 
 _MODULES = {name: f"gpuplan.probes.{name}" for name in (*PROBES, *WORKLOADS)}
-
-#: Timing of one point in quick and default mode (see docs/probes.md).
-QUICK_TIMING = TimingConfig(warmups=1, min_sample_s=0.02, samples=5, min_samples=3, max_point_s=2.0)
-DEFAULT_TIMING = TimingConfig(
-    warmups=2, min_sample_s=0.1, samples=10, min_samples=5, max_point_s=10.0
-)
 
 
 def parse_only(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -215,16 +211,6 @@ class _Signals:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         self._old.clear()
-
-
-def accelerator_for(accelerators: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
-    """The inventory row of torch device ``index`` (matched by UUID/PCI id, not position)."""
-    for acc in accelerators:
-        if acc.get("torch_index") == index:
-            return acc
-    if any(acc.get("torch_index") is not None for acc in accelerators):
-        return None
-    return accelerators[index] if index < len(accelerators) else None
 
 
 def _index_map(accelerators: list[dict[str, Any]]) -> dict[int, int]:

@@ -299,3 +299,10 @@ def _over_budget(
     # > 0: with an average as ``reduce`` one rank over budget is enough, and every rank
     # sees the same value, so they all stop after the same sample
     return (reduce(flag) if reduce is not None else flag) > 0.0
+
+
+#: Timing of one point in quick and default mode (see docs/probes.md).
+QUICK_TIMING = TimingConfig(warmups=1, min_sample_s=0.02, samples=5, min_samples=3, max_point_s=2.0)
+DEFAULT_TIMING = TimingConfig(
+    warmups=2, min_sample_s=0.1, samples=10, min_samples=5, max_point_s=10.0
+)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gpuplan.plan.provenance import is_figure_json, is_text_json
 
 if TYPE_CHECKING:
-    from gpuplan.report.render import FigureIndex
+    from gpuplan.report.view import FigureIndex
 
 InlineKind = Literal[
     "text", "fig", "figvalue", "textjson", "ident", "meta", "idx", "code", "strong", "span",
@@ -315,12 +315,12 @@ def _extra_columns(
 def build_sections(doc: dict[str, Any], index: FigureIndex | None = None) -> list[Section]:
     """The report of a plan document, as sections in reading order (the header first).
 
-    ``index`` numbers the figures (:class:`gpuplan.report.render.FigureIndex`, whose
+    ``index`` numbers the figures (:class:`gpuplan.report.view.FigureIndex`, whose
     ``view`` is the summary); the renderers pass theirs so that the references they print
     and the figures appendix agree.
     """
     if index is None:
-        from gpuplan.report.render import FigureIndex
+        from gpuplan.report.view import FigureIndex
 
         index = FigureIndex(doc)
     view = index.view
@@ -1517,7 +1517,7 @@ def _provenance(doc: dict[str, Any]) -> Section:
 
 
 def _figures(index: FigureIndex) -> Section:
-    from gpuplan.report.render import prov_text
+    from gpuplan.report.view import prov_text
 
     rows = tuple(
         Row(

@@ -33,12 +33,15 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpuplan.errors import GpuplanError, InputError, SchemaError
+from gpuplan.results.migrations import upgrade
 from gpuplan.results.safejson import MAX_BYTES, loads_limited
 from gpuplan.results.schema import ProbeResult, ResultDocument
 
@@ -182,8 +185,6 @@ def read_result_file(
         or :class:`SchemaError` (bad JSON, schema, impossible values), naming the file and
         the field.
     """
-    from gpuplan.results.store import parse_result
-
     path = Path(path)
     data = loads_limited(read_result_bytes(path, max_bytes=max_bytes), where=str(path))
     if not isinstance(data, dict) or ("schema_version" not in data and "probes" not in data):
@@ -336,8 +337,6 @@ def load_result_files(
         a path that does not exist; the problem of a file named alone; one run id in two
         files with different documents (both files named).
     """
-    from gpuplan.results.store import iter_result_files
-
     roots = [Path(p) for p in paths]
     single = strict_single and len(roots) == 1 and not roots[0].is_dir()
     out = LoadedResults()
@@ -385,3 +384,28 @@ def _same(a: ResultDocument, b: ResultDocument) -> bool:
 def _why(exc: GpuplanError) -> str:
     text = exc.message.split(": ", 1)[-1]
     return text.removeprefix("not a result file (").removesuffix(")")
+
+
+def parse_result(data: Any, *, where: str = "document") -> ResultDocument:
+    """Validate a decoded JSON value as a result document, upgrading older versions."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    data = upgrade(data, where=where)
+    try:
+        return ResultDocument.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise SchemaError(f"{where}: field '{loc}': {err['msg']}") from None
+
+
+def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
+    """Result files under ``paths`` (files as given, directories searched recursively)."""
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            yield from sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
+        elif p.exists():
+            yield p
+        else:
+            raise InputError(f"no such file or directory: {p}")

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gpuplan.errors import InputError, NotFoundError, SchemaError
+from gpuplan.errors import InputError, NotFoundError
 from gpuplan.fsio import write_json_atomic
-from gpuplan.results.migrations import upgrade
+from gpuplan.results.loader import iter_result_files as iter_result_files
+from gpuplan.results.loader import parse_result as parse_result
+from gpuplan.results.loader import read_result_bytes, read_result_file
 from gpuplan.results.schema import ResultDocument
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -51,40 +51,13 @@ def save_result(doc: ResultDocument, root: Path | str | None = None) -> Path:
     raise InputError(f"too many result files named like {base}")
 
 
-def parse_result(data: Any, *, where: str = "document") -> ResultDocument:
-    """Validate a decoded JSON value as a result document, upgrading older versions."""
-    if not isinstance(data, dict):
-        raise SchemaError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    data = upgrade(data, where=where)
-    try:
-        return ResultDocument.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise SchemaError(f"{where}: field '{loc}': {err['msg']}") from None
-
-
 def load_result(path: Path | str) -> ResultDocument:
     """Load one result file; refuses newer schema versions, upgrades older ones.
 
     Every check of :func:`gpuplan.results.loader.read_result_file` applies (regular file,
     size, safe JSON, schema, physically possible values).
     """
-    from gpuplan.results.loader import read_result_file
-
     return read_result_file(path)
-
-
-def iter_result_files(paths: Iterable[Path | str]) -> Iterator[Path]:
-    """Result files under ``paths`` (files as given, directories searched recursively)."""
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            yield from sorted(q for q in p.rglob("*.json") if not q.name.startswith("."))
-        elif p.exists():
-            yield p
-        else:
-            raise InputError(f"no such file or directory: {p}")
 
 
 def load_results(paths: Iterable[Path | str]) -> list[tuple[Path, ResultDocument]]:
@@ -143,7 +116,6 @@ def find_result(ref: str, roots: Iterable[Path | str] | None = None) -> Path:
 def _peek(path: Path) -> dict[str, Any]:
     """The top-level object of ``path`` (safe read, no validation), {} when unreadable."""
     from gpuplan.errors import GpuplanError
-    from gpuplan.results.loader import read_result_bytes
     from gpuplan.results.safejson import loads_limited
 
     try:

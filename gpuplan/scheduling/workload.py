@@ -363,7 +363,7 @@ def _arrivals(team: TeamSpec, rng: np.random.Generator, horizon_s: float) -> NDA
     return times[keep]
 
 
-#: The training forecast a caller hands in (``gpuplan.forecast.training.forecast_training``
+#: The training forecast a caller hands in (``gpuplan.forecast.train.forecast_training``
 #: from the plan and ``gpuplan schedule``): keyword arguments ``model, gpu, num_gpus, tokens``
 #: (and ``seq_len``, ``precision`` when the job sets them), a mapping with
 #: ``time_to_train_s`` back. The simulator does not import the forecast itself, so

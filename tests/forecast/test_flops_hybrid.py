@@ -13,7 +13,7 @@ from gpuplan.forecast.model import (
     kv_cache_bytes_per_token,
     model_flops_per_token,
 )
-from gpuplan.forecast.training import forecast_training
+from gpuplan.forecast.train import forecast_training
 
 MAMBA = {"heads": 8, "head_dim": 64, "state": 16, "groups": 2, "conv_kernel": 4}
 HYB = ModelArch(

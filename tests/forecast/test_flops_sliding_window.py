@@ -9,7 +9,7 @@ import pytest
 
 from gpuplan.catalogs import get_catalog
 from gpuplan.forecast.model import ModelArch, arch_from_catalog, model_flops_per_token
-from gpuplan.forecast.training import forecast_training
+from gpuplan.forecast.train import forecast_training
 
 from .test_train_fakes import fake_hardware
 

@@ -13,11 +13,11 @@ import pytest
 
 from gpuplan.forecast.memory import param_counts_per_rank
 from gpuplan.forecast.model import ModelArch
+from gpuplan.forecast.train import forecast_training
 from gpuplan.forecast.training import (
     Framework,
     default_constants,
     evaluate_layouts,
-    forecast_training,
     layouts_from_dict,
 )
 

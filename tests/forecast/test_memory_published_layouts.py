@@ -15,11 +15,11 @@ import pytest
 
 from gpuplan.forecast.memory import pipeline_split, stage_layers, valid_pipeline
 from gpuplan.forecast.model import ModelArch
+from gpuplan.forecast.train import forecast_training
 from gpuplan.forecast.training import (
     Framework,
     default_constants,
     evaluate_layouts,
-    forecast_training,
     layouts_from_dict,
 )
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.model import ModelArch, arch_from
+from gpuplan.forecast.train import forecast_training
 from gpuplan.forecast.training import (
     BREAKDOWN_KEYS,
     Framework,
@@ -25,7 +26,6 @@ from gpuplan.forecast.training import (
     ep_exposed_time,
     ep_inter_node_copy_fraction,
     evaluate_layouts,
-    forecast_training,
     layouts_from_dict,
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from gpuplan.catalogs import get_catalog
-from gpuplan.forecast.training import forecast_training
+from gpuplan.forecast.train import forecast_training
 
 
 def test_gb200_deadline_answer_is_in_racks():

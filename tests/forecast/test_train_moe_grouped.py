@@ -16,7 +16,8 @@ from gpuplan.forecast.flops import (
     expert_rank_imbalance,
     grouped_gemm_rows,
 )
-from gpuplan.forecast.training import Framework, forecast_training
+from gpuplan.forecast.train import forecast_training
+from gpuplan.forecast.training import Framework
 
 T = GROUPED_GEMM_TILE_ROWS
 

@@ -10,12 +10,12 @@ import pytest
 from gpuplan.errors import InputError
 from gpuplan.forecast.model import ModelArch
 from gpuplan.forecast.search import best_layouts, enumerate_layouts, smallest_cluster
+from gpuplan.forecast.train import forecast_training
 from gpuplan.forecast.training import (
     LAYOUT_KEYS,
     Framework,
     default_constants,
     evaluate_layouts,
-    forecast_training,
     layouts_from_dict,
     memory_only,
 )

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.model import ModelArch
+from gpuplan.forecast.train import forecast_training
 from gpuplan.forecast.training import (
     BREAKDOWN_KEYS,
     Framework,
     default_constants,
     evaluate_layouts,
-    forecast_training,
     layouts_from_dict,
     memory_only,
 )

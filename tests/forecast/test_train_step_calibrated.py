@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.calibration import load_artifact
-from gpuplan.forecast.training import Framework, forecast_training
+from gpuplan.forecast.train import forecast_training
+from gpuplan.forecast.training import Framework
 
 GPU = "h100-sxm5-80gb"
 REPO = Path(__file__).resolve().parents[2]

@@ -23,8 +23,7 @@ from gpuplan.forecast.infer import (
 )
 from gpuplan.forecast.inference import ServingDemand, forecast_inference, size_serving_fleet
 from gpuplan.forecast.serving import LengthDist
-from gpuplan.forecast.train import TrainForecast, TrainRequest, forecast_train
-from gpuplan.forecast.training import forecast_training
+from gpuplan.forecast.train import TrainForecast, TrainRequest, forecast_train, forecast_training
 
 # README.md "Forecast training" and "Forecast serving" rows
 README_TRAIN = dict(model="llama3.1-405b", gpu="h100", num_gpus=16384, tokens=15.6e12)

@@ -14,7 +14,7 @@ from gpuplan.catalogs.catalog import load_catalog
 from gpuplan.plan.cost import HOURS_PER_MONTH
 from gpuplan.plan.planner import build_plan
 from gpuplan.plan.scenario import load_scenario, parse_scenario
-from gpuplan.report.render import summary_view
+from gpuplan.report.view import summary_view
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GIB = 2**30

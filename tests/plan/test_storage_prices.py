@@ -16,7 +16,7 @@ from gpuplan.catalogs.loader import default_data_dir
 from gpuplan.plan import cost as costmod
 from gpuplan.plan import storage as st
 from gpuplan.plan.provenance import figure_from_json, input_fig, missing_fig
-from gpuplan.report.render import break_even_rows, fmt
+from gpuplan.report.view import break_even_rows, fmt
 from tests.conftest import REPO
 from tests.plan.test_storage_example import _run_plan
 

@@ -15,7 +15,7 @@ import pytest
 from gpuplan.errors import InputError
 from gpuplan.plan.provenance import KINDS
 from gpuplan.report import charts, render_html, render_markdown, write_report
-from gpuplan.report.render import FigureIndex, fmt
+from gpuplan.report.view import FigureIndex, fmt
 from gpuplan.scheduling.workload import PHILLY_CITATION
 
 from .conftest import SMALL_PHILLY_SIZES_GPUS

@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from gpuplan.report import render_html, render_markdown
-from gpuplan.report.render import FigureIndex, fmt
 from gpuplan.report.sections import Chart, Nav, Paragraph, Section, Table, build_sections
+from gpuplan.report.view import FigureIndex, fmt
 
 
 @pytest.fixture(scope="module")

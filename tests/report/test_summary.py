@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gpuplan.report.render import fmt, summary_view
+from gpuplan.report.view import fmt, summary_view
 
 
 class _Text(HTMLParser):

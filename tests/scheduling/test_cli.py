@@ -219,7 +219,7 @@ def test_scenario_training_jobs_take_the_forecast_handed_in_by_the_cli(run_cli, 
     """``gpuplan schedule --scenario`` hands the simulator the training forecast (the
     simulator itself does not import it): the run's job time is the forecast's time to
     train, computed here in-process with the same arguments."""
-    from gpuplan.forecast.training import forecast_training
+    from gpuplan.forecast.train import forecast_training
 
     sc = tmp_path / "train.yaml"
     job = {"model": "llama3.1-8b", "tokens": 1.0e11, "gpus": 64, "gpu": "h100"}

@@ -228,14 +228,14 @@ def test_training_jobs_without_a_forecast_say_so():
 
 
 def test_training_jobs_with_the_real_forecast():
-    from gpuplan.forecast import training
+    from gpuplan.forecast import train
 
     team = TeamSpec(
         name="llm",
         training_jobs=[{"model": "llama3.1-8b", "tokens": 1.0e11, "gpus": 64, "gpu": "h100"}],
     )
-    (job,) = generate_workload([team], horizon_s=86400, seed=0, forecast=training.forecast_training)
-    direct = training.forecast_training(model="llama3.1-8b", gpu="h100", num_gpus=64, tokens=1.0e11)
+    (job,) = generate_workload([team], horizon_s=86400, seed=0, forecast=train.forecast_training)
+    direct = train.forecast_training(model="llama3.1-8b", gpu="h100", num_gpus=64, tokens=1.0e11)
     assert job.duration_s == pytest.approx(direct["time_to_train_s"])
     # 1e11 tokens x 6 x 8e9 params at a few hundred TFLOP/s per GPU: hours, not weeks
     assert 3600 < job.duration_s < 7 * 86400
