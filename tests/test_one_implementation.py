@@ -139,6 +139,13 @@ REMOVED: dict[str, str | list[str] | None] = {
     r"^def layout_violation\(": "forecast/layout_rules.py",
     r"^def check_layout\(": "forecast/training.py",
     r"^class Hardware\b": "forecast/hardware.py",
+    # one parameter count (catalogs/params.py) for the catalog row and the forecast record
+    r"^class MLAConfig\b": "catalogs/params.py",
+    r"def _params\(self": None,
+    r"def _attention_params\(": None,
+    r"def _mlp_params\(": None,
+    r"def _mamba_params\(": None,
+    r"^def model_params\(": "catalogs/params.py",
     r"^def resolve_hardware\(": "forecast/hardware.py",
 }
 
@@ -170,6 +177,26 @@ def test_the_forecast_core_has_one_of_each():
         memory_capacity_bytes(gpu.model_copy(update={"memory_bytes": None}))
     ok = dict(tp=8, pp=4, cp=1, ep=1, dp=4, vp=1, micro_batch=1, recompute=0, zero=1)
     assert layout_violation(arch, 128, ok, seq_len=8192, global_batch=64) is None
+
+
+def test_one_parameter_count_for_the_catalog_and_the_forecast():
+    """Every catalog model: its row and the forecast record built from it count the same
+    parameters (biases, QK-norm, MLA latent norms, shared experts included), and the counts
+    match the published sizes the catalog tests hold them to."""
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.forecast.model import arch_from
+
+    rows = get_catalog().models
+    assert len(rows) > 30
+    for row in rows:
+        arch = arch_from(row)
+        assert (arch.params_total(), arch.params_active()) == (
+            row.params_total(),
+            row.params_active(),
+        ), row.id
+    ds = arch_from("deepseek-v3")
+    assert 0.99 * 671e9 < ds.params_total() < 1.01 * 671e9
+    assert 0.99 * 37e9 < ds.params_active() < 1.02 * 37e9
 
 
 def test_the_old_copies_are_gone():

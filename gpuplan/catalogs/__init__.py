@@ -11,12 +11,12 @@ from __future__ import annotations
 from gpuplan.catalogs.catalog import LISTINGS, Catalog, get_catalog, load_catalog, validate_catalog
 from gpuplan.catalogs.loader import Problem
 from gpuplan.catalogs.names import name_key
+from gpuplan.catalogs.params import MLAConfig
 from gpuplan.catalogs.schema import (
     DTYPES,
     Accelerator,
     Fabric,
     Instance,
-    MLAConfig,
     ModelArch,
     Nic,
     NicCount,

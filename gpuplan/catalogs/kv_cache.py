@@ -2,10 +2,9 @@
 
 Job of this module: bytes of key/value cache one token adds. It lives in ``catalogs``, the
 lowest layer that holds model architectures, so that the catalog row
-(:meth:`gpuplan.catalogs.schema.ModelArch.kv_cache_bytes_per_token`), the training memory
-model (:func:`gpuplan.forecast.memory.kv_cache_bytes_per_token`) and the inference model
-(:mod:`gpuplan.forecast.inference_arch`, whole model and per GPU) all call this one
-function. Pure arithmetic on plain numbers: no catalog, no I/O.
+(:meth:`gpuplan.catalogs.schema.ModelArch.kv_cache_bytes_per_token`) and the forecasts'
+architecture record (:func:`gpuplan.forecast.model.kv_cache_bytes_per_token`, whole model
+and, in :mod:`gpuplan.forecast.inference_arch`, per GPU) all call this one function. Pure arithmetic on plain numbers: no catalog, no I/O.
 """
 
 from __future__ import annotations

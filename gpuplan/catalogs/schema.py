@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token
+from gpuplan.catalogs.params import ArchParams, MambaConfig, MLAConfig, model_params
 from gpuplan.errors import InputError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$"
@@ -721,28 +722,6 @@ class Optic(Row):
     power_w: float | None = None
 
 
-class MLAConfig(BaseModel):
-    """Multi-head latent attention dimensions (DeepSeek-V2/V3)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    q_lora_rank: int | None = Field(description="None: queries projected directly from hidden")
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-
-class MambaConfig(BaseModel):
-    """Mamba-2 mixer sizes of a hybrid model (Dao & Gu 2024; Megatron-core MambaMixer)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    state: int = Field(gt=0, description="SSM state size N")
-    groups: int = Field(1, gt=0, description="B/C groups (n_groups)")
-    conv_kernel: int = Field(4, gt=0)
-
-
 class ModelArch(Row):
     """A transformer language model's architecture, from its config file or paper.
 
@@ -872,49 +851,37 @@ class ModelArch(Row):
     def is_hybrid(self) -> bool:
         return self.mamba_layers > 0 or self.attention_layers is not None
 
-    def _mamba_params(self) -> int:
-        """One Mamba-2 mixer: in_proj (z, x, B, C, dt), depthwise conv with bias over x, B,
-        C, per-head A, D and dt bias, gated RMSNorm, out_proj (Megatron-core MambaMixer)."""
-        m = self.mamba
-        assert m is not None
-        d_in = m.heads * m.head_dim
-        conv = d_in + 2 * m.groups * m.state
-        return (
-            self.hidden * (2 * d_in + 2 * m.groups * m.state + m.heads)
-            + conv * (m.conv_kernel + 1)
-            + 3 * m.heads
-            + d_in
-            + d_in * self.hidden
+    def arch_params(self) -> ArchParams:
+        """The fields the one parameter count reads (:mod:`gpuplan.catalogs.params`)."""
+        return ArchParams(
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            ffn_hidden=self.ffn_hidden,
+            vocab=self.vocab,
+            gated_mlp=self.gated_mlp,
+            tied_embeddings=self.tied_embeddings,
+            mla=self.mla,
+            attention_bias=self.attention_bias,
+            mlp_bias=self.mlp_bias,
+            qk_norm=self.qk_norm,
+            norm_bias=self.norm_bias,
+            norms_per_layer=self.norms_per_layer,
+            num_experts=self.num_experts,
+            top_k=self.top_k,
+            num_shared_experts=self.num_shared_experts,
+            moe_ffn_hidden=self.moe_ffn_hidden or 0,
+            shared_expert_ffn_hidden=self.shared_expert_ffn_hidden or 0,
+            moe_layers=len(self.moe_layer_indices()),
+            router_bias=self.router_bias,
+            learned_positions=self.learned_positions,
+            lm_head_bias=self.lm_head_bias,
+            mamba=self.mamba,
+            mamba_layers=self.mamba_layers,
+            attention_layers=self.attention_layers,
         )
-
-    # ---- parameter counts -------------------------------------------------------------
-    def _attention_params(self) -> int:
-        h, a, kv, d = self.hidden, self.heads, self.kv_heads, self.head_dim
-        if self.mla is not None:
-            m = self.mla
-            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-            if m.q_lora_rank:
-                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
-            else:
-                q = h * a * qk
-            kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-            kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-            return q + kv_down + kv_up + a * m.v_head_dim * h
-        n = h * a * d + 2 * h * kv * d + a * d * h
-        if self.attention_bias:
-            n += a * d + 2 * kv * d + h
-        if self.qk_norm:
-            n += 2 * d
-        return n
-
-    def _mlp_params(self, width: int) -> int:
-        n = (3 if self.gated_mlp else 2) * self.hidden * width
-        if self.mlp_bias:
-            n += (2 if self.gated_mlp else 1) * width + self.hidden
-        return n
-
-    def _norm_params(self) -> int:
-        return self.hidden * (2 if self.norm_bias else 1)
 
     def moe_layer_indices(self) -> list[int]:
         """0-based indices of the MoE layers (empty for a dense model)."""
@@ -926,44 +893,6 @@ class ModelArch(Row):
             if (i - self.first_dense_layers + 1) % self.moe_layer_interval == 0
         ]
 
-    def _params(self, active: bool) -> int:
-        h = self.hidden
-        if self.is_hybrid:
-            n_attn = self.attention_layers or 0
-            n_mlp = self.layers - self.mamba_layers - n_attn
-            total = (
-                (self.mamba_layers * self._mamba_params() if self.mamba_layers else 0)
-                + n_attn * self._attention_params()
-                + n_mlp * self._mlp_params(self.ffn_hidden)
-                + self.layers * self._norm_params()  # one pre-norm per block
-                + self.vocab * h * (1 if self.tied_embeddings else 2)
-                + self._norm_params()
-            )
-            return total
-        moe = set(self.moe_layer_indices())
-        per_layer_common = self._attention_params() + self.norms_per_layer * self._norm_params()
-        dense_layer = per_layer_common + self._mlp_params(self.ffn_hidden)
-        total = 0
-        for i in range(self.layers):
-            if i not in moe:
-                total += dense_layer
-                continue
-            assert self.moe_ffn_hidden is not None
-            experts = self.top_k if active else self.num_experts
-            shared_width = self.shared_expert_ffn_hidden or self.moe_ffn_hidden
-            total += per_layer_common
-            total += experts * self._mlp_params(self.moe_ffn_hidden)
-            total += self.num_shared_experts * self._mlp_params(shared_width)
-            total += h * self.num_experts + (self.num_experts if self.router_bias else 0)
-        total += self.vocab * h  # token embedding
-        total += self.learned_positions * h
-        total += self._norm_params()  # final norm
-        if not self.tied_embeddings:
-            total += self.vocab * h
-        if self.lm_head_bias:
-            total += self.vocab
-        return total
-
     def params_total(self) -> int:
         """All parameters, from the architecture: embeddings, attention (MHA/GQA/MQA/MLA with
         biases and QK-norm), MLP (gated: 3 matrices, else 2), every MoE expert with router and
@@ -973,12 +902,12 @@ class ModelArch(Row):
         (e.g. HF transformers ``LlamaDecoderLayer``, ``DeepseekV3Attention``); the tests
         compare it with each model's published size.
         """
-        return self._params(active=False)
+        return model_params(self.arch_params(), active=False)
 
     def params_active(self) -> int:
         """Parameters used per token: as :meth:`params_total` but only ``top_k`` routed
         experts per MoE layer (shared experts and the router always count)."""
-        return self._params(active=True)
+        return model_params(self.arch_params(), active=True)
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes per token, by the one formula

@@ -47,12 +47,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeAlias
 
 import numpy as np
 
+from gpuplan.catalogs import params
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
-from gpuplan.catalogs.schema import MLAConfig
+from gpuplan.catalogs.params import ArchParams, MambaConfig, MLAConfig
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import InputError
 from gpuplan.numeric import FloatArray, Num
@@ -139,6 +141,22 @@ class ModelArch:
     layers"): one tensor-parallel all-reduce per layer instead of two."""
     max_context: int | None = None
     """Longest context the model was trained for (tokens), where known."""
+    attention_bias: bool = False
+    """Biases on the Q, K, V (and output) projections (Qwen2, GPT-2 style)."""
+    mlp_bias: bool = False
+    """Biases on the MLP projections."""
+    qk_norm: bool = False
+    """RMSNorm on queries and keys per head (Qwen3, OLMo 2)."""
+    norm_bias: bool = False
+    """LayerNorm with a shift (GPT-era models) instead of RMSNorm's scale alone."""
+    norms_per_layer: int = 2
+    """Norms per transformer block (2: before attention and before the MLP)."""
+    router_bias: bool = False
+    """A bias on the MoE router."""
+    learned_positions: int = 0
+    """Rows of a learned absolute position embedding (0: rotary or none)."""
+    lm_head_bias: bool = False
+    """A bias on the output projection."""
     extra: dict[str, str | None] = field(default_factory=dict)
     """Free-form provenance (catalog source, retrieved date, notes)."""
 
@@ -307,20 +325,8 @@ class ModelArch:
         )
 
     def mamba_params(self) -> int:
-        """Weights of one Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", section 7;
-        Megatron-core MambaMixer): in_proj ``h x (2*d_in + 2*G*N + H)`` (z, x, B, C, dt),
-        depthwise conv over ``x, B, C``, per-head ``A``, ``D``, ``dt`` bias, the gated norm
-        and out_proj ``d_in x h``, with ``d_in = H * P``."""
-        heads, p, n, g, k = self.mamba_dims()
-        d_in = heads * p
-        conv_ch = d_in + 2 * g * n
-        return (
-            self.hidden * (2 * d_in + 2 * g * n + heads)
-            + conv_ch * (k + 1)
-            + 3 * heads
-            + d_in
-            + d_in * self.hidden
-        )
+        """Weights of one Mamba-2 mixer (:func:`gpuplan.catalogs.params.mamba_params`)."""
+        return params.mamba_params(self.arch_params)
 
     def ssd_flops_per_token(self) -> float:
         """Forward FLOPs of the Mamba-2 SSD scan per token (beyond its projections).
@@ -368,70 +374,79 @@ class ModelArch:
         return ((self.layers - n_local) * s + n_local * local) / self.layers
 
     # ---------------------------------------------------------------- parameter counts
+    @cached_property
+    def arch_params(self) -> ArchParams:
+        """The fields the one parameter count reads (:mod:`gpuplan.catalogs.params`)."""
+        mamba = None
+        if self.mamba_layers:
+            heads, head_dim, state, groups, conv_kernel = self.mamba_dims()
+            mamba = MambaConfig(
+                heads=heads, head_dim=head_dim, state=state, groups=groups, conv_kernel=conv_kernel
+            )
+        return ArchParams(
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.n_kv_heads,
+            head_dim=self.d_head,
+            ffn_hidden=self.ffn_hidden,
+            vocab=self.vocab,
+            gated_mlp=self.gated_mlp,
+            tied_embeddings=self.tied_embeddings,
+            mla=self.mla if self.attention == "mla" else None,
+            attention_bias=self.attention_bias,
+            mlp_bias=self.mlp_bias,
+            qk_norm=self.qk_norm,
+            norm_bias=self.norm_bias,
+            norms_per_layer=self.norms_per_layer,
+            num_experts=self.num_experts if self.is_moe else 0,
+            top_k=self.top_k if self.is_moe else 0,
+            num_shared_experts=self.num_shared_experts if self.is_moe else 0,
+            moe_ffn_hidden=self.expert_ffn if self.is_moe else 0,
+            shared_expert_ffn_hidden=self.shared_expert_ffn if self.is_moe else 0,
+            moe_layers=self.num_moe_layers,
+            router_bias=self.router_bias,
+            learned_positions=self.learned_positions,
+            lm_head_bias=self.lm_head_bias,
+            mamba=mamba,
+            mamba_layers=self.mamba_layers,
+            attention_layers=self.attention_layers,
+        )
+
     def attention_params(self) -> int:
-        """Weights of one attention block (projections only, biases ignored)."""
-        h, a = self.hidden, self.heads
-        if self.attention == "mla" and self.mla:
-            m = self.mla
-            q_lora = m.q_lora_rank or 0
-            kv_lora = m.kv_lora_rank
-            nope, rope, v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-            q = h * q_lora + q_lora * a * (nope + rope) if q_lora else h * a * (nope + rope)
-            kv = h * (kv_lora + rope) + kv_lora * a * (nope + v)
-            return q + kv + a * v * h
-        d = self.d_head
-        return h * a * d + 2 * h * self.n_kv_heads * d + a * d * h
+        """Weights of one attention block (:func:`gpuplan.catalogs.params.attention_params`)."""
+        return params.attention_params(self.arch_params)
 
     def dense_mlp_params(self) -> int:
-        return self.mlp_matrices * self.hidden * self.ffn_hidden
+        return params.mlp_params(self.arch_params, self.ffn_hidden)
 
     def expert_params(self) -> int:
         """Weights of one routed expert."""
-        return self.mlp_matrices * self.hidden * self.expert_ffn
+        return params.expert_params(self.arch_params)
 
     def shared_expert_params(self) -> int:
         """Weights of one shared expert."""
-        return self.mlp_matrices * self.hidden * self.shared_expert_ffn
+        return params.shared_expert_params(self.arch_params)
 
     def moe_mlp_params(self, *, active: bool) -> int:
         """Router + experts of one MoE layer; ``active`` counts only top_k + shared."""
-        routed = self.top_k if active else self.num_experts
-        return (
-            self.hidden * self.num_experts
-            + routed * self.expert_params()
-            + self.num_shared_experts * self.shared_expert_params()
-        )
+        return params.moe_mlp_params(self.arch_params, active=active)
 
     def layer_params(self, *, active: bool = False) -> int:
         """Weights of all transformer blocks (norms included)."""
-        if self.is_hybrid:
-            n_attn = self.attention_layers or 0
-            n_mlp = self.layers - self.mamba_layers - n_attn
-            return (
-                self.mamba_layers * self.mamba_params()
-                + n_attn * self.attention_params()
-                + n_mlp * self.dense_mlp_params()
-                + self.layers * self.hidden
-            )
-        norms = 2 * self.hidden
-        dense = self.attention_params() + self.dense_mlp_params() + norms
-        total = self.num_dense_layers * dense
-        if self.is_moe:
-            moe = self.attention_params() + self.moe_mlp_params(active=active) + norms
-            total += self.num_moe_layers * moe
-        return total
+        return params.layer_params(self.arch_params, active=active)
 
     def embedding_params(self) -> int:
-        """Input embedding plus (untied) output projection."""
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        """Input embedding, learned positions and (untied) output projection."""
+        return params.embedding_params(self.arch_params)
 
     def params_total(self) -> int:
         """All parameters (every expert counted)."""
-        return self.layer_params(active=False) + self.embedding_params() + self.hidden
+        return params.model_params(self.arch_params, active=False)
 
     def params_active(self) -> int:
         """Parameters touched by one token (top_k + shared experts only)."""
-        return self.layer_params(active=True) + self.embedding_params() + self.hidden
+        return params.model_params(self.arch_params, active=True)
 
     def matmul_params_active(self) -> int:
         """``N`` of the ``6N`` rule: active parameters taking part in matmuls per token.
@@ -488,6 +503,14 @@ def arch_from_catalog(row: CatalogModel) -> ModelArch:
         full_attention_interval=row.full_attention_interval or None,
         parallel_attention=row.parallel_attention,
         max_context=row.max_context,
+        attention_bias=row.attention_bias,
+        mlp_bias=row.mlp_bias,
+        qk_norm=row.qk_norm,
+        norm_bias=row.norm_bias,
+        norms_per_layer=row.norms_per_layer,
+        router_bias=row.router_bias,
+        learned_positions=row.learned_positions,
+        lm_head_bias=row.lm_head_bias,
         extra={"source": row.source, "retrieved": str(row.retrieved or "")},
     )
 

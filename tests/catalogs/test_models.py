@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.catalogs import get_catalog
+from gpuplan.catalogs.params import attention_params
 from gpuplan.catalogs.schema import ModelArch
 
 REQUIRED_MODELS = [
@@ -123,7 +124,7 @@ def test_mla_attention_count_matches_deepseek_v3_layout() -> None:
     q = h * 1536 + 1536 + 1536 * a * (128 + 64)
     kv = h * (512 + 64) + 512 + 512 * a * (128 + 128)
     o = a * 128 * h
-    assert m._attention_params() == q + kv + o
+    assert attention_params(m.arch_params()) == q + kv + o
     assert m.moe_layer_indices() == list(range(3, 61))
 
 

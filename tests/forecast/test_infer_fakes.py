@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from gpuplan.calibration.api import Estimate
-from gpuplan.catalogs.schema import MLAConfig
+from gpuplan.catalogs.params import MLAConfig
 from gpuplan.forecast.model import ModelArch
 
 # Llama-2-70B-like and Mixtral-8x7B-like shapes (HF config.json of meta-llama/Llama-2-70b-hf
