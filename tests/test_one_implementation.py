@@ -139,6 +139,8 @@ REMOVED: dict[str, str | list[str] | None] = {
     r"^def layout_violation\(": "forecast/layout_rules.py",
     r"^def check_layout\(": "forecast/training.py",
     r"^class Hardware\b": "forecast/hardware.py",
+    r"^class ParallelLayout\b": "forecast/layout.py",
+    r"^class TrainLayout\b": None,  # train.py's record, now forecast/layout.py's
     # one parameter count (catalogs/params.py) for the catalog row and the forecast record
     r"^class MLAConfig\b": "catalogs/params.py",
     r"def _params\(self": None,

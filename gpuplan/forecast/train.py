@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, cast
 from gpuplan.errors import InputError
 from gpuplan.forecast.band import Band
 from gpuplan.forecast.hardware import Hardware, resolve_hardware
+from gpuplan.forecast.layout import ParallelLayout
 from gpuplan.forecast.memory import RECOMPUTE_CODES
 from gpuplan.forecast.model import ModelRef, arch_from
 from gpuplan.forecast.training import (
@@ -125,67 +126,6 @@ def _strings(value: object) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class TrainLayout:
-    """The parallel layout a training forecast chose (``parallelism`` of DESIGN.md 3.3)."""
-
-    tp: int
-    pp: int
-    dp: int
-    cp: int
-    ep: int
-    vp: int
-    micro_batch: int
-    recompute: str
-    zero: int
-    fsdp: bool
-    num_microbatches: int
-    hsdp_shard_size: int | None = None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, object]) -> TrainLayout:
-        def i(k: str) -> int:
-            return _int(d[k], f"parallelism.{k}")
-
-        hsdp = d.get("hsdp_shard_size")
-        return cls(
-            tp=i("tp"),
-            pp=i("pp"),
-            dp=i("dp"),
-            cp=i("cp"),
-            ep=i("ep"),
-            vp=i("vp"),
-            micro_batch=i("micro_batch"),
-            recompute=str(d["recompute"]),
-            zero=i("zero"),
-            fsdp=bool(d["fsdp"]),
-            num_microbatches=i("num_microbatches"),
-            hsdp_shard_size=None if hsdp is None else _int(hsdp, "parallelism.hsdp_shard_size"),
-        )
-
-    def to_json(self) -> dict[str, int | str | bool]:
-        out: dict[str, int | str | bool] = {
-            "tp": self.tp,
-            "pp": self.pp,
-            "dp": self.dp,
-            "cp": self.cp,
-            "ep": self.ep,
-            "vp": self.vp,
-            "micro_batch": self.micro_batch,
-            "recompute": self.recompute,
-            "zero": self.zero,
-            "fsdp": self.fsdp,
-            "num_microbatches": self.num_microbatches,
-        }
-        if self.hsdp_shard_size is not None:
-            out["hsdp_shard_size"] = self.hsdp_shard_size
-        return out
-
-    def text(self) -> str:
-        """``tp=8 pp=16 dp=... `` in the JSON's field order."""
-        return " ".join(f"{k}={v}" for k, v in self.to_json().items())
-
-
-@dataclass(frozen=True)
 class TrainRequest:
     """What to forecast: the arguments of
     :func:`gpuplan.forecast.train.forecast_training` a caller sets (same defaults)."""
@@ -232,7 +172,7 @@ class TrainForecast:
     memory_per_gpu_bytes: float
     fits_in_memory: bool
     memory_overshoot_bytes: float
-    parallelism: TrainLayout
+    parallelism: ParallelLayout
     framework: str
     framework_basis: str
     framework_profile: str
@@ -290,7 +230,7 @@ class TrainForecast:
             memory_per_gpu_bytes=_num(d["memory_per_gpu_bytes"], "memory_per_gpu_bytes"),
             fits_in_memory=bool(d["fits_in_memory"]),
             memory_overshoot_bytes=_num(d["memory_overshoot_bytes"], "memory_overshoot_bytes"),
-            parallelism=TrainLayout.from_json(_dict(d["parallelism"], "parallelism")),
+            parallelism=ParallelLayout.from_json(_dict(d["parallelism"], "parallelism")),
             framework=str(d["framework"]),
             framework_basis=str(d["framework_basis"]),
             framework_profile=str(d["framework_profile"]),
