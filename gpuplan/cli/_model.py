@@ -121,6 +121,13 @@ _HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "voca
 _HF_MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 #: model types whose MLP has two matrices (GELU), not three (SwiGLU/GeGLU)
 _HF_UNGATED = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt"}
+#: weights a config.json does not name but the model type's reference implementation has
+#: (Hugging Face transformers models/<type>/modeling_<type>.py): per-head RMSNorm on queries
+#: and keys (Qwen3 ``q_norm``/``k_norm``, Gemma 3), a router score bias (DeepSeek-V3's
+#: ``e_score_correction_bias`` with ``topk_method: noaux_tc``; GLM-4.5), Q/K/V biases (Qwen2)
+_HF_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+_HF_ROUTER_BIAS = {"deepseek_v3", "glm4_moe", "gpt_oss"}
+_HF_QKV_BIAS = {"qwen2", "qwen2_moe"}
 #: keys of architectures gpuplan's forecasts do not model (state-space and hybrid layers,
 #: encoder-decoders, cross-attention): refused by name rather than forecast wrongly
 _HF_UNMODELLED = (
@@ -195,15 +202,18 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         out["attention"] = "mha" if kv == out["heads"] else ("mqa" if kv == 1 else "gqa")
     model_type = str(data.get("model_type") or "")
     out["gated_mlp"] = model_type not in _HF_UNGATED
+    out["attention_bias"] = bool(data.get("attention_bias")) or model_type in _HF_QKV_BIAS
+    out["mlp_bias"] = bool(data.get("mlp_bias"))
+    out["qk_norm"] = model_type in _HF_QK_NORM
+    out["router_bias"] = data.get("topk_method") == "noaux_tc" or model_type in _HF_ROUTER_BIAS
     if out.get("num_experts", 0) and out["num_experts"] <= 1:
         out.pop("num_experts")
         out.pop("top_k", None)
     name = data.get("_name_or_path") or model_type or "hf-config"
     out["name"] = str(name)
-    out["extra"] = {
-        "source": f"Hugging Face config {where}",
-        "max_context": data.get("max_position_embeddings"),
-    }
+    if isinstance(data.get("max_position_embeddings"), int):
+        out["max_context"] = data["max_position_embeddings"]
+    out["extra"] = {"source": f"Hugging Face config {where}"}
     return out
 
 

@@ -90,6 +90,7 @@ HF_DEEPSEEK_V3 = {
     "vocab_size": 129280,
     "tie_word_embeddings": False,
     "topk_group": 4,
+    "topk_method": "noaux_tc",
 }
 
 #: Qwen3-30B-A3B's config.json (huggingface.co/Qwen/Qwen3-30B-A3B): 128 experts, top 8
