@@ -286,7 +286,6 @@ def library_latency(gpu: Accelerator, catalog: Catalog | None = None) -> Library
 LL_BANDWIDTH_FRACTION = 0.5
 
 #: Small-message algorithms of :func:`library_times`.
-LIBRARY_ALGORITHMS = ("ring_ll", "one_shot", "two_shot")
 
 
 def library_times(

@@ -679,14 +679,6 @@ def no_fit_error(
 # ---------------------------------------------------------------------------------------------
 # One layout, no load
 # ---------------------------------------------------------------------------------------------
-def _round(x: object, digits: int = 6) -> object:
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            return None
-        return float(f"{x:.{digits}g}")
-    return x
-
-
 def _interval(
     value: float, low: float, high: float, q: tuple[float, float], *, is_time: bool
 ) -> list[float]:

@@ -17,7 +17,6 @@ record the held-out errors that describe them.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -387,7 +386,3 @@ def write_overheads(doc: Mapping[str, object], path: Path | None = None) -> Path
     write_atomic(p, json.dumps(doc, indent=2, sort_keys=False) + "\n", make_parents=False)
     load_overheads.cache_clear()
     return p
-
-
-def finite_or_none(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None

@@ -23,7 +23,6 @@ optimistic end, so that intervals come from the calibration's ``low``/``high``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -286,13 +285,6 @@ def rate3(est: Estimate) -> FloatArray:
     """``[value, low, high]`` of a rate Estimate: dividing work by it gives [value, slow, fast]."""
     return np.stack(
         [np.asarray(est.value, float), np.asarray(est.low, float), np.asarray(est.high, float)]
-    )
-
-
-def time3(est: Estimate) -> FloatArray:
-    """``[value, high, low]`` of a time Estimate (slow scenario = high time)."""
-    return np.stack(
-        [np.asarray(est.value, float), np.asarray(est.high, float), np.asarray(est.low, float)]
     )
 
 
@@ -1042,7 +1034,3 @@ class StepCostModel:
             + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]
         )
         return np.asarray(self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario], float)
-
-
-def ceil_div(a: float, b: float) -> int:
-    return math.ceil(a / b)

@@ -24,9 +24,10 @@ from gpuplan.forecast.memory import RECOMPUTE_CODES, pipeline_split
 from gpuplan.forecast.model import ModelArch
 
 
-def _int(value: object, what: str) -> int:
+def json_int(value: object, what: str) -> int:
+    """An integer field of a training forecast's JSON (``what`` names it in the error)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"training forecast JSON: parallelism.{what} is not a number")
+        raise TypeError(f"training forecast JSON: {what} is not a number")
     return int(value)
 
 
@@ -87,18 +88,18 @@ class ParallelLayout:
     def from_json(cls, d: Mapping[str, object]) -> ParallelLayout:
         hsdp = d.get("hsdp_shard_size")
         return cls(
-            tp=_int(d["tp"], "tp"),
-            pp=_int(d["pp"], "pp"),
-            dp=_int(d["dp"], "dp"),
-            cp=_int(d["cp"], "cp"),
-            ep=_int(d["ep"], "ep"),
-            vp=_int(d["vp"], "vp"),
-            micro_batch=_int(d["micro_batch"], "micro_batch"),
+            tp=json_int(d["tp"], "parallelism.tp"),
+            pp=json_int(d["pp"], "parallelism.pp"),
+            dp=json_int(d["dp"], "parallelism.dp"),
+            cp=json_int(d["cp"], "parallelism.cp"),
+            ep=json_int(d["ep"], "parallelism.ep"),
+            vp=json_int(d["vp"], "parallelism.vp"),
+            micro_batch=json_int(d["micro_batch"], "parallelism.micro_batch"),
             recompute=str(d["recompute"]),
-            zero=_int(d["zero"], "zero"),
+            zero=json_int(d["zero"], "parallelism.zero"),
             fsdp=bool(d["fsdp"]),
-            num_microbatches=_int(d["num_microbatches"], "num_microbatches"),
-            hsdp_shard_size=None if hsdp is None else _int(hsdp, "hsdp_shard_size"),
+            num_microbatches=json_int(d["num_microbatches"], "parallelism.num_microbatches"),
+            hsdp_shard_size=None if hsdp is None else json_int(hsdp, "parallelism.hsdp_shard_size"),
         )
 
     def to_json(self) -> dict[str, int | str | bool]:

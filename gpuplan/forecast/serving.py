@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from gpuplan.forecast.inference_arch import MemoryPlan, Sharded
     from gpuplan.forecast.inference_step import DeviceRates
 
-#: z-score of the 99th percentile of a standard normal
-_Z99 = 2.3263478740408408
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 
 

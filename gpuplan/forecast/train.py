@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, cast
 from gpuplan.errors import InputError
 from gpuplan.forecast.band import Band
 from gpuplan.forecast.hardware import Hardware, resolve_hardware
-from gpuplan.forecast.layout import ParallelLayout
+from gpuplan.forecast.layout import ParallelLayout, json_int
 from gpuplan.forecast.memory import RECOMPUTE_CODES
 from gpuplan.forecast.model import ModelRef, arch_from
 from gpuplan.forecast.training import (
@@ -99,12 +99,6 @@ def _num(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"training forecast JSON: {what} is not a number")
     return float(value)
-
-
-def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"training forecast JSON: {what} is not a number")
-    return int(value)
 
 
 def _opt_num(value: object, what: str) -> float | None:
@@ -217,7 +211,7 @@ class TrainForecast:
         detail["intervals"] = {k: copy.deepcopy(v) for k, v in intervals.items() if k not in BANDED}
         notes = d.get("notes")
         return cls(
-            num_gpus=_int(d["num_gpus"], "num_gpus"),
+            num_gpus=json_int(d["num_gpus"], "num_gpus"),
             step_time_s=need("step_time_s"),
             tokens_per_s=need("tokens_per_s"),
             tokens_per_s_per_gpu=need("tokens_per_s_per_gpu"),
@@ -238,9 +232,9 @@ class TrainForecast:
             model=str(d["model"]),
             gpu=str(d["gpu"]),
             precision=str(d["precision"]),
-            seq_len=_int(d["seq_len"], "seq_len"),
-            global_batch=_int(d["global_batch"], "global_batch"),
-            global_batch_tokens=_int(d["global_batch_tokens"], "global_batch_tokens"),
+            seq_len=json_int(d["seq_len"], "seq_len"),
+            global_batch=json_int(d["global_batch"], "global_batch"),
+            global_batch_tokens=json_int(d["global_batch_tokens"], "global_batch_tokens"),
             tokens=_opt_num(d.get("tokens"), "tokens"),
             target_days=_opt_num(d.get("target_days"), "target_days"),
             inter_node_bandwidth_bytes_per_s=(

@@ -63,13 +63,6 @@ PerfFor: TypeAlias = "Callable[[str], DevicePerf]"
 
 CSV_PATH = DATA_DIR / "inference_runs.csv"
 
-#: Precision a framework version actually ran, where its table says otherwise. The v0.9.0
-#: Hopper page lists every model as FP8, but FP8 quantisation of Mixtral only arrived in
-#: v0.10.0 ("Added FP8 quantization support for Mixtral", TensorRT-LLM 0.10.0 release notes,
-#: https://github.com/NVIDIA/TensorRT-LLM/pull/1734; the v0.9.0 quantize script fails on
-#: Mixtral, https://github.com/NVIDIA/TensorRT-LLM/issues/1229), so those rows ran with FP16
-#: weights and KV cache.
-PRECISION_AS_RUN: dict[tuple[str, str, str], str] = {}
 SCHEMES = {"leave-one-model-out": "model", "leave-one-gpu-out": "gpu"}
 METRICS = ("throughput_per_gpu", "ttft")
 
@@ -403,13 +396,6 @@ def prepare(
             model = catalog.model(row["model"])
             gpu = catalog.gpu(row["gpu_type"])
             prec_name = (row.get("precision") or "bf16").strip().lower()
-            for (version, mid, listed), ran in PRECISION_AS_RUN.items():
-                if (
-                    version in (row.get("framework") or "")
-                    and model.id == mid
-                    and prec_name == listed
-                ):
-                    prec_name = ran
             if gpu.id not in perfs:
                 perfs[gpu.id] = perf_for(gpu.id) if perf_for else device_perf_for(gpu.id, artifact)
             key = (model.id, gpu.id, prec_name, case["tp"], case["pp"], case["ep"])
@@ -683,7 +669,6 @@ ENGINE_METRICS: tuple[tuple[str, float, EngineMetric, str], ...] = (
 #: the latency metrics alone
 ENGINE_LATENCY_METRICS = tuple(m for m in ENGINE_METRICS if m[2] != "throughput")
 #: which TTFT metric a profile's TTFT interval quantiles come from
-_TIME_METRICS = {"ttft_mean_burst", "tpot_median_burst", "ttft_median_online", "tpot_median_online"}
 ENGINE_SCHEMES = ("leave-one-model-out", "leave-one-engine-out")
 
 
