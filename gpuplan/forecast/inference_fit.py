@@ -341,6 +341,12 @@ class FittedOverheads:
         overhead and its front-end cost per request."""
         rec = self.engine_constants(engine)
         if rec is None:
+            pooled = self.engines.get("pooled")
+            if moe and pooled is not None and _moe_factor_transfers(engine):
+                # the serving rows' MoE factor: no engine here ran experts at the dense
+                # roofline (docs/forecast-inference.md, "MoE on every engine")
+                ts = self.params.time_scale * float(pooled.get("moe_time_scale", 1.0))
+                return replace(self.params, time_scale=ts)
             return self.params
         ts = float(rec["time_scale"]) * (float(rec.get("moe_time_scale", 1.0)) if moe else 1.0)
         ovh = float(rec.get("overhead_per_layer_s", self.params.overhead_per_layer_s))
@@ -386,3 +392,15 @@ def write_overheads(doc: Mapping[str, object], path: Path | None = None) -> Path
     write_atomic(p, json.dumps(doc, indent=2, sort_keys=False) + "\n", make_parents=False)
     load_overheads.cache_clear()
     return p
+
+
+def _moe_factor_transfers(engine: str | None) -> bool:
+    """True for a profile that runs on the TensorRT-LLM v0.9 constants without rows of its
+    own (``modern``, ``trtllm@1.0``): it takes the pooled MoE factor of the serving rows.
+    ``trtllm@0.9`` keeps its own (its tables fitted every constant, Mixtral included)."""
+    if engine is None:
+        return False
+    from gpuplan.forecast.inference_step import engine_profile
+
+    prof = engine_profile(engine)
+    return not prof.calibrated and prof.fitted_on != "pooled"

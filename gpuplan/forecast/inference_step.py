@@ -149,9 +149,12 @@ _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_s
 #: Engine profiles (``family@version``). The shipped framework constants are fitted on the
 #: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``). A profile with at least MIN_ROWS_CALIBRATED
 #: published serving rows of its own (``vllm@0.5.4``) has its own per-layer overhead,
-#: ``time_scale`` and ``moe_time_scale`` fitted on them (``fitted_on`` = its name); one with fewer (``vllm@0.6.0``, ``sglang@0.3.0``) uses
-#: the pooled ones of every engine's serving rows (``fitted_on`` = ``pooled``);
-#: the rest transfer the v0.9 constants as they are, and every result says which. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
+#: ``time_scale`` and ``moe_time_scale`` fitted on them (``fitted_on`` = its name); one with
+#: fewer (``vllm@0.6.0``, ``vllm@0.8.4``, ``sglang@0.3.0``, ``trtllm@0.19``) uses the pooled
+#: ones of every engine's serving rows (``fitted_on`` = ``pooled``); the rest (``modern``,
+#: ``trtllm@1.0``) transfer the v0.9 constants as they are, times the pooled MoE factor for
+#: a mixture-of-experts model (:meth:`FittedOverheads.params_for`), and every result says
+#: which. ``trtllm@0.9``: its precompiled XQA kernels covered head_dim 128 with 8 query heads
 #: per KV head (kernel files
 #: ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/cubin/xqa_kernel_*_d_128_*_nqpkv_8_m_8_sm_90``
 #: in NVIDIA/TensorRT-LLM; the 0.10.0 release notes, PR #1734, name Llama-2-70B as the XQA
@@ -227,6 +230,35 @@ ENGINES: dict[str, EngineProfile] = {
             "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (scored rows)",
         ),
     ),
+    "vllm@0.8.4": EngineProfile(
+        "vllm@0.8.4",
+        None,
+        "vLLM 0.8.4: the V1 engine (engine core in its own process, scheduling overlapped "
+        "with the forward pass), FlashMLA/FlashAttention decode, piecewise CUDA graphs, "
+        "chunked prefill, custom all-reduce; max_num_seqs by GPU (1024 on H100/H200)",
+        family="vllm",
+        version="0.8.4",
+        fitted_on="pooled",
+        sources=(
+            "https://blog.vllm.ai/2025/01/27/v1-alpha-release.html (V1 engine architecture)",
+            "vllm/engine/arg_utils.py _set_default_args_v1 of 0.8 and its test "
+            "test_defaults_with_usage_context: on H100/H200 the OpenAI server batches "
+            "8192 tokens per step and runs up to 1024 sequences (2048 and 256 elsewhere)",
+            "simon-mo/R1-Benchmark saved-results/v0.8.4 raw benchmark_serving JSON (scored rows)",
+        ),
+    ),
+    "trtllm@0.19": EngineProfile(
+        "trtllm@0.19",
+        None,
+        "TensorRT-LLM main of 2025-04 (0.19 development), PyTorch backend: overlap "
+        "scheduler, CUDA graphs, attention TP with expert parallelism, AllReduce plugin",
+        family="trtllm",
+        version="0.19",
+        fitted_on="pooled",
+        sources=(
+            "simon-mo/R1-Benchmark trt-guide.md and LOG.md 2025-04-18 (launch flags, scored rows)",
+        ),
+    ),
     "sglang@0.3.0": EngineProfile(
         "sglang@0.3.0",
         None,
@@ -240,7 +272,9 @@ ENGINES: dict[str, EngineProfile] = {
         ),
     ),
 }
-#: Names that resolve to a profile: the family alone is its newest profile here.
+#: Names that resolve to a profile: the family alone is the profile its serving calibrations
+#: were recorded under (``vllm`` stays ``vllm@0.6.0``, so an artifact probed as ``vllm`` keeps
+#: applying; name ``vllm@0.8.4`` to forecast the V1 engine).
 ENGINE_ALIASES = {
     "trtllm-0.9": "trtllm@0.9",
     "trtllm": "trtllm@1.0",
