@@ -267,8 +267,8 @@ def register(app: typer.Typer) -> None:
             help=(
                 "Serving engine profile: modern (default), trtllm, vllm, sglang, or a version "
                 "such as trtllm@0.9, trtllm@0.19, vllm@0.5.4, vllm@0.6.0, vllm@0.8.4, "
-                "sglang@0.3.0 (vllm = vllm@0.6.0). vllm@0.5.4 has a time scale fitted on its "
-                "own published runs; vllm@0.6.0, vllm@0.8.4, trtllm@0.19 and sglang@0.3.0 "
+                "sglang@0.3.0, sglang@0.4.5 (vllm = vllm@0.6.0). vllm@0.5.4 has a time scale "
+                "fitted on its own published runs; the others with published runs "
                 "(fewer than 10 throughput runs) the pooled one; the JSON's "
                 "engine_profile.constants says which."
             ),

@@ -20,9 +20,9 @@ from gpuplan.cli._common import (
 HELP = """Forecast every published serving run shipped with gpuplan (TensorRT-LLM v0.9.0
 performance tables: static-batch output tokens/s per GPU and batch-1 first-token latency
 on A100, H100 and H200; the serving-benchmark runs of vLLM 0.5.4 / 0.6.0 and SGLang 0.3.0
-on A100 and H100; and DeepSeek-R1 on 8 H200 under vLLM 0.8.4 and TensorRT-LLM 0.19: bursts
-scored on output throughput, mean TTFT and median TPOT, online runs at a fixed rate on
-median TTFT and TPOT) and compare like with like. Prints
+on A100 and H100; and DeepSeek-R1 on 8 H200 under vLLM 0.8.4, SGLang 0.4.5 and
+TensorRT-LLM 0.19: bursts scored on output throughput, mean TTFT and median TPOT, online
+runs at a fixed rate on median TTFT and TPOT) and compare like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
 interval contains the published value, per source, per table, per metric, per engine
 profile and overall.

@@ -1877,6 +1877,9 @@ def fleet_layouts(
             tp=tp,
         )
         return [lay] if lay is not None else []
+    if tp == 1 and ep > 1 and pp == 1:
+        # wide EP, as the single-replica forecast reads TP 1 with EP (_single_layout)
+        return [wide_ep_layout(ep)]
     layouts = [
         Layout(t, pp, ep) for t in ([tp] if tp is not None else tp_options(arch, gpu, ep, pp))
     ]

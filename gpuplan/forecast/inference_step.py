@@ -259,6 +259,18 @@ ENGINES: dict[str, EngineProfile] = {
             "simon-mo/R1-Benchmark trt-guide.md and LOG.md 2025-04-18 (launch flags, scored rows)",
         ),
     ),
+    "sglang@0.4.5": EngineProfile(
+        "sglang@0.4.5",
+        None,
+        "SGLang 0.4.5: overlap scheduler, FlashAttention-3 MLA, DeepGEMM FP8 GEMMs, "
+        "data-parallel attention (--enable-dp-attention), chunked prefill",
+        family="sglang",
+        version="0.4.5",
+        fitted_on="pooled",
+        sources=(
+            "simon-mo/R1-Benchmark Justfile and LOG.md 2025-04-18 (launch flags, scored rows)",
+        ),
+    ),
     "sglang@0.3.0": EngineProfile(
         "sglang@0.3.0",
         None,

@@ -46,11 +46,11 @@ def test_unknown_version_names_the_known_ones() -> None:
 
 def test_calibrated_pooled_and_transferred_profiles() -> None:
     """trtllm@0.9 and vllm@0.5.4 have constants of their own; vllm@0.6.0, sglang@0.3.0,
-    vllm@0.8.4 and trtllm@0.19 (fewer than 10 throughput rows) run on the pooled time scale;
+    vllm@0.8.4, trtllm@0.19 and sglang@0.4.5 (fewer than 10 throughput rows) run on the pooled time scale;
     the rest transfer trtllm@0.9's."""
     assert engine_profile("trtllm@0.9").calibrated
     assert engine_profile("vllm@0.5.4").calibrated
-    pooled = ("vllm@0.6.0", "sglang@0.3.0", "vllm@0.8.4", "trtllm@0.19")
+    pooled = ("vllm@0.6.0", "sglang@0.3.0", "vllm@0.8.4", "trtllm@0.19", "sglang@0.4.5")
     for name in pooled:
         assert not engine_profile(name).calibrated
         assert engine_profile(name).basis.startswith("pooled fallback")
@@ -273,7 +273,11 @@ def test_the_moe_factor_carries_to_another_source_and_engine() -> None:
     from gpuplan.forecast.validation_inference import load_engine_rows, simulate_engine_row
 
     fitted = load_overheads()
-    rows = [r for r in load_engine_rows() if r["run_id"].startswith("r1bench_")]
+    rows = [
+        r
+        for r in load_engine_rows()
+        if r["run_id"].startswith("r1bench_") and r["engine"] in ("vllm@0.8.4", "trtllm@0.19")
+    ]
     assert len(rows) == 25
     base = fitted.params
     errs: dict[bool, list[float]] = {True: [], False: []}
@@ -291,3 +295,23 @@ def test_the_moe_factor_carries_to_another_source_and_engine() -> None:
     with_f, without = np.median(errs[True]), np.median(errs[False])
     assert with_f < 30.0
     assert with_f < 0.7 * without
+
+
+def test_tp1_with_ep_is_wide_ep_in_the_fleet_search_as_in_one_replica() -> None:
+    """``tp 1, ep N`` is data-parallel attention with the experts over the N GPUs in the
+    fleet search (plan, engine rows) as in the single-replica forecast; it used to be
+    refused there (EP must divide TP)."""
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.forecast.inference import fleet_layouts
+    from gpuplan.forecast.inference_arch import resolve_precision
+    from gpuplan.forecast.model import arch_from
+
+    cat = get_catalog()
+    gpu = cat.gpu("h200-sxm-141gb")
+    arch = arch_from(cat.model("deepseek-v3"))
+    prec = resolve_precision("fp8", gpu, "bf16")
+    kw = dict(nodes=None, request_tokens=3000.0, chunk_tokens=8192, utilization=0.9)
+    (lay,) = fleet_layouts(arch, gpu, prec, tp=1, pp=1, ep=8, **kw)
+    assert (lay.tp, lay.ep, lay.dp) == (1, 8, 8)
+    (tp8,) = fleet_layouts(arch, gpu, prec, tp=8, pp=1, ep=8, **kw)
+    assert (tp8.tp, tp8.ep, tp8.dp) == (8, 8, 1)
