@@ -1083,7 +1083,7 @@ def _base_info(
             **fitted.params_for(engine, arch.is_moe).as_dict(),
             "fitted_on": fitted.record.get("fitted_on"),
             "held_out": fitted.record.get("held_out", {}).get("leave-one-model-out"),
-            "engine_time_scale": (fitted.engine_constants(engine) or {}).get("basis"),
+            "engine_time_scale": fitted.time_scale_basis(engine, arch.is_moe),
         },
     }
 

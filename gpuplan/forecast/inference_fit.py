@@ -355,6 +355,20 @@ class FittedOverheads:
             self.params, time_scale=ts, overhead_per_layer_s=ovh, frontend_s_per_request=fe
         )
 
+    def time_scale_basis(self, engine: str | None, moe: bool = False) -> str | None:
+        """Where :meth:`params_for`'s ``time_scale`` comes from, in words (None: the
+        TensorRT-LLM v0.9 constants' own 1)."""
+        rec = self.engine_constants(engine)
+        if rec is not None:
+            return str(rec.get("basis")) if rec.get("basis") is not None else None
+        pooled = self.engines.get("pooled")
+        if moe and pooled is not None and _moe_factor_transfers(engine):
+            return (
+                f"MoE factor {float(pooled.get('moe_time_scale', 1.0)):.3g} of the pooled "
+                "serving rows (no rows of this engine)"
+            )
+        return None
+
     def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
         """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from
         its held-out rows); wider for a profile whose constants are transferred or pooled

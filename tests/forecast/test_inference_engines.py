@@ -315,3 +315,10 @@ def test_tp1_with_ep_is_wide_ep_in_the_fleet_search_as_in_one_replica() -> None:
     assert (lay.tp, lay.ep, lay.dp) == (1, 8, 8)
     (tp8,) = fleet_layouts(arch, gpu, prec, tp=8, pp=1, ep=8, **kw)
     assert (tp8.tp, tp8.ep, tp8.dp) == (8, 8, 1)
+
+
+def test_a_moe_forecast_says_where_its_time_scale_comes_from() -> None:
+    fitted = load_overheads()
+    assert fitted.time_scale_basis("modern", moe=False) is None
+    assert "MoE factor" in (fitted.time_scale_basis("modern", moe=True) or "")
+    assert fitted.time_scale_basis("vllm@0.5.4", moe=True) == fitted.engines["vllm@0.5.4"]["basis"]
