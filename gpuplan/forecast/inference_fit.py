@@ -341,12 +341,9 @@ class FittedOverheads:
         overhead and its front-end cost per request."""
         rec = self.engine_constants(engine)
         if rec is None:
-            pooled = self.engines.get("pooled")
-            if moe and pooled is not None and _moe_factor_transfers(engine):
-                # the serving rows' MoE factor: no engine here ran experts at the dense
-                # roofline (docs/forecast-inference.md, "MoE on every engine")
-                ts = self.params.time_scale * float(pooled.get("moe_time_scale", 1.0))
-                return replace(self.params, time_scale=ts)
+            factor = self._transferred_moe_factor(engine, moe)
+            if factor is not None:
+                return replace(self.params, time_scale=self.params.time_scale * factor)
             return self.params
         ts = float(rec["time_scale"]) * (float(rec.get("moe_time_scale", 1.0)) if moe else 1.0)
         ovh = float(rec.get("overhead_per_layer_s", self.params.overhead_per_layer_s))
@@ -361,12 +358,18 @@ class FittedOverheads:
         rec = self.engine_constants(engine)
         if rec is not None:
             return str(rec.get("basis")) if rec.get("basis") is not None else None
+        factor = self._transferred_moe_factor(engine, moe)
+        if factor is not None:
+            return f"MoE factor {factor:.3g} of the pooled serving rows (no rows of this engine)"
+        return None
+
+    def _transferred_moe_factor(self, engine: str | None, moe: bool) -> float | None:
+        """The pooled serving rows' MoE factor for a MoE model on a profile without rows of
+        its own (:func:`_moe_factor_transfers`): no engine here ran experts at the dense
+        roofline (docs/forecast-inference.md, "MoE on every engine"). None otherwise."""
         pooled = self.engines.get("pooled")
         if moe and pooled is not None and _moe_factor_transfers(engine):
-            return (
-                f"MoE factor {float(pooled.get('moe_time_scale', 1.0)):.3g} of the pooled "
-                "serving rows (no rows of this engine)"
-            )
+            return float(pooled.get("moe_time_scale", 1.0))
         return None
 
     def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from gpuplan.forecast.layout_rules import Violation, layout_violation
 from gpuplan.forecast.memory import RECOMPUTE_CODES, pipeline_split
@@ -29,6 +30,24 @@ def json_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"training forecast JSON: {what} is not a number")
     return int(value)
+
+
+class TrainParallelism(TypedDict, total=False):
+    """``parallelism`` of a training forecast's JSON (DESIGN.md 3.3; :meth:`ParallelLayout.to_json`);
+    ``hsdp_shard_size`` with HSDP."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vp: int
+    micro_batch: int
+    recompute: str
+    zero: int
+    fsdp: bool
+    num_microbatches: int
+    hsdp_shard_size: int
 
 
 @dataclass(frozen=True)
@@ -102,8 +121,8 @@ class ParallelLayout:
             hsdp_shard_size=None if hsdp is None else json_int(hsdp, "parallelism.hsdp_shard_size"),
         )
 
-    def to_json(self) -> dict[str, int | str | bool]:
-        out: dict[str, int | str | bool] = {
+    def to_json(self) -> TrainParallelism:
+        out: TrainParallelism = {
             "tp": self.tp,
             "pp": self.pp,
             "dp": self.dp,

@@ -61,6 +61,7 @@ from gpuplan.forecast.flops import (
     layer_gemms,
 )
 from gpuplan.forecast.hardware import Hardware
+from gpuplan.forecast.layout import ParallelLayout, TrainParallelism
 from gpuplan.forecast.layout_rules import layout_violation
 from gpuplan.forecast.memory import (
     GRAD_BYTES_PER_PARAM,
@@ -673,23 +674,6 @@ class MemoryOptions(TypedDict):
     gathered_weight_bytes: float
     pipeline_schedule: str
     shard_ranks: int | None
-
-
-class TrainParallelism(TypedDict, total=False):
-    """``parallelism`` of a training forecast (DESIGN.md 3.3); ``hsdp_shard_size`` with HSDP."""
-
-    tp: int
-    pp: int
-    dp: int
-    cp: int
-    ep: int
-    vp: int
-    micro_batch: int
-    recompute: str
-    zero: int
-    fsdp: bool
-    num_microbatches: int
-    hsdp_shard_size: int
 
 
 class TrainIntervals(TypedDict, total=False):
@@ -1795,19 +1779,19 @@ def summarise(
     usable = usable_memory_bytes(hw, constants)
     fits = mem["total"] <= usable
     tps = tokens_per_step / step
-    par: TrainParallelism = {
-        "tp": int(layouts["tp"][i]),
-        "pp": int(layouts["pp"][i]),
-        "dp": int(layouts["dp"][i]),
-        "cp": int(layouts["cp"][i]),
-        "ep": int(layouts["ep"][i]),
-        "vp": int(layouts["vp"][i]),
-        "micro_batch": int(layouts["micro_batch"][i]),
-        "recompute": RECOMPUTE_NAMES[rc],
-        "zero": int(layouts["zero"][i]),
-        "fsdp": bool(fsdp and int(layouts["zero"][i]) == 3),
-        "num_microbatches": round(float(np.asarray(result["num_microbatches"])[i])),
-    }
+    par = ParallelLayout(
+        tp=int(layouts["tp"][i]),
+        pp=int(layouts["pp"][i]),
+        dp=int(layouts["dp"][i]),
+        cp=int(layouts["cp"][i]),
+        ep=int(layouts["ep"][i]),
+        vp=int(layouts["vp"][i]),
+        micro_batch=int(layouts["micro_batch"][i]),
+        recompute=RECOMPUTE_NAMES[rc],
+        zero=int(layouts["zero"][i]),
+        fsdp=bool(fsdp and int(layouts["zero"][i]) == 3),
+        num_microbatches=round(float(np.asarray(result["num_microbatches"])[i])),
+    ).to_json()
     breakdown = {k: float(np.asarray(v)[0, i]) for k, v in result["breakdown_s"].items()}
     breakdown_iv = {
         k: [float(np.asarray(v)[1, i]), float(np.asarray(v)[2, i])]
