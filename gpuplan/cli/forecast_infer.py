@@ -266,11 +266,13 @@ def register(app: typer.Typer) -> None:
             "--engine",
             help=(
                 "Serving engine profile: modern (default), trtllm, vllm, sglang, or a version "
-                "such as trtllm@0.9, trtllm@0.19, vllm@0.5.4, vllm@0.6.0, vllm@0.8.4, "
-                "sglang@0.3.0, sglang@0.4.5 (vllm = vllm@0.6.0). vllm@0.5.4 has a time scale "
+                "such as trtllm@0.9, trtllm@0.19, trtllm@1.2, vllm@0.5.4, vllm@0.6.0, "
+                "vllm@0.8.4, sglang@0.3.0, sglang@0.4.5, sglang@0.5, atom@0.1 "
+                "(vllm = vllm@0.6.0). vllm@0.5.4 has a time scale "
                 "fitted on its own published runs; the others with published runs "
                 "(fewer than 10 throughput runs) the pooled one; the JSON's "
-                "engine_profile.constants says which."
+                "engine_profile.constants says which. Engines whose MoE runs Triton "
+                "fused_moe (vLLM <= 0.8, SGLang <= 0.4) take the MoE factor on MoE models."
             ),
         ),
         allow_cross_node_tp: bool = typer.Option(

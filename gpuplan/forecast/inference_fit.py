@@ -345,6 +345,7 @@ class FittedOverheads:
             if factor is not None:
                 return replace(self.params, time_scale=self.params.time_scale * factor)
             return self.params
+        moe = moe and _pays_moe_factor(engine)
         ts = float(rec["time_scale"]) * (float(rec.get("moe_time_scale", 1.0)) if moe else 1.0)
         ovh = float(rec.get("overhead_per_layer_s", self.params.overhead_per_layer_s))
         fe = float(rec.get("frontend_s_per_request", self.params.frontend_s_per_request))
@@ -357,7 +358,10 @@ class FittedOverheads:
         TensorRT-LLM v0.9 constants' own 1)."""
         rec = self.engine_constants(engine)
         if rec is not None:
-            return str(rec.get("basis")) if rec.get("basis") is not None else None
+            basis = str(rec.get("basis")) if rec.get("basis") is not None else None
+            if moe and not _pays_moe_factor(engine) and basis is not None:
+                basis += "; no MoE factor (vendor grouped-GEMM MoE kernels)"
+            return basis
         factor = self._transferred_moe_factor(engine, moe)
         if factor is not None:
             return f"MoE factor {factor:.3g} of the pooled serving rows (no rows of this engine)"
@@ -413,11 +417,21 @@ def write_overheads(doc: Mapping[str, object], path: Path | None = None) -> Path
 
 def _moe_factor_transfers(engine: str | None) -> bool:
     """True for a profile that runs on the TensorRT-LLM v0.9 constants without rows of its
-    own (``modern``, ``trtllm@1.0``): it takes the pooled MoE factor of the serving rows.
+    own and whose MoE runs Triton ``fused_moe``: it takes the pooled MoE factor of the
+    serving rows. ``modern`` and ``trtllm@1.0`` run vendor grouped GEMMs and do not;
     ``trtllm@0.9`` keeps its own (its tables fitted every constant, Mixtral included)."""
     if engine is None:
         return False
     from gpuplan.forecast.inference_step import engine_profile
 
     prof = engine_profile(engine)
-    return not prof.calibrated and prof.fitted_on != "pooled"
+    return not prof.calibrated and prof.fitted_on != "pooled" and prof.pays_moe_factor
+
+
+def _pays_moe_factor(engine: str | None) -> bool:
+    """True when ``engine``'s MoE runs Triton ``fused_moe`` (:attr:`EngineProfile.moe_kernels`)."""
+    if engine is None:
+        return True
+    from gpuplan.forecast.inference_step import engine_profile
+
+    return engine_profile(engine).pays_moe_factor

@@ -24,7 +24,7 @@ optimistic end, so that intervals come from the calibration's ``low``/``high``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -85,6 +85,13 @@ class EngineProfile:
         The engine has FP8 kernels for the routed experts' grouped GEMMs. False: with an FP8
         precision the expert GEMMs run at the activation dtype's (16-bit) tensor-core rate
         (:meth:`DeviceRates.gemm_rates`); the dense GEMMs stay FP8.
+    moe_kernels:
+        ``triton``: the routed experts run the Triton ``fused_moe`` kernel (vLLM up to 0.8,
+        SGLang up to 0.4 by default), whose pass over a MoE model is slower than the dense
+        roofline by the pooled serving rows' MoE factor (fitted on vLLM 0.5.4's Mixtral
+        bursts). ``vendor``: a vendor grouped GEMM (TensorRT-LLM's CUTLASS MoE, FlashInfer's
+        TRT-LLM MoE runner, DeepGEMM, ROCm aiter), run at the dense roofline like the other
+        GEMMs (docs/forecast-inference.md, "MoE on every engine").
     """
 
     name: str
@@ -97,6 +104,12 @@ class EngineProfile:
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
+    moe_kernels: Literal["triton", "vendor"] = "vendor"
+
+    @property
+    def pays_moe_factor(self) -> bool:
+        """True when a MoE model's pass takes the fitted MoE factor (Triton ``fused_moe``)."""
+        return self.moe_kernels == "triton"
 
     @property
     def calibrated(self) -> bool:
@@ -208,6 +221,7 @@ ENGINES: dict[str, EngineProfile] = {
         family="vllm",
         version="0.5.4",
         max_running_requests=256,
+        moe_kernels="triton",
         fitted_on="vllm@0.5.4",
         sources=(
             _VLLM_DOCS,
@@ -223,6 +237,7 @@ ENGINES: dict[str, EngineProfile] = {
         family="vllm",
         version="0.6.0",
         max_running_requests=256,
+        moe_kernels="triton",
         fitted_on="pooled",
         sources=(
             _VLLM_DOCS,
@@ -238,6 +253,7 @@ ENGINES: dict[str, EngineProfile] = {
         "chunked prefill, custom all-reduce; max_num_seqs by GPU (1024 on H100/H200)",
         family="vllm",
         version="0.8.4",
+        moe_kernels="triton",
         fitted_on="pooled",
         sources=(
             "https://blog.vllm.ai/2025/01/27/v1-alpha-release.html (V1 engine architecture)",
@@ -266,9 +282,48 @@ ENGINES: dict[str, EngineProfile] = {
         "data-parallel attention (--enable-dp-attention), chunked prefill",
         family="sglang",
         version="0.4.5",
+        moe_kernels="triton",
         fitted_on="pooled",
         sources=(
             "simon-mo/R1-Benchmark Justfile and LOG.md 2025-04-18 (launch flags, scored rows)",
+        ),
+    ),
+    "sglang@0.5": EngineProfile(
+        "sglang@0.5",
+        None,
+        "SGLang 0.5.6-0.5.12: overlap scheduler, CUDA graphs, chunked prefill, TRT-LLM MLA "
+        "and FlashInfer attention on NVIDIA, aiter kernels on ROCm, FP8/FP4 MoE runners",
+        family="sglang",
+        version="0.5",
+        fitted_on="pooled",
+        sources=(
+            "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*.sh "
+            "(launch flags of the scored rows)",
+        ),
+    ),
+    "trtllm@1.2": EngineProfile(
+        "trtllm@1.2",
+        None,
+        "TensorRT-LLM 1.1-1.3 release candidates, PyTorch backend (trtllm-serve): overlap "
+        "scheduler, padded CUDA graphs, attention DP with expert parallelism, AllReduce plugin",
+        family="trtllm",
+        version="1.2",
+        fitted_on="pooled",
+        sources=(
+            "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*_trt.sh "
+            "(launch flags of the scored rows)",
+        ),
+    ),
+    "atom@0.1": EngineProfile(
+        "atom@0.1",
+        None,
+        "AMD ATOM 0.1: a vLLM-style server on ROCm aiter kernels (MLA decode, FP8/MXFP4 MoE)",
+        family="atom",
+        version="0.1",
+        fitted_on="pooled",
+        sources=(
+            "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*_atom.sh "
+            "(launch flags of the scored rows)",
         ),
     ),
     "sglang@0.3.0": EngineProfile(
@@ -278,6 +333,7 @@ ENGINES: dict[str, EngineProfile] = {
         "chunked prefill, RadixAttention off for unique prompts",
         family="sglang",
         version="0.3.0",
+        moe_kernels="triton",
         fitted_on="pooled",
         sources=(
             "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (launch flags, scored rows)",
