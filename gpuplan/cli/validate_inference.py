@@ -22,7 +22,10 @@ performance tables: static-batch output tokens/s per GPU and batch-1 first-token
 on A100, H100 and H200; the serving-benchmark runs of vLLM 0.5.4 / 0.6.0 and SGLang 0.3.0
 on A100 and H100; and DeepSeek-R1 on 8 H200 under vLLM 0.8.4, SGLang 0.4.5 and
 TensorRT-LLM 0.19: bursts scored on output throughput, mean TTFT and median TPOT, online
-runs at a fixed rate on median TTFT and TPOT) and compare like with like. Prints
+runs at a fixed rate on median TTFT and TPOT; and InferenceX's closed-loop concurrency
+sweeps of DeepSeek-R1 on H200, B200, B300, MI300X, MI325X and MI355X under SGLang 0.5,
+TensorRT-LLM 1.x and ATOM, scored on throughput and median/p99 TPOT and TTFT with no
+constant fitted on them) and compare like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
 interval contains the published value, per source, per table, per metric, per engine
 profile and overall.
@@ -124,6 +127,41 @@ def _table(result: dict[str, Any], show_rows: bool):
             )
             for name, p in result["profiles"].items():
                 console.print(f"  {name}: {p['constants']}")
+        sweeps = result.get("sweeps")
+        if sweeps and sweeps.get("by_metric"):
+            console.print(
+                simple_table(
+                    "Closed-loop concurrency sweeps (InferenceX, DeepSeek-R1), held out by "
+                    "source: fitted on nothing",
+                    ["metric", *cols],
+                    [line(k, v) for k, v in sweeps["by_metric"].items()],
+                )
+            )
+            grow = []
+            for g, m in sweeps["by_gpu_engine"].items():
+                thr, tpot, ttft = (
+                    m.get(k) or {} for k in ("throughput", "tpot_median", "ttft_median")
+                )
+                grow.append(
+                    (
+                        g,
+                        thr.get("rows", 0),
+                        _pct(thr.get("median_abs_pct_error")),
+                        _pct(thr.get("bias_pct")),
+                        _pct(tpot.get("median_abs_pct_error")),
+                        _pct(tpot.get("bias_pct")),
+                        _pct(ttft.get("median_abs_pct_error")),
+                        _pct(ttft.get("bias_pct")),
+                    )
+                )
+            console.print(
+                simple_table(
+                    "Sweeps by GPU and engine profile (median |err| and bias)",
+                    ["GPU / profile", "rows", "thr", "bias", "TPOT", "bias", "TTFT", "bias"],
+                    grow,
+                )
+            )
+            console.print(f"  {sweeps['convention']}")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

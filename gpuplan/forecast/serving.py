@@ -238,6 +238,13 @@ class ReplicaModel:
     #: serial front-end cost per request (s), before the scheduler sees it
     #: (:attr:`gpuplan.forecast.inference_step.OverheadParams.frontend_s_per_request`)
     frontend_s_per_request: float = 0.0
+    #: the scheduler takes in new requests once every this many decode-only iterations
+    #: (SGLang ``--scheduler-recv-interval`` R, default 1: every iteration, times
+    #: ``--num-continuous-decode-steps`` K, the decode passes a scheduler turn runs; the
+    #: server args' help: "may also increase time-to-first-token latency"); an iteration
+    #: with a prefill, or an idle scheduler, takes them in at once (SGLang
+    #: ``SchedulerRecvSkipper``: a decode turn weighs 1, any other more than the interval)
+    recv_interval: int = 1
 
     def iteration_time(
         self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
@@ -408,19 +415,44 @@ def simulate_requests(
     scenario: int = VALUE,
     max_queue: int | None = None,
     skip: bool = True,
+    concurrency: int | None = None,
 ) -> SimResult:
     """The simulation of :func:`simulate` for given requests: arrival times (s, sorted) and
     prompt / answer lengths (tokens, answers >= 1). All arrivals at 0 is the burst of a
-    serving benchmark at ``--request-rate inf`` (vLLM ``benchmark_serving``)."""
-    arrivals = np.asarray(arrivals, dtype=float)
+    serving benchmark at ``--request-rate inf`` (vLLM ``benchmark_serving``).
+
+    ``concurrency``: a closed-loop client of that many slots (``benchmark_serving
+    --max-concurrency N --request-rate inf``): the first ``N`` requests are sent at 0 and
+    each later one when an earlier one finishes, so a request's TTFT runs from when the
+    client sent it, not from 0 (``arrivals`` is then ignored).
+
+    ``replica.recv_interval`` N > 1: requests that reached the front end wait for the
+    scheduler's next poll, which comes after every N-th decode-only iteration, after an
+    iteration that prefilled, or at once when the replica is idle.
+    """
     lin = np.asarray(lin, dtype=np.int64)
     lout = np.maximum(np.asarray(lout, dtype=np.int64), 1)
-    n_req = int(arrivals.size)
+    closed = concurrency is not None and concurrency > 0
+    n_req = int(lin.size)
+    slots = sent = 0
+    if closed:
+        slots = min(int(concurrency or 0), n_req)
+        arrivals = np.full(n_req, math.inf)
+        arrivals[:slots] = 0.0
+    arrivals = np.asarray(arrivals, dtype=float)
     if qps is None:
-        span = float(arrivals[-1] - arrivals[0]) if n_req > 1 else 0.0
+        span = float(arrivals[-1] - arrivals[0]) if n_req > 1 and not closed else 0.0
         qps = (n_req - 1) / span if span > 0 else math.inf
-    arrived = arrivals
-    arrivals = frontend_entries(arrivals, replica.frontend_s_per_request)
+    front = replica.frontend_s_per_request
+    if closed:
+        arrived = arrivals.copy()
+        arrivals = arrivals.copy()
+        # the slots' first requests pass the serial front end one after another
+        arrivals[:slots] = frontend_entries(arrived[:slots], front)
+        sent = slots  # requests the client has sent so far
+    else:
+        arrived = arrivals
+        arrivals = frontend_entries(arrivals, front)
     need = lin + lout
     if need.max() > replica.kv_capacity_tokens:
         # never admissible: the whole request does not fit in the KV cache
@@ -435,6 +467,8 @@ def simulate_requests(
     t = 0.0
     it = 0  # iterations completed
     nxt = 0  # next arrival index
+    recv_every = max(int(replica.recv_interval), 1)
+    since_poll = recv_every  # decode-only iterations since the scheduler last took requests
     waiting: deque[int] = deque()
     prefilling: deque[list[int]] = deque()  # [req, tokens done]
     heap: list[tuple[int, int]] = []  # (finish iteration, req)
@@ -451,10 +485,24 @@ def simulate_requests(
     ) -> float:
         return float(cost.time(tokens, rows, ctx, pf_flops, pf_tokens, scenario))
 
+    last_entry = float(arrivals[slots - 1]) if closed and slots else 0.0
+
+    def client_next(now: float) -> None:
+        """A closed-loop slot freed at ``now`` sends the client's next request."""
+        nonlocal sent, last_entry
+        if not closed or sent >= n_req:
+            return
+        arrived[sent] = now
+        last_entry = max(now, last_entry) + front
+        arrivals[sent] = last_entry
+        sent += 1
+
     while True:
-        while nxt < n_req and arrivals[nxt] <= t:
-            waiting.append(nxt)
-            nxt += 1
+        if since_poll >= recv_every or (running == 0 and not prefilling):
+            since_poll = 0
+            while nxt < n_req and arrivals[nxt] <= t:
+                waiting.append(nxt)
+                nxt += 1
         if len(waiting) > max_queue:
             saturated = True
             break
@@ -497,11 +545,13 @@ def simulate_requests(
             busy_time += dt
             area_running += running * dt
             it += 1
+            since_poll = recv_every  # a pass that prefilled: the next one takes requests
             for _ in done_now:
                 prefilling.popleft()
             while heap and heap[0][0] <= it:
                 f, r = heapq.heappop(heap)
                 finish[r] = t
+                client_next(t)
                 kv_used -= need[r]
                 running -= 1
                 n_dec -= 1
@@ -511,6 +561,7 @@ def simulate_requests(
                 rem = int(lout[r]) - 1
                 if rem <= 0:
                     finish[r] = t
+                    client_next(t)
                     kv_used -= need[r]
                     running -= 1
                 else:
@@ -525,7 +576,7 @@ def simulate_requests(
             b = base_time(n_dec, n_dec, s0 + n_dec * (it + 1), 0.0, 0.0) - a
             k = k_fin if skip else 1
             can_admit = running < replica.max_batch
-            if skip and nxt < n_req and can_admit:
+            if skip and nxt < n_req and can_admit and math.isfinite(arrivals[nxt]):
                 gap = arrivals[nxt] - t
                 # smallest K with K*a + b*K*(K-1)/2 >= gap
                 if b > 1e-15:
@@ -533,15 +584,23 @@ def simulate_requests(
                     kk = (-bb + math.sqrt(bb * bb + 4 * aa * gap)) / (2 * aa)
                 else:
                     kk = gap / a
-                k = max(1, min(k, math.ceil(kk - 1e-9)))
+                k_arr = max(1, math.ceil(kk - 1e-9))
+                if recv_every > 1:  # on to the scheduler's first poll after the arrival
+                    first_poll = max(recv_every - since_poll, 1)
+                    if k_arr > first_poll:
+                        first_poll += math.ceil((k_arr - first_poll) / recv_every) * recv_every
+                    k_arr = first_poll
+                k = max(1, min(k, k_arr))
             dt = k * a + b * k * (k - 1) / 2.0
             t += dt
             busy_time += dt
             area_running += running * dt
             it += k
+            since_poll += k
             while heap and heap[0][0] <= it:
                 f, r = heapq.heappop(heap)
                 finish[r] = t
+                client_next(t)
                 kv_used -= need[r]
                 running -= 1
                 n_dec -= 1

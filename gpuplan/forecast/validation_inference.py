@@ -23,6 +23,7 @@ refitted without the model (``leave-one-model-out``, default) or the GPU
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Callable
 from functools import partial
@@ -54,8 +55,10 @@ if TYPE_CHECKING:
 
     from gpuplan.calibration.api import DevicePerf
     from gpuplan.catalogs.catalog import Catalog
+    from gpuplan.forecast.inference import DroppedLayout
     from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import DeviceRates
+    from gpuplan.forecast.serving import Candidate, ReplicaModel
 
 PerfFor: TypeAlias = "Callable[[str], DevicePerf]"
 """Looks up the calibrated performance of a catalog GPU id (default:
@@ -281,6 +284,7 @@ class InferenceValidation(TypedDict):
     by_model: NotRequired[dict[str, Score]]
     by_gpu: NotRequired[dict[str, Score]]
     rows: NotRequired[list[RowForecast]]
+    sweeps: NotRequired[SweepValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -594,6 +598,7 @@ def validate_inference(
     result["profiles"] = engine_profile_table(result, engines, transfer)
     result["engine_rows"] = engines["rows"]
     result["engine_skipped"] = engines["skipped"]
+    result["sweeps"] = validate_sweeps(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -775,11 +780,10 @@ def simulate_engine_row(
     """
     from dataclasses import replace
 
-    from gpuplan.forecast.inference import build_candidates, device_perf_for
     from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
     from gpuplan.forecast.model import arch_from
-    from gpuplan.forecast.serving import LengthDist, simulate_requests
+    from gpuplan.forecast.serving import simulate_requests
 
     if catalog is None:
         from gpuplan.catalogs import get_catalog
@@ -803,31 +807,7 @@ def simulate_engine_row(
         fitted = FittedOverheads(replace(base, **over), fitted.quantiles, fitted.record)
     kind = row_kind(row)
     arrivals, lin, lout = row_requests(row, shape if shape is not None else _shape([row]))
-    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 0)
-    arch = arch_from(catalog.model(row["model"]))
-    gpu = catalog.gpu(row["gpu_type"])
-    cands, dropped = build_candidates(
-        arch=arch,
-        gpus=[gpu],
-        precision=(row.get("precision") or "bf16").lower(),
-        kv_precision=(row.get("kv_precision") or "").strip().lower() or None,
-        tp=int(_num(row.get("tp")) or 1),
-        pp=1,
-        ep=int(_num(row.get("ep")) or 1),
-        inputs=LengthDist.from_trace(lin),
-        outputs=LengthDist.from_trace(lout),
-        batch=cap or None,
-        fitted=fitted,
-        get_perf=perf_for or (lambda gid: device_perf_for(gid)),
-        catalog=catalog,
-        chunk_tokens=int(_num(row.get("max_num_batched_tokens")) or 8192),
-        utilization=0.9,
-        engine=engine,
-    )
-    if not cands:
-        raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
-    # the scheduler's cap, else memory's (the largest candidate cap)
-    rep = max(cands, key=lambda c: c.replica.max_batch).replica
+    rep = _row_replica(row, engine, fitted, catalog, perf_for, lin, lout)
     out: dict[EngineMetric, list[float]] = {}
     for scn in (VALUE, SLOW, FAST):
         sim = simulate_requests(rep, arrivals, lin, lout, max_queue=lin.size + 1, scenario=scn)
@@ -848,6 +828,99 @@ def simulate_engine_row(
                 float(np.median(sim.tpot_s)) if sim.tpot_s.size else math.nan
             )
     return {k: np.array(v) for k, v in out.items()}
+
+
+def _row_replica(
+    row: dict[str, str],
+    engine: str,
+    fitted: FittedOverheads,
+    catalog: Catalog,
+    perf_for: PerfFor | None,
+    lin: np.ndarray,
+    lout: np.ndarray,
+) -> ReplicaModel:
+    """The replica a published row's server ran: the row's model, GPU, precisions, TP/EP
+    and prefill chunk, with the engine's (or the row's ``max_num_seqs``) running cap, else
+    the largest batch memory allows; the row's ``memory_fraction`` (when given) sets the
+    memory the engine may use (:func:`engine_memory_utilization`), else 0.9."""
+    from gpuplan.forecast.inference import (
+        DEFAULT_MEMORY_UTILIZATION,
+        build_candidates,
+        device_perf_for,
+    )
+    from gpuplan.forecast.inference_step import engine_profile
+    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.serving import LengthDist
+
+    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 0)
+    arch = arch_from(catalog.model(row["model"]))
+    gpu = catalog.gpu(row["gpu_type"])
+
+    def candidates(utilization: float) -> tuple[list[Candidate], list[DroppedLayout]]:
+        return build_candidates(
+            arch=arch,
+            gpus=[gpu],
+            precision=(row.get("precision") or "bf16").lower(),
+            kv_precision=(row.get("kv_precision") or "").strip().lower() or None,
+            tp=int(_num(row.get("tp")) or 1),
+            pp=1,
+            ep=int(_num(row.get("ep")) or 1),
+            inputs=LengthDist.from_trace(lin),
+            outputs=LengthDist.from_trace(lout),
+            batch=cap or None,
+            fitted=fitted,
+            get_perf=perf_for or (lambda gid: device_perf_for(gid)),
+            catalog=catalog,
+            chunk_tokens=int(_num(row.get("max_num_batched_tokens")) or 8192),
+            utilization=utilization,
+            engine=engine,
+        )
+
+    fraction = _num(row.get("memory_fraction"))
+    utilization = DEFAULT_MEMORY_UTILIZATION
+    if fraction is not None:
+        whole, _ = candidates(1.0)  # the fixed memory of the layout: weights, activations
+        if whole:
+            mp = whole[0].extra["memory"]
+            utilization = engine_memory_utilization(
+                fraction,
+                row.get("memory_fraction_of") or "total",
+                fixed_bytes=mp.weights_bytes + mp.activation_bytes,
+                activation_bytes=mp.activation_bytes,
+                capacity_bytes=mp.capacity_bytes,
+            )
+    cands, dropped = candidates(utilization)
+    if not cands:
+        raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
+    # the scheduler's cap, else memory's (the largest candidate cap)
+    return max(cands, key=lambda c: c.replica.max_batch).replica
+
+
+def engine_memory_utilization(
+    fraction: float,
+    of: str,
+    *,
+    fixed_bytes: float,
+    activation_bytes: float,
+    capacity_bytes: float,
+) -> float:
+    """The share of device memory the forecast's memory plan may use (weights, activations
+    and KV cache) for an engine's memory setting.
+
+    ``of="total"``: SGLang ``--mem-fraction-static`` is the share of all memory for the
+    weights and the KV pool, activations outside it, so the plan's share is the fraction
+    plus the activations. ``of="free"``: TensorRT-LLM
+    ``kv_cache_config.free_gpu_memory_fraction`` is the share of the memory left after the
+    weights load and a profiling pass takes its activations, all of it KV cache.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise InputError(f"memory_fraction {fraction} is outside (0, 1]")
+    if of == "total":
+        return min(fraction + activation_bytes / capacity_bytes, 1.0)
+    if of == "free":
+        free = max(capacity_bytes - fixed_bytes, 0.0)
+        return (fixed_bytes + fraction * free) / capacity_bytes
+    raise InputError(f"memory_fraction_of {of!r} is not one of total, free")
 
 
 def _catalog_or_default(catalog: Catalog | None) -> Catalog:
@@ -961,7 +1034,11 @@ class _EngineData:
             try:
                 engine = engine_profile(row["engine"]).name
                 model = catalog.model(row["model"]).id
-                moe = arch_from(catalog.model(row["model"])).is_moe
+                # the MoE factor applies to engines whose experts run Triton fused_moe
+                moe = (
+                    arch_from(catalog.model(row["model"])).is_moe
+                    and engine_profile(row["engine"]).pays_moe_factor
+                )
                 sims = {
                     o: simulate_engine_row(
                         row,
@@ -1464,3 +1541,236 @@ if __name__ == "__main__":  # pragma: no cover - maintenance entry point
     ap.add_argument("--write", action="store_true", help="write data/inference_overheads.json")
     args = ap.parse_args()
     print(json.dumps(refit(write=args.write), indent=2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed-loop concurrency sweeps (InferenceX): scored with the shipped constants, fitted on none
+# ---------------------------------------------------------------------------------------------
+SWEEP_CSV_PATH = DATA_DIR / "inference_sweep_runs.csv"
+#: seed of the random request lengths a sweep row replays (the benchmark's own draw is not
+#: published; its distribution is: uniform integers in [ratio * L, L])
+SWEEP_SEED = 0
+SweepMetric: TypeAlias = Literal["throughput", "tpot_median", "ttft_median", "tpot_p99", "ttft_p99"]
+#: (column, unit scale, metric) of a sweep row
+SWEEP_METRICS: tuple[tuple[str, float, SweepMetric], ...] = (
+    ("out_tokens_per_s_total", 1.0, "throughput"),
+    ("tpot_median_ms", 1e-3, "tpot_median"),
+    ("ttft_median_ms", 1e-3, "ttft_median"),
+    ("tpot_p99_ms", 1e-3, "tpot_p99"),
+    ("ttft_p99_ms", 1e-3, "ttft_p99"),
+)
+
+
+def sweep_requests(row: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(prompt lengths, answer lengths)`` of a sweep row's ``num_requests`` requests:
+    ``benchmark_serving --dataset-name random --random-range-ratio r --ignore-eos`` draws
+    each length uniformly from the integers in ``[int(r * L), L]`` (InferenceX's copy of
+    vLLM's ``sample_random_requests``), so every answer runs to its drawn length.
+
+    >>> lin, lout = sweep_requests({"input_len": "1000", "output_len": "100",
+    ...     "random_range_ratio": "0.8", "num_requests": "50"})
+    >>> int(lin.min()) >= 800 and int(lin.max()) <= 1000 and lout.size == 50
+    True
+    """
+    ratio = float(_num(row.get("random_range_ratio")) or 1.0)
+    n = int(_num(row.get("num_requests")) or 0)
+    isl, osl = int(_num(row.get("input_len")) or 0), int(_num(row.get("output_len")) or 0)
+    if n <= 0 or isl <= 0 or osl <= 0:
+        raise InputError(
+            f"{row.get('run_id')}: a sweep row needs num_requests, input_len and output_len",
+            hint="give the benchmark's --num-prompts and --random-input-len/--random-output-len",
+        )
+    rng = np.random.default_rng(SWEEP_SEED)
+    lin = rng.integers(int(isl * ratio), isl + 1, n)
+    lout = rng.integers(int(osl * ratio), osl + 1, n)
+    return lin.astype(np.int64), np.maximum(lout, 1).astype(np.int64)
+
+
+def simulate_sweep_row(
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[SweepMetric, FloatArray]:
+    """One closed-loop sweep row replayed with its profile's shipped constants: the client's
+    ``max_concurrency`` slots send the row's requests (:func:`sweep_requests`) to one replica
+    (:func:`~gpuplan.forecast.serving.simulate_requests` with ``concurrency``). Returns
+    ``[value, slow, fast]`` per metric: output tokens/s of the replica, median and p99 TPOT
+    and TTFT (s), as ``benchmark_serving`` computes them. Data-parallel attention
+    (``dp_attention`` 1) runs as the wide-EP layout (tp 1, ep N)."""
+    from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
+    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.serving import simulate_requests
+
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    engine = engine_profile(row["engine"]).name
+    moe = arch_from(catalog.model(row["model"])).is_moe
+    run = dict(row)
+    if int(_num(row.get("dp_attention")) or 0):
+        run["tp"] = "1"
+    lin, lout = sweep_requests(row)
+    from gpuplan.forecast.inference_fit import FittedOverheads
+
+    own = FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
+    rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
+    # the scheduler takes requests every recv-th turn, and a turn runs `steps` decode passes
+    recv = int(_num(row.get("scheduler_recv_interval")) or 1)
+    steps = int(_num(row.get("decode_steps_per_schedule")) or 1)
+    if recv * steps > 1:
+        rep = dataclasses.replace(rep, recv_interval=recv * steps)
+    conc = int(_num(row.get("max_concurrency")) or 0) or None
+    out: dict[SweepMetric, list[float]] = {}
+    for scn in (VALUE, SLOW, FAST):
+        sim = simulate_requests(
+            rep,
+            np.zeros(lin.size),
+            lin,
+            lout,
+            max_queue=lin.size + 1,
+            scenario=scn,
+            concurrency=conc,
+        )
+        ok = sim.tpot_s.size and sim.ttft_s.size
+        vals: dict[SweepMetric, float] = {
+            "throughput": sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan,
+            "tpot_median": float(np.median(sim.tpot_s)) if ok else math.nan,
+            "ttft_median": float(np.median(sim.ttft_s)) if ok else math.nan,
+            "tpot_p99": float(np.percentile(sim.tpot_s, 99)) if ok else math.nan,
+            "ttft_p99": float(np.percentile(sim.ttft_s, 99)) if ok else math.nan,
+        }
+        for k, v in vals.items():
+            out.setdefault(k, []).append(v)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+class SweepRow(TypedDict):
+    """One sweep row of :func:`validate_sweeps`: published, forecast, interval, error per
+    metric (throughput in output tokens/s of the replica, latencies in s)."""
+
+    run_id: str
+    engine: str
+    gpu: str
+    precision: str
+    tp: int
+    ep: int
+    concurrency: int
+    input_len: int
+    output_len: int
+    metrics: dict[str, LatencyPoint]
+
+
+class SweepValidation(TypedDict):
+    """:func:`validate_sweeps`: the sweep rows scored with the shipped constants."""
+
+    data: str
+    source: str
+    convention: str
+    fitted_on: str
+    by_metric: dict[str, Score]
+    by_gpu_engine: dict[str, dict[str, Score]]
+    rows: list[SweepRow]
+    skipped: list[Skipped]
+
+
+def load_sweep_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the closed-loop concurrency sweeps (``inference_sweep_runs.csv``)."""
+    p = Path(path) if path else SWEEP_CSV_PATH
+    if not p.exists():
+        raise InputError(f"no such file: {p}", hint="use the header of " + SWEEP_CSV_PATH.name)
+    with p.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def validate_sweeps(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> SweepValidation:
+    """Error of the shipped serving forecast on published closed-loop concurrency sweeps.
+
+    Every row is held out by source: no constant is fitted on these rows (the engine
+    profiles they name are pooled fallbacks). Each row is replayed by
+    :func:`simulate_sweep_row`; intervals are those a new forecast of its profile gets
+    (the calibration's slow/fast ends widened by the profile's model-error quantiles).
+    Scored apart: throughput, median and p99 TPOT and TTFT, and by GPU and engine.
+    """
+    from gpuplan.forecast.inference_step import engine_profile
+
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    rows = load_sweep_rows(data)
+    pts: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
+    groups: dict[str, dict[str, list[tuple[float, tuple[float, float, float]]]]] = {}
+    per_row: list[SweepRow] = []
+    skipped: list[Skipped] = []
+    for row in rows:
+        rid = row.get("run_id", "?")
+        try:
+            engine = engine_profile(row["engine"]).name
+            sims = simulate_sweep_row(row, fitted=fitted, catalog=catalog, perf_for=perf_for)
+            gpu = catalog.gpu(row["gpu_type"]).id
+        except (GpuplanError, KeyError, ValueError) as exc:
+            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
+            skipped.append({"run_id": rid, "reason": reason})
+            continue
+        q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
+        q_ttft = fitted.interval_quantiles("ttft", engine)
+        metrics: dict[str, LatencyPoint] = {}
+        for col, unit, name in SWEEP_METRICS:
+            pub = _num(row.get(col))
+            if not pub or pub <= 0:
+                continue
+            pub *= unit
+            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
+            if not math.isfinite(v):
+                continue
+            metrics[name] = {
+                "published_s": pub,
+                "forecast_s": v,
+                "interval_s": [lo, hi],
+                "error_pct": (v - pub) / pub * 100,
+            }
+            pts.setdefault(name, []).append((pub, (v, lo, hi)))
+            groups.setdefault(f"{gpu} {engine}", {}).setdefault(name, []).append((pub, (v, lo, hi)))
+        per_row.append(
+            {
+                "run_id": rid,
+                "engine": engine,
+                "gpu": gpu,
+                "precision": row.get("precision") or "",
+                "tp": int(_num(row.get("tp")) or 1),
+                "ep": int(_num(row.get("ep")) or 1),
+                "concurrency": int(_num(row.get("max_concurrency")) or 0),
+                "input_len": int(_num(row.get("input_len")) or 0),
+                "output_len": int(_num(row.get("output_len")) or 0),
+                "metrics": metrics,
+            }
+        )
+
+    def sc(p: list[tuple[float, tuple[float, float, float]]]) -> Score:
+        return score(
+            np.array([a for a, _ in p], dtype=float),
+            np.array([f for _, f in p], dtype=float).reshape(-1, 3),
+            len(p),
+        )
+
+    sources = sorted({r.get("source", "") for r in rows} - {""})
+    return {
+        "data": str(Path(data) if data else SWEEP_CSV_PATH.name),
+        "source": "; ".join(sources),
+        "convention": (
+            "closed loop: benchmark_serving --dataset-name random --random-range-ratio r "
+            "--ignore-eos --request-rate inf --max-concurrency C --num-prompts 10*C; "
+            "throughput = output tokens / benchmark duration, TPOT = (e2e - TTFT) / "
+            "(output - 1) per request, TTFT from the client's send"
+        ),
+        "fitted_on": "nothing: every constant comes from other sources (held out by source)",
+        "by_metric": {k: sc(v) for k, v in pts.items()},
+        "by_gpu_engine": {g: {k: sc(v) for k, v in m.items()} for g, m in sorted(groups.items())},
+        "rows": per_row,
+        "skipped": skipped,
+    }

@@ -1,0 +1,328 @@
+"""Closed-loop concurrency sweeps: the client model of ``simulate_requests`` and the
+InferenceX rows scored held out by source (no constant fitted on them)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuplan.forecast.inference_fit import load_overheads
+from gpuplan.forecast.validation_inference import (
+    SWEEP_CSV_PATH,
+    _row_replica,
+    load_sweep_rows,
+    simulate_sweep_row,
+    sweep_requests,
+    validate_sweeps,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def replica():
+    """A DeepSeek-R1 replica on 8 H200 as one sweep row's server ran it."""
+    from gpuplan.catalogs import get_catalog
+
+    row = next(r for r in load_sweep_rows() if r["run_id"].startswith("ix_h200_sglang_fp8"))
+    lin, lout = sweep_requests(row)
+    return _row_replica(row, "sglang@0.5", load_overheads(), get_catalog(), None, lin, lout)
+
+
+def test_a_client_with_more_slots_than_requests_is_the_burst(replica) -> None:
+    from gpuplan.forecast.serving import simulate_requests
+
+    lin = np.full(12, 800)
+    lout = np.full(12, 40)
+    burst = simulate_requests(replica, np.zeros(12), lin, lout)
+    closed = simulate_requests(replica, np.zeros(12), lin, lout, concurrency=64)
+    assert closed.duration_s == pytest.approx(burst.duration_s)
+    assert np.allclose(np.sort(closed.ttft_s), np.sort(burst.ttft_s))
+
+
+def test_one_slot_runs_the_requests_one_after_another(replica) -> None:
+    """With one slot no request waits behind another: each TTFT is that of a lone request
+    (counted from the client's send, not from 0) and the run lasts n lone requests."""
+    from gpuplan.forecast.serving import simulate_requests
+
+    lin, lout = np.full(5, 1000), np.full(5, 30)
+    one = simulate_requests(replica, np.zeros(1), lin[:1], lout[:1])
+    seq = simulate_requests(replica, np.zeros(5), lin, lout, concurrency=1)
+    assert np.allclose(seq.ttft_s, one.ttft_s[0])
+    assert seq.duration_s == pytest.approx(5 * one.duration_s)
+    # a burst of the same 5 queues them: its later TTFTs include the wait
+    burst = simulate_requests(replica, np.zeros(5), lin, lout)
+    assert burst.ttft_s.max() > 2 * seq.ttft_s.max()
+
+
+def test_more_slots_more_throughput_and_slower_tokens(replica) -> None:
+    from gpuplan.forecast.serving import simulate_requests
+
+    rng = np.random.default_rng(1)
+    lin, lout = rng.integers(800, 1001, 160), rng.integers(80, 101, 160)
+    runs = [
+        simulate_requests(replica, np.zeros(lin.size), lin, lout, concurrency=c) for c in (2, 8, 32)
+    ]
+    thr = [r.output_tokens / r.duration_s for r in runs]
+    tpot = [float(np.median(r.tpot_s)) for r in runs]
+    assert thr[0] < thr[1] < thr[2]
+    assert tpot[0] < tpot[1] < tpot[2]
+    assert max(r.mean_running for r in runs[:1]) <= 2 + 1e-9
+
+
+def test_sweep_lengths_follow_the_random_dataset() -> None:
+    row = {"input_len": "8192", "output_len": "1024", "random_range_ratio": "0.8"}
+    lin, lout = sweep_requests({**row, "num_requests": "400", "run_id": "x"})
+    assert lin.min() >= int(8192 * 0.8) and lin.max() <= 8192
+    assert lout.min() >= int(1024 * 0.8) and lout.max() <= 1024
+    assert abs(lin.mean() - 0.9 * 8192) < 0.02 * 8192
+    again, _ = sweep_requests({**row, "num_requests": "400", "run_id": "x"})
+    assert np.array_equal(lin, again)
+    from gpuplan.errors import InputError
+
+    with pytest.raises(InputError, match="needs num_requests"):
+        sweep_requests({**row, "num_requests": "0", "run_id": "x"})
+
+
+def test_shipped_sweep_rows_keep_their_sources() -> None:
+    rows = load_sweep_rows()
+    assert len(rows) >= 100
+    for r in rows:
+        assert r["source"] and "actions/runs/" in r["source_locator"] and r["retrieved"]
+        # a closed-loop run cannot output faster than its slots at their median TPOT
+        bound = int(r["max_concurrency"]) / (float(r["tpot_median_ms"]) / 1e3)
+        assert float(r["out_tokens_per_s_total"]) <= 1.05 * bound, r["run_id"]
+    gpus = {r["gpu_type"] for r in rows}
+    assert {"Instinct MI300X", "Instinct MI355X", "H200 SXM 141GB"} <= gpus
+
+
+@pytest.fixture(scope="module")
+def sweeps():
+    return validate_sweeps()
+
+
+def test_every_sweep_row_is_forecast_and_scored_apart(sweeps) -> None:
+    n = len(load_sweep_rows())
+    assert not sweeps["skipped"]
+    for metric in ("throughput", "tpot_median", "ttft_median", "tpot_p99", "ttft_p99"):
+        assert sweeps["by_metric"][metric]["rows"] == n
+        assert sweeps["by_metric"][metric]["coverage"] == 1.0
+    assert "nothing" in sweeps["fitted_on"]
+    assert any(k.startswith("mi300x ") for k in sweeps["by_gpu_engine"])
+
+
+def test_sweep_forecast_error_on_this_held_out_source(sweeps) -> None:
+    """Measured when written (shipped constants, none fitted on InferenceX): throughput
+    median |err| 20.9%, TPOT 17.4%, interval coverage 92%; TTFT median 39.1% (62.0% before
+    the scheduler's poll interval and decode passes per turn were replayed; the rest is a
+    known gap: docs/forecast-inference.md). The bounds hold the figures within a few
+    points."""
+    thr = sweeps["by_metric"]["throughput"]
+    tpot = sweeps["by_metric"]["tpot_median"]
+    ttft = sweeps["by_metric"]["ttft_median"]
+    assert thr["median_abs_pct_error"] < 25.0
+    assert tpot["median_abs_pct_error"] < 20.0
+    assert ttft["median_abs_pct_error"] < 43.0
+    assert thr["interval_coverage"] >= 0.85
+    # the SGLang Blackwell rows, whose scripts poll for requests every 10-30 passes
+    b300 = sweeps["by_gpu_engine"]["b300-sxm-288gb sglang@0.5"]["ttft_median"]
+    assert b300["median_abs_pct_error"] < 30.0
+    # and the MI355X SGLang rows, which run 4-8 decode passes per scheduler turn
+    mi355 = sweeps["by_gpu_engine"]["mi355x sglang@0.5"]["ttft_median"]
+    assert mi355["median_abs_pct_error"] < 30.0
+
+
+def test_sweep_forecast_rises_with_concurrency_as_published() -> None:
+    """For each configuration swept over concurrency, forecast throughput orders the rows
+    as the published throughput does (the closed-loop client drives the batch)."""
+    rows = load_sweep_rows()
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for r in rows:
+        key = (r["engine"], r["gpu_type"], r["precision"], r["tp"], r["ep"])
+        groups.setdefault((*key, r["input_len"], r["output_len"]), []).append(r)
+    checked = 0
+    for g in groups.values():
+        if len(g) < 3:
+            continue
+        g.sort(key=lambda r: int(r["max_concurrency"]))
+        pub = [float(r["out_tokens_per_s_total"]) for r in g]
+        if pub != sorted(pub):
+            continue
+        fc = [simulate_sweep_row(r)["throughput"][0] for r in g]
+        assert fc == sorted(fc), [r["run_id"] for r in g]
+        checked += 1
+    assert checked >= 5
+
+
+def test_importer_reads_the_inferencex_snapshot(tmp_path) -> None:
+    """scripts/import_inferencex.py keeps single-node aggregated runs without speculative
+    decoding and counts an expert-parallel run on its tp GPUs (the snapshot's
+    num_decode_gpu reads tp * ep there)."""
+
+    def run(**kw: object) -> dict[str, object]:
+        base: dict[str, object] = {
+            "hardware": "h200",
+            "framework": "sglang",
+            "model": "dsr1",
+            "precision": "fp8",
+            "spec_method": "none",
+            "disagg": False,
+            "is_multinode": False,
+            "decode_tp": 8,
+            "decode_ep": 1,
+            "decode_dp_attention": False,
+            "num_decode_gpu": 8,
+            "isl": 1024,
+            "osl": 1024,
+            "conc": 4,
+            "image": "lmsysorg/sglang:v0.5.12-cu130",
+            "date": "2026-05-17",
+            "run_url": "https://github.com/SemiAnalysisAI/InferenceX/actions/runs/1/attempts/1",
+            "metrics": {
+                "output_tput_per_gpu": 50.0,
+                "tput_per_gpu": 100.0,
+                "median_tpot": 0.01,
+                "median_ttft": 0.1,
+                "p99_tpot": 0.012,
+                "p99_ttft": 0.3,
+            },
+        }
+        base.update(kw)
+        return base
+
+    snap = [
+        run(),
+        run(decode_ep=8, num_decode_gpu=64, conc=8),
+        run(spec_method="mtp", conc=16),
+        run(disagg=True, conc=32),
+    ]
+    src = tmp_path / "benchmarks.json"
+    src.write_text(json.dumps(snap))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "import_inferencex.py"), str(src)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [r["run_id"] for r in rows] == [
+        "ix_h200_sglang_fp8_tp8_ep1_1024-1024_c4",
+        "ix_h200_sglang_fp8_tp8_ep8_1024-1024_c8",
+    ]
+    assert all(float(r["out_tokens_per_s_total"]) == 400.0 for r in rows)
+    assert rows[0]["kv_precision"] == "bf16" and rows[0]["num_requests"] == "40"
+    with SWEEP_CSV_PATH.open() as fh:
+        assert next(csv.reader(fh)) == list(rows[0])
+
+
+def test_the_importer_reads_the_launch_flags_of_the_scripts() -> None:
+    name = "import_inferencex"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[name]
+    mi = mod.launch("mi300x", "sglang", "fp8", 8, 1024, 1024, 4, False)
+    assert (mi.kv_precision, mi.chunk, mi.recv_interval, mi.decode_steps) == ("fp8", 131072, 1, 4)
+    assert mod.launch("mi355x", "sglang", "fp8", 8, 1024, 1024, 4, False).decode_steps == 8
+    assert mod.launch("mi355x", "atom", "fp8", 8, 1024, 1024, 4, False).decode_steps == 1
+    assert (mi.memory_fraction, mi.memory_fraction_of) == (0.8, "total")
+    # TensorRT-LLM's step budget: max(8192, ceil((conc + isl + 64) / 64) * 64), and its
+    # KV cache a share of the memory the model leaves free
+    trt = mod.launch("b200", "trt", "fp8", 8, 8192, 1024, 64, False)
+    assert (trt.chunk, trt.memory_fraction, trt.memory_fraction_of) == (8320, 0.8, "free")
+    assert mod.launch("b200", "trt", "fp8", 8, 1024, 1024, 4, False).chunk == 8192
+    assert mod.launch("b200", "trt", "fp8", 4, 8192, 1024, 16, False).memory_fraction == 0.75
+    # SGLang on Blackwell: the scheduler polls every 10 decode passes, 30 from CONC 16
+    assert mod.launch("b200", "sglang", "fp8", 8, 1024, 1024, 4, False).recv_interval == 10
+    b8 = mod.launch("b200", "sglang", "fp8", 8, 1024, 1024, 64, False)
+    assert (b8.recv_interval, b8.chunk, b8.memory_fraction) == (30, 32768, 0.82)
+    b4 = mod.launch("b200", "sglang", "fp8", 4, 8192, 1024, 32, False)
+    assert (b4.recv_interval, b4.chunk, b4.memory_fraction) == (10, 8192, 0.95)
+    assert mod.launch("b300", "sglang", "fp4", 8, 1024, 1024, 64, True).recv_interval == 1
+    assert mod.launch("h200", "sglang", "fp8", 8, 1024, 1024, 64, False).recv_interval == 1
+
+
+def test_a_scheduler_that_polls_every_n_decode_passes_delays_the_first_token(replica) -> None:
+    """SGLang ``--scheduler-recv-interval N``: a request sent while the replica decodes
+    waits for the next poll, about N/2 decode passes on average; the decode passes
+    themselves do not change, and a lone request on an idle replica does not wait."""
+    import dataclasses
+
+    from gpuplan.forecast.serving import simulate_requests
+
+    rng = np.random.default_rng(3)
+    lin, lout = rng.integers(820, 1025, 320), rng.integers(820, 1025, 320)
+    step = {}
+    ttft = {}
+    for n in (1, 10, 30):
+        rep = dataclasses.replace(replica, recv_interval=n)
+        sim = simulate_requests(rep, np.zeros(lin.size), lin, lout, concurrency=32)
+        ttft[n] = float(np.median(sim.ttft_s))
+        step[n] = float(np.median(sim.tpot_s))
+    assert ttft[1] < ttft[10] < ttft[30]
+    # the extra wait is about half an interval of decode passes (the requests that come
+    # in together also prefill together, so it is not exactly that)
+    for n in (10, 30):
+        extra = (ttft[n] - ttft[1]) / step[1]
+        assert 0.3 * n < extra < 0.8 * n, (n, extra)
+    assert step[30] == pytest.approx(step[1], rel=0.05)
+    lone = simulate_requests(
+        dataclasses.replace(replica, recv_interval=30),
+        np.zeros(3),
+        lin[:3],
+        lout[:3],
+        concurrency=1,
+    )
+    alone = simulate_requests(replica, np.zeros(3), lin[:3], lout[:3], concurrency=1)
+    assert np.allclose(lone.ttft_s, alone.ttft_s)
+
+
+def test_engine_memory_settings_map_to_the_memory_plan() -> None:
+    """SGLang's static fraction holds weights and KV pool, activations outside; TensorRT-LLM
+    gives the KV cache a share of what the weights and activations leave free."""
+    from gpuplan.errors import InputError
+    from gpuplan.forecast.validation_inference import engine_memory_utilization
+
+    cap, w, a = 100.0, 60.0, 2.0
+    u = engine_memory_utilization(
+        0.9, "total", fixed_bytes=w + a, activation_bytes=a, capacity_bytes=cap
+    )
+    assert u * cap - w - a == pytest.approx(0.9 * cap - w)  # the KV pool SGLang allots
+    u = engine_memory_utilization(
+        0.8, "free", fixed_bytes=w + a, activation_bytes=a, capacity_bytes=cap
+    )
+    assert u * cap - w - a == pytest.approx(0.8 * (cap - w - a))
+    with pytest.raises(InputError):
+        engine_memory_utilization(
+            1.5, "total", fixed_bytes=w, activation_bytes=a, capacity_bytes=cap
+        )
+    with pytest.raises(InputError):
+        engine_memory_utilization(
+            0.5, "weights", fixed_bytes=w, activation_bytes=a, capacity_bytes=cap
+        )
+
+
+def test_a_row_run_at_95_percent_memory_holds_its_batch() -> None:
+    """DeepSeek-R1 FP8 on four B200 (SGLang ``--mem-fraction-static 0.95``): at the 0.9
+    default only a few requests fit and the rest queue for a minute; at the script's 0.95
+    the 32 slots run together, as the published TPOT (33.7 ms) and TTFT (0.8 s) say."""
+    row = next(
+        r for r in load_sweep_rows() if r["run_id"] == "ix_b200_sglang_fp8_tp4_ep1_8192-1024_c32"
+    )
+    assert row["memory_fraction"] == "0.95"
+    fc = simulate_sweep_row(row)
+    default = simulate_sweep_row({**row, "memory_fraction": ""})
+    assert default["ttft_median"][0] > 10.0  # the queue behind a KV cache too small
+    assert fc["ttft_median"][0] < 2.0
+    assert fc["tpot_median"][0] > 1.5 * default["tpot_median"][0]
