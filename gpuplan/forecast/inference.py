@@ -2194,9 +2194,25 @@ def _size_for_load(
     sim_val = simulate(
         best.replica, qps / best.replicas, inputs, outputs, num_requests=num_requests, seed=seed
     )
+    # replicas at the calibration's slow and fast ends (analytic ratio)
+    from gpuplan.forecast.serving import max_rate_meeting
+
+    def reps(scn: int) -> int | None:
+        r = max_rate_meeting(
+            best.replica, inputs, outputs, *best.slos(ttft_slo_s, tpot_slo_s), percentile, scn
+        )
+        if r <= 0 or not best.max_rate or best.replicas is None:
+            return None
+        return max(1, math.ceil(best.replicas * best.max_rate / r))
+
+    r_slow, r_fast = reps(SLOW), reps(FAST)
+    r_lo = min(r_fast or best.replicas, best.replicas)
+    r_hi = max(r_slow or best.replicas, best.replicas)
+    # the slow end's latencies are those of the fleet the slow end needs (r_hi replicas,
+    # as the throughput interval says), not of this fleet overloaded by a slower device
     sim_slow = simulate(
         best.replica,
-        qps / best.replicas,
+        qps / r_hi,
         inputs,
         outputs,
         num_requests=num_requests,
@@ -2221,20 +2237,6 @@ def _size_for_load(
     mean_running = sv["mean_running_requests"]
     kv_tokens = mean_running * (inputs.mean + outputs.mean)
     mb = mp.breakdown(kv_tokens)
-    # replicas at the calibration's slow and fast ends (analytic ratio)
-    from gpuplan.forecast.serving import max_rate_meeting
-
-    def reps(scn: int) -> int | None:
-        r = max_rate_meeting(
-            best.replica, inputs, outputs, *best.slos(ttft_slo_s, tpot_slo_s), percentile, scn
-        )
-        if r <= 0 or not best.max_rate or best.replicas is None:
-            return None
-        return max(1, math.ceil(best.replicas * best.max_rate / r))
-
-    r_slow, r_fast = reps(SLOW), reps(FAST)
-    r_lo = min(r_fast or best.replicas, best.replicas)
-    r_hi = max(r_slow or best.replicas, best.replicas)
     q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
     q_ttft = fitted.interval_quantiles("ttft", engine)
     ft, fp = best.latency_factors

@@ -290,6 +290,9 @@ class EngineConstants(TypedDict, total=False):
     rows: int
     basis: str
     log_residual_quantiles: dict[str, list[float]]
+    #: pooled only: quantiles of the leave-one-engine-out residuals, the measured error of
+    #: constants carried to an engine none of whose rows fitted them
+    transfer_log_residual_quantiles: dict[str, list[float]]
 
 
 class OverheadsRecord(TypedDict, total=False):
@@ -378,19 +381,25 @@ class FittedOverheads:
 
     def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
         """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from
-        its held-out rows); wider for a profile whose constants are transferred or pooled
-        from other engines (``TRANSFER_INTERVAL_WIDEN``)."""
+        its held-out rows); for a profile whose constants are pooled from other engines, the
+        pooled fit's leave-one-engine-out quantiles (the transfer error measured), else,
+        in a file written before those were recorded, its own widened by
+        ``TRANSFER_INTERVAL_WIDEN``."""
         lo, hi = self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
         if engine is not None:
             from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
 
             prof = engine_profile(engine)
-            rec = self.engine_constants(engine)
-            own = (rec or {}).get("log_residual_quantiles", {})
+            rec = self.engine_constants(engine) or {}
+            own = rec.get("log_residual_quantiles", {})
             if metric in own:
                 lo, hi = float(own[metric][0]), float(own[metric][1])
             if not prof.calibrated and prof.family != "modern":
-                lo, hi = lo * TRANSFER_INTERVAL_WIDEN, hi * TRANSFER_INTERVAL_WIDEN
+                moved = rec.get("transfer_log_residual_quantiles", {})
+                if metric in moved:
+                    lo, hi = float(moved[metric][0]), float(moved[metric][1])
+                else:
+                    lo, hi = lo * TRANSFER_INTERVAL_WIDEN, hi * TRANSFER_INTERVAL_WIDEN
         return lo, hi
 
 

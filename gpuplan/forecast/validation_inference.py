@@ -1418,7 +1418,9 @@ def fit_engine_constants(
 ) -> dict[str, EngineConstants]:
     """The shipped engine constants: each calibrated profile's time scale fitted on all its
     rows, and the ``pooled`` one on every engine's rows; interval quantiles from the
-    held-out (leave-one-model-out) residuals of :func:`validate_engines`."""
+    held-out (leave-one-model-out) residuals of :func:`validate_engines`, and the pooled
+    profile's transfer quantiles (what a profile with no rows of its own gets) from its
+    leave-one-engine-out residuals."""
     from gpuplan.forecast.inference_step import ENGINES, MIN_ROWS_CALIBRATED
 
     if catalog is None:
@@ -1428,18 +1430,23 @@ def fit_engine_constants(
     rows = load_engine_rows(data)
     d = _EngineData(rows, catalog, perf_for)
     held = validate_engines(data, catalog=catalog, perf_for=perf_for)
+    # the transfer to an engine never seen, measured: each engine's rows scored with the
+    # constants of every other engine's rows
+    loeo = validate_engines(data, catalog=catalog, perf_for=perf_for, scheme="leave-one-engine-out")
 
-    def held_q(select: Callable[[EngineRow], bool]) -> dict[str, list[float]]:
+    def held_q(
+        select: Callable[[EngineRow], bool], scored: EngineValidation = held
+    ) -> dict[str, list[float]]:
         thr = [
             math.log(r["forecast"] / r["published"])
-            for r in held["rows"]
+            for r in scored["rows"]
             if select(r) and "forecast" in r
         ]
         # a row has at most one TTFT metric (burst or online), so the order of the keys
         # checked does not matter
         ttft = [
             math.log(r[k]["forecast_s"] / r[k]["published_s"])
-            for r in held["rows"]
+            for r in scored["rows"]
             if select(r)
             for k in _TTFT_METRICS
             if k in r
@@ -1460,6 +1467,7 @@ def fit_engine_constants(
         "rows": f["rows"],
         "basis": f"pooled: fitted on {f['rows']} burst rows of every engine",
         "log_residual_quantiles": held_q(lambda r: True),
+        "transfer_log_residual_quantiles": held_q(lambda r: True, loeo),
     }
     for name, prof in ENGINES.items():
         if not prof.calibrated or name == "trtllm@0.9":

@@ -125,6 +125,31 @@ def test_transferred_profile_has_the_wider_interval() -> None:
     assert fitted.interval_quantiles("throughput_per_gpu", "vllm@0.5.4") == pytest.approx(tuple(q))
 
 
+def test_a_pooled_profile_takes_the_measured_transfer_error() -> None:
+    """A profile with no rows of its own gets the pooled fit's leave-one-engine-out
+    quantiles (each engine scored with the other engines' constants), not a widening
+    factor on the pooled in-sample ones; they are what that scheme gives now."""
+    import math
+
+    from gpuplan.forecast.validation_inference import _TTFT_METRICS, validate_engines
+
+    fitted = load_overheads()
+    moved = fitted.engines["pooled"]["transfer_log_residual_quantiles"]
+    for engine in ("sglang@0.5", "vllm@0.6.0", "atom@0.1"):
+        for metric in ("throughput_per_gpu", "ttft"):
+            assert fitted.interval_quantiles(metric, engine) == pytest.approx(tuple(moved[metric]))
+    loeo = validate_engines(scheme="leave-one-engine-out")
+    thr = [math.log(r["forecast"] / r["published"]) for r in loeo["rows"] if "forecast" in r]
+    ttft = [
+        math.log(r[k]["forecast_s"] / r[k]["published_s"])
+        for r in loeo["rows"]
+        for k in _TTFT_METRICS
+        if k in r
+    ]
+    assert moved["throughput_per_gpu"] == pytest.approx(list(np.quantile(thr, [0.05, 0.95])))
+    assert moved["ttft"] == pytest.approx(list(np.quantile(ttft, [0.05, 0.95])))
+
+
 def test_scheduler_cap_bounds_the_planned_batch() -> None:
     """vLLM runs at most max_num_seqs (256) requests: the sizing never plans more."""
     r = size_serving_fleet(
