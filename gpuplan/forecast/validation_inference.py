@@ -677,13 +677,18 @@ ENGINE_LATENCY_METRICS = tuple(m for m in ENGINE_METRICS if m[2] != "throughput"
 ENGINE_SCHEMES = ("leave-one-model-out", "leave-one-engine-out")
 
 
-def load_engine_rows(path: str | Path | None = None) -> list[dict[str, str]]:
-    """Rows of the engines' published serving benchmarks (``inference_engine_runs.csv``)."""
-    p = Path(path) if path else ENGINE_CSV_PATH
+def _read_rows(path: str | Path | None, shipped: Path) -> list[dict[str, str]]:
+    """The rows of a published-results CSV: ``path``, else the ``shipped`` table."""
+    p = Path(path) if path else shipped
     if not p.exists():
-        raise InputError(f"no such file: {p}", hint="use the header of " + ENGINE_CSV_PATH.name)
+        raise InputError(f"no such file: {p}", hint="use the header of " + shipped.name)
     with p.open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def load_engine_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the engines' published serving benchmarks (``inference_engine_runs.csv``)."""
+    return _read_rows(path, ENGINE_CSV_PATH)
 
 
 def _trace(text: str | None, name: str) -> np.ndarray:
@@ -1684,11 +1689,7 @@ class SweepValidation(TypedDict):
 
 def load_sweep_rows(path: str | Path | None = None) -> list[dict[str, str]]:
     """Rows of the closed-loop concurrency sweeps (``inference_sweep_runs.csv``)."""
-    p = Path(path) if path else SWEEP_CSV_PATH
-    if not p.exists():
-        raise InputError(f"no such file: {p}", hint="use the header of " + SWEEP_CSV_PATH.name)
-    with p.open(newline="") as fh:
-        return list(csv.DictReader(fh))
+    return _read_rows(path, SWEEP_CSV_PATH)
 
 
 def validate_sweeps(
