@@ -577,7 +577,7 @@ def simulate_requests(
             k = k_fin if skip else 1
             can_admit = running < replica.max_batch
             if skip and nxt < n_req and can_admit and math.isfinite(arrivals[nxt]):
-                gap = arrivals[nxt] - t
+                gap = max(arrivals[nxt] - t, 0.0)  # arrived, not yet polled: 0
                 # smallest K with K*a + b*K*(K-1)/2 >= gap
                 if b > 1e-15:
                     aa, bb = b / 2.0, a - b / 2.0
