@@ -23,9 +23,9 @@ refitted without the model (``leave-one-model-out``, default) or the GPU
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
@@ -39,6 +39,7 @@ from gpuplan.forecast.inference_fit import (
     INTERVAL_LEVEL,
     Cases,
     EngineConstants,
+    FittedOverheads,
     _subset,
     fit_params,
     load_overheads,
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf
     from gpuplan.catalogs.catalog import Catalog
     from gpuplan.forecast.inference import DroppedLayout
-    from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import DeviceRates
     from gpuplan.forecast.serving import Candidate, ReplicaModel
 
@@ -783,9 +783,6 @@ def simulate_engine_row(
     (answer - 1), per request). ``time_scale``, ``overhead_per_layer_s`` and
     ``frontend_s_per_request`` replace the profile's fitted ones.
     """
-    from dataclasses import replace
-
-    from gpuplan.forecast.inference_fit import FittedOverheads
     from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
     from gpuplan.forecast.model import arch_from
     from gpuplan.forecast.serving import simulate_requests
@@ -1624,15 +1621,13 @@ def simulate_sweep_row(
     if int(_num(row.get("dp_attention")) or 0):
         run["tp"] = "1"
     lin, lout = sweep_requests(row)
-    from gpuplan.forecast.inference_fit import FittedOverheads
-
     own = FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
     rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
     # the scheduler takes requests every recv-th turn, and a turn runs `steps` decode passes
     recv = int(_num(row.get("scheduler_recv_interval")) or 1)
     steps = int(_num(row.get("decode_steps_per_schedule")) or 1)
     if recv * steps > 1:
-        rep = dataclasses.replace(rep, recv_interval=recv * steps)
+        rep = replace(rep, recv_interval=recv * steps)
     conc = int(_num(row.get("max_concurrency")) or 0) or None
     out: dict[SweepMetric, list[float]] = {}
     for scn in (VALUE, SLOW, FAST):
