@@ -38,6 +38,7 @@ sizing result carries ``serving_calibration`` too.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
@@ -71,6 +72,8 @@ from gpuplan.forecast.inference_step import (
     continuous_iteration,
     engine_profile,
     pass_parts,
+    prefill_chunks,
+    prompts_per_iteration,
     static_run_parts,
     static_run_time,
 )
@@ -413,7 +416,9 @@ def _gpu_list(gpu: str | Sequence[str]) -> list[str]:
     if isinstance(gpu, (list, tuple)):
         names = [str(g).strip() for g in gpu]
     else:
-        names = [g.strip() for g in str(gpu).split(",")]
+        # a comma inside parentheses belongs to the name ("B300 SXM 288GB (HGX/DGX B300,
+        # Blackwell Ultra)"), the others separate GPUs
+        names = [g.strip() for g in re.split(r",(?![^()]*\))", str(gpu))]
     names = [n for n in names if n]
     if not names:
         raise InputError("no GPU given", hint="use --gpu h100 (or several: --gpu h100,h200,a100)")
@@ -688,9 +693,17 @@ def _interval(
 
 
 def _best_batch(
-    cost: StepCostModel, prompt: float, answer: float, max_batch: int, mode: str, coef: float
+    cost: StepCostModel,
+    prompt: float,
+    answer: float,
+    max_batch: int,
+    mode: str,
+    coef: float,
+    chunk_tokens: float,
 ) -> int:
-    """Batch with the highest output throughput (vectorised over 1..max_batch)."""
+    """Batch with the highest output throughput (vectorised over 1..max_batch); continuous
+    batching takes the mean iteration of :func:`continuous_iteration` (whole prompt chunks, a
+    Poisson count per iteration)."""
     b = np.arange(1, max(max_batch, 1) + 1, dtype=float)
     ctx = prompt + answer / 2.0
     if mode == "static":
@@ -698,9 +711,12 @@ def _best_batch(
         tpot = cost.time(b, b, b * ctx)
         thr = b * answer / (ttft + max(answer - 1, 0) * tpot)
     else:
-        new = b / max(answer, 1.0)
-        t = cost.time(b + new * prompt, b, b * ctx, new * coef * prompt**2 / 2.0, new * prompt)
-        thr = b / t
+        m, c = prefill_chunks(prompt, chunk_tokens)
+        ks, w = prompts_per_iteration(b / max(answer, 1.0) * m)
+        k = ks
+        rows = b[:, None]
+        t = cost.time(rows + k * c, rows, rows * ctx, k * coef * prompt**2 / 2.0 / m, k * c)
+        thr = b / (w * t).sum(axis=1)
     return int(b[int(np.argmax(thr))])
 
 
@@ -753,7 +769,9 @@ def _single_layout(
         cost = StepCostModel.build(
             rates, params, max_tokens=max(top_tokens, 2), typical_prompt=input_tokens
         )
-        batch = _best_batch(cost, input_tokens, output_tokens, max_batch, batching, coef)
+        batch = _best_batch(
+            cost, input_tokens, output_tokens, max_batch, batching, coef, chunk_tokens
+        )
     elif batch is None:
         batch = 1
     # The engine holds only the KV caches that fit: a larger batch runs max_batch requests
@@ -786,8 +804,9 @@ def _single_layout(
         # fewer requests than stages a micro-batch is one request and stages idle (decode
         # pipeline bubble): TPOT = pp stage passes of max(b / pp, 1) rows + the hops
         mb_rows = max(b / pp, 1.0)
-        it_parts, hop = continuous_iteration(rates, mb_rows, input_tokens, output_tokens)
-        it = combine(it_parts, params)
+        it, hop = continuous_iteration(
+            rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens
+        )
         tpot3 = pp * it.total_s + (pp - 1) * hop
         thr3 = b / tpot3
         # a new request: wait for the running iteration, then the iterations holding its
@@ -2243,10 +2262,14 @@ def _size_for_load(
     ttft_v = sim_val.percentile("ttft", pct) * ft
     tpot_v = sim_val.percentile("tpot", pct) * fp
     rates: DeviceRates = best.extra["rates"]
-    decode_parts = combine(
-        continuous_iteration(rates, max(mean_running, 1.0), inputs.mean, outputs.mean)[0],
+    decode_parts = continuous_iteration(
+        rates,
         fitted.params_for(engine, arch.is_moe),
-    )
+        max(mean_running, 1.0),
+        inputs.mean,
+        outputs.mean,
+        best.replica.chunk_tokens,
+    )[0]
     per_mtok, per_mtok_how = cost_per_million_output_tokens(
         best.usd_per_gpu_hour, best.replicas * gpr, qps, outputs.mean
     )

@@ -23,7 +23,8 @@ optimistic end, so that intervals come from the calibration's ``low``/``high``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -809,6 +810,7 @@ def pass_parts(
     attn_shape: tuple[float, float, float],
     kv_read_bytes: float = 0.0,
     decode_attn_flops: float = 0.0,
+    comm: tuple[FloatArray, FloatArray, str] | None = None,
 ) -> tuple[PassParts, np.ndarray]:
     """Parts of one forward pass over ``tokens`` tokens (and the PP hop time).
 
@@ -827,6 +829,9 @@ def pass_parts(
         (``attn_shape`` of a decode step) or, for a vector kernel, at the FP32 CUDA-core rate.
     attn_shape:
         ``(m, n, k)`` of the attention matmuls, for the calibrated rate at that shape.
+    comm:
+        ``rates.comm(tokens)`` when the caller has it already (computed for several passes
+        in one vectorised call).
     """
     sh = rates.sharded
     g = sh.gemms(tokens, logit_rows)
@@ -848,7 +853,7 @@ def pass_parts(
         attn_c = (attn_flops + decode_attn_flops) / arate
     attn_m = attn_bytes / rates.bandwidth
     ew = tokens * sh.elementwise_bytes_per_token() / rates.bandwidth
-    comm, hop, b_comm = rates.comm(tokens)
+    comm_s, hop, b_comm = comm if comm is not None else rates.comm(tokens)
     parts = PassParts(
         names=g.names,
         gemm_compute_s=gemm_c,
@@ -861,7 +866,7 @@ def pass_parts(
         bandwidth_cap=rates.bandwidth_cap,
         attn_vector_compute_s=np.asarray(attn_v, float).reshape(3),
         elementwise_s=np.asarray(ew, float).reshape(3),
-        comm_s=comm,
+        comm_s=comm_s,
         layers=sh.layers_per_stage,
         basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
         flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops),
@@ -974,33 +979,149 @@ def static_run_time(run: StaticRunParts, params: OverheadParams) -> StaticRunTim
     return StaticRunTime(ttft, tpot, total, thr, pre, dec)
 
 
+#: Gauss quadrature nodes over the Poisson count (exact for a cost polynomial of degree 9)
+_POISSON_NODES = 5
+#: means below which the count is 0 or 1 (0.0001: P(2) is 5e-9) and above which it is
+#: normal to within the table's step; the table between them is log-spaced, 4% a step
+_POISSON_TABLE_MIN, _POISSON_TABLE_MAX, _POISSON_TABLE_STEPS = 1e-4, 1e6, 601
+
+
+def _poisson_gauss_rule(mu: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Gauss nodes and weights of Poisson(mu) for each mean (Golub and Welsch 1969): the
+    eigenvalues and squared first eigenvector components of the Jacobi matrix of the
+    Charlier polynomials, orthogonal under Poisson(mu) with recurrence ``a_k = k + mu``,
+    ``b_k = k * mu`` (Chihara 1978)."""
+    n = _POISSON_NODES
+    i = np.arange(n)
+    jac = np.zeros((mu.size, n, n))
+    jac[:, i, i] = i + mu[:, None]
+    off = np.sqrt(i[1:] * mu[:, None])
+    jac[:, i[1:], i[:-1]] = off
+    jac[:, i[:-1], i[1:]] = off
+    nodes, vecs = np.linalg.eigh(jac)
+    return nodes, vecs[:, 0, :] ** 2
+
+
+def _poisson_table() -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The rule on a log grid of means, as weights ``w`` and ``u = w * z`` with the nodes in
+    standard units ``z = (node - mu) / sqrt(mu)``: interpolating ``w`` and ``u`` linearly
+    keeps the weights summing to one and the mean exact (``sum u = 0`` at every grid point)."""
+    log_mu = np.linspace(
+        math.log(_POISSON_TABLE_MIN), math.log(_POISSON_TABLE_MAX), _POISSON_TABLE_STEPS
+    )
+    mu = np.exp(log_mu)
+    nodes, w = _poisson_gauss_rule(mu)
+    u = w * (nodes - mu[:, None]) / np.sqrt(mu)[:, None]
+    u -= w * (u.sum(axis=1) / w.sum(axis=1))[:, None]  # the eigen-solver's rounding
+    return log_mu, w / w.sum(axis=1, keepdims=True), u
+
+
+_POISSON_LOG_MU, _POISSON_W, _POISSON_U = _poisson_table()
+
+
+def prompts_per_iteration(mean: Num, tail: float = 1e-4) -> tuple[FloatArray, FloatArray]:
+    """Counts of prompts (or prompt chunks) landing in one iteration and their weights,
+    both ``mean.shape + (K,)``, the weights of each row summing to one.
+
+    In steady state the ``batch / output`` requests that finish per iteration finish at
+    independent times, so the prompts replacing them arrive as a Poisson count per iteration
+    (the same count an open-loop Poisson load gives, rate x iteration time). An iteration's
+    time is convex in the tokens it holds, so its mean is taken over that count, not at the
+    mean count (Jensen): a prompt is prefilled whole (a chunk at a time) in the iteration it
+    arrives, never as a dribble of ``input / output`` tokens per step, which matters where a
+    pass's cost is not linear in its tokens (MoE decode touches the experts its tokens route
+    to; a 32-token dribble reads nearly every expert of DeepSeek-V3 in every step).
+
+    The expectation is a five-node Gauss quadrature over Poisson(mean)
+    (:func:`_poisson_gauss_rule`, exact for a polynomial of degree 9 in the count),
+    interpolated from a table of means (the mean stays exact, the variance within 1%);
+    means under 1e-4 take the counts 0 and 1, means over 1e6 the normal limit. Nodes that
+    no row gives a weight, or a share of its mean, above ``tail`` are dropped (and the rest
+    renormalised).
+    """
+    mu = np.maximum(np.asarray(mean, dtype=float), 0.0)
+    flat = mu.reshape(-1)
+    t = (np.log(np.clip(flat, _POISSON_TABLE_MIN, _POISSON_TABLE_MAX)) - _POISSON_LOG_MU[0]) / (
+        _POISSON_LOG_MU[1] - _POISSON_LOG_MU[0]
+    )
+    j = np.minimum(t.astype(int), _POISSON_TABLE_STEPS - 2)
+    a = (t - j)[:, None]
+    w = (1 - a) * _POISSON_W[j] + a * _POISSON_W[j + 1]
+    u = (1 - a) * _POISSON_U[j] + a * _POISSON_U[j + 1]
+    counts = np.maximum(flat[:, None] + np.sqrt(flat)[:, None] * u / w, 0.0)
+    small = flat < _POISSON_TABLE_MIN
+    if small.any():  # counts 0 and 1, the mean exact
+        counts[small] = np.arange(_POISSON_NODES, dtype=float)
+        w[small] = 0.0
+        w[small, 0] = 1.0 - flat[small]
+        w[small, 1] = flat[small]
+    w = w.reshape(*mu.shape, _POISSON_NODES)
+    counts = counts.reshape(w.shape)
+    # a node stays while some row gives it a weight, or a share of its mean, above tail
+    weighty = (w > tail) | (w * counts > tail * mu[..., None])
+    keep = weighty.reshape(-1, _POISSON_NODES).any(axis=0)
+    w = w[..., keep]
+    return counts[..., keep], w / w.sum(axis=-1, keepdims=True)
+
+
+def prefill_chunks(input_tokens: float, chunk_tokens: float) -> tuple[int, float]:
+    """Chunks a prompt is prefilled in, and tokens per chunk (chunked prefill,
+    Sarathi-Serve, Agrawal et al. 2024: at most ``chunk_tokens`` prompt tokens a pass)."""
+    m = max(1, math.ceil(max(input_tokens, 1.0) / max(chunk_tokens, 1.0)))
+    return m, max(input_tokens, 0.0) / m
+
+
 def continuous_iteration(
-    rates: DeviceRates, batch: float, input_tokens: float, output_tokens: float
-) -> tuple[PassParts, np.ndarray]:
-    """Parts of the average continuous-batching iteration with ``batch`` running requests.
+    rates: DeviceRates,
+    params: OverheadParams,
+    batch: float,
+    input_tokens: float,
+    output_tokens: float,
+    chunk_tokens: float,
+) -> tuple[PassTime, np.ndarray]:
+    """Time of the average continuous-batching iteration with ``batch`` running requests
+    (and the mean PP hop).
 
     In steady state (Orca, Yu et al. 2022; vLLM) each iteration decodes one token of every
     running request and, since ``batch / output_tokens`` requests finish per iteration and
-    are replaced, prefills ``batch * input / output`` prompt tokens (chunked prefill,
-    Sarathi-Serve, Agrawal et al. 2024). Mean context: ``input + output / 2``.
+    are replaced, prefills ``batch * input / output`` prompt tokens on average. They come as
+    whole prompt chunks (:func:`prefill_chunks`), a Poisson count of them per iteration
+    (:func:`prompts_per_iteration`): the iteration holding ``k`` chunks runs ``batch + k *
+    chunk`` tokens; the result is the expectation over ``k``. Mean context of a decoding
+    request: ``input + output / 2``.
     """
     sh = rates.sharded
     o = max(output_tokens, 1.0)
-    new = batch / o
+    m, c = prefill_chunks(input_tokens, chunk_tokens)
     mean_ctx = input_tokens + o / 2.0
-    pf_tokens = new * input_tokens
     kv = sh.kv_bytes_per_ctx_token_stage()
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
-    return pass_parts(
-        rates,
-        tokens=batch + pf_tokens,
-        logit_rows=batch,
-        attn_flops=float(new * sh.attention_flops_prefill(input_tokens)),
-        decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
-        attn_bytes=pf_tokens * kv,
-        kv_read_bytes=batch * mean_ctx * kv,
-        attn_shape=(max(group, 1), mean_ctx, sh.arch.qk_head_dim),
+    # a chunk carries 1/m of its prompt's causal attention (chunk i of m attends to the i-1
+    # before it: the sum over chunks is the whole prompt's)
+    chunk_attn = float(sh.attention_flops_prefill(input_tokens)) / m
+    ks, w = prompts_per_iteration(batch / o * m)
+    comm_s, hop_s, comm_basis = rates.comm(batch + ks * c)  # every pass's in one call
+    times: list[PassTime] = []
+    hops: list[np.ndarray] = []
+    for j, k in enumerate(ks):
+        parts, hop = pass_parts(
+            rates,
+            tokens=batch + k * c,
+            logit_rows=batch,
+            attn_flops=k * chunk_attn,
+            decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
+            attn_bytes=k * c * kv,
+            kv_read_bytes=batch * mean_ctx * kv,
+            attn_shape=(max(group, 1), mean_ctx, sh.arch.qk_head_dim),
+            comm=(comm_s[:, j], hop_s[:, j], comm_basis),
+        )
+        times.append(combine(parts, params))
+        hops.append(np.asarray(hop, dtype=float))
+    names = [f.name for f in fields(PassTime)]
+    mean_time = PassTime(
+        *[sum(wk * getattr(t, n) for wk, t in zip(w, times, strict=True)) for n in names]
     )
+    return mean_time, sum(wk * h for wk, h in zip(w, hops, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------

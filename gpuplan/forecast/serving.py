@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.inference_step import VALUE, StepCostModel
+from gpuplan.forecast.inference_step import VALUE, StepCostModel, prompts_per_iteration
 from gpuplan.numeric import BoolArray, FloatArray, IntArray, JSONDict, Num
 
 if TYPE_CHECKING:
@@ -665,14 +665,10 @@ def analytic_latency(
     cost = replica.cost
     # prompts per iteration are Poisson(lam * tau); the iteration time is convex in the
     # tokens it holds, so the mean is taken over that count, not at its mean (Jensen)
-    ks = np.arange(6.0)
-    fact = np.array([math.factorial(int(k)) for k in ks])
 
     def mean_iteration(tau: np.ndarray, lam: np.ndarray) -> np.ndarray:
         n = (lam * o_mean * tau)[:, None]
-        mu = (lam * tau)[:, None]
-        w = np.exp(-mu) * mu**ks / fact
-        w[:, -1] += np.maximum(1.0 - w.sum(axis=1), 0.0)
+        ks, w = prompts_per_iteration(lam * tau)
         t = cost.time(
             n + ks * i_mean,
             np.maximum(n, 1.0),
