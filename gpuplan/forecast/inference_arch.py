@@ -158,10 +158,18 @@ def resolve_precision(
     ok = [p for p in PRECISIONS.values() if all(_peak(gpu, d) for d in p.requires)]
     missing = [d for d in spec.requires if not _peak(gpu, d)]
     if missing:
+        hint = f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU"
+        if spec.gemm_dtype == "fp4" and any(p.name == "int4" for p in ok):
+            # an FP4 checkpoint (gpt-oss's MXFP4) on a GPU without FP4 math runs as 4-bit
+            # weights dequantised into 16-bit GEMMs, which is what int4 (W4A16) models
+            hint += (
+                "; a 4-bit checkpoint (MXFP4/NVFP4, e.g. gpt-oss) runs here as 4-bit weights "
+                "with 16-bit math: --precision int4"
+            )
         raise InputError(
             f"{gpu_name} has no {'/'.join(missing).upper()} tensor-core rate in the catalog, "
             f"so --precision {key} cannot run on it",
-            hint=f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU",
+            hint=hint,
         )
     if kv_precision is not None:
         kv = str(kv_precision).strip().lower()

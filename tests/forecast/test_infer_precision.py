@@ -54,3 +54,11 @@ def test_fp4_where_the_chip_has_none_is_refused_naming_what_works(gpu):
     with pytest.raises(InputError, match=r"no FP4.*--precision fp4 cannot run") as e:
         _run(gpu, "fp4")
     assert "bf16" in e.value.one_line()
+    # a 4-bit checkpoint on a chip without FP4 math runs as W4A16: the hint says int4
+    assert "--precision int4" in e.value.one_line().rsplit(";", 1)[-1]
+
+
+def test_fp8_where_the_chip_has_none_names_no_4bit_fallback():
+    with pytest.raises(InputError, match=r"no FP8") as e:
+        _run("a100", "fp8")
+    assert "4-bit checkpoint" not in e.value.one_line()
