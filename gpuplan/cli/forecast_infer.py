@@ -42,6 +42,9 @@ Examples:
   gpuplan forecast infer --model mixtral-8x7b --gpu h100,h200,a100 --qps 50 \\
       --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
   gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
+  gpuplan forecast infer --model deepseek-r1 --gpu h200 --tp 8 --precision fp8 --engine sglang@0.5 \\
+      --concurrency 64 --input-tokens 1024 --input-tokens-p99 1100 --output-tokens 1024 \\
+      --output-tokens-p99 1100
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8     # 2 nodes, PP 2
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --nodes 4
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --ep 16  # wide EP
@@ -156,6 +159,34 @@ def _table(r: dict[str, Any]):
                     ],
                 )
             )
+        loop = r.get("closed_loop")
+        if loop:
+            console.print(
+                simple_table(
+                    f"Closed-loop client: {loop['concurrency']} requests in flight "
+                    f"({loop['requests']} simulated)",
+                    ["", "p50", "p90", "p99", "mean"],
+                    [
+                        (
+                            name,
+                            *(
+                                fmt_duration(loop[f"{key}_{q}_s"])
+                                for q in ("p50", "p90", "p99", "mean")
+                            ),
+                        )
+                        for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"))
+                    ]
+                    + [
+                        (
+                            "output tokens/s",
+                            f"{loop['throughput_output_tokens_per_s']:,.0f}",
+                            f"{loop['requests_per_s']:.3g} requests/s",
+                            "",
+                            "",
+                        )
+                    ],
+                )
+            )
         if r.get("candidates"):
             console.print(
                 simple_table(
@@ -245,6 +276,14 @@ def register(app: typer.Typer) -> None:
         ),
         max_throughput: bool = typer.Option(
             False, "--max-throughput", help="Use the batch with the highest throughput that fits."
+        ),
+        concurrency: int | None = number_option(
+            None,
+            "--concurrency",
+            "-c",
+            help="Also simulate a closed-loop client of this many requests in flight "
+            "(benchmark_serving --max-concurrency, genai-perf --concurrency): TTFT/TPOT "
+            "p50/p90/p99 and throughput. Sets --batch.",
         ),
         batching: str = typer.Option(
             "continuous", "--batching", help="continuous (in-flight, chunked prefill) or static."
@@ -340,7 +379,7 @@ def register(app: typer.Typer) -> None:
             if fmt == Format.table:
                 info(f"  simulated candidate {ticks['n']} ...")
 
-        if qps is not None and fmt == Format.table:
+        if qps is not None and concurrency is None and fmt == Format.table:
             info(
                 "sizing: analytic search over GPUs x TP x batch cap, then discrete-event simulation ..."
             )
@@ -371,6 +410,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             num_requests=requests,
             progress=tick,
+            concurrency=concurrency,
         )
         if not result["fits_in_memory"]:
             warn(

@@ -84,8 +84,10 @@ from gpuplan.forecast.serving import (
     LengthDist,
     ReplicaModel,
     SimResult,
+    SimSummary,
     check_num_requests,
     simulate,
+    simulate_requests,
     size_fleet,
 )
 from gpuplan.numeric import JSONDict
@@ -288,6 +290,12 @@ class InferenceResult(BaseInfo, LayoutResult):
     gpu: str
     basis: str | None
     precision_detail: str
+
+
+class ClosedLoopResult(InferenceResult):
+    """``forecast infer --concurrency C``: the replica's forecast and its closed-loop run."""
+
+    closed_loop: ClosedLoop
 
 
 class PoolInfo(TypedDict):
@@ -907,6 +915,94 @@ def _single_layout(
     }
 
 
+#: what the closed-loop client of ``forecast infer --concurrency`` is, in the benchmarks' terms
+CLOSED_LOOP_CLIENT = (
+    "closed loop: {c} requests in flight, the next sent when one finishes (vLLM "
+    "benchmark_serving --max-concurrency {c} --request-rate inf; genai-perf --concurrency {c}); "
+    "TTFT from the send, TPOT = (latency - TTFT) / (output tokens - 1) per request"
+)
+
+
+class ClosedLoop(SimSummary):
+    """``forecast infer --concurrency C``: the replica's discrete-event simulation driven by
+    a closed-loop client of C slots (:func:`closed_loop`)."""
+
+    concurrency: int
+    client: str
+    requests_per_s: float
+
+
+def closed_loop(
+    *,
+    arch: ModelArch,
+    gpu: Accelerator,
+    layout: Layout,
+    precision: str,
+    kv_precision: str | None,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    concurrency: int,
+    fitted: FittedOverheads,
+    get_perf: PerfLookup,
+    catalog: Catalog,
+    chunk_tokens: int,
+    utilization: float,
+    engine: str,
+    seed: int = 0,
+    factors: tuple[float, float] = (1.0, 1.0),
+) -> ClosedLoop:
+    """Simulate ``concurrency`` clients that each send their next request when the last one
+    finishes, against one replica of ``layout`` (``simulate_requests`` with
+    ``concurrency``; the replica holds as many running requests as memory and the engine's
+    scheduler allow). ``10 x concurrency`` requests (at least 200), lengths drawn from
+    ``inputs`` / ``outputs`` with ``seed``, as InferenceX runs ``benchmark_serving``.
+    ``factors``: the serving calibration's (TTFT, TPOT) multipliers."""
+    cands, dropped = build_candidates(
+        arch=arch,
+        gpus=[gpu],
+        precision=precision,
+        kv_precision=kv_precision,
+        tp=layout.tp,
+        pp=layout.pp,
+        ep=layout.ep,
+        inputs=inputs,
+        outputs=outputs,
+        batch=None,
+        fitted=fitted,
+        get_perf=get_perf,
+        catalog=catalog,
+        chunk_tokens=chunk_tokens,
+        utilization=utilization,
+        engine=engine,
+    )
+    same = (layout.tp, layout.pp, layout.ep, layout.dp)
+    cands = [c for c in cands if (c.tp, c.pp, c.ep, c.dp) == same]
+    if not cands:
+        why = dropped[0]["reason"] if dropped else "no replica of this layout"
+        raise InputError(f"--concurrency {concurrency}: {why}", hint="try a larger --tp or --pp")
+    replica = max(cands, key=lambda c: c.replica.max_batch).replica
+    n = max(10 * concurrency, 200)
+    rng = np.random.default_rng(seed)
+    lin, lout = inputs.sample(rng, n), outputs.sample(rng, n)
+    sim = simulate_requests(
+        replica, np.zeros(n), lin, lout, concurrency=concurrency, max_queue=n + 1
+    )
+    summary = sim.summary()
+    ft, fp = factors
+    for key in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_mean_s"):
+        summary[key] *= ft
+    for key in ("tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "tpot_mean_s"):
+        summary[key] *= fp  # type: ignore[literal-required]
+    summary["throughput_output_tokens_per_s"] /= fp
+    out_per_req = float(lout.mean())
+    return {
+        **summary,
+        "concurrency": int(concurrency),
+        "client": CLOSED_LOOP_CLIENT.format(c=int(concurrency)),
+        "requests_per_s": summary["throughput_output_tokens_per_s"] / out_per_req,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Fleet sizing: the one function ``forecast infer --qps`` and ``plan`` both call
 # ---------------------------------------------------------------------------------------------
@@ -1278,6 +1374,7 @@ def forecast_inference(
     serving_calibration: bool = True,
     nodes: int | None = None,
     disaggregate: bool = False,
+    concurrency: int | None = None,
 ) -> InferenceResult | FleetResult:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -1325,6 +1422,11 @@ def forecast_inference(
     disaggregate:
         With ``qps``: also size separate prefill and decode pools
         (:func:`size_disaggregated`) and compare them with the co-located fleet.
+    concurrency:
+        Without ``qps``: also simulate a closed-loop client of this many slots (the
+        ``--max-concurrency`` of the serving benchmarks) against the replica, for latency
+        percentiles and throughput (:func:`closed_loop`, under ``closed_loop``); the
+        steady-state figures are those of ``batch = concurrency``.
 
     Returns
     -------
@@ -1354,6 +1456,20 @@ def forecast_inference(
         batch = _positive_int("batch", batch)
         if max_throughput:
             raise InputError("give either --batch or --max-throughput, not both")
+    if concurrency is not None:
+        concurrency = _positive_int("concurrency", concurrency)
+        if qps is not None:
+            raise InputError(
+                "give either --qps (an open-loop load to size a fleet for) or --concurrency "
+                "(a closed-loop client against one replica), not both"
+            )
+        if max_throughput or (batch is not None and batch != concurrency):
+            raise InputError("--concurrency sets the batch", hint="drop --batch / --max-throughput")
+        if batching != "continuous":
+            raise InputError(
+                "--concurrency simulates continuous batching", hint="drop --batching static"
+            )
+        batch = concurrency
     chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
     if not 0 < memory_utilization <= 1:
         raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
@@ -1458,11 +1574,40 @@ def forecast_inference(
     basis = _basis(perf)
     if cross_node:
         out["cross_node_tp"] = cross_node[g.id]
+    factors = None
     if serving_calibration and perf_for is None:
         factors = serving_factors(artifact, g.id, engine, catalog=catalog, overheads=fitted)
         if factors is not None:
             basis = _apply_serving_factors(out, factors, basis)
-    return {**base, "gpu": g.id, "basis": basis, "precision_detail": prec.description, **out}
+    result: InferenceResult = {
+        **base,
+        "gpu": g.id,
+        "basis": basis,
+        "precision_detail": prec.description,
+        **out,
+    }
+    if concurrency is not None:
+        loop = closed_loop(
+            arch=arch,
+            gpu=g,
+            layout=layout,
+            precision=precision,
+            kv_precision=kv_precision,
+            inputs=inputs,
+            outputs=outputs,
+            concurrency=concurrency,
+            fitted=fitted,
+            get_perf=get_perf,
+            catalog=catalog,
+            chunk_tokens=chunk_tokens,
+            utilization=memory_utilization,
+            engine=engine,
+            seed=seed,
+            factors=_latency_factors(factors),
+        )
+        with_loop: ClosedLoopResult = {**result, "closed_loop": loop}
+        return with_loop
+    return result
 
 
 # ---------------------------------------------------------------------------------------------

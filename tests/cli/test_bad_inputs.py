@@ -458,3 +458,18 @@ def test_scenario_cluster_beyond_the_limits(run_cli, tmp_path):
     )
     line = one_line_error(run_cli("plan", str(f), "--no-progress", timeout=60))
     assert "workloads.training[0].num_gpus" in line and "line 8" in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        (["--qps", "3"], "give either --qps"),
+        (["--batch", "8"], "--concurrency sets the batch"),
+        (["--batching", "static"], "--concurrency simulates continuous batching"),
+        (["--concurrency", "0"], "--concurrency must be >= 1"),
+    ],
+)
+def test_infer_concurrency_conflicts(run_cli, extra, expect):
+    args = [*INFER, *(["--concurrency", "4"] if "--concurrency" not in extra else []), *extra]
+    line = one_line_error(run_cli(*args))
+    assert expect in line

@@ -394,3 +394,29 @@ def test_a_gpu_name_with_a_comma_is_one_gpu() -> None:
     assert _gpu_list(f"h100, {name},h200") == ["h100", name, "h200"]
     r = forecast_inference("llama3.1-8b", gpu=name, batch=4)
     assert r["gpu"] == forecast_inference("llama3.1-8b", gpu="b300", batch=4)["gpu"]
+
+
+def test_concurrency_runs_the_closed_loop_client_beside_the_steady_state(run_cli) -> None:
+    """``forecast infer --concurrency C``: the steady state at batch C plus the simulated
+    closed-loop client. With spread lengths (the clients out of step) both give the same
+    throughput and TPOT within 8%; TTFT percentiles rise with the percentile."""
+    args = [
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", "h100", "--concurrency", "16",
+        "--input-tokens", "1024", "--input-tokens-p99", "1400", "--output-tokens", "256",
+        "--output-tokens-p99", "400", "--format", "json",
+    ]  # fmt: skip
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    loop = r["closed_loop"]
+    assert r["batch"] == 16 and loop["concurrency"] == 16 and loop["requests"] == 200
+    assert "--max-concurrency 16" in loop["client"]
+    assert not loop["saturated"]
+    assert (
+        0.92 < loop["throughput_output_tokens_per_s"] / r["throughput_output_tokens_per_s"] < 1.08
+    )
+    assert 0.92 < loop["tpot_p50_s"] / r["tpot_s"] < 1.08
+    assert loop["ttft_p50_s"] <= loop["ttft_p90_s"] <= loop["ttft_p99_s"]
+    assert loop["requests_per_s"] == pytest.approx(
+        loop["throughput_output_tokens_per_s"] / 256, rel=0.1
+    )
