@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import TYPE_CHECKING, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, cast
 
 import numpy as np
 
@@ -152,6 +152,8 @@ class ServingPoint(TypedDict):
     tp: NotRequired[int | None]
     precision: NotRequired[str | None]
     run_id: NotRequired[str | None]
+    #: requests of the level that completed (the closed loop's request count)
+    completed: NotRequired[int]
 
 
 class ServingEntry(TypedDict):
@@ -950,13 +952,15 @@ def closed_loop(
     engine: str,
     seed: int = 0,
     factors: tuple[float, float] = (1.0, 1.0),
+    num_requests: int | None = None,
 ) -> ClosedLoop:
     """Simulate ``concurrency`` clients that each send their next request when the last one
     finishes, against one replica of ``layout`` (``simulate_requests`` with
     ``concurrency``; the replica holds as many running requests as memory and the engine's
-    scheduler allow). ``10 x concurrency`` requests (at least 200), lengths drawn from
-    ``inputs`` / ``outputs`` with ``seed``, as InferenceX runs ``benchmark_serving``.
-    ``factors``: the serving calibration's (TTFT, TPOT) multipliers."""
+    scheduler allow). ``num_requests`` requests (default ``10 x concurrency``, at least
+    200, as InferenceX runs ``benchmark_serving``), lengths drawn from ``inputs`` /
+    ``outputs`` with ``seed``. ``factors``: the serving calibration's (TTFT, TPOT)
+    multipliers."""
     cands, dropped = build_candidates(
         arch=arch,
         gpus=[gpu],
@@ -981,7 +985,7 @@ def closed_loop(
         why = dropped[0]["reason"] if dropped else "no replica of this layout"
         raise InputError(f"--concurrency {concurrency}: {why}", hint="try a larger --tp or --pp")
     replica = max(cands, key=lambda c: c.replica.max_batch).replica
-    n = max(10 * concurrency, 200)
+    n = int(num_requests) if num_requests else max(10 * concurrency, 200)
     rng = np.random.default_rng(seed)
     lin, lout = inputs.sample(rng, n), outputs.sample(rng, n)
     sim = simulate_requests(
@@ -1375,6 +1379,7 @@ def forecast_inference(
     nodes: int | None = None,
     disaggregate: bool = False,
     concurrency: int | None = None,
+    closed_loop_requests: int | None = None,
 ) -> InferenceResult | FleetResult:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -1427,6 +1432,8 @@ def forecast_inference(
         ``--max-concurrency`` of the serving benchmarks) against the replica, for latency
         percentiles and throughput (:func:`closed_loop`, under ``closed_loop``); the
         steady-state figures are those of ``batch = concurrency``.
+    closed_loop_requests:
+        Requests the closed-loop client sends (default ``max(10 x concurrency, 200)``).
 
     Returns
     -------
@@ -1604,6 +1611,7 @@ def forecast_inference(
             engine=engine,
             seed=seed,
             factors=_latency_factors(factors),
+            num_requests=closed_loop_requests,
         )
         with_loop: ClosedLoopResult = {**result, "closed_loop": loop}
         return with_loop
@@ -1635,9 +1643,11 @@ def serving_factors(
     """Measured-over-forecast TTFT and TPOT factors of ``engine`` on ``gpu_id``, or None.
 
     For every point of the artifact's ``serving.<gpu_id>.<engine>`` section (one concurrency
-    level of a ``serve`` probe run, see :mod:`gpuplan.calibration.serving`) this forecasts
-    the same model, TP, precision, lengths and batch = concurrency without serving factors,
-    and takes the ratios of the measured p10/p50/p90 to it. The factor is the geometric
+    level of a ``serve`` probe run, see :mod:`gpuplan.calibration.serving`) this simulates
+    the same experiment without serving factors: the same model, TP, precision and fixed
+    lengths, the probe's closed-loop client (its concurrency and request count,
+    :func:`closed_loop`), and takes the ratios of the measured p10/p50/p90 to the simulated
+    p50. The factor is the geometric
     mean of the p50 ratios; its interval runs from the smallest p10 ratio to the largest
     p90 ratio (the spread of requests and of levels together).
 
@@ -1701,7 +1711,8 @@ def _fit_factors(
                 precision=str(p.get("precision") or "bf16"),
                 input_tokens=int(p["input_tokens"]),
                 output_tokens=int(p["output_tokens"]),
-                batch=int(p["concurrency"]),
+                concurrency=int(p["concurrency"]),
+                closed_loop_requests=int(p.get("completed") or 0) or None,
                 artifact=data,
                 engine=engine,
                 catalog=catalog,
@@ -1713,9 +1724,16 @@ def _fit_factors(
                 f"c={p['concurrency']}: {exc.message if hasattr(exc, 'message') else exc}"
             )
             continue
+        # the reference is the probe's own experiment simulated: its clients, its request
+        # count and its fixed lengths (they keep the clients in step, so TTFT comes in
+        # waves), not the steady state of a server whose requests arrive spread out
+        loop = cast("ClosedLoop", raw["closed_loop"])  # type: ignore[typeddict-item]
+        if loop["saturated"]:
+            skipped.append(f"c={p['concurrency']}: the simulated replica does not keep up")
+            continue
         measured_vs_raw = {
-            "ttft": (p["ttft_s"], raw["ttft_s"]),
-            "tpot": (p["tpot_s"], raw["tpot_s"]),
+            "ttft": (p["ttft_s"], loop["ttft_p50_s"]),
+            "tpot": (p["tpot_s"], loop["tpot_p50_s"]),
         }
         ratios = {
             q: {k: float(measured[k]) / float(fc) for k in ("p10", "p50", "p90")}
@@ -1727,9 +1745,9 @@ def _fit_factors(
                 "catalog_model": p["catalog_model"],
                 "concurrency": p["concurrency"],
                 "measured_ttft_p50_s": p["ttft_s"]["p50"],
-                "forecast_ttft_s": raw["ttft_s"],
+                "forecast_ttft_s": loop["ttft_p50_s"],
                 "measured_tpot_p50_s": p["tpot_s"]["p50"],
-                "forecast_tpot_s": raw["tpot_s"],
+                "forecast_tpot_s": loop["tpot_p50_s"],
                 "ttft_ratio": ratios["ttft"],
                 "tpot_ratio": ratios["tpot"],
             }
@@ -1740,7 +1758,9 @@ def _fit_factors(
         "inputs": list(entry.get("inputs", [])),
         "points": points,
         "skipped": skipped,
-        "convention": "vLLM benchmark_serving metric definitions (gpuplan.probes.serve)",
+        "convention": "vLLM benchmark_serving metric definitions (gpuplan.probes.serve); "
+        "forecast = the p50 of the probe's closed loop simulated (its concurrency, request "
+        "count and lengths)",
     }
     if not points:
         out["applied"] = False

@@ -39,20 +39,23 @@ def calibrated_artifact(
     engine: str = ENGINE,
     tp: int = 1,
 ) -> dict[str, Any]:
-    """Default artifact + one serve point whose p50s are the raw forecast x the factors."""
+    """Default artifact + one serve point whose p50s are the raw forecast of the probe's
+    experiment (its closed loop of 8 clients, 8 requests) x the factors."""
     art = copy.deepcopy(load_artifact(None))
     point = {"concurrency": 8, "input_tokens": 512, "output_tokens": 128}
-    raw = forecast_inference(
+    loop = forecast_inference(
         model,
         gpu,
         tp=tp,
         input_tokens=point["input_tokens"],
         output_tokens=point["output_tokens"],
-        batch=point["concurrency"],
+        concurrency=point["concurrency"],
+        closed_loop_requests=8,
         artifact=art,
         engine=engine,
         serving_calibration=False,
-    )
+    )["closed_loop"]
+    raw = {"ttft_s": loop["ttft_p50_s"], "tpot_s": loop["tpot_p50_s"]}
 
     def spread(v: float) -> dict[str, float]:
         return {"p10": 0.9 * v, "p50": v, "p90": 1.1 * v}
@@ -170,3 +173,29 @@ def test_an_slo_below_the_measured_single_request_latency_is_impossible() -> Non
     size_serving_fleet(_demand(tpot_slo_s=0.05), artifact=art, serving_calibration=False)
     with pytest.raises(InputError, match=r"tpot-slo-s 0\.05 is below the fastest single-request"):
         size_serving_fleet(_demand(tpot_slo_s=0.05), artifact=art)
+
+
+def test_the_reference_is_the_probes_own_closed_loop() -> None:
+    """A serve probe's C clients send fixed-length requests at once, so they run in step:
+    each wave's prompts prefill together and its TTFT is the wave's prefill, several times
+    the steady state's (where prompts arrive spread out). The factors compare the measured
+    run with that experiment simulated, so a server the model predicts exactly gets
+    factors of 1, not the steady state's ratios."""
+    art = calibrated_artifact(1.0, 1.0)
+    f = serving_factors(art, GPU, ENGINE)
+    assert f is not None and f["applied"]
+    assert f["ttft_factor"]["value"] == pytest.approx(1.0, rel=1e-9)
+    assert f["tpot_factor"]["value"] == pytest.approx(1.0, rel=1e-9)
+    steady = forecast_inference(
+        MODEL,
+        GPU,
+        input_tokens=512,
+        output_tokens=128,
+        batch=8,
+        artifact=art,
+        engine=ENGINE,
+        serving_calibration=False,
+    )
+    point = f["points"][0]
+    assert point["forecast_ttft_s"] > 2 * steady["ttft_s"]
+    assert point["forecast_tpot_s"] < steady["tpot_s"]  # no prefill between a wave's steps

@@ -89,7 +89,8 @@ def test_forecast_applies_the_factors_on_that_device_and_engine_only(calibrated)
     _, artifact_path = calibrated
     artifact = json.loads(artifact_path.read_text())
     points = artifact["serving"][GPU]["vllm@0.6.0"]["points"]
-    # the factor by hand: geometric mean of measured p50 / raw forecast at each concurrency
+    # the factor by hand: geometric mean of measured p50 / the simulated p50 of the probe's
+    # own closed loop (its concurrency and completed requests) at each level
     ratios = []
     for p in points:
         raw_p = forecast_inference(
@@ -98,12 +99,13 @@ def test_forecast_applies_the_factors_on_that_device_and_engine_only(calibrated)
             tp=1,
             input_tokens=32,
             output_tokens=16,
-            batch=p["concurrency"],
+            concurrency=p["concurrency"],
+            closed_loop_requests=p["completed"],
             engine="vllm",
             artifact=str(artifact_path),
             serving_calibration=False,
         )
-        ratios.append(p["tpot_s"]["p50"] / raw_p["tpot_s"])
+        ratios.append(p["tpot_s"]["p50"] / raw_p["closed_loop"]["tpot_p50_s"])
     factor = math.exp(np.mean(np.log(ratios)))
 
     kw = dict(tp=1, input_tokens=512, output_tokens=128, batch=2, artifact=str(artifact_path))
