@@ -16,7 +16,21 @@ The launch flags that change the physics (KV-cache dtype, the prefill chunk, the
 scheduler's request-poll interval and decode passes per turn, the memory fraction) are those of
 the launch scripts at SemiAnalysisAI/InferenceX 843c6254ff69b567f772f6a5fd97675af3d04431.
 
+Disaggregated runs (``--disaggregated``): the same snapshot's DeepSeek-R1 runs with separate
+prefill and decode workers (NVIDIA Dynamo with TensorRT-LLM or SGLang, and AMD's MoRI
+SGLang PD disaggregation), without speculative decoding, written to
+``inference_disagg_runs.csv``. A worker's GPUs are the snapshot's ``num_*_gpu`` over its
+``*_num_workers``; a worker with data-parallel attention is the wide-EP layout over its GPUs
+(TP 1, EP = its GPUs), else TP over its GPUs with the snapshot's EP. Their launch recipes are
+not in the snapshot, so the KV cache is FP8 (16-bit for SGLang on Hopper, as the single-node
+scripts) and the prefill chunk 16,384 tokens (the srt-slurm recipes of the repository use
+8,192-24,576), the memory fraction the engine default; each row's notes say so. Output
+tokens/s: ``output_tput_per_gpu`` times the decode GPUs, the basis the snapshot divides by
+(conc / mean e2e latency x mean answer length agrees with it within a few percent).
+
 Usage: ``python scripts/import_inferencex.py benchmarks.json > .../inference_sweep_runs.csv``
+and ``python scripts/import_inferencex.py --disaggregated benchmarks.json >
+.../inference_disagg_runs.csv``
 """
 
 from __future__ import annotations
@@ -37,6 +51,9 @@ RETRIEVED = "2026-12-02"
 SCRIPTS = "SemiAnalysisAI/InferenceX 843c6254 benchmarks/single_node/fixed_seq_len"
 
 GPU = {
+    "h100": "H100 SXM5 80GB",
+    "gb200": "GB200 (one Blackwell GPU of a GB200 NVL72)",
+    "gb300": "GB300 (one Blackwell Ultra GPU of a GB300 NVL72)",
     "h200": "H200 SXM 141GB",
     "b200": "B200 SXM 180GB (HGX/DGX B200)",
     "b300": "B300 SXM 288GB (HGX/DGX B300, Blackwell Ultra)",
@@ -45,6 +62,17 @@ GPU = {
     "mi355x": "Instinct MI355X",
 }
 ENGINE = {"sglang": "sglang@0.5", "trt": "trtllm@1.2", "atom": "atom@0.1"}
+DISAGG_ENGINE = {
+    "dynamo-trt": "trtllm@1.2",
+    "dynamo-sglang": "sglang@0.5",
+    "mori-sglang": "sglang@0.5",
+}
+DISAGG_FRAMEWORK = {
+    "dynamo-trt": "NVIDIA Dynamo with TensorRT-LLM workers",
+    "dynamo-sglang": "NVIDIA Dynamo with SGLang workers",
+    "mori-sglang": "SGLang PD disaggregation with AMD MoRI KV transfer",
+}
+DISAGG_CHUNK = 16384
 FRAMEWORK = {
     "sglang": "SGLang 0.5.x (lmsysorg/sglang images)",
     "trt": "TensorRT-LLM 1.1-1.3 rc, PyTorch backend (trtllm-serve)",
@@ -173,12 +201,97 @@ def rows(snapshot: list[dict]) -> list[dict[str, object]]:
     return sorted(out, key=lambda x: str(x["run_id"]))
 
 
+def _pool(r: dict, side: str) -> tuple[int, int, int, bool] | None:
+    """(workers, tp, ep, attention DP) of a run's prefill or decode workers; None when the
+    snapshot gives no worker count."""
+    workers, gpus = int(r[f"{side}_num_workers"]), int(r[f"num_{side}_gpu"])
+    if workers < 1 or gpus % workers:
+        return None
+    per = gpus // workers
+    if r[f"{side}_dp_attention"]:
+        return workers, 1, per, True
+    return workers, per, min(int(r[f"{side}_ep"]), per), False
+
+
+def disagg_rows(snapshot: list[dict]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    seen: set[str] = set()
+    for r in snapshot:
+        if r["model"] != "dsr1" or not r["disagg"] or r["spec_method"] != "none":
+            continue
+        if r["hardware"] not in GPU or r["framework"] not in DISAGG_ENGINE:
+            continue
+        m = r["metrics"]
+        pre, dec = _pool(r, "prefill"), _pool(r, "decode")
+        if pre is None or dec is None or m.get("output_tput_per_gpu") is None:
+            continue
+        hw, fw, prec = r["hardware"], r["framework"], r["precision"]
+        isl, osl, conc = int(r["isl"]), int(r["osl"]), int(r["conc"])
+        kv = "bf16" if hw in ("h100", "h200") and "sglang" in fw else "fp8"
+
+        def tag(p: tuple[int, int, int, bool]) -> str:
+            return f"{p[0]}x" + (f"dep{p[2]}" if p[3] else f"tp{p[1]}ep{p[2]}")
+
+        rid = f"ixd_{hw}_{fw}_{prec}_p{tag(pre)}_d{tag(dec)}_{isl}-{osl}_c{conc}"
+        if rid in seen:
+            continue
+        seen.add(rid)
+        out.append(
+            {
+                "run_id": rid,
+                "source": SOURCE,
+                "source_locator": f"{SNAPSHOT}; run {r['run_url']}",
+                "retrieved": RETRIEVED,
+                "run_date": r["date"],
+                "framework": f"{DISAGG_FRAMEWORK[fw]}; image {r.get('image') or 'not recorded'}",
+                "engine": DISAGG_ENGINE[fw],
+                "model": "deepseek-v3",
+                "precision": prec,
+                "kv_precision": kv,
+                "gpu_type": GPU[hw],
+                "prefill_workers": pre[0],
+                "prefill_tp": pre[1],
+                "prefill_ep": pre[2],
+                "prefill_dp_attention": int(pre[3]),
+                "decode_workers": dec[0],
+                "decode_tp": dec[1],
+                "decode_ep": dec[2],
+                "decode_dp_attention": int(dec[3]),
+                "num_gpus": int(r["num_prefill_gpu"]) + int(r["num_decode_gpu"]),
+                "input_len": isl,
+                "output_len": osl,
+                "random_range_ratio": 0.8,
+                "max_concurrency": conc,
+                "num_requests": 10 * conc,
+                "prefill_chunk_tokens": DISAGG_CHUNK,
+                "out_tokens_per_s_total": round(
+                    m["output_tput_per_gpu"] * int(r["num_decode_gpu"]), 3
+                ),
+                "tpot_median_ms": round(m["median_tpot"] * 1e3, 4),
+                "ttft_median_ms": round(m["median_ttft"] * 1e3, 3),
+                "tpot_p99_ms": round(m["p99_tpot"] * 1e3, 4),
+                "ttft_p99_ms": round(m["p99_ttft"] * 1e3, 3),
+                "notes": (
+                    "DeepSeek-R1 (architecture of DeepSeek-V3); output tokens/s from "
+                    "output_tput_per_gpu x num_decode_gpu; snapshot layout prefill "
+                    f"tp{r['prefill_tp']} ep{r['prefill_ep']} dpa{int(r['prefill_dp_attention'])}"
+                    f", decode tp{r['decode_tp']} ep{r['decode_ep']} "
+                    f"dpa{int(r['decode_dp_attention'])}; launch recipe not in the snapshot: KV "
+                    f"{kv}, prefill chunk {DISAGG_CHUNK} and the engine's memory fraction assumed"
+                ),
+            }
+        )
+    return sorted(out, key=lambda x: str(x["run_id"]))
+
+
 def main(argv: list[str]) -> int:
+    disagg = "--disaggregated" in argv
+    argv = [a for a in argv if a != "--disaggregated"]
     if len(argv) != 1:
-        print("usage: import_inferencex.py benchmarks.json", file=sys.stderr)
+        print("usage: import_inferencex.py [--disaggregated] benchmarks.json", file=sys.stderr)
         return 2
     data = json.loads(Path(argv[0]).read_text())
-    out = rows(data)
+    out = disagg_rows(data) if disagg else rows(data)
     w = csv.DictWriter(sys.stdout, fieldnames=list(out[0]), lineterminator="\n")
     w.writeheader()
     w.writerows(out)

@@ -25,7 +25,10 @@ TensorRT-LLM 0.19: bursts scored on output throughput, mean TTFT and median TPOT
 runs at a fixed rate on median TTFT and TPOT; and InferenceX's closed-loop concurrency
 sweeps of DeepSeek-R1 on H200, B200, B300, MI300X, MI325X and MI355X under SGLang 0.5,
 TensorRT-LLM 1.x and ATOM, scored on throughput and median/p99 TPOT and TTFT with no
-constant fitted on them) and compare like with like. Prints
+constant fitted on them; and InferenceX's disaggregated fleets (separate prefill and
+decode workers under NVIDIA Dynamo or SGLang PD, up to wide EP 32 on GB200/GB300 NVL72)
+scored on fleet throughput and median TPOT and TTFT, also fitted on nothing) and compare
+like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
 interval contains the published value, per source, per table, per metric, per engine
 profile and overall.
@@ -47,6 +50,27 @@ Examples:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}%"
+
+
+def _by_gpu_engine(title: str, groups: dict[str, dict[str, Any]]):
+    """Throughput, median TPOT and median TTFT errors per GPU and engine profile."""
+    rows = []
+    for g, m in groups.items():
+        thr, tpot, ttft = (m.get(k) or {} for k in ("throughput", "tpot_median", "ttft_median"))
+        rows.append(
+            (
+                g,
+                thr.get("rows", 0),
+                *(
+                    _pct(x.get(k))
+                    for x in (thr, tpot, ttft)
+                    for k in ("median_abs_pct_error", "bias_pct")
+                ),
+            )
+        )
+    return simple_table(
+        title, ["GPU / profile", "rows", "thr", "bias", "TPOT", "bias", "TTFT", "bias"], rows
+    )
 
 
 def _table(result: dict[str, Any], show_rows: bool):
@@ -137,31 +161,32 @@ def _table(result: dict[str, Any], show_rows: bool):
                     [line(k, v) for k, v in sweeps["by_metric"].items()],
                 )
             )
-            grow = []
-            for g, m in sweeps["by_gpu_engine"].items():
-                thr, tpot, ttft = (
-                    m.get(k) or {} for k in ("throughput", "tpot_median", "ttft_median")
-                )
-                grow.append(
-                    (
-                        g,
-                        thr.get("rows", 0),
-                        _pct(thr.get("median_abs_pct_error")),
-                        _pct(thr.get("bias_pct")),
-                        _pct(tpot.get("median_abs_pct_error")),
-                        _pct(tpot.get("bias_pct")),
-                        _pct(ttft.get("median_abs_pct_error")),
-                        _pct(ttft.get("bias_pct")),
-                    )
-                )
             console.print(
-                simple_table(
+                _by_gpu_engine(
                     "Sweeps by GPU and engine profile (median |err| and bias)",
-                    ["GPU / profile", "rows", "thr", "bias", "TPOT", "bias", "TTFT", "bias"],
-                    grow,
+                    sweeps["by_gpu_engine"],
                 )
             )
             console.print(f"  {sweeps['convention']}")
+        disagg = result.get("disaggregated")
+        if disagg and disagg.get("by_metric"):
+            console.print(
+                simple_table(
+                    "Disaggregated prefill/decode fleets (InferenceX: Dynamo, SGLang PD; "
+                    "DeepSeek-R1), held out by source: fitted on nothing",
+                    ["metric", *cols],
+                    [line(k, v) for k, v in disagg["by_metric"].items()],
+                )
+            )
+            console.print(
+                _by_gpu_engine(
+                    "Disaggregated fleets by GPU and engine profile (median |err| and bias)",
+                    disagg["by_gpu_engine"],
+                )
+            )
+            console.print(f"  {disagg['convention']}")
+            if disagg["skipped"]:
+                console.print(f"  not forecast: {len(disagg['skipped'])} rows (see --format json)")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

@@ -20,7 +20,11 @@ Conventions
   attention, dense MLP and embeddings (TP 1) and serve their own requests (their own KV
   cache); the experts are spread over all ``ep = dp`` ranks, the tokens dispatched to them
   and combined back by an all-to-all per MoE layer. A replica has ``dp`` GPUs; per-GPU
-  figures average over the ranks (requests balanced over them).
+  figures average over the ranks (requests balanced over them). When ``ep`` does not divide
+  the experts, each rank holds ``ceil(experts / ep)`` expert slots, the spare ones copies of
+  busy experts (:func:`expert_slots`: DeepSeek-V3 report section 3.4 "redundant experts";
+  SGLang ``--ep-num-redundant-experts`` with EPLB, github.com/deepseek-ai/EPLB: 256 experts
+  + 32 copies on 48 GPUs), and the tokens spread over all the slots.
 * Pipeline parallelism (PP) splits the layers into ``pp`` equal stages; figures are for the
   average stage (``layers / pp`` layers).
 * Embeddings and the LM head stay in the activation dtype when the weights are quantised
@@ -235,11 +239,11 @@ def check_serving_layout(arch: ModelArch, layout: Layout) -> None:
         )
     if layout.dp > 1:
         dp = layout.dp
-        if not arch.is_moe or tp != 1 or pp != 1 or ep != dp or arch.num_experts % ep:
+        if not arch.is_moe or tp != 1 or pp != 1 or ep != dp:
             raise InputError(
-                f"wide expert parallelism over {dp} GPUs needs a mixture-of-experts model with "
-                f"experts divisible by {dp}, TP 1 and PP 1 per attention rank and --ep {dp}"
-                f" ({arch.name}: {arch.num_experts} experts)",
+                f"wide expert parallelism over {dp} GPUs needs a mixture-of-experts model, "
+                f"TP 1 and PP 1 per attention rank and --ep {dp} ({arch.name}: "
+                f"{arch.num_experts} experts)",
                 hint="use --ep N alone (attention data-parallel over the N GPUs)",
             )
         return
@@ -255,6 +259,26 @@ def check_serving_layout(arch: ModelArch, layout: Layout) -> None:
                 "(expert parallelism runs inside the TP group: moe_tp x moe_ep = tp)",
                 hint=f"use --tp {ep * max(1, tp // ep)} or an --ep dividing {tp}",
             )
+
+
+def expert_slots(arch: ModelArch, layout: Layout) -> tuple[int, int]:
+    """``(expert slots per GPU, physical experts of the replica)`` of a MoE layer.
+
+    Inside a TP group ``ep`` divides the experts: ``experts / ep`` each. Wide EP over ``ep``
+    ranks that do not divide them holds ``ceil(experts / ep)`` per rank, the spare slots
+    redundant copies of busy experts (DeepSeek-V3 technical report, section 3.4.1; EPLB),
+    so ``ep * ceil(experts / ep)`` physical experts in all.
+
+    >>> from gpuplan.forecast.model import arch_from
+    >>> expert_slots(arch_from({"name": "m", "layers": 2, "hidden": 64, "heads": 4,
+    ...     "ffn_hidden": 128, "vocab": 100, "num_experts": 256, "top_k": 8}), Layout(1, 1, 48, 48))
+    (6, 288)
+    """
+    e, ep = arch.num_experts, max(layout.ep, 1)
+    if e <= 0:
+        return 0, 0
+    slots = -(-e // ep)
+    return slots, (slots * ep if layout.dp > 1 else e)
 
 
 def divisors(n: int) -> list[int]:
@@ -368,7 +392,9 @@ class Sharded:
         if lm:
             e_tp = tp * lay.dp / ep  # each expert sharded this many ways
             fe = a.expert_ffn / e_tp
-            distinct = float(expected_distinct_experts(a.num_experts, a.top_k, all_tokens))
+            # the tokens spread over the physical experts (copies of busy ones included)
+            physical = expert_slots(a, lay)[1]
+            distinct = float(expected_distinct_experts(physical, a.top_k, all_tokens))
             per_expert = all_tokens * a.top_k / max(distinct, 1e-12)
             local = distinct / ep
             rows.append(("router", tokens, a.num_experts, h, lm, ab))
@@ -514,7 +540,9 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     dense_mlp = up * h * arch.ffn_hidden / tp
     moe_mlp = 0.0
     if arch.is_moe:
-        moe_mlp = arch.num_experts * up * h * arch.expert_ffn / (tp * layout.dp)
+        # expert slots per GPU, each expert sharded tp * dp / ep ways
+        slots = expert_slots(arch, layout)[0]
+        moe_mlp = slots * layout.ep * up * h * arch.expert_ffn / (tp * layout.dp)
         moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn / tp
     # slowest (largest) stage for memory: ceil of the layers
     frac = math.ceil(arch.layers / pp) / arch.layers

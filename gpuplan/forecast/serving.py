@@ -1124,3 +1124,140 @@ def kv_transfer_time_s(kv_bytes: float, link_bytes_per_s: float, latency_s: floa
     if link_bytes_per_s <= 0:
         raise InputError(f"link bandwidth must be positive, got {link_bytes_per_s}")
     return float(latency_s) + float(kv_bytes) / float(link_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class DisaggregatedLoop:
+    """A closed-loop client against separate prefill and decode pools
+    (:func:`disaggregated_closed_loop`); means over the requests in the steady state."""
+
+    output_tokens_per_s: float
+    requests_per_s: float
+    #: decode time per output token after the first (benchmark_serving's TPOT)
+    tpot_s: float
+    #: from the send to the first token: prefill wait and pass, the KV transfer, and any wait
+    #: for a decode slot (the decode worker reserves the request's KV before prefill starts)
+    ttft_s: float
+    #: mean running requests per decode worker
+    decode_batch: float
+    #: busy fraction of the prefill pool
+    prefill_utilization: float
+    #: what limits the rate: "clients" (the loop's own latency), "prefill" (the prefill pool
+    #: saturates) or "decode slots" (every decode worker is at its batch or KV cap)
+    bound: str
+
+
+def disaggregated_closed_loop(
+    prefill: ReplicaModel,
+    decode: ReplicaModel,
+    *,
+    prefill_workers: int,
+    decode_workers: int,
+    input_tokens: float,
+    output_tokens: float,
+    concurrency: int,
+    kv_transfer_s: float = 0.0,
+    scenario: int = VALUE,
+    grid: int = 256,
+) -> DisaggregatedLoop:
+    """``concurrency`` clients, each sending its next request when the last one finishes
+    (``benchmark_serving --max-concurrency N --request-rate inf``), against
+    ``prefill_workers`` prefill replicas and ``decode_workers`` decode replicas (NVIDIA Dynamo,
+    SGLang PD disaggregation; DistServe, Zhong et al., OSDI 2024).
+
+    Method: mean value analysis of a closed queueing network (Reiser & Lavenberg, J. ACM
+    27(2), 1980), one station per phase; the steady-state rate ``X`` (requests/s) solves
+    Little's law for the loop, ``N = X * (TTFT(X) + (O - 1) * TPOT(X))``, the left side
+    increasing in ``X``:
+
+    * **Decode** (each worker an occupancy-dependent delay): a worker holds
+      ``b = X * (O - 1) * TPOT(b) / decode_workers`` requests (Little's law), and ``TPOT(b)``
+      is the decode-only iteration of ``b`` sequences at the mean context ``I + O / 2``
+      (:meth:`StepCostModel.time`; no prompt shares the iteration: disaggregated); ``b`` is
+      the smallest fixed point, capped by the batch slots and the KV cache.
+    * **Prefill**: a worker packs ``k = max(1, chunk // I)`` prompts into a pass of ``t_k``,
+      so the pool serves ``prefill_workers * k / t_k`` prompts/s; a prompt alone takes
+      :meth:`ReplicaModel.single_request`, plus the M/D/1 wait ``t_k * rho / (2 (1 - rho))``
+      at utilisation ``rho``.
+    * **KV transfer**: ``kv_transfer_s`` (:func:`kv_transfer_time_s`) joins the TTFT.
+
+    When every decode worker is full before the clients are, the rate is the decode pool's
+    and the remaining clients wait for a slot, in TTFT (Little's law for the loop).
+    """
+    if prefill_workers < 1 or decode_workers < 1 or concurrency < 1:
+        raise InputError(
+            "a disaggregated closed loop needs at least one prefill worker, one decode worker "
+            f"and one client (got {prefill_workers}, {decode_workers}, {concurrency})"
+        )
+    i_len, o_len = float(input_tokens), float(output_tokens)
+    n_clients = float(concurrency)
+    after_first = max(o_len - 1.0, 0.0)
+    ctx = i_len + o_len / 2.0
+    dc = decode.cost
+
+    def tpot(b: FloatArray) -> FloatArray:
+        rows = np.maximum(b, 1.0)
+        return np.asarray(dc.time(rows, rows, rows * ctx, 0.0, 0.0, scenario), dtype=float)
+
+    k = max(1, int(prefill.chunk_tokens // max(i_len, 1.0)))
+    t_k = float(
+        prefill.cost.time(
+            k * i_len, k, 0.0, k * prefill.prefill_flops_coef * i_len**2 / 2.0, k * i_len, scenario
+        )
+    )
+    alone, _ = prefill.single_request(i_len, 1.0, scenario)
+    prefill_rate = prefill_workers * k / t_k
+    b_cap = float(max(min(decode.max_batch, decode.kv_capacity_tokens / (i_len + o_len)), 1.0))
+    t_cap = float(tpot(np.array([b_cap]))[0])
+    decode_rate = decode_workers * b_cap / (after_first * t_cap) if after_first > 0 else math.inf
+
+    def occupancy(x: FloatArray) -> FloatArray:
+        """Smallest ``b`` with ``b = x (O - 1) TPOT(b) / workers`` (bisection, vectorised)."""
+        lo, hi = np.zeros_like(x), np.full_like(x, b_cap)
+        for _ in range(48):
+            mid = (lo + hi) / 2.0
+            above = mid >= x * after_first * tpot(mid) / decode_workers
+            hi = np.where(above, mid, hi)
+            lo = np.where(above, lo, mid)
+        return hi
+
+    def loop(x: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(clients the loop holds at rate x, TTFT, TPOT)."""
+        b = occupancy(x)
+        t = tpot(b)
+        rho = np.minimum(x / prefill_rate, 1.0 - 1e-12)
+        ttft = alone + t_k * rho / (2.0 * (1.0 - rho)) + kv_transfer_s
+        return x * (ttft + after_first * t), ttft, t
+
+    x_max = min(prefill_rate, decode_rate) * (1.0 - 1e-9)
+    lo, hi = 0.0, x_max
+    for _ in range(3):  # a grid, then two finer grids around the crossing
+        xs = np.linspace(lo, hi, grid)
+        held_grid, _, _ = loop(xs)
+        above = np.flatnonzero(held_grid >= n_clients)
+        if above.size == 0:
+            lo = hi = float(xs[-1])
+            break
+        j = int(above[0])
+        lo, hi = float(xs[max(j - 1, 0)]), float(xs[j])
+    x = float(lo + hi) / 2.0 if hi > lo else hi
+    held_a, ttft_a, tpot_a = loop(np.array([x]))
+    held, first_s, step_s = float(held_a[0]), float(ttft_a[0]), float(tpot_a[0])
+    if held < n_clients * (1.0 - 1e-3):
+        bound = "decode slots" if decode_rate <= prefill_rate else "prefill"
+        # the clients not in the loop wait for a slot
+        first_s = n_clients / x - after_first * step_s
+    elif x >= 0.95 * prefill_rate:
+        bound = "prefill"
+    else:
+        bound = "clients"
+    b = float(occupancy(np.array([x]))[0])
+    return DisaggregatedLoop(
+        output_tokens_per_s=x * o_len,
+        requests_per_s=x,
+        tpot_s=step_s,
+        ttft_s=first_s,
+        decode_batch=b,
+        prefill_utilization=x / prefill_rate,
+        bound=bound,
+    )

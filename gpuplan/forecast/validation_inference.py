@@ -285,6 +285,7 @@ class InferenceValidation(TypedDict):
     by_gpu: NotRequired[dict[str, Score]]
     rows: NotRequired[list[RowForecast]]
     sweeps: NotRequired[SweepValidation]
+    disaggregated: NotRequired[DisaggValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -599,6 +600,7 @@ def validate_inference(
     result["engine_rows"] = engines["rows"]
     result["engine_skipped"] = engines["skipped"]
     result["sweeps"] = validate_sweeps(catalog=catalog, perf_for=perf_for)
+    result["disaggregated"] = validate_disaggregated(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -841,10 +843,24 @@ def _row_replica(
     lin: np.ndarray,
     lout: np.ndarray,
 ) -> ReplicaModel:
-    """The replica a published row's server ran: the row's model, GPU, precisions, TP/EP
-    and prefill chunk, with the engine's (or the row's ``max_num_seqs``) running cap, else
-    the largest batch memory allows; the row's ``memory_fraction`` (when given) sets the
-    memory the engine may use (:func:`engine_memory_utilization`), else 0.9."""
+    """The replica a published row's server ran (:func:`_row_candidate`)."""
+    return _row_candidate(row, engine, fitted, catalog, perf_for, lin, lout).replica
+
+
+def _row_candidate(
+    row: dict[str, str],
+    engine: str,
+    fitted: FittedOverheads,
+    catalog: Catalog,
+    perf_for: PerfFor | None,
+    lin: np.ndarray,
+    lout: np.ndarray,
+) -> Candidate:
+    """The candidate (replica with its layout's extras) a published row's server ran: the
+    row's model, GPU, precisions, TP/EP and prefill chunk, with the engine's (or the row's
+    ``max_num_seqs``) running cap, else the largest batch memory allows; the row's
+    ``memory_fraction`` (when given) sets the memory the engine may use
+    (:func:`engine_memory_utilization`), else 0.9."""
     from gpuplan.forecast.inference import (
         DEFAULT_MEMORY_UTILIZATION,
         build_candidates,
@@ -895,7 +911,7 @@ def _row_replica(
     if not cands:
         raise InputError(f"{row.get('run_id')}: {dropped[0]['reason'] if dropped else 'no layout'}")
     # the scheduler's cap, else memory's (the largest candidate cap)
-    return max(cands, key=lambda c: c.replica.max_batch).replica
+    return max(cands, key=lambda c: c.replica.max_batch)
 
 
 def engine_memory_utilization(
@@ -1771,6 +1787,221 @@ def validate_sweeps(
             "--ignore-eos --request-rate inf --max-concurrency C --num-prompts 10*C; "
             "throughput = output tokens / benchmark duration, TPOT = (e2e - TTFT) / "
             "(output - 1) per request, TTFT from the client's send"
+        ),
+        "fitted_on": "nothing: every constant comes from other sources (held out by source)",
+        "by_metric": {k: sc(v) for k, v in pts.items()},
+        "by_gpu_engine": {g: {k: sc(v) for k, v in m.items()} for g, m in sorted(groups.items())},
+        "rows": per_row,
+        "skipped": skipped,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Disaggregated prefill/decode fleets (InferenceX, NVIDIA Dynamo and SGLang PD): fitted on none
+# ---------------------------------------------------------------------------------------------
+DISAGG_CSV_PATH = DATA_DIR / "inference_disagg_runs.csv"
+DisaggMetric: TypeAlias = Literal["throughput", "tpot_median", "ttft_median"]
+#: (column, unit scale, metric) of a disaggregated row
+DISAGG_METRICS: tuple[tuple[str, float, DisaggMetric], ...] = (
+    ("out_tokens_per_s_total", 1.0, "throughput"),
+    ("tpot_median_ms", 1e-3, "tpot_median"),
+    ("ttft_median_ms", 1e-3, "ttft_median"),
+)
+
+
+def load_disagg_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the disaggregated-fleet runs (``inference_disagg_runs.csv``)."""
+    return _read_rows(path, DISAGG_CSV_PATH)
+
+
+def _pool(row: dict[str, str], side: str) -> tuple[dict[str, str], int]:
+    """The replica fields of a row's prefill or decode workers, and how many workers."""
+    workers = int(_num(row.get(f"{side}_workers")) or 0)
+    if workers < 1:
+        raise InputError(
+            f"{row.get('run_id')}: {side}_workers must be at least 1",
+            hint="give the number of prefill and decode workers the run used",
+        )
+    run = dict(row)
+    run["tp"] = row.get(f"{side}_tp") or "1"
+    run["ep"] = row.get(f"{side}_ep") or "1"
+    if side == "prefill":
+        run["max_num_batched_tokens"] = row.get("prefill_chunk_tokens") or "8192"
+    return run, workers
+
+
+def forecast_disagg_row(
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[DisaggMetric, FloatArray]:
+    """One disaggregated run: its ``max_concurrency`` clients against its prefill and decode
+    workers (each a replica of the row's layout, :func:`_row_candidate`), solved by
+    :func:`~gpuplan.forecast.serving.disaggregated_closed_loop` with the mean lengths of
+    the benchmark's draw (:func:`sweep_requests`) and the prompt's KV cache moved over the
+    scale-out link (:func:`~gpuplan.forecast.serving.kv_transfer_time_s`). Returns
+    ``[value, slow, fast]`` per metric: output tokens/s of the fleet, median TPOT and TTFT."""
+    from gpuplan.forecast.inference import inter_node_link_bytes_per_s
+    from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
+    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.serving import disaggregated_closed_loop, kv_transfer_time_s
+
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    engine = engine_profile(row["engine"]).name
+    moe = arch_from(catalog.model(row["model"])).is_moe
+    own = FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
+    lin, lout = sweep_requests(row)
+    pre_row, n_pre = _pool(row, "prefill")
+    dec_row, n_dec = _pool(row, "decode")
+    pre = _row_candidate(pre_row, engine, own, catalog, perf_for, lin, lout)
+    dec = _row_candidate(dec_row, engine, own, catalog, perf_for, lin, lout)
+    i_mean, o_mean = float(lin.mean()), float(lout.mean())
+    link, _ = inter_node_link_bytes_per_s(dec.extra["rates"])
+    kv_s = kv_transfer_time_s(
+        i_mean * float(dec.extra["sharded"].kv_bytes_per_token_per_gpu()), link
+    )
+    conc = int(_num(row.get("max_concurrency")) or 0)
+    out: dict[DisaggMetric, list[float]] = {}
+    for scn in (VALUE, SLOW, FAST):
+        loop = disaggregated_closed_loop(
+            pre.replica,
+            dec.replica,
+            prefill_workers=n_pre,
+            decode_workers=n_dec,
+            input_tokens=i_mean,
+            output_tokens=o_mean,
+            concurrency=conc,
+            kv_transfer_s=kv_s,
+            scenario=scn,
+        )
+        out.setdefault("throughput", []).append(loop.output_tokens_per_s)
+        out.setdefault("tpot_median", []).append(loop.tpot_s)
+        out.setdefault("ttft_median", []).append(loop.ttft_s)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+class DisaggRow(TypedDict):
+    """One row of :func:`validate_disaggregated`."""
+
+    run_id: str
+    engine: str
+    gpu: str
+    precision: str
+    prefill: str
+    decode: str
+    concurrency: int
+    input_len: int
+    output_len: int
+    metrics: dict[str, LatencyPoint]
+
+
+class DisaggValidation(TypedDict):
+    """:func:`validate_disaggregated`: the disaggregated rows scored with the shipped
+    constants."""
+
+    data: str
+    source: str
+    convention: str
+    fitted_on: str
+    by_metric: dict[str, Score]
+    by_gpu_engine: dict[str, dict[str, Score]]
+    rows: list[DisaggRow]
+    skipped: list[Skipped]
+
+
+def _workers(row: dict[str, str], side: str) -> str:
+    tp, ep = int(_num(row.get(f"{side}_tp")) or 1), int(_num(row.get(f"{side}_ep")) or 1)
+    n = int(_num(row.get(f"{side}_workers")) or 0)
+    shape = f"wide EP {ep}" if tp == 1 and ep > 1 else f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")
+    return f"{n} x {shape}"
+
+
+def validate_disaggregated(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> DisaggValidation:
+    """Error of the shipped forecast on published disaggregated fleets (separate prefill
+    and decode workers under a closed-loop client, :func:`forecast_disagg_row`).
+
+    Held out by source: no constant is fitted on these rows; the per-step physics is the
+    one every other serving forecast uses. Scored apart: output throughput of the fleet,
+    median TPOT (the decode workers) and median TTFT, and by GPU and engine profile.
+    """
+    from gpuplan.forecast.inference_step import engine_profile
+
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    rows = load_disagg_rows(data)
+    pts: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
+    groups: dict[str, dict[str, list[tuple[float, tuple[float, float, float]]]]] = {}
+    per_row: list[DisaggRow] = []
+    skipped: list[Skipped] = []
+    for row in rows:
+        rid = row.get("run_id", "?")
+        try:
+            engine = engine_profile(row["engine"]).name
+            sims = forecast_disagg_row(row, fitted=fitted, catalog=catalog, perf_for=perf_for)
+            gpu = catalog.gpu(row["gpu_type"]).id
+        except (GpuplanError, KeyError, ValueError) as exc:
+            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
+            skipped.append({"run_id": rid, "reason": reason})
+            continue
+        q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
+        q_ttft = fitted.interval_quantiles("ttft", engine)
+        metrics: dict[str, LatencyPoint] = {}
+        for col, unit, name in DISAGG_METRICS:
+            pub = _num(row.get(col))
+            if not pub or pub <= 0:
+                continue
+            pub *= unit
+            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
+            if not math.isfinite(v):
+                continue
+            metrics[name] = {
+                "published_s": pub,
+                "forecast_s": v,
+                "interval_s": [lo, hi],
+                "error_pct": (v - pub) / pub * 100,
+            }
+            pts.setdefault(name, []).append((pub, (v, lo, hi)))
+            groups.setdefault(f"{gpu} {engine}", {}).setdefault(name, []).append((pub, (v, lo, hi)))
+        per_row.append(
+            {
+                "run_id": rid,
+                "engine": engine,
+                "gpu": gpu,
+                "precision": row.get("precision") or "",
+                "prefill": _workers(row, "prefill"),
+                "decode": _workers(row, "decode"),
+                "concurrency": int(_num(row.get("max_concurrency")) or 0),
+                "input_len": int(_num(row.get("input_len")) or 0),
+                "output_len": int(_num(row.get("output_len")) or 0),
+                "metrics": metrics,
+            }
+        )
+
+    def sc(p: list[tuple[float, tuple[float, float, float]]]) -> Score:
+        return score(
+            np.array([a for a, _ in p], dtype=float),
+            np.array([f for _, f in p], dtype=float).reshape(-1, 3),
+            len(p),
+        )
+
+    sources = sorted({r.get("source", "") for r in rows} - {""})
+    return {
+        "data": str(Path(data) if data else DISAGG_CSV_PATH.name),
+        "source": "; ".join(sources),
+        "convention": (
+            "closed loop (benchmark_serving --max-concurrency C --request-rate inf, random "
+            "lengths in [0.8 L, L]) against P prefill and D decode workers; throughput = "
+            "output tokens/s of the fleet, TPOT = (e2e - TTFT) / (output - 1), TTFT from the "
+            "client's send"
         ),
         "fitted_on": "nothing: every constant comes from other sources (held out by source)",
         "by_metric": {k: sc(v) for k, v in pts.items()},
