@@ -2184,6 +2184,7 @@ def build_candidates(
                 dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
                 continue
             coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0
+            hop_s = float(rates.comm(1.0)[1][VALUE])  # one PP hop, the same for every cap
             caps = (
                 [batch]
                 if batch is not None
@@ -2214,9 +2215,7 @@ def build_candidates(
                             "sharded": sh,
                             "rates": rates,
                             "kv_max_batch": max_b,
-                            "multi_node": multi_node_info(
-                                layout, g, float(rates.comm(1.0)[1][VALUE])
-                            ),
+                            "multi_node": multi_node_info(layout, g, hop_s),
                         },
                     )
                 )
