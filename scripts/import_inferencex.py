@@ -132,6 +132,18 @@ def launch(
     return Launch(script, "fp8", 32768, recv, 0.82, "total")
 
 
+def _provenance(r: dict, rid: str, framework: str) -> dict[str, object]:
+    """The leading columns of a row: its id, where it comes from and what ran it."""
+    return {
+        "run_id": rid,
+        "source": SOURCE,
+        "source_locator": f"{SNAPSHOT}; run {r['run_url']}",
+        "retrieved": RETRIEVED,
+        "run_date": r["date"],
+        "framework": f"{framework}; image {r.get('image') or 'not recorded'}",
+    }
+
+
 def rows(snapshot: list[dict]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     seen: set[str] = set()
@@ -162,12 +174,7 @@ def rows(snapshot: list[dict]) -> list[dict[str, object]]:
         seen.add(rid)
         out.append(
             {
-                "run_id": rid,
-                "source": SOURCE,
-                "source_locator": f"{SNAPSHOT}; run {r['run_url']}",
-                "retrieved": RETRIEVED,
-                "run_date": r["date"],
-                "framework": f"{FRAMEWORK[fw]}; image {r.get('image') or 'not recorded'}",
+                **_provenance(r, rid, FRAMEWORK[fw]),
                 "engine": ENGINE[fw],
                 "model": "deepseek-v3",
                 "precision": prec,
@@ -238,12 +245,7 @@ def disagg_rows(snapshot: list[dict]) -> list[dict[str, object]]:
         seen.add(rid)
         out.append(
             {
-                "run_id": rid,
-                "source": SOURCE,
-                "source_locator": f"{SNAPSHOT}; run {r['run_url']}",
-                "retrieved": RETRIEVED,
-                "run_date": r["date"],
-                "framework": f"{DISAGG_FRAMEWORK[fw]}; image {r.get('image') or 'not recorded'}",
+                **_provenance(r, rid, DISAGG_FRAMEWORK[fw]),
                 "engine": DISAGG_ENGINE[fw],
                 "model": "deepseek-v3",
                 "precision": prec,

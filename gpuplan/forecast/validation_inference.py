@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict, TypeVar
 
 import numpy as np
 
@@ -1669,6 +1669,68 @@ def simulate_sweep_row(
     return {k: np.array(v) for k, v in out.items()}
 
 
+_Point: TypeAlias = tuple[float, tuple[float, float, float]]
+_M = TypeVar("_M", bound=str)
+
+
+def _score_points(p: list[_Point]) -> Score:
+    return score(
+        np.array([a for a, _ in p], dtype=float),
+        np.array([f for _, f in p], dtype=float).reshape(-1, 3),
+        len(p),
+    )
+
+
+class _HeldOutScores:
+    """Published against forecast of rows scored with the shipped constants (intervals as
+    a new forecast of the row's profile gets them), by metric and by GPU and profile."""
+
+    def __init__(self, fitted: FittedOverheads) -> None:
+        self.fitted = fitted
+        self.pts: dict[str, list[_Point]] = {}
+        self.groups: dict[str, dict[str, list[_Point]]] = {}
+
+    def add(
+        self,
+        row: dict[str, str],
+        sims: Mapping[_M, FloatArray],
+        columns: Sequence[tuple[str, float, _M]],
+        engine: str,
+        gpu: str,
+    ) -> dict[str, LatencyPoint]:
+        """Score the row's published ``columns`` (column, unit, metric) against ``sims``
+        (``[value, slow, fast]`` per metric); returns the row's points."""
+        q_thr = self.fitted.interval_quantiles("throughput_per_gpu", engine)
+        q_ttft = self.fitted.interval_quantiles("ttft", engine)
+        metrics: dict[str, LatencyPoint] = {}
+        for col, unit, name in columns:
+            pub = _num(row.get(col))
+            if not pub or pub <= 0:
+                continue
+            pub *= unit
+            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
+            if not math.isfinite(v):
+                continue
+            metrics[name] = {
+                "published_s": pub,
+                "forecast_s": v,
+                "interval_s": [lo, hi],
+                "error_pct": (v - pub) / pub * 100,
+            }
+            self.pts.setdefault(name, []).append((pub, (v, lo, hi)))
+            group = self.groups.setdefault(f"{gpu} {engine}", {})
+            group.setdefault(name, []).append((pub, (v, lo, hi)))
+        return metrics
+
+    def by_metric(self) -> dict[str, Score]:
+        return {k: _score_points(v) for k, v in self.pts.items()}
+
+    def by_gpu_engine(self) -> dict[str, dict[str, Score]]:
+        return {
+            g: {k: _score_points(v) for k, v in m.items()} for g, m in sorted(self.groups.items())
+        }
+
+
 class SweepRow(TypedDict):
     """One sweep row of :func:`validate_sweeps`: published, forecast, interval, error per
     metric (throughput in output tokens/s of the replica, latencies in s)."""
@@ -1723,8 +1785,7 @@ def validate_sweeps(
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_sweep_rows(data)
-    pts: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
-    groups: dict[str, dict[str, list[tuple[float, tuple[float, float, float]]]]] = {}
+    held = _HeldOutScores(fitted)
     per_row: list[SweepRow] = []
     skipped: list[Skipped] = []
     for row in rows:
@@ -1737,25 +1798,7 @@ def validate_sweeps(
             reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
             skipped.append({"run_id": rid, "reason": reason})
             continue
-        q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
-        q_ttft = fitted.interval_quantiles("ttft", engine)
-        metrics: dict[str, LatencyPoint] = {}
-        for col, unit, name in SWEEP_METRICS:
-            pub = _num(row.get(col))
-            if not pub or pub <= 0:
-                continue
-            pub *= unit
-            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
-            if not math.isfinite(v):
-                continue
-            metrics[name] = {
-                "published_s": pub,
-                "forecast_s": v,
-                "interval_s": [lo, hi],
-                "error_pct": (v - pub) / pub * 100,
-            }
-            pts.setdefault(name, []).append((pub, (v, lo, hi)))
-            groups.setdefault(f"{gpu} {engine}", {}).setdefault(name, []).append((pub, (v, lo, hi)))
+        metrics = held.add(row, sims, SWEEP_METRICS, engine, gpu)
         per_row.append(
             {
                 "run_id": rid,
@@ -1771,13 +1814,6 @@ def validate_sweeps(
             }
         )
 
-    def sc(p: list[tuple[float, tuple[float, float, float]]]) -> Score:
-        return score(
-            np.array([a for a, _ in p], dtype=float),
-            np.array([f for _, f in p], dtype=float).reshape(-1, 3),
-            len(p),
-        )
-
     sources = sorted({r.get("source", "") for r in rows} - {""})
     return {
         "data": str(Path(data) if data else SWEEP_CSV_PATH.name),
@@ -1789,8 +1825,8 @@ def validate_sweeps(
             "(output - 1) per request, TTFT from the client's send"
         ),
         "fitted_on": "nothing: every constant comes from other sources (held out by source)",
-        "by_metric": {k: sc(v) for k, v in pts.items()},
-        "by_gpu_engine": {g: {k: sc(v) for k, v in m.items()} for g, m in sorted(groups.items())},
+        "by_metric": held.by_metric(),
+        "by_gpu_engine": held.by_gpu_engine(),
         "rows": per_row,
         "skipped": skipped,
     }
@@ -1938,8 +1974,7 @@ def validate_disaggregated(
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_disagg_rows(data)
-    pts: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
-    groups: dict[str, dict[str, list[tuple[float, tuple[float, float, float]]]]] = {}
+    held = _HeldOutScores(fitted)
     per_row: list[DisaggRow] = []
     skipped: list[Skipped] = []
     for row in rows:
@@ -1952,25 +1987,7 @@ def validate_disaggregated(
             reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
             skipped.append({"run_id": rid, "reason": reason})
             continue
-        q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
-        q_ttft = fitted.interval_quantiles("ttft", engine)
-        metrics: dict[str, LatencyPoint] = {}
-        for col, unit, name in DISAGG_METRICS:
-            pub = _num(row.get(col))
-            if not pub or pub <= 0:
-                continue
-            pub *= unit
-            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
-            if not math.isfinite(v):
-                continue
-            metrics[name] = {
-                "published_s": pub,
-                "forecast_s": v,
-                "interval_s": [lo, hi],
-                "error_pct": (v - pub) / pub * 100,
-            }
-            pts.setdefault(name, []).append((pub, (v, lo, hi)))
-            groups.setdefault(f"{gpu} {engine}", {}).setdefault(name, []).append((pub, (v, lo, hi)))
+        metrics = held.add(row, sims, DISAGG_METRICS, engine, gpu)
         per_row.append(
             {
                 "run_id": rid,
@@ -1986,13 +2003,6 @@ def validate_disaggregated(
             }
         )
 
-    def sc(p: list[tuple[float, tuple[float, float, float]]]) -> Score:
-        return score(
-            np.array([a for a, _ in p], dtype=float),
-            np.array([f for _, f in p], dtype=float).reshape(-1, 3),
-            len(p),
-        )
-
     sources = sorted({r.get("source", "") for r in rows} - {""})
     return {
         "data": str(Path(data) if data else DISAGG_CSV_PATH.name),
@@ -2004,8 +2014,8 @@ def validate_disaggregated(
             "client's send"
         ),
         "fitted_on": "nothing: every constant comes from other sources (held out by source)",
-        "by_metric": {k: sc(v) for k, v in pts.items()},
-        "by_gpu_engine": {g: {k: sc(v) for k, v in m.items()} for g, m in sorted(groups.items())},
+        "by_metric": held.by_metric(),
+        "by_gpu_engine": held.by_gpu_engine(),
         "rows": per_row,
         "skipped": skipped,
     }
