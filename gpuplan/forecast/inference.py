@@ -722,8 +722,7 @@ def _best_batch(
         thr = b * answer / (ttft + max(answer - 1, 0) * tpot)
     else:
         m, c = prefill_chunks(prompt, chunk_tokens)
-        ks, w = prompts_per_iteration(b / max(answer, 1.0) * m)
-        k = ks
+        k, w = prompts_per_iteration(b / max(answer, 1.0) * m)
         rows = b[:, None]
         t = cost.time(rows + k * c, rows, rows * ctx, k * coef * prompt**2 / 2.0 / m, k * c)
         thr = b / (w * t).sum(axis=1)
