@@ -1175,7 +1175,8 @@ def disaggregated_closed_loop(
       is the decode-only iteration of ``b`` sequences at the mean context ``I + O / 2``
       (:meth:`StepCostModel.time`; no prompt shares the iteration: disaggregated); ``b`` is
       the smallest fixed point, capped by the batch slots and the KV cache.
-    * **Prefill**: a worker packs ``k = max(1, chunk // I)`` prompts into a pass of ``t_k``,
+    * **Prefill**: a worker packs ``k = chunk // I`` prompts into a pass of ``t_k`` (a prompt
+      longer than the chunk takes its chunked passes, :meth:`ReplicaModel.single_request`),
       so the pool serves ``prefill_workers * k / t_k`` prompts/s; a prompt alone takes
       :meth:`ReplicaModel.single_request`, plus the M/D/1 wait ``t_k * rho / (2 (1 - rho))``
       at utilisation ``rho``.
@@ -1199,13 +1200,21 @@ def disaggregated_closed_loop(
         rows = np.maximum(b, 1.0)
         return np.asarray(dc.time(rows, rows, rows * ctx, 0.0, 0.0, scenario), dtype=float)
 
-    k = max(1, int(prefill.chunk_tokens // max(i_len, 1.0)))
-    t_k = float(
-        prefill.cost.time(
-            k * i_len, k, 0.0, k * prefill.prefill_flops_coef * i_len**2 / 2.0, k * i_len, scenario
-        )
-    )
     alone, _ = prefill.single_request(i_len, 1.0, scenario)
+    k = max(1, int(prefill.chunk_tokens // max(i_len, 1.0)))
+    if k == 1:  # one prompt per pass, in chunks when it is longer than the budget
+        t_k = alone - prefill.frontend_s_per_request
+    else:
+        t_k = float(
+            prefill.cost.time(
+                k * i_len,
+                k,
+                0.0,
+                k * prefill.prefill_flops_coef * i_len**2 / 2.0,
+                k * i_len,
+                scenario,
+            )
+        )
     prefill_rate = prefill_workers * k / t_k
     b_cap = float(max(min(decode.max_batch, decode.kv_capacity_tokens / (i_len + o_len)), 1.0))
     t_cap = float(tpot(np.array([b_cap]))[0])

@@ -1612,6 +1612,19 @@ def sweep_requests(row: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
     return lin.astype(np.int64), np.maximum(lout, 1).astype(np.int64)
 
 
+def _profile_overheads(
+    row: dict[str, str], fitted: FittedOverheads, catalog: Catalog
+) -> tuple[str, FittedOverheads]:
+    """The row's engine profile and its shipped constants alone (the held-out rows are
+    scored with the profile's own parameters, model-error quantiles kept)."""
+    from gpuplan.forecast.inference_step import engine_profile
+    from gpuplan.forecast.model import arch_from
+
+    engine = engine_profile(row["engine"]).name
+    moe = arch_from(catalog.model(row["model"])).is_moe
+    return engine, FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
+
+
 def simulate_sweep_row(
     row: dict[str, str],
     *,
@@ -1625,19 +1638,15 @@ def simulate_sweep_row(
     ``[value, slow, fast]`` per metric: output tokens/s of the replica, median and p99 TPOT
     and TTFT (s), as ``benchmark_serving`` computes them. Data-parallel attention
     (``dp_attention`` 1) runs as the wide-EP layout (tp 1, ep N)."""
-    from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
-    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.inference_step import FAST, SLOW
     from gpuplan.forecast.serving import simulate_requests
 
     catalog = _catalog_or_default(catalog)
-    fitted = fitted or load_overheads()
-    engine = engine_profile(row["engine"]).name
-    moe = arch_from(catalog.model(row["model"])).is_moe
+    engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
     run = dict(row)
     if int(_num(row.get("dp_attention")) or 0):
         run["tp"] = "1"
     lin, lout = sweep_requests(row)
-    own = FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
     rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
     # the scheduler takes requests every recv-th turn, and a turn runs `steps` decode passes
     recv = int(_num(row.get("scheduler_recv_interval")) or 1)
@@ -1722,6 +1731,31 @@ class _HeldOutScores:
             group.setdefault(name, []).append((pub, (v, lo, hi)))
         return metrics
 
+    def score_rows(
+        self,
+        rows: list[dict[str, str]],
+        forecast: Callable[[dict[str, str]], Mapping[_M, FloatArray]],
+        columns: Sequence[tuple[str, float, _M]],
+        catalog: Catalog,
+    ) -> tuple[list[tuple[dict[str, str], str, str, dict[str, LatencyPoint]]], list[Skipped]]:
+        """Forecast and score every row: ``(row, engine, gpu, its points)`` for the rows
+        forecast, and the rows that could not be, with the one-line reason."""
+        from gpuplan.forecast.inference_step import engine_profile
+
+        done: list[tuple[dict[str, str], str, str, dict[str, LatencyPoint]]] = []
+        skipped: list[Skipped] = []
+        for row in rows:
+            try:
+                engine = engine_profile(row["engine"]).name
+                sims = forecast(row)
+                gpu = catalog.gpu(row["gpu_type"]).id
+            except (GpuplanError, KeyError, ValueError) as exc:
+                reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
+                skipped.append({"run_id": row.get("run_id", "?"), "reason": reason})
+                continue
+            done.append((row, engine, gpu, self.add(row, sims, columns, engine, gpu)))
+        return done, skipped
+
     def by_metric(self) -> dict[str, Score]:
         return {k: _score_points(v) for k, v in self.pts.items()}
 
@@ -1780,28 +1814,21 @@ def validate_sweeps(
     (the calibration's slow/fast ends widened by the profile's model-error quantiles).
     Scored apart: throughput, median and p99 TPOT and TTFT, and by GPU and engine.
     """
-    from gpuplan.forecast.inference_step import engine_profile
-
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_sweep_rows(data)
     held = _HeldOutScores(fitted)
+    done, skipped = held.score_rows(
+        rows,
+        partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        SWEEP_METRICS,
+        catalog,
+    )
     per_row: list[SweepRow] = []
-    skipped: list[Skipped] = []
-    for row in rows:
-        rid = row.get("run_id", "?")
-        try:
-            engine = engine_profile(row["engine"]).name
-            sims = simulate_sweep_row(row, fitted=fitted, catalog=catalog, perf_for=perf_for)
-            gpu = catalog.gpu(row["gpu_type"]).id
-        except (GpuplanError, KeyError, ValueError) as exc:
-            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
-            skipped.append({"run_id": rid, "reason": reason})
-            continue
-        metrics = held.add(row, sims, SWEEP_METRICS, engine, gpu)
+    for row, engine, gpu, metrics in done:
         per_row.append(
             {
-                "run_id": rid,
+                "run_id": row.get("run_id", "?"),
                 "engine": engine,
                 "gpu": gpu,
                 "precision": row.get("precision") or "",
@@ -1880,15 +1907,11 @@ def forecast_disagg_row(
     scale-out link (:func:`~gpuplan.forecast.serving.kv_transfer_time_s`). Returns
     ``[value, slow, fast]`` per metric: output tokens/s of the fleet, median TPOT and TTFT."""
     from gpuplan.forecast.inference import inter_node_link_bytes_per_s
-    from gpuplan.forecast.inference_step import FAST, SLOW, engine_profile
-    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.inference_step import FAST, SLOW
     from gpuplan.forecast.serving import disaggregated_closed_loop, kv_transfer_time_s
 
     catalog = _catalog_or_default(catalog)
-    fitted = fitted or load_overheads()
-    engine = engine_profile(row["engine"]).name
-    moe = arch_from(catalog.model(row["model"])).is_moe
-    own = FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
+    engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
     lin, lout = sweep_requests(row)
     pre_row, n_pre = _pool(row, "prefill")
     dec_row, n_dec = _pool(row, "decode")
@@ -1969,28 +1992,21 @@ def validate_disaggregated(
     one every other serving forecast uses. Scored apart: output throughput of the fleet,
     median TPOT (the decode workers) and median TTFT, and by GPU and engine profile.
     """
-    from gpuplan.forecast.inference_step import engine_profile
-
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_disagg_rows(data)
     held = _HeldOutScores(fitted)
+    done, skipped = held.score_rows(
+        rows,
+        partial(forecast_disagg_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        DISAGG_METRICS,
+        catalog,
+    )
     per_row: list[DisaggRow] = []
-    skipped: list[Skipped] = []
-    for row in rows:
-        rid = row.get("run_id", "?")
-        try:
-            engine = engine_profile(row["engine"]).name
-            sims = forecast_disagg_row(row, fitted=fitted, catalog=catalog, perf_for=perf_for)
-            gpu = catalog.gpu(row["gpu_type"]).id
-        except (GpuplanError, KeyError, ValueError) as exc:
-            reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
-            skipped.append({"run_id": rid, "reason": reason})
-            continue
-        metrics = held.add(row, sims, DISAGG_METRICS, engine, gpu)
+    for row, engine, gpu, metrics in done:
         per_row.append(
             {
-                "run_id": rid,
+                "run_id": row.get("run_id", "?"),
                 "engine": engine,
                 "gpu": gpu,
                 "precision": row.get("precision") or "",
