@@ -42,7 +42,7 @@ from gpuplan.calibration.curves import (
 )
 from gpuplan.calibration.dataset import Record
 from gpuplan.calibration.specs import DeviceSpec
-from gpuplan.calibration.transfer import Sample, transfer_fraction
+from gpuplan.calibration.transfer import Sample, Transferred, transfer_fraction
 from gpuplan.calibration.units import BYTES_PER_ELEMENT
 
 #: Relative half-width given to a measured value when the data cannot say more (a single
@@ -280,6 +280,61 @@ def fit_matmul(
     return state
 
 
+def _own_dtype_ratio(
+    state: dict, specs: dict[str, DeviceSpec], device: str, dtype: str, exclude: str | None
+) -> tuple[Transferred | None, str | None]:
+    """The device's own measured efficiency on a related dtype of the same matrix units,
+    times the ratio of the two dtypes' efficiencies on the devices that measured both.
+
+    What sets a chip's achieved fraction of peak (its clocks under load, power capping,
+    the GEMM library of its vendor) acts on every dtype of its matrix units alike, so a
+    part measured in bf16 but not fp8 says more about its fp8 than another part's fp8
+    does: the MI300X reaches 51% of its bf16 peak (mamf-finder) and 44% of its fp8 peak
+    (hipBLASLt), the MI355X 68% of its bf16 peak, so its fp8 is read as 68% x 44/51, not
+    as the MI300X's 44%. The ratio pools by vendor and generation like any transfer
+    (:func:`~gpuplan.calibration.transfer.transfer_fraction`). ``(None, None)`` when the
+    device measured no related dtype or no other device measured both.
+    """
+    spec = specs.get(device)
+    if spec is None:
+        return None, None
+    for related in RELATED_DTYPES.get(dtype, ()):
+        own = state.get((device, related))
+        if own is None or own.get("basis") != "measured" or not own.get("fraction"):
+            continue
+        ratios = []
+        for (dev, dt), entry in state.items():
+            other = state.get((dev, related))
+            if dt != dtype or dev in (device, exclude) or other is None:
+                continue
+            if entry.get("basis") != "measured" or other.get("basis") != "measured":
+                continue
+            if not entry.get("fraction") or not other.get("fraction"):
+                continue
+            dspec = specs.get(dev)
+            ratios.append(
+                Sample(
+                    dev,
+                    dspec.vendor if dspec else None,
+                    dspec.generation if dspec else None,
+                    entry["fraction"] / other["fraction"],
+                )
+            )
+        tr = transfer_fraction(ratios, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
+        if tr is None:
+            continue
+        f = float(own["fraction"])
+        scaled = Transferred(
+            fraction=f * tr.fraction,
+            low=f * tr.low,
+            high=f * tr.high,
+            level=tr.level,
+            devices=tr.devices,
+        )
+        return scaled, f"own {related} efficiency x {dtype}/{related} ratio"
+    return None, None
+
+
 def entry_matmul(
     state: dict,
     specs: dict[str, DeviceSpec],
@@ -294,9 +349,16 @@ def entry_matmul(
     peak = spec.peak(dtype) if spec else None
     if not peak:
         return None
-    same = [s for s in _samples(state, specs, lambda k, e: k[1] == dtype) if s.device != exclude]
-    tr = transfer_fraction(same, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
-    note = None
+    tr, note = (
+        (None, None)
+        if device == exclude
+        else _own_dtype_ratio(state, specs, device, dtype, exclude)
+    )
+    if tr is None:
+        same = [
+            s for s in _samples(state, specs, lambda k, e: k[1] == dtype) if s.device != exclude
+        ]
+        tr = transfer_fraction(same, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
     for related in RELATED_DTYPES.get(dtype, ()):
         if tr is not None:
             break

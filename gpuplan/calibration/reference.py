@@ -67,6 +67,7 @@ HARDWARE_LOOKUP: dict[str, str | None] = {
     "A100 x8": "A100 SXM4 80GB",
     "MI300X (Dell XE9680, 2x Xeon 8462Y+), ROCm 6.4.1": "MI300X",
     "A100-SXM4-40GB": "A100 SXM4 40GB",
+    "AMD Instinct MI300X (Azure ND MI300X v5)": "MI300X",
 }
 
 #: Rows measured on a setup that the source (or the data's curator) flags as not

@@ -1268,7 +1268,8 @@ def validate_engines(
     other models; a profile with fewer, with the pooled time scale of every engine's rows of
     the other models. ``leave-one-engine-out``: with the time scale of every other engine's
     rows (the transfer to an engine never seen). Interval quantiles come from the fitting
-    rows' residuals. Throughput, TTFT and TPOT are scored apart (``by_metric``).
+    rows' *held-out* residuals (each scored by the fold that held its own model out), as the
+    shipped constants' do. Throughput, TTFT and TPOT are scored apart (``by_metric``).
     """
     from gpuplan.forecast.inference_step import MIN_ROWS_CALIBRATED, engine_profile
 
@@ -1286,15 +1287,14 @@ def validate_engines(
     fits: dict[tuple[int, ...], EngineFit] = {}
     per_row: list[EngineRow] = []
     points: dict[tuple[str, str], list[tuple[float, tuple[float, float, float]]]] = {}
+    # (row, metric, forecast at the calibration's value/slow/fast, published, rows that fitted it)
+    scored: list[tuple[int, EngineMetric, np.ndarray, float, list[int]]] = []
     for i, row in enumerate(d.rows):
         train, basis = _train_rows(d, i, scheme)
         key = tuple(train)
         if key not in fits:
             fits[key] = d.fit(train)
         f = fits[key]
-        q = f["log_residual_quantiles"]
-        q_thr = (float(q["throughput_per_gpu"][0]), float(q["throughput_per_gpu"][1]))
-        q_ttft = (float(q["ttft"][0]), float(q["ttft"][1]))
         sims = simulate_engine_row(
             row,
             time_scale=d.scale(i, f),
@@ -1318,27 +1318,52 @@ def validate_engines(
         }
         for name, v3 in sims.items():
             pub = d.published(i, name)
-            if pub is None:
-                continue
-            v, lo, hi = _with_interval(v3, name, q_thr, q_ttft)
-            points.setdefault((d.engine[i], name), []).append((pub, (v, lo, hi)))
-            if name == "throughput":
-                rec.update(
-                    {
-                        "published": pub,
-                        "forecast": v,
-                        "interval": [lo, hi],
-                        "error_pct": (v - pub) / pub * 100,
-                    }
-                )
-            else:
-                rec[name] = {
-                    "published_s": pub,
-                    "forecast_s": v,
-                    "interval_s": [lo, hi],
+            if pub is not None:
+                scored.append((i, name, v3, pub, train))
+        per_row.append(rec)
+
+    # The model-error quantiles of a row's interval are those of the *held-out* residuals
+    # of the rows that fitted its constants, as the shipped constants' are
+    # (fit_engine_constants): in-sample residuals of a fit are narrower than its error on
+    # a model it has not seen (the jackknife+ of Barber et al. 2021, "Predictive inference
+    # with the jackknife+", Ann. Statist. 49(1), with each training row's residual taken
+    # from the fold that held its model out).
+    held_res: dict[str, dict[int, float]] = {"throughput": {}, "ttft": {}}
+    for i, name, v3, pub, _ in scored:
+        kind = "throughput" if name == "throughput" else "ttft" if name.startswith("ttft") else None
+        if kind is not None:
+            held_res[kind][i] = math.log(float(v3[VALUE]) / pub)
+    quantiles: dict[tuple[tuple[int, ...], str], tuple[float, float]] = {}
+
+    def held_quantiles(train: list[int], kind: str) -> tuple[float, float]:
+        key = (tuple(train), kind)
+        if key not in quantiles:
+            res = held_res[kind]
+            quantiles[key] = _q(np.array([res[j] for j in train if j in res], dtype=float))
+        return quantiles[key]
+
+    for i, name, v3, pub, train in scored:
+        rec = per_row[i]
+        v, lo, hi = _with_interval(
+            v3, name, held_quantiles(train, "throughput"), held_quantiles(train, "ttft")
+        )
+        points.setdefault((d.engine[i], name), []).append((pub, (v, lo, hi)))
+        if name == "throughput":
+            rec.update(
+                {
+                    "published": pub,
+                    "forecast": v,
+                    "interval": [lo, hi],
                     "error_pct": (v - pub) / pub * 100,
                 }
-        per_row.append(rec)
+            )
+        else:
+            rec[name] = {
+                "published_s": pub,
+                "forecast_s": v,
+                "interval_s": [lo, hi],
+                "error_pct": (v - pub) / pub * 100,
+            }
 
     def sc(pts: list[tuple[float, tuple[float, float, float]]], total: int) -> Score:
         return score(

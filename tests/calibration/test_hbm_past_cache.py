@@ -87,3 +87,24 @@ def test_h200_copy_bandwidth_transfers_within_10_percent_of_a_large_copy(artifac
     assert "h200-sxm-141gb" not in h200["transfer"]["from_devices"]
     value = h200["coefficients"]["bandwidth_bytes_per_s"]
     assert abs(value / H200_LARGE_COPY_BYTES_PER_S - 1) <= 0.10
+
+
+def test_the_mi300x_copy_calibrates_the_amd_parts(artifact, catalog):
+    """BabelStream on Azure's ND MI300X v5 (Copy of 10.5 GB arrays: 4.11 of 5.3 TB/s)
+    reaches a lower fraction of its spec than the A100's BabelStream copy, and the MI325X
+    (same generation, not measured) transfers the MI300X's fraction, not the NVIDIA one."""
+    fitted = artifact["models"]["memory_bandwidth"]["coefficients"]["devices"]
+
+    def fraction(device: str) -> float:
+        spec = catalog.gpu(device).memory_bandwidth_bytes_per_s
+        return fitted[device]["coefficients"]["bandwidth_bytes_per_s"] / spec
+
+    assert fitted["mi300x"]["basis"] == "measured"
+    assert fitted["mi300x"]["coefficients"]["bandwidth_bytes_per_s"] == pytest.approx(
+        4.11e12, rel=0.02
+    )
+    assert fraction("mi300x") < fraction("a100-sxm4-40gb")
+    mi325x = fitted["mi325x"]
+    assert mi325x["basis"] == "transferred"
+    assert mi325x["transfer"]["from_devices"] == ["mi300x"]
+    assert fraction("mi325x") == pytest.approx(fraction("mi300x"), rel=1e-6)

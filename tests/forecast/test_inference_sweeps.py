@@ -120,16 +120,17 @@ def test_every_sweep_row_is_forecast_and_scored_apart(sweeps) -> None:
 
 def test_sweep_forecast_error_on_this_held_out_source(sweeps) -> None:
     """Measured when written (shipped constants, none fitted on InferenceX): throughput
-    median |err| 20.9%, TPOT 17.4%, interval coverage 90%; TTFT median 39.1% (62.0% before
+    median |err| 17.8%, TPOT 15.4%, interval coverage 91%; TTFT median 37.8% (62.0% before
     the scheduler's poll interval and decode passes per turn were replayed; the rest is a
-    known gap: docs/forecast-inference.md). The bounds hold the figures within a few
-    points."""
+    known gap: docs/forecast-inference.md). Before the MI300X's HBM copy and fp8 GEMM were
+    measured (and the MI325X/MI355X fp8 read from their own bf16 efficiency): 20.9%, 17.4%,
+    39.1%. The bounds hold the figures within a few points."""
     thr = sweeps["by_metric"]["throughput"]
     tpot = sweeps["by_metric"]["tpot_median"]
     ttft = sweeps["by_metric"]["ttft_median"]
-    assert thr["median_abs_pct_error"] < 25.0
-    assert tpot["median_abs_pct_error"] < 20.0
-    assert ttft["median_abs_pct_error"] < 43.0
+    assert thr["median_abs_pct_error"] < 21.0
+    assert tpot["median_abs_pct_error"] < 18.0
+    assert ttft["median_abs_pct_error"] < 41.0
     assert thr["interval_coverage"] >= 0.85
     # the SGLang Blackwell rows, whose scripts poll for requests every 10-30 passes
     b300 = sweeps["by_gpu_engine"]["b300-sxm-288gb sglang@0.5"]["ttft_median"]
@@ -137,6 +138,12 @@ def test_sweep_forecast_error_on_this_held_out_source(sweeps) -> None:
     # and the MI355X SGLang rows, which run 4-8 decode passes per scheduler turn
     mi355 = sweeps["by_gpu_engine"]["mi355x sglang@0.5"]["ttft_median"]
     assert mi355["median_abs_pct_error"] < 30.0
+    # the AMD parts on their measured HBM copy and fp8 GEMM (MI300X 67.4%, MI355X SGLang
+    # 9.9%, ATOM 15.4%; 79.0%, 15.3% and 22.3% on the rates transferred from NVIDIA parts)
+    by = sweeps["by_gpu_engine"]
+    assert by["mi300x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 72.0
+    assert by["mi355x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 12.0
+    assert by["mi355x atom@0.1"]["throughput"]["median_abs_pct_error"] < 18.0
 
 
 def test_sweep_forecast_rises_with_concurrency_as_published() -> None:
