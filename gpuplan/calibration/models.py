@@ -298,32 +298,22 @@ def _own_dtype_ratio(
     spec = specs.get(device)
     if spec is None:
         return None, None
+    measured = {s.device: s for s in _samples(state, specs, lambda k, e: k[1] == dtype)}
     for related in RELATED_DTYPES.get(dtype, ()):
-        own = state.get((device, related))
-        if own is None or own.get("basis") != "measured" or not own.get("fraction"):
+        rel = {
+            s.device: s.fraction for s in _samples(state, specs, lambda k, e, r=related: k[1] == r)
+        }
+        if device not in rel:
             continue
-        ratios = []
-        for (dev, dt), entry in state.items():
-            other = state.get((dev, related))
-            if dt != dtype or dev in (device, exclude) or other is None:
-                continue
-            if entry.get("basis") != "measured" or other.get("basis") != "measured":
-                continue
-            if not entry.get("fraction") or not other.get("fraction"):
-                continue
-            dspec = specs.get(dev)
-            ratios.append(
-                Sample(
-                    dev,
-                    dspec.vendor if dspec else None,
-                    dspec.generation if dspec else None,
-                    entry["fraction"] / other["fraction"],
-                )
-            )
+        ratios = [
+            replace(s, fraction=s.fraction / rel[d])
+            for d, s in measured.items()
+            if d in rel and d not in (device, exclude)
+        ]
         tr = transfer_fraction(ratios, spec.vendor, spec.generation, level=INTERVAL_LEVEL)
         if tr is None:
             continue
-        f = float(own["fraction"])
+        f = rel[device]
         scaled = Transferred(
             fraction=f * tr.fraction,
             low=f * tr.low,
