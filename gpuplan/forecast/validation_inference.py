@@ -210,7 +210,8 @@ class EngineRow(TypedDict):
 
 class EngineFit(TypedDict):
     """Engine-profile constants (:meth:`_EngineData.fit`): the time scales and per-layer
-    overhead; a finished fit adds the front-end cost, its row counts and residual quantiles."""
+    overhead; a finished fit adds the front-end cost and its row counts (interval quantiles
+    come from held-out residuals: :func:`validate_engines`, :func:`fit_engine_constants`)."""
 
     time_scale: float
     moe_time_scale: float
@@ -218,7 +219,6 @@ class EngineFit(TypedDict):
     frontend_s_per_request: NotRequired[float]
     rows: NotRequired[int]
     moe_rows: NotRequired[int]
-    log_residual_quantiles: NotRequired[dict[str, list[float]]]
 
 
 class EngineProfile(Score):
@@ -1166,18 +1166,8 @@ class _EngineData:
             for _ in range(3):
                 lr_m = self.log_ratios(moe, f).get("throughput", np.array([]))
                 f["moe_time_scale"] *= fit_time_scale(lr_m)
-        res = self.log_ratios(idx, f)
-        ttft = np.concatenate([res[k] for k in res if k.startswith("ttft")] or [np.array([])])
-        thr = res.get("throughput", np.array([]))
-        return {
-            **f,
-            "rows": int(thr.size),
-            "moe_rows": int(lr_m.size),
-            "log_residual_quantiles": {
-                "throughput_per_gpu": list(_q(thr)),
-                "ttft": list(_q(ttft)),
-            },
-        }
+        thr = self.log_ratios(idx, f).get("throughput", np.array([]))
+        return {**f, "rows": int(thr.size), "moe_rows": int(lr_m.size)}
 
 
 #: front-end cost (s per request) of the one extra replay per row that measures how its
