@@ -27,7 +27,10 @@ sweeps of DeepSeek-R1 on H200, B200, B300, MI300X, MI325X and MI355X under SGLan
 TensorRT-LLM 1.x and ATOM, scored on throughput and median/p99 TPOT and TTFT with no
 constant fitted on them; and InferenceX's disaggregated fleets (separate prefill and
 decode workers under NVIDIA Dynamo or SGLang PD, up to wide EP 32 on GB200/GB300 NVL72)
-scored on fleet throughput and median TPOT and TTFT, also fitted on nothing) and compare
+scored on fleet throughput and median TPOT and TTFT, also fitted on nothing; and
+TensorRT-LLM 0.17's offline maximum-throughput tables (trtllm-bench: Llama 3.1 8B/70B/405B,
+Mistral 7B, Mixtral 8x7B/8x22B on H200, H100, L40S and A100 at TP 1-8, fitted on
+nothing) and compare
 like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
 interval contains the published value, per source, per table, per metric, per engine
@@ -151,42 +154,44 @@ def _table(result: dict[str, Any], show_rows: bool):
             )
             for name, p in result["profiles"].items():
                 console.print(f"  {name}: {p['constants']}")
-        sweeps = result.get("sweeps")
-        if sweeps and sweeps.get("by_metric"):
-            console.print(
-                simple_table(
-                    "Closed-loop concurrency sweeps (InferenceX, DeepSeek-R1), held out by "
-                    "source: fitted on nothing",
-                    ["metric", *cols],
-                    [line(k, v) for k, v in sweeps["by_metric"].items()],
-                )
-            )
-            console.print(
-                _by_gpu_engine(
-                    "Sweeps by GPU and engine profile (median |err| and bias)",
-                    sweeps["by_gpu_engine"],
-                )
-            )
-            console.print(f"  {sweeps['convention']}")
-        disagg = result.get("disaggregated")
-        if disagg and disagg.get("by_metric"):
-            console.print(
-                simple_table(
-                    "Disaggregated prefill/decode fleets (InferenceX: Dynamo, SGLang PD; "
-                    "DeepSeek-R1), held out by source: fitted on nothing",
-                    ["metric", *cols],
-                    [line(k, v) for k, v in disagg["by_metric"].items()],
-                )
-            )
-            console.print(
-                _by_gpu_engine(
-                    "Disaggregated fleets by GPU and engine profile (median |err| and bias)",
-                    disagg["by_gpu_engine"],
-                )
-            )
-            console.print(f"  {disagg['convention']}")
-            if disagg["skipped"]:
-                console.print(f"  not forecast: {len(disagg['skipped'])} rows (see --format json)")
+
+        def held_out_section(
+            key: str, title: str, group_title: str, by: tuple[str, ...] = ()
+        ) -> dict[str, Any] | None:
+            """Print one held-out source's scores (by metric, then any ``by`` groups) and
+            its by-GPU-and-profile table; returns the section, None when absent."""
+            sec = result.get(key)
+            if not sec or not sec.get("by_metric"):
+                return None
+            rows = [line(k, v) for k, v in sec["by_metric"].items()]
+            for group in by:
+                rows += [line(k, v) for k, v in sec[group].items()]
+            console.print(simple_table(title, ["metric" if not by else "group", *cols], rows))
+            console.print(_by_gpu_engine(group_title, sec["by_gpu_engine"]))
+            console.print(f"  {sec['convention']}")
+            return sec
+
+        held_out_section(
+            "sweeps",
+            "Closed-loop concurrency sweeps (InferenceX, DeepSeek-R1), held out by "
+            "source: fitted on nothing",
+            "Sweeps by GPU and engine profile (median |err| and bias)",
+        )
+        disagg = held_out_section(
+            "disaggregated",
+            "Disaggregated prefill/decode fleets (InferenceX: Dynamo, SGLang PD; "
+            "DeepSeek-R1), held out by source: fitted on nothing",
+            "Disaggregated fleets by GPU and engine profile (median |err| and bias)",
+        )
+        if disagg and disagg["skipped"]:
+            console.print(f"  not forecast: {len(disagg['skipped'])} rows (see --format json)")
+        held_out_section(
+            "offline",
+            "Offline maximum throughput (TensorRT-LLM 0.17 trtllm-bench tables), held out "
+            "by source (Mixtral: by model, for the vendor MoE factor)",
+            "Offline tables by GPU and engine profile (median |err| and bias)",
+            ("by_model", "by_tp"),
+        )
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

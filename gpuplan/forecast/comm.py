@@ -288,6 +288,32 @@ LL_BANDWIDTH_FRACTION = 0.5
 #: Small-message algorithms of :func:`library_times`.
 
 
+#: Largest all-reduce message, in bytes, that an engine's custom one-shot/two-shot kernels
+#: take, for groups of at most two ranks and for larger groups: their IPC workspace. Larger
+#: messages run on NCCL. vLLM (and SGLang, which carries vLLM's kernels):
+#: ``CustomAllreduce(max_size=8192 * 1024)`` for every group it supports (2, 4, 6, 8),
+#: vllm/distributed/device_communicators/custom_all_reduce.py (``should_custom_ar``).
+VLLM_CUSTOM_ALLREDUCE_MAX_BYTES = (8.0 * 1024 * 1024, 8.0 * 1024 * 1024)
+#: TensorRT-LLM: ``getMaxRequiredWorkspaceSize``, 16e6 bytes for two ranks and 8e6 beyond
+#: (cpp/tensorrt_llm/common/customAllReduceUtils.h); its ``AUTO`` strategy runs NCCL above
+#: it (``AllreducePlugin::selectImplementation``, cpp/tensorrt_llm/plugins/ncclPlugin).
+TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES = (16.0e6, 8.0e6)
+
+
+def custom_allreduce_max_bytes(
+    ranks: Num, limits: tuple[float, float] = VLLM_CUSTOM_ALLREDUCE_MAX_BYTES
+) -> FloatArray:
+    """The largest message the custom all-reduce kernels take for ``ranks`` ranks
+    (``limits``: at most two ranks, more).
+
+    >>> float(custom_allreduce_max_bytes(2, TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES))
+    16000000.0
+    >>> float(custom_allreduce_max_bytes(8))
+    8388608.0
+    """
+    return np.where(np.asarray(ranks, dtype=float) <= 2, limits[0], limits[1])
+
+
 def library_times(
     lat: LibraryLatency,
     op: str,
@@ -298,6 +324,7 @@ def library_times(
     busbw_bytes_per_s: Num,
     custom_allreduce: bool = True,
     tree: bool = False,
+    custom_max_bytes: Num | None = None,
 ) -> dict[str, FloatArray]:
     """Time (seconds) of each small-message algorithm the library and engines run.
 
@@ -310,7 +337,9 @@ def library_times(
       tree has the same ``2(n-1)`` hops, so the ring stands for both; across ``N > 2``
       nodes it is pessimistic (the tree pays ``2 log2 N`` network hops).
     * ``one_shot`` and ``two_shot`` all-reduce (only inside one scale-up domain with
-      direct peer access, and where ``custom_allreduce``): the custom kernels of
+      direct peer access, where ``custom_allreduce``, and for messages of at most
+      ``custom_max_bytes``, the kernels' workspace: :func:`custom_allreduce_max_bytes`,
+      vLLM's 8 MiB when not given; NCCL runs larger ones): the custom kernels of
       TensorRT-LLM (``AllReduceStrategy.ONESHOT/TWOSHOT``), vLLM (``custom_all_reduce.cu``,
       vllm-project/vllm PR 2192) and SGLang. One-shot: one barrier step, each GPU reads the
       ``n-1`` peer buffers and reduces, ``t = base + hop + (n-1) size / busbw``; two-shot:
@@ -353,7 +382,8 @@ def library_times(
         t = base + (steps - inter) * hop + inter * net_hop
         out["ring_ll"] = t + size * factor / (LL_BANDWIDTH_FRACTION * bw)
         if ar and custom_allreduce:
-            one_domain = nodes <= 1
+            cap = custom_allreduce_max_bytes(n) if custom_max_bytes is None else custom_max_bytes
+            one_domain = (nodes <= 1) & (size <= np.asarray(cap, dtype=float))
             one = base + hop + (n - 1.0) * size / bw
             two = base + 2.0 * hop + 2.0 * (n - 1.0) / n * size / bw
             out["one_shot"] = np.where(one_domain, one, np.inf)
@@ -381,6 +411,7 @@ def serving_collective_time3(
     inter_node_bandwidth_bytes_per_s: float | None = None,
     custom_allreduce: bool = True,
     tree: bool = False,
+    custom_max_bytes: Num | None = None,
 ) -> tuple[FloatArray, str]:
     """Collective time ``[value, low, high]`` and the algorithm that sets it.
 
@@ -411,6 +442,7 @@ def serving_collective_time3(
         busbw_bytes_per_s=busbw,
         custom_allreduce=custom_allreduce,
         tree=tree,
+        custom_max_bytes=custom_max_bytes,
     )
     rel = np.where(cal[0] > 0, cal / np.where(cal[0] > 0, cal[0], 1.0), 1.0)
     names = ["calibrated", *times]

@@ -852,8 +852,8 @@ def _single_layout(
     mb = mp.breakdown(kv_tokens)
     fits = mb["total"] <= mp.usable_bytes and b_req <= b
     gpus = layout.gpus
-    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
-    q_ttft = fitted.interval_quantiles("ttft", engine)
+    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine, arch.is_moe)
+    q_ttft = fitted.interval_quantiles("ttft", engine, arch.is_moe)
     ttft = float(ttft3[VALUE])
     tpot = float(tpot3[VALUE])
     thr = float(thr3[VALUE])
@@ -2419,8 +2419,8 @@ def _size_for_load(
     mean_running = sv["mean_running_requests"]
     kv_tokens = mean_running * (inputs.mean + outputs.mean)
     mb = mp.breakdown(kv_tokens)
-    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine)
-    q_ttft = fitted.interval_quantiles("ttft", engine)
+    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine, arch.is_moe)
+    q_ttft = fitted.interval_quantiles("ttft", engine, arch.is_moe)
     ft, fp = best.latency_factors
     ttft_v = sim_val.percentile("ttft", pct) * ft
     tpot_v = sim_val.percentile("tpot", pct) * fp

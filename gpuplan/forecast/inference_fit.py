@@ -295,6 +295,22 @@ class EngineConstants(TypedDict, total=False):
     transfer_log_residual_quantiles: dict[str, list[float]]
 
 
+class VendorMoeRecord(TypedDict):
+    """The MoE factor of engines whose experts run vendor grouped-GEMM kernels (``vendor_moe``
+    of ``data/inference_overheads.json``, fitted by
+    :func:`gpuplan.forecast.validation_offline.fit_vendor_moe`)."""
+
+    #: multiplier on the pass time of a mixture-of-experts model
+    time_scale: float
+    rows: int
+    #: the factor fitted without each model's rows (how each model's rows are scored)
+    held_out: dict[str, float]
+    #: 5% and 95% quantiles of log(forecast / published) throughput of the fitting rows,
+    #: each scored with the factor fitted without its model
+    log_residual_quantiles: list[float]
+    basis: str
+
+
 class OverheadsRecord(TypedDict, total=False):
     """The document ``data/inference_overheads.json`` (written by
     :func:`gpuplan.forecast.validation_inference.refit`); ``note`` alone where none is shipped."""
@@ -308,6 +324,7 @@ class OverheadsRecord(TypedDict, total=False):
     held_out: dict[str, JSONDict]
     engines: dict[str, JSONDict]
     engine_constants: dict[str, EngineConstants]
+    vendor_moe: VendorMoeRecord
     regenerate: str
     note: str
 
@@ -316,12 +333,16 @@ class OverheadsRecord(TypedDict, total=False):
 class FittedOverheads:
     """The shipped framework constants, the held-out error quantiles per metric, and the
     engine profiles' own constants (``engines``: ``time_scale`` and quantiles per profile
-    fitted on that engine's serving rows, plus ``pooled`` for profiles with fewer rows)."""
+    fitted on that engine's serving rows, plus ``pooled`` for profiles with fewer rows).
+    ``vendor_moe_time_scale``: the pass-time factor of a mixture-of-experts model on an
+    engine whose experts run vendor grouped-GEMM kernels and that has no constants of its
+    own (1 in a record of the constants alone)."""
 
     params: OverheadParams
     quantiles: dict[str, tuple[float, float]]
     record: OverheadsRecord
     engines: dict[str, EngineConstants] = field(default_factory=dict)
+    vendor_moe_time_scale: float = 1.0
 
     def engine_constants(self, engine: str | None) -> EngineConstants | None:
         """The fitted constants a profile uses: its own (calibrated), the pooled ones (a
@@ -341,7 +362,15 @@ class FittedOverheads:
     def params_for(self, engine: str | None, moe: bool = False) -> OverheadParams:
         """:attr:`params` with the engine profile's ``time_scale`` (times its
         ``moe_time_scale`` for a mixture-of-experts model, ``moe``), its own per-layer
-        overhead and its front-end cost per request."""
+        overhead and its front-end cost per request; a mixture-of-experts model on a vendor-
+        kernel profile without constants of its own also takes
+        :attr:`vendor_moe_time_scale`."""
+        out = self._params_for(engine, moe)
+        if moe and _vendor_moe_applies(engine) and self.vendor_moe_time_scale != 1.0:
+            out = replace(out, time_scale=out.time_scale * self.vendor_moe_time_scale)
+        return out
+
+    def _params_for(self, engine: str | None, moe: bool) -> OverheadParams:
         rec = self.engine_constants(engine)
         if rec is None:
             factor = self._transferred_moe_factor(engine, moe)
@@ -359,16 +388,23 @@ class FittedOverheads:
     def time_scale_basis(self, engine: str | None, moe: bool = False) -> str | None:
         """Where :meth:`params_for`'s ``time_scale`` comes from, in words (None: the
         TensorRT-LLM v0.9 constants' own 1)."""
+        vendor = moe and _vendor_moe_applies(engine) and self.vendor_moe_time_scale != 1.0
+        vendor_note = (
+            f"vendor MoE factor {self.vendor_moe_time_scale:.3g} (TensorRT-LLM 0.17 Mixtral "
+            "offline rows)"
+        )
         rec = self.engine_constants(engine)
         if rec is not None:
             basis = str(rec.get("basis")) if rec.get("basis") is not None else None
-            if moe and not _pays_moe_factor(engine) and basis is not None:
+            if vendor and basis is not None:
+                basis += f"; {vendor_note}"
+            elif moe and not _pays_moe_factor(engine) and basis is not None:
                 basis += "; no MoE factor (vendor grouped-GEMM MoE kernels)"
             return basis
         factor = self._transferred_moe_factor(engine, moe)
         if factor is not None:
             return f"MoE factor {factor:.3g} of the pooled serving rows (no rows of this engine)"
-        return None
+        return vendor_note if vendor else None
 
     def _transferred_moe_factor(self, engine: str | None, moe: bool) -> float | None:
         """The pooled serving rows' MoE factor for a MoE model on a profile without rows of
@@ -379,12 +415,28 @@ class FittedOverheads:
             return float(pooled.get("moe_time_scale", 1.0))
         return None
 
-    def interval_quantiles(self, metric: str, engine: str | None = None) -> tuple[float, float]:
+    def interval_quantiles(
+        self, metric: str, engine: str | None = None, moe: bool = False
+    ) -> tuple[float, float]:
         """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from
         its held-out rows); for a profile whose constants are pooled from other engines, the
         pooled fit's leave-one-engine-out quantiles (the transfer error measured), else,
         in a file written before those were recorded, its own widened by
-        ``TRANSFER_INTERVAL_WIDEN``."""
+        ``TRANSFER_INTERVAL_WIDEN``. A mixture-of-experts model (``moe``) on a profile that
+        takes the vendor MoE factor gets the envelope of those and the factor's own held-out
+        residual quantiles (``vendor_moe.log_residual_quantiles``; a time metric mirrored):
+        the profile's quantiles were measured without the factor."""
+        lo, hi = self._interval_quantiles(metric, engine)
+        vendor = self.record.get("vendor_moe")
+        vq = vendor.get("log_residual_quantiles") if vendor else None
+        if moe and vq and self.vendor_moe_time_scale != 1.0 and _vendor_moe_applies(engine):
+            v_lo, v_hi = float(vq[0]), float(vq[1])
+            if metric != "throughput_per_gpu":
+                v_lo, v_hi = -v_hi, -v_lo
+            lo, hi = min(lo, v_lo), max(hi, v_hi)
+        return lo, hi
+
+    def _interval_quantiles(self, metric: str, engine: str | None) -> tuple[float, float]:
         lo, hi = self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
         if engine is not None:
             from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
@@ -414,7 +466,14 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
     q = {
         k: (float(v[0]), float(v[1])) for k, v in doc["interval"]["log_residual_quantiles"].items()
     }
-    return FittedOverheads(params, q, doc, dict(doc.get("engine_constants", {})))
+    vendor = doc.get("vendor_moe") or {}
+    return FittedOverheads(
+        params,
+        q,
+        doc,
+        dict(doc.get("engine_constants", {})),
+        float(vendor.get("time_scale", 1.0)),
+    )
 
 
 def write_overheads(doc: Mapping[str, object], path: Path | None = None) -> Path:
@@ -435,6 +494,18 @@ def _moe_factor_transfers(engine: str | None) -> bool:
 
     prof = engine_profile(engine)
     return not prof.calibrated and prof.fitted_on != "pooled" and prof.pays_moe_factor
+
+
+def _vendor_moe_applies(engine: str | None) -> bool:
+    """True for a profile whose experts run vendor grouped-GEMM kernels (not Triton
+    ``fused_moe``) and that has no constants of its own: it takes the vendor MoE factor
+    (``trtllm@0.9`` keeps its own fit, Mixtral included)."""
+    if engine is None:
+        return False
+    from gpuplan.forecast.inference_step import engine_profile
+
+    prof = engine_profile(engine)
+    return not prof.pays_moe_factor and not prof.calibrated
 
 
 def _pays_moe_factor(engine: str | None) -> bool:

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from gpuplan.forecast.comm import LibraryLatency, library_latency, serving_collective_time3
+from gpuplan.forecast.comm import (
+    TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
+    VLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
+    LibraryLatency,
+    custom_allreduce_max_bytes,
+    library_latency,
+    serving_collective_time3,
+)
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import Gemms, Sharded
 from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
@@ -70,6 +77,10 @@ class EngineProfile:
         The engine runs its own one-shot/two-shot all-reduce for small TP messages inside
         the scale-up domain (TensorRT-LLM's AllReduce plugin; vLLM's ``custom_all_reduce``,
         PR 2192; SGLang), besides NCCL.
+    custom_allreduce_max_bytes:
+        The largest message those kernels take (groups of at most two ranks, larger
+        groups): their workspace; NCCL runs larger ones
+        (:func:`gpuplan.forecast.comm.custom_allreduce_max_bytes`).
     family, version:
         ``trtllm``, ``vllm`` or ``sglang`` (``modern``: any current engine), and its release.
     max_running_requests:
@@ -99,6 +110,7 @@ class EngineProfile:
     xqa_shapes: tuple[tuple[int, int], ...] | None
     description: str
     custom_allreduce: bool = True
+    custom_allreduce_max_bytes: tuple[float, float] = VLLM_CUSTOM_ALLREDUCE_MAX_BYTES
     family: str = "modern"
     version: str | None = None
     max_running_requests: int | None = None
@@ -197,6 +209,7 @@ ENGINES: dict[str, EngineProfile] = {
         custom_allreduce=False,
         fp8_moe=False,
         family="trtllm",
+        custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="0.9.0",
         fitted_on="trtllm@0.9",
         sources=(
@@ -205,12 +218,28 @@ ENGINES: dict[str, EngineProfile] = {
             "support for Mixtral', 0.12.0 'Supported FP8 OOTB MoE' (retrieved 2026-12-02)",
         ),
     ),
+    "trtllm@0.17": EngineProfile(
+        "trtllm@0.17",
+        None,
+        "TensorRT-LLM 0.17: TensorRT engine built by trtllm-bench, in-flight batching with "
+        "chunked context, JIT XQA decode attention for every GQA shape, AllReduce plugin",
+        family="trtllm",
+        custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
+        version="0.17",
+        sources=(
+            "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @ 258c7540 "
+            "(version 0.17 throughput tables, the scored rows; build and run commands)",
+            "NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py (trtllm-bench's build "
+            "heuristic: max_batch_size, max_num_tokens)",
+        ),
+    ),
     "trtllm@1.0": EngineProfile(
         "trtllm@1.0",
         None,
         "TensorRT-LLM 1.0: JIT XQA decode attention for every GQA shape, AllReduce plugin "
         "(one-shot/two-shot) by default",
         family="trtllm",
+        custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="1.0",
         sources=("NVIDIA/TensorRT-LLM release notes 0.10-1.0 (XQA JIT, AllReduce plugin)",),
     ),
@@ -270,6 +299,7 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM main of 2025-04 (0.19 development), PyTorch backend: overlap "
         "scheduler, CUDA graphs, attention TP with expert parallelism, AllReduce plugin",
         family="trtllm",
+        custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="0.19",
         fitted_on="pooled",
         sources=(
@@ -308,6 +338,7 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM 1.1-1.3 release candidates, PyTorch backend (trtllm-serve): overlap "
         "scheduler, padded CUDA graphs, attention DP with expert parallelism, AllReduce plugin",
         family="trtllm",
+        custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="1.2",
         fitted_on="pooled",
         sources=(
@@ -574,6 +605,7 @@ def collective3(
     ranks_per_node: int | None = None,
     latency: LibraryLatency | None = None,
     custom_allreduce: bool = True,
+    custom_max_bytes: Num | None = None,
 ) -> tuple[np.ndarray, str]:
     """Collective time ``[value, slow, fast]`` (zeros for one rank) and its basis.
 
@@ -597,6 +629,7 @@ def collective3(
         ranks,
         ranks_per_node=rpn,
         custom_allreduce=custom_allreduce,
+        custom_max_bytes=custom_max_bytes,
     )
     # [value, low, high] -> [value, slow, fast]
     return np.stack([t3[0], t3[2], t3[1]]), basis
@@ -661,6 +694,7 @@ class DeviceRates:
     #: the collective library's latency constants of the GPU's scale-up fabric (catalog)
     latency: LibraryLatency | None = field(init=False)
     custom_allreduce: bool = field(init=False)
+    custom_allreduce_limits: tuple[float, float] = field(init=False)
     #: the engine runs routed-expert GEMMs in FP8 when the precision does (EngineProfile)
     fp8_moe: bool = field(init=False)
 
@@ -668,6 +702,7 @@ class DeviceRates:
         profile = engine_profile(self.engine)
         self.latency = library_latency(self.gpu)
         self.custom_allreduce = profile.custom_allreduce
+        self.custom_allreduce_limits = profile.custom_allreduce_max_bytes
         self.fp8_moe = profile.fp8_moe
         est = self.perf.memory_bandwidth_bytes_per_s()
         self.bandwidth = rate3(est)
@@ -760,6 +795,7 @@ class DeviceRates:
             ranks_per_node=min(ranks, self.domain_size),
             latency=self.latency,
             custom_allreduce=self.custom_allreduce,
+            custom_max_bytes=custom_allreduce_max_bytes(ranks, self.custom_allreduce_limits),
         )
 
     def comm(self, tokens: Num) -> tuple[FloatArray, FloatArray, str]:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from gpuplan.forecast.inference import DroppedLayout
     from gpuplan.forecast.inference_step import DeviceRates
     from gpuplan.forecast.serving import Candidate, ReplicaModel
+    from gpuplan.forecast.validation_offline import OfflineValidation
 
 PerfFor: TypeAlias = "Callable[[str], DevicePerf]"
 """Looks up the calibrated performance of a catalog GPU id (default:
@@ -286,6 +287,7 @@ class InferenceValidation(TypedDict):
     rows: NotRequired[list[RowForecast]]
     sweeps: NotRequired[SweepValidation]
     disaggregated: NotRequired[DisaggValidation]
+    offline: NotRequired[OfflineValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -601,6 +603,9 @@ def validate_inference(
     result["engine_skipped"] = engines["skipped"]
     result["sweeps"] = validate_sweeps(catalog=catalog, perf_for=perf_for)
     result["disaggregated"] = validate_disaggregated(catalog=catalog, perf_for=perf_for)
+    from gpuplan.forecast.validation_offline import validate_offline
+
+    result["offline"] = validate_offline(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -977,9 +982,8 @@ def forecast_engine_row_all(
 
     fitted = fitted or load_overheads()
     engine = engine_profile(row["engine"]).name
-    params = fitted.params_for(
-        engine, arch_from(_catalog_or_default(catalog).model(row["model"])).is_moe
-    )
+    moe = arch_from(_catalog_or_default(catalog).model(row["model"])).is_moe
+    params = fitted.params_for(engine, moe)
     sims = simulate_engine_row(
         row,
         time_scale=params.time_scale,
@@ -988,8 +992,8 @@ def forecast_engine_row_all(
         catalog=catalog,
         perf_for=perf_for,
     )
-    q = fitted.interval_quantiles("throughput_per_gpu", engine)
-    q_ttft = fitted.interval_quantiles("ttft", engine)
+    q = fitted.interval_quantiles("throughput_per_gpu", engine, moe)
+    q_ttft = fitted.interval_quantiles("ttft", engine, moe)
     return {name: _with_interval(v3, name, q, q_ttft) for name, v3 in sims.items()}
 
 
@@ -1032,12 +1036,23 @@ class _EngineData:
     scale, so these are all the simulations a fit needs)."""
 
     def __init__(
-        self, rows: list[dict[str, str]], catalog: Catalog, perf_for: PerfFor | None
+        self,
+        rows: list[dict[str, str]],
+        catalog: Catalog,
+        perf_for: PerfFor | None,
+        vendor_moe: float | None = None,
     ) -> None:
+        from gpuplan.forecast.inference_fit import _vendor_moe_applies
         from gpuplan.forecast.inference_step import engine_profile
         from gpuplan.forecast.model import arch_from
 
         self.catalog, self.perf_for = catalog, perf_for
+        #: the shipped vendor MoE factor (fitted on another source), which a MoE row of a
+        #: vendor-kernel profile runs at, as its forecast does
+        self.vendor_moe = (
+            load_overheads().vendor_moe_time_scale if vendor_moe is None else vendor_moe
+        )
+        self.vendor: list[bool] = []
         self.shape = _shape(rows)
         self.rows: list[dict[str, str]] = []
         self.engine: list[str] = []
@@ -1053,10 +1068,9 @@ class _EngineData:
                 engine = engine_profile(row["engine"]).name
                 model = catalog.model(row["model"]).id
                 # the MoE factor applies to engines whose experts run Triton fused_moe
-                moe = (
-                    arch_from(catalog.model(row["model"])).is_moe
-                    and engine_profile(row["engine"]).pays_moe_factor
-                )
+                is_moe = arch_from(catalog.model(row["model"])).is_moe
+                moe = is_moe and engine_profile(row["engine"]).pays_moe_factor
+                vendor = is_moe and _vendor_moe_applies(engine)
                 sims = {
                     o: simulate_engine_row(
                         row,
@@ -1091,6 +1105,7 @@ class _EngineData:
             self.engine.append(engine)
             self.model.append(model)
             self.moe.append(bool(moe))
+            self.vendor.append(bool(vendor))
             self.base.append(sims)
             self.slopes.append(slopes)
             self.n_requests.append(n_req)
@@ -1101,8 +1116,10 @@ class _EngineData:
         return v * scale if v and v > 0 else None
 
     def scale(self, i: int, f: EngineFit) -> float:
-        """The time scale row ``i`` runs at under the constants ``f``."""
-        return float(f["time_scale"]) * (float(f["moe_time_scale"]) if self.moe[i] else 1.0)
+        """The time scale row ``i`` runs at under the constants ``f`` (and the vendor MoE
+        factor for a MoE row of a vendor-kernel profile)."""
+        moe = float(f["moe_time_scale"]) if self.moe[i] else 1.0
+        return float(f["time_scale"]) * moe * (self.vendor_moe if self.vendor[i] else 1.0)
 
     def log_ratios(self, idx: list[int], f: EngineFit) -> dict[EngineMetric, FloatArray]:
         """``log(forecast / published)`` per metric over rows ``idx`` under constants ``f``."""
@@ -1250,6 +1267,7 @@ def validate_engines(
     catalog: Catalog | None = None,
     perf_for: PerfFor | None = None,
     scheme: str = "leave-one-model-out",
+    vendor_moe: float | None = None,
 ) -> EngineValidation:
     """Held-out error of each engine profile on the published serving rows.
 
@@ -1273,7 +1291,7 @@ def validate_engines(
 
         catalog = get_catalog()
     rows = load_engine_rows(data)
-    d = _EngineData(rows, catalog, perf_for)
+    d = _EngineData(rows, catalog, perf_for, vendor_moe)
     fits: dict[tuple[int, ...], EngineFit] = {}
     per_row: list[EngineRow] = []
     points: dict[tuple[str, str], list[tuple[float, tuple[float, float, float]]]] = {}
@@ -1448,12 +1466,14 @@ def fit_engine_constants(
     *,
     catalog: Catalog | None = None,
     perf_for: PerfFor | None = None,
+    vendor_moe: float | None = None,
 ) -> dict[str, EngineConstants]:
     """The shipped engine constants: each calibrated profile's time scale fitted on all its
     rows, and the ``pooled`` one on every engine's rows; interval quantiles from the
     held-out (leave-one-model-out) residuals of :func:`validate_engines`, and the pooled
     profile's transfer quantiles (what a profile with no rows of its own gets) from its
-    leave-one-engine-out residuals."""
+    leave-one-engine-out residuals. ``vendor_moe``: the vendor MoE factor a MoE row of a
+    vendor-kernel profile runs at (default: the shipped one)."""
     from gpuplan.forecast.inference_step import ENGINES, MIN_ROWS_CALIBRATED
 
     if catalog is None:
@@ -1461,11 +1481,17 @@ def fit_engine_constants(
 
         catalog = get_catalog()
     rows = load_engine_rows(data)
-    d = _EngineData(rows, catalog, perf_for)
-    held = validate_engines(data, catalog=catalog, perf_for=perf_for)
+    d = _EngineData(rows, catalog, perf_for, vendor_moe)
+    held = validate_engines(data, catalog=catalog, perf_for=perf_for, vendor_moe=vendor_moe)
     # the transfer to an engine never seen, measured: each engine's rows scored with the
     # constants of every other engine's rows
-    loeo = validate_engines(data, catalog=catalog, perf_for=perf_for, scheme="leave-one-engine-out")
+    loeo = validate_engines(
+        data,
+        catalog=catalog,
+        perf_for=perf_for,
+        scheme="leave-one-engine-out",
+        vendor_moe=vendor_moe,
+    )
 
     def held_q(
         select: Callable[[EngineRow], bool], scored: EngineValidation = held
@@ -1533,6 +1559,8 @@ def refit(
     The interval quantiles stored for new forecasts are those of the *held-out*
     (leave-one-model-out) residuals, per metric.
     """
+    from gpuplan.forecast.validation_offline import fit_vendor_moe
+
     rows = load_rows(data)
     cases, _, skipped = prepare(rows, artifact=artifact, perf_for=perf_for)
     if cases is None:
@@ -1553,6 +1581,14 @@ def refit(
                     float(np.quantile(r[sel], 1 - a)),
                 ]
             quantiles["all"] = [float(np.quantile(r, a)), float(np.quantile(r, 1 - a))]
+    # the vendor MoE factor depends on the framework constants alone (its profile,
+    # trtllm@0.17, transfers them), and the engine fits run MoE rows of vendor-kernel
+    # profiles at it
+    vendor = fit_vendor_moe(
+        perf_for=perf_for,
+        fitted=FittedOverheads(params, {k: (v[0], v[1]) for k, v in quantiles.items()}, {}),
+    )
+    k_vendor = vendor["time_scale"]
     doc: dict[str, object] = {
         "version": 1,
         "what": "framework constants of the inference forecast (gpuplan.forecast.inference_fit)",
@@ -1565,8 +1601,9 @@ def refit(
             "from": "leave-one-model-out held-out residuals, log(forecast / published)",
         },
         "held_out": held,
-        "engines": validate_engines(perf_for=perf_for).get("profiles", {}),
-        "engine_constants": fit_engine_constants(perf_for=perf_for),
+        "engines": validate_engines(perf_for=perf_for, vendor_moe=k_vendor).get("profiles", {}),
+        "engine_constants": fit_engine_constants(perf_for=perf_for, vendor_moe=k_vendor),
+        "vendor_moe": vendor,
         "regenerate": "python -m gpuplan.forecast.validation_inference --write",
     }
     if write:
@@ -1721,11 +1758,12 @@ class _HeldOutScores:
         columns: Sequence[tuple[str, float, _M]],
         engine: str,
         gpu: str,
+        moe: bool = False,
     ) -> dict[str, LatencyPoint]:
         """Score the row's published ``columns`` (column, unit, metric) against ``sims``
         (``[value, slow, fast]`` per metric); returns the row's points."""
-        q_thr = self.fitted.interval_quantiles("throughput_per_gpu", engine)
-        q_ttft = self.fitted.interval_quantiles("ttft", engine)
+        q_thr = self.fitted.interval_quantiles("throughput_per_gpu", engine, moe)
+        q_ttft = self.fitted.interval_quantiles("ttft", engine, moe)
         metrics: dict[str, LatencyPoint] = {}
         for col, unit, name in columns:
             pub = _num(row.get(col))
@@ -1756,6 +1794,7 @@ class _HeldOutScores:
         """Forecast and score every row: ``(row, engine, gpu, its points)`` for the rows
         forecast, and the rows that could not be, with the one-line reason."""
         from gpuplan.forecast.inference_step import engine_profile
+        from gpuplan.forecast.model import arch_from
 
         done: list[tuple[dict[str, str], str, str, dict[str, LatencyPoint]]] = []
         skipped: list[Skipped] = []
@@ -1764,11 +1803,12 @@ class _HeldOutScores:
                 engine = engine_profile(row["engine"]).name
                 sims = forecast(row)
                 gpu = catalog.gpu(row["gpu_type"]).id
+                moe = arch_from(catalog.model(row["model"])).is_moe
             except (GpuplanError, KeyError, ValueError) as exc:
                 reason = exc.one_line() if isinstance(exc, GpuplanError) else f"bad field: {exc}"
                 skipped.append({"run_id": row.get("run_id", "?"), "reason": reason})
                 continue
-            done.append((row, engine, gpu, self.add(row, sims, columns, engine, gpu)))
+            done.append((row, engine, gpu, self.add(row, sims, columns, engine, gpu, moe)))
         return done, skipped
 
     def by_metric(self) -> dict[str, Score]:

@@ -112,3 +112,41 @@ def test_no_library_constants_means_the_calibrated_model():
     t, algo = comm.serving_collective_time3(perf, None, "all_reduce", 16384.0, 8, ranks_per_node=8)
     assert algo == "calibrated"
     np.testing.assert_allclose(t, cal)
+
+
+def test_custom_kernels_take_messages_only_up_to_their_workspace():
+    # vLLM/SGLang: 8 MiB for any group; TensorRT-LLM: 16 MB for two ranks, 8 MB beyond
+    def two_shot(size: float, ranks: int, limits=comm.VLLM_CUSTOM_ALLREDUCE_MAX_BYTES) -> float:
+        cap = comm.custom_allreduce_max_bytes(ranks, limits)
+        t = comm.library_times(
+            NCCL,
+            "all_reduce",
+            size,
+            ranks,
+            ranks_per_node=ranks,
+            busbw_bytes_per_s=4e11,
+            custom_max_bytes=cap,
+        )
+        return float(t["two_shot"])
+
+    assert np.isfinite(two_shot(8 * 2**20, 8))
+    assert np.isinf(two_shot(8 * 2**20 + 1, 8))
+    trt = comm.TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES
+    assert np.isfinite(two_shot(12e6, 2, trt)) and np.isinf(two_shot(12e6, 4, trt))
+    assert np.isinf(two_shot(12e6, 2))  # vLLM's 8 MiB at two ranks as well
+
+
+def test_a_large_tp8_allreduce_runs_at_nccls_measured_rate():
+    """A 49 MB all-reduce (Llama 3.1 70B, TP 8, 3,000 decode tokens) is beyond every custom
+    kernel's workspace: its time is NCCL's calibrated curve at that size, not the two-shot
+    kernel at the 1 GiB bus bandwidth (198 us against 282 us on H100 before the cap)."""
+    from gpuplan.forecast.inference_step import collective3
+
+    perf = device_perf_for("h100-sxm5-80gb")
+    lat = comm.library_latency(get_catalog().gpu("h100-sxm5-80gb"))
+    size = 3000 * 8192 * 2.0
+    capped, _ = collective3(perf, "all_reduce", size, 8, latency=lat)
+    nccl = float(perf.collective_time_s("all_reduce", size, 8).value)
+    assert float(capped[0]) == pytest.approx(nccl, rel=0.01)
+    uncapped, _ = collective3(perf, "all_reduce", size, 8, latency=lat, custom_max_bytes=np.inf)
+    assert float(uncapped[0]) < 0.8 * nccl

@@ -288,9 +288,10 @@ def test_fewer_than_ten_rows_is_not_claimed_calibrated(engines) -> None:
 def test_only_triton_fused_moe_engines_take_the_pooled_moe_factor() -> None:
     """The pooled ``moe_time_scale`` multiplies a MoE model's pass on the engines whose
     experts run Triton ``fused_moe`` (vLLM <= 0.8, SGLang <= 0.4); engines with vendor
-    grouped GEMMs (``modern``, TensorRT-LLM, SGLang 0.5, ATOM) run MoE at the dense
-    roofline; a dense model and ``trtllm@0.9`` (its own tables fitted every constant) are
-    unchanged."""
+    grouped GEMMs (``modern``, TensorRT-LLM, SGLang 0.5, ATOM) take the vendor MoE factor
+    instead (fitted on TensorRT-LLM 0.17's Mixtral rows, tests/forecast/
+    test_inference_offline.py); a dense model and ``trtllm@0.9`` (its own tables fitted
+    every constant) are unchanged."""
     fitted = load_overheads()
     moe_factor = float(fitted.engines["pooled"]["moe_time_scale"])
     assert moe_factor > 1.0
@@ -300,10 +301,15 @@ def test_only_triton_fused_moe_engines_take_the_pooled_moe_factor() -> None:
         assert fitted.params_for(name, moe=True).time_scale == pytest.approx(
             dense.time_scale * moe_factor
         )
+    vendor = fitted.vendor_moe_time_scale
+    assert vendor != moe_factor
     for name in ("modern", "trtllm@1.0", "trtllm@0.19", "trtllm@1.2", "sglang@0.5", "atom@0.1"):
         assert not engine_profile(name).pays_moe_factor
-        assert fitted.params_for(name, moe=True) == fitted.params_for(name, moe=False)
-    assert fitted.params_for("modern", moe=True) == fitted.params
+        dense = fitted.params_for(name, moe=False)
+        assert fitted.params_for(name, moe=True).time_scale == pytest.approx(
+            dense.time_scale * vendor
+        )
+    assert fitted.params_for("modern", moe=False) == fitted.params
     assert fitted.params_for("trtllm@0.9", moe=True) == fitted.params
 
 
@@ -366,7 +372,9 @@ def test_tp1_with_ep_is_wide_ep_in_the_fleet_search_as_in_one_replica() -> None:
 def test_a_moe_forecast_says_where_its_time_scale_comes_from() -> None:
     fitted = load_overheads()
     assert fitted.time_scale_basis("modern", moe=False) is None
-    assert fitted.time_scale_basis("modern", moe=True) is None
-    assert "no MoE factor" in (fitted.time_scale_basis("sglang@0.5", moe=True) or "")
-    assert "no MoE factor" not in (fitted.time_scale_basis("vllm@0.8.4", moe=True) or "")
+    assert "vendor MoE factor" in (fitted.time_scale_basis("modern", moe=True) or "")
+    assert "vendor MoE factor" in (fitted.time_scale_basis("sglang@0.5", moe=True) or "")
+    # a Triton engine on the pooled constants: their basis, no vendor factor
+    triton = fitted.time_scale_basis("vllm@0.8.4", moe=True) or ""
+    assert triton.startswith("pooled") and "vendor" not in triton
     assert fitted.time_scale_basis("vllm@0.5.4", moe=True) == fitted.engines["vllm@0.5.4"]["basis"]

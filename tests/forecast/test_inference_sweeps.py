@@ -119,18 +119,18 @@ def test_every_sweep_row_is_forecast_and_scored_apart(sweeps) -> None:
 
 
 def test_sweep_forecast_error_on_this_held_out_source(sweeps) -> None:
-    """Measured when written (shipped constants, none fitted on InferenceX): throughput
-    median |err| 17.8%, TPOT 15.4%, interval coverage 91%; TTFT median 37.8% (62.0% before
-    the scheduler's poll interval and decode passes per turn were replayed; the rest is a
-    known gap: docs/forecast-inference.md). Before the MI300X's HBM copy and fp8 GEMM were
-    measured (and the MI325X/MI355X fp8 read from their own bf16 efficiency): 20.9%, 17.4%,
-    39.1%. The bounds hold the figures within a few points."""
+    """Measured when written (shipped constants, none fitted on InferenceX; the vendor MoE
+    factor fitted on TensorRT-LLM 0.17's Mixtral rows): throughput median |err| 10.6%,
+    TPOT 11.2%, interval coverage 90%; TTFT median 25.9%. Before that factor and the custom
+    all-reduce's workspace cap: 17.8%, 15.4%, 91%, 37.8%; before the MI300X's HBM copy and
+    fp8 GEMM were measured: 20.9%, 17.4%, TTFT 39.1%. The bounds hold the figures within a
+    few points."""
     thr = sweeps["by_metric"]["throughput"]
     tpot = sweeps["by_metric"]["tpot_median"]
     ttft = sweeps["by_metric"]["ttft_median"]
-    assert thr["median_abs_pct_error"] < 21.0
-    assert tpot["median_abs_pct_error"] < 18.0
-    assert ttft["median_abs_pct_error"] < 41.0
+    assert thr["median_abs_pct_error"] < 12.5
+    assert tpot["median_abs_pct_error"] < 13.0
+    assert ttft["median_abs_pct_error"] < 29.0
     assert thr["interval_coverage"] >= 0.85
     # the SGLang Blackwell rows, whose scripts poll for requests every 10-30 passes
     b300 = sweeps["by_gpu_engine"]["b300-sxm-288gb sglang@0.5"]["ttft_median"]
@@ -138,12 +138,16 @@ def test_sweep_forecast_error_on_this_held_out_source(sweeps) -> None:
     # and the MI355X SGLang rows, which run 4-8 decode passes per scheduler turn
     mi355 = sweeps["by_gpu_engine"]["mi355x sglang@0.5"]["ttft_median"]
     assert mi355["median_abs_pct_error"] < 30.0
-    # the AMD parts on their measured HBM copy and fp8 GEMM (MI300X 67.4%, MI355X SGLang
-    # 9.9%, ATOM 15.4%; 79.0%, 15.3% and 22.3% on the rates transferred from NVIDIA parts)
+    # the AMD parts on their measured HBM copy and fp8 GEMM (MI300X 43.2%, MI355X SGLang
+    # 7.9%, ATOM 5.4%; 67.4%, 9.9% and 15.4% without the vendor MoE factor; 79.0%, 15.3% and
+    # 22.3% on the rates transferred from NVIDIA parts)
     by = sweeps["by_gpu_engine"]
-    assert by["mi300x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 72.0
-    assert by["mi355x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 12.0
-    assert by["mi355x atom@0.1"]["throughput"]["median_abs_pct_error"] < 18.0
+    assert by["mi300x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 48.0
+    assert by["mi355x sglang@0.5"]["throughput"]["median_abs_pct_error"] < 10.0
+    assert by["mi355x atom@0.1"]["throughput"]["median_abs_pct_error"] < 8.0
+    # the NVIDIA parts under TensorRT-LLM 1.x (B200 +13% and H200 +33% before the factor)
+    assert by["b200-sxm-180gb trtllm@1.2"]["throughput"]["median_abs_pct_error"] < 12.0
+    assert by["h200-sxm-141gb trtllm@1.2"]["throughput"]["median_abs_pct_error"] < 19.0
 
 
 def test_sweep_forecast_rises_with_concurrency_as_published() -> None:
@@ -278,11 +282,14 @@ def test_a_scheduler_that_polls_every_n_decode_passes_delays_the_first_token(rep
         ttft[n] = float(np.median(sim.ttft_s))
         step[n] = float(np.median(sim.tpot_s))
     assert ttft[1] < ttft[10] < ttft[30]
-    # the extra wait is about half an interval of decode passes (the requests that come
-    # in together also prefill together, so it is not exactly that)
+    # each pass between polls adds about half a decode pass of wait; the requests that come
+    # in together also prefill together, which adds a few passes whatever the interval
+    # (about 3 on this replica), so the slope is the test and the offset is bounded
+    extra = {n: (ttft[n] - ttft[1]) / step[1] for n in (10, 30)}
+    slope = (extra[30] - extra[10]) / 20
+    assert 0.35 < slope < 0.65, extra
     for n in (10, 30):
-        extra = (ttft[n] - ttft[1]) / step[1]
-        assert 0.3 * n < extra < 0.8 * n, (n, extra)
+        assert 0.3 * n < extra[n] < n, (n, extra[n])
     assert step[30] == pytest.approx(step[1], rel=0.05)
     lone = simulate_requests(
         dataclasses.replace(replica, recv_interval=30),
