@@ -298,7 +298,7 @@ class EngineConstants(TypedDict, total=False):
 class VendorMoeRecord(TypedDict):
     """The MoE factor of engines whose experts run vendor grouped-GEMM kernels (``vendor_moe``
     of ``data/inference_overheads.json``, fitted by
-    :func:`gpuplan.forecast.validation_offline.fit_vendor_moe`)."""
+    :func:`gpuplan.forecast.validation_inference.fit_vendor_moe`)."""
 
     #: multiplier on the pass time of a mixture-of-experts model
     time_scale: float
