@@ -2306,8 +2306,6 @@ def _is_moe(row: dict[str, str], catalog: Catalog) -> bool:
 def _unit_factor(fitted: FittedOverheads) -> FittedOverheads:
     """``fitted`` without the vendor MoE factor (every row simulated at factor 1; a pass-time
     factor ``s`` then divides an offline row's throughput by ``s`` exactly)."""
-    from dataclasses import replace
-
     return replace(fitted, vendor_moe_time_scale=1.0)
 
 
@@ -2337,8 +2335,6 @@ def _simulate_all(
     perf_for: PerfFor | None,
 ) -> dict[str, FloatArray]:
     """Throughput ``[value, slow, fast]`` of every row that can be forecast, at factor 1."""
-    from gpuplan.errors import GpuplanError
-
     unit = _unit_factor(fitted)
     out: dict[str, FloatArray] = {}
     for row in rows:
