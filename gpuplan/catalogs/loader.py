@@ -54,7 +54,10 @@ def default_data_dir() -> Path:
     override = os.environ.get("GPUPLAN_CATALOG_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent / "data"
+    return _SHIPPED_DATA_DIR
+
+
+_SHIPPED_DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def _row_label(raw: Any, index: int) -> str:

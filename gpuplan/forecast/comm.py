@@ -430,7 +430,25 @@ def serving_collective_time3(
         return cal, "calibrated"
     n = np.asarray(ranks, dtype=float)
     big = 2.0**30
-    t_big = collective_time3(perf, "all_reduce" if op == "p2p" else op, big, n, **kw)[0]
+    big_op = "all_reduce" if op == "p2p" else op
+    if np.ndim(n) == 0 and np.ndim(ranks_per_node) == 0:
+        # one group: the device's (memoised) scalar query, not the array path
+        nn = float(n)
+        t_big = np.asarray(
+            float(
+                perf.collective_time_s(
+                    big_op,
+                    big,
+                    nn,
+                    ranks_per_node=min(max(float(ranks_per_node), 1.0), nn),
+                    inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+                ).value
+            )
+            if nn > 1
+            else 0.0
+        )
+    else:
+        t_big = collective_time3(perf, big_op, big, n, **kw)[0]
     factor = busbw_factor(op, np.maximum(n, 1.0))
     busbw = np.where(t_big > 0, big * factor / np.where(t_big > 0, t_big, 1.0), np.inf)
     times = library_times(

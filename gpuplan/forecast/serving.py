@@ -691,10 +691,12 @@ def analytic_latency(
         if idx.size == 0:
             break
         t, lm = tau[idx], lam[idx]
-        f = mean_iteration(t, lm)
-        done = np.abs(f - t) <= 1e-7 * t
         h = 1e-4 * t
-        slope = (mean_iteration(t + h, lm) - f) / h
+        # F at tau and at tau + h in one evaluation (half the calls of two)
+        both = mean_iteration(np.concatenate([t, t + h]), np.concatenate([lm, lm]))
+        f, f_h = both[: idx.size], both[idx.size :]
+        done = np.abs(f - t) <= 1e-7 * t
+        slope = (f_h - f) / h
         diverged = ~done & ((slope >= 1.0) | (t > 1e4 * tau0))
         step = np.where(slope < 1.0, (f - t) / np.maximum(1.0 - slope, 1e-12), 0.0)
         tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(t + step, tau0)))
@@ -713,7 +715,11 @@ def analytic_latency(
     # previous one, Poisson(lam * tau), at the percentile; the prompt's own tokens at the
     # prompt-length quantile; the wait for the running iteration, which holds as many
     mu = lam * tau
-    k_q = poisson_quantile(mu, q) if q > 0.5 else np.floor(mu)
+    if q > 0.5:  # the quantile only where the rate is feasible (the rest reads inf)
+        k_q = np.floor(mu)
+        k_q[feasible] = poisson_quantile(mu[feasible], q)
+    else:
+        k_q = np.floor(mu)
     others = np.minimum(k_q * i_mean, np.maximum(budget - np.minimum(i_q, budget), 0.0))
     own = np.minimum(i_q, budget)
     own_chunks = np.ceil(i_q / budget)
