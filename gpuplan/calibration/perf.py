@@ -296,12 +296,16 @@ class CalibratedDevicePerf:
         intra_mask = (nodes <= 1) & (n >= 2)
         inter_mask = nodes > 1
         coll_op = "all_reduce" if op == "p2p" else op
-        if np.any(intra_mask) or (op == "p2p" and np.any(n >= 2)):
+        if np.any(intra_mask):
             entries = self._entry(("intra", coll_op)) or self._entry(("intra", "all_reduce"))
             if not entries:
                 raise InputError(
                     f"{self.gpu_id}: no collective model (no scale-up fabric in the catalog and nothing measured)",
-                    hint="pass ranks_per_node=1 to model every rank on its own node",
+                    hint=(
+                        "measure its collectives on a node (gpuplan probe, then gpuplan "
+                        "calibrate) or give its scale-up fabric in the catalog; from the "
+                        "API, ranks_per_node=1 models every rank on its own node"
+                    ),
                 )
         if np.any(intra_mask):
             sel = intra_mask

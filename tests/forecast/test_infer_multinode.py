@@ -181,3 +181,27 @@ def test_fleet_compares_pp_and_wide_ep_replicas():
     assert (8, 2, None) in kinds and (1, 1, 16) in kinds
     assert all(c["num_gpus"] % 16 == 0 for c in rows)
     assert f.num_gpus == min(c["num_gpus"] for c in rows)
+
+
+def test_a_model_larger_than_a_pcie_gpu_pipelines_over_the_scale_out_link():
+    """A GPU without a scale-up fabric (L40S: PCIe only, domain 1) serves a model larger
+    than one card as pipeline stages; the stage hop is the calibrated inter-node
+    point-to-point, which needs no intra-node collective model (it used to raise one)."""
+    r = forecast_inference("glm4.5-air", "l40s-48gb")
+    assert r["tp"] == 1 and r["pp"] > 1 and r["fits_in_memory"]
+    assert r["multi_node"]["nodes"] == r["pp"]
+    assert r["pp_hop_decode_s"] > 0
+
+
+def test_gaudi2_serves_with_tensor_parallelism_over_its_integrated_roce():
+    """Gaudi 2's scale-up fabric (21 x 100GbE per card, all-to-all in the HLS-2 box) is in
+    the catalog, so TP inside the box has a collective model (it used to have none)."""
+    fab = get_catalog().fabric("gaudi2-roce")
+    assert fab.per_gpu_bandwidth_bytes_per_s == pytest.approx(262.5e9)
+    r2 = forecast_inference("llama3.1-70b", "gaudi2")
+    r8 = forecast_inference("llama3.1-70b", "gaudi2", tp=8)
+    assert r2["tp"] >= 2 and r8["tp"] == 8
+    comm8 = r8["breakdown_s"]["decode_step"]["communication"]
+    assert comm8 > 0
+    # eight cards stream a quarter of the weights each that two do: the step is faster
+    assert r8["tpot_s"] < r2["tpot_s"]
