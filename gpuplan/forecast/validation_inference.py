@@ -288,6 +288,7 @@ class InferenceValidation(TypedDict):
     sweeps: NotRequired[SweepValidation]
     disaggregated: NotRequired[DisaggValidation]
     offline: NotRequired[OfflineValidation]
+    nim: NotRequired[NimValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -604,6 +605,7 @@ def validate_inference(
     result["sweeps"] = validate_sweeps(catalog=catalog, perf_for=perf_for)
     result["disaggregated"] = validate_disaggregated(catalog=catalog, perf_for=perf_for)
     result["offline"] = validate_offline(catalog=catalog, perf_for=perf_for)
+    result["nim"] = validate_nim(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -2467,6 +2469,171 @@ def validate_offline(
         "by_gpu_engine": held.by_gpu_engine(),
         "by_model": {k: _score_points(v) for k, v in sorted(by_model.items())},
         "by_tp": {k: _score_points(v) for k, v in sorted(by_tp.items())},
+        "rows": per_row,
+        "skipped": skipped,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA NIM concurrency sweeps (AIPerf / genai-perf), held out by source
+# ---------------------------------------------------------------------------------------------
+# NVIDIA's NIM benchmarking guide publishes closed-loop sweeps of NIM 1.8.0 (its TensorRT-LLM
+# fp8 profiles): Llama 3.3 70B on 2 x H100 (TP 2) and Llama 3.1 8B on one H100, five fixed
+# input/output lengths from 200/200 to 20,000/2,000, 1 to 250 requests in flight. The client
+# (perf_analyzer's measurement windows) reports the average TTFT and inter-token latency and
+# the output tokens/s of steady operation, not the ramp up or the drain. Nothing is fitted
+# on these rows; the profile transfers the TensorRT-LLM constants (trtllm@0.17).
+
+NIM_CSV_PATH = DATA_DIR / "inference_nim_runs.csv"
+NimMetric: TypeAlias = Literal["throughput", "tpot_mean", "ttft_mean"]
+#: (column, unit scale, metric) of a NIM row
+NIM_METRICS: tuple[tuple[str, float, NimMetric], ...] = (
+    ("out_tokens_per_s_total", 1.0, "throughput"),
+    ("itl_mean_ms", 1e-3, "tpot_mean"),
+    ("ttft_mean_ms", 1e-3, "ttft_mean"),
+)
+#: Requests a sweep row simulates: the first ``C`` (sent at once, the ramp) and the last
+#: ``C`` (the drain, fewer in flight) are not scored, ``NIM_STEADY_ROUNDS`` x ``C`` between.
+NIM_STEADY_ROUNDS = 4
+
+
+def load_nim_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the NIM concurrency sweeps (``inference_nim_runs.csv``)."""
+    return _read_rows(path, NIM_CSV_PATH)
+
+
+def simulate_nim_row(
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[NimMetric, FloatArray]:
+    """One NIM sweep row replayed with its profile's shipped constants: a closed loop of
+    ``max_concurrency`` requests of the row's fixed lengths against one replica
+    (:func:`~gpuplan.forecast.serving.simulate_requests` with ``concurrency``), scored in
+    steady state as the client's measurement windows are: the requests after the first
+    ``C`` and before the last ``C``. Returns ``[value, slow, fast]`` per metric: mean TPOT
+    ((last - first token) / (answer - 1), the client's inter-token latency), mean TTFT, and
+    output tokens/s by Little's law for a closed loop, ``C x answer / mean latency``."""
+    from gpuplan.forecast.serving import simulate_requests
+
+    catalog = _catalog_or_default(catalog)
+    engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
+    isl, osl = int(_num(row.get("input_len")) or 0), int(_num(row.get("output_len")) or 0)
+    conc = int(_num(row.get("max_concurrency")) or 0)
+    if isl <= 0 or osl <= 1 or conc <= 0:
+        raise InputError(
+            f"{row.get('run_id')}: a NIM row needs input_len, output_len > 1 and max_concurrency",
+            hint="give the sweep's fixed lengths and its concurrency",
+        )
+    n = (NIM_STEADY_ROUNDS + 2) * conc
+    lin, lout = np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64)
+    rep = _row_replica(row, engine, own, catalog, perf_for, lin, lout)
+    out: dict[NimMetric, list[float]] = {}
+    for scn in (VALUE, SLOW, FAST):
+        sim = simulate_requests(
+            rep, np.zeros(n), lin, lout, max_queue=n + 1, scenario=scn, concurrency=conc
+        )
+        if sim.saturated or sim.ttft_s.size < n:
+            raise InputError(
+                f"{row.get('run_id')}: the replica cannot hold one request of {isl} + {osl} tokens",
+                hint="check the model, GPU, precision and TP of the row",
+            )
+        steady = slice(conc, n - conc)
+        ttft = float(np.mean(sim.ttft_s[steady]))
+        tpot = float(np.mean(sim.tpot_s[steady]))
+        latency = float(np.mean(sim.ttft_s[steady] + (osl - 1) * sim.tpot_s[steady]))
+        out.setdefault("throughput", []).append(conc * osl / latency)
+        out.setdefault("tpot_mean", []).append(tpot)
+        out.setdefault("ttft_mean", []).append(ttft)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+class NimRow(TypedDict):
+    """One scored NIM sweep row."""
+
+    run_id: str
+    engine: str
+    gpu: str
+    model: str
+    tp: int
+    concurrency: int
+    input_len: int
+    output_len: int
+    metrics: dict[str, LatencyPoint]
+
+
+class NimValidation(TypedDict):
+    """:func:`validate_nim`: the NIM sweep rows scored with the shipped constants."""
+
+    data: str
+    source: str
+    convention: str
+    fitted_on: str
+    by_metric: dict[str, Score]
+    by_gpu_engine: dict[str, dict[str, Score]]
+    by_model: dict[str, Score]
+    rows: list[NimRow]
+    skipped: list[Skipped]
+
+
+def validate_nim(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> NimValidation:
+    """Error of the shipped forecast on NVIDIA NIM's published concurrency sweeps (held
+    out by source: no constant is fitted on them), by metric, GPU and profile, and model
+    (throughput)."""
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    rows = load_nim_rows(data)
+    held = _HeldOutScores(fitted)
+    done, skipped = held.score_rows(
+        rows,
+        partial(simulate_nim_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        NIM_METRICS,
+        catalog,
+    )
+    per_row: list[NimRow] = []
+    by_model: dict[str, list[_Point]] = {}
+    for row, engine, gpu, metrics in done:
+        model = catalog.model(row["model"]).id
+        per_row.append(
+            {
+                "run_id": row.get("run_id", "?"),
+                "engine": engine,
+                "gpu": gpu,
+                "model": model,
+                "tp": int(_num(row.get("tp")) or 1),
+                "concurrency": int(_num(row.get("max_concurrency")) or 0),
+                "input_len": int(_num(row.get("input_len")) or 0),
+                "output_len": int(_num(row.get("output_len")) or 0),
+                "metrics": metrics,
+            }
+        )
+        point = metrics.get("throughput")
+        if point is not None:
+            lo, hi = point["interval_s"]
+            by_model.setdefault(model, []).append(
+                (point["published_s"], (point["forecast_s"], lo, hi))
+            )
+    sources = sorted({r.get("source", "") for r in rows} - {""})
+    return {
+        "data": str(Path(data) if data else NIM_CSV_PATH.name),
+        "source": "; ".join(sources),
+        "convention": (
+            "closed loop (AIPerf / genai-perf --concurrency C, fixed input and output lengths, "
+            "ignore_eos): steady-state averages of TTFT and inter-token latency, output "
+            "tokens/s of the replica"
+        ),
+        "fitted_on": "nothing: every constant comes from other sources (held out by source)",
+        "by_metric": held.by_metric(),
+        "by_gpu_engine": held.by_gpu_engine(),
+        "by_model": {k: _score_points(v) for k, v in sorted(by_model.items())},
         "rows": per_row,
         "skipped": skipped,
     }
