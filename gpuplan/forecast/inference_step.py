@@ -847,6 +847,8 @@ def pass_parts(
     kv_read_bytes: float = 0.0,
     decode_attn_flops: float = 0.0,
     comm: tuple[FloatArray, FloatArray, str] | None = None,
+    gemm_rates: tuple[Gemms, FloatArray, str] | None = None,
+    attn_rate: tuple[FloatArray, str] | None = None,
 ) -> tuple[PassParts, np.ndarray]:
     """Parts of one forward pass over ``tokens`` tokens (and the PP hop time).
 
@@ -868,17 +870,23 @@ def pass_parts(
     comm:
         ``rates.comm(tokens)`` when the caller has it already (computed for several passes
         in one vectorised call).
+    gemm_rates, attn_rate:
+        ``(sh.gemms(tokens, logit_rows), *rates.gemm_rates(those))`` and
+        ``rates.attention_rate(*attn_shape)`` when the caller has them already (likewise).
     """
     sh = rates.sharded
-    g = sh.gemms(tokens, logit_rows)
-    rate, b_gemm = rates.gemm_rates(g)
+    if gemm_rates is None:
+        g = sh.gemms(tokens, logit_rows)
+        rate, b_gemm = rates.gemm_rates(g)
+    else:
+        g, rate, b_gemm = gemm_rates
     flops = 2.0 * g.m * g.n * g.k
     ab = sh.precision.activation_bytes
     bytes_ = g.n * g.k * g.weight_bytes_per_elem + g.m * (g.k + g.n) * ab
     bw = rates.bandwidth[:, None]
     gemm_c = (2.0 * compute_rows(g) * g.n * g.k)[None, :] / rate
     gemm_m = bytes_[None, :] / bw
-    arate, b_attn = rates.attention_rate(*attn_shape)
+    arate, b_attn = attn_rate if attn_rate is not None else rates.attention_rate(*attn_shape)
     attn_v = np.zeros(3)
     if rates.vector_decode_attention:
         vrate, b_vec = rates.vector_rate()
@@ -1136,7 +1144,21 @@ def continuous_iteration(
     # before it: the sum over chunks is the whole prompt's)
     chunk_attn = float(sh.attention_flops_prefill(input_tokens)) / m
     ks, w = prompts_per_iteration(batch / o * m)
-    comm_s, hop_s, comm_basis = rates.comm(batch + ks * c)  # every pass's in one call
+    # every pass's collectives, GEMM rates and attention rate in one call each
+    comm_s, hop_s, comm_basis = rates.comm(batch + ks * c)
+    g_all = [sh.gemms(float(batch + k * c), float(batch)) for k in ks]
+    n_g = len(g_all[0].names)
+    rate_all, b_gemm = rates.gemm_rates(
+        Gemms(
+            g_all[0].names * len(g_all),
+            *(
+                np.concatenate([getattr(g, f) for g in g_all])
+                for f in ("m", "n", "k", "count", "weight_bytes_per_elem", "quantised")
+            ),
+        )
+    )
+    attn_shape = (max(group, 1), mean_ctx, sh.arch.qk_head_dim)
+    attn_rate = rates.attention_rate(*attn_shape)
     times: list[PassTime] = []
     hops: list[np.ndarray] = []
     for j, k in enumerate(ks):
@@ -1148,8 +1170,10 @@ def continuous_iteration(
             decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
             attn_bytes=k * c * kv,
             kv_read_bytes=batch * mean_ctx * kv,
-            attn_shape=(max(group, 1), mean_ctx, sh.arch.qk_head_dim),
+            attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
+            gemm_rates=(g_all[j], rate_all[:, j * n_g : (j + 1) * n_g], b_gemm),
+            attn_rate=attn_rate,
         )
         times.append(combine(parts, params))
         hops.append(np.asarray(hop, dtype=float))
