@@ -94,6 +94,20 @@ def collective_time3(
     runs at the intra-node model, otherwise the calibration's hierarchical model uses
     ``inter_node_bandwidth_bytes_per_s`` for the part that leaves the node.
     """
+    if np.ndim(ranks) == 0 and np.ndim(size_bytes) == 0 and np.ndim(ranks_per_node) == 0:
+        # one group, one message: the device's scalar query (memoised), no broadcasting
+        n1, size1 = float(ranks), float(size_bytes)
+        if n1 <= 1 or size1 <= 0:
+            return np.zeros(3)
+        return estimate3(
+            perf.collective_time_s(
+                op,
+                size1,
+                n1,
+                ranks_per_node=min(max(float(ranks_per_node), 1.0), n1),
+                inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
+            )
+        )
     ranks = np.asarray(ranks, dtype=float)
     size = np.asarray(size_bytes, dtype=float)
     shape = np.broadcast_shapes(ranks.shape, size.shape, np.shape(ranks_per_node))
@@ -430,25 +444,7 @@ def serving_collective_time3(
         return cal, "calibrated"
     n = np.asarray(ranks, dtype=float)
     big = 2.0**30
-    big_op = "all_reduce" if op == "p2p" else op
-    if np.ndim(n) == 0 and np.ndim(ranks_per_node) == 0:
-        # one group: the device's (memoised) scalar query, not the array path
-        nn = float(n)
-        t_big = np.asarray(
-            float(
-                perf.collective_time_s(
-                    big_op,
-                    big,
-                    nn,
-                    ranks_per_node=min(max(float(ranks_per_node), 1.0), nn),
-                    inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
-                ).value
-            )
-            if nn > 1
-            else 0.0
-        )
-    else:
-        t_big = collective_time3(perf, big_op, big, n, **kw)[0]
+    t_big = collective_time3(perf, "all_reduce" if op == "p2p" else op, big, n, **kw)[0]
     factor = busbw_factor(op, np.maximum(n, 1.0))
     busbw = np.where(t_big > 0, big * factor / np.where(t_big > 0, t_big, 1.0), np.inf)
     times = library_times(

@@ -715,11 +715,9 @@ def analytic_latency(
     # previous one, Poisson(lam * tau), at the percentile; the prompt's own tokens at the
     # prompt-length quantile; the wait for the running iteration, which holds as many
     mu = lam * tau
+    k_q = np.floor(mu)
     if q > 0.5:  # the quantile only where the rate is feasible (the rest reads inf)
-        k_q = np.floor(mu)
         k_q[feasible] = poisson_quantile(mu[feasible], q)
-    else:
-        k_q = np.floor(mu)
     others = np.minimum(k_q * i_mean, np.maximum(budget - np.minimum(i_q, budget), 0.0))
     own = np.minimum(i_q, budget)
     own_chunks = np.ceil(i_q / budget)

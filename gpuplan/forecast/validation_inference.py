@@ -1740,6 +1740,25 @@ def _score_points(p: list[_Point]) -> Score:
     )
 
 
+def _scores_by(groups: dict[str, list[_Point]]) -> dict[str, Score]:
+    """A score per group, the groups sorted by name."""
+    return {k: _score_points(v) for k, v in sorted(groups.items())}
+
+
+def _throughput_point(metrics: dict[str, LatencyPoint]) -> _Point | None:
+    """A scored row's throughput as ``(published, (forecast, low, high))``, if it has one."""
+    point = metrics.get("throughput")
+    if point is None:
+        return None
+    lo, hi = point["interval_s"]
+    return point["published_s"], (point["forecast_s"], lo, hi)
+
+
+def _sources(rows: list[dict[str, str]]) -> str:
+    """The distinct ``source`` fields of a table's rows, joined."""
+    return "; ".join(sorted({r.get("source", "") for r in rows} - {""}))
+
+
 class _HeldOutScores:
     """Published against forecast of rows scored with the shipped constants (intervals as
     a new forecast of the row's profile gets them), by metric and by GPU and profile."""
@@ -1894,10 +1913,9 @@ def validate_sweeps(
             }
         )
 
-    sources = sorted({r.get("source", "") for r in rows} - {""})
     return {
         "data": str(Path(data) if data else SWEEP_CSV_PATH.name),
-        "source": "; ".join(sources),
+        "source": _sources(rows),
         "convention": (
             "closed loop: benchmark_serving --dataset-name random --random-range-ratio r "
             "--ignore-eos --request-rate inf --max-concurrency C --num-prompts 10*C; "
@@ -2072,10 +2090,9 @@ def validate_disaggregated(
             }
         )
 
-    sources = sorted({r.get("source", "") for r in rows} - {""})
     return {
         "data": str(Path(data) if data else DISAGG_CSV_PATH.name),
-        "source": "; ".join(sources),
+        "source": _sources(rows),
         "convention": (
             "closed loop (benchmark_serving --max-concurrency C --request-rate inf, random "
             "lengths in [0.8 L, L]) against P prefill and D decode workers; throughput = "
@@ -2425,8 +2442,8 @@ def validate_offline(
     held = _HeldOutScores(fitted)
     done, skipped = held.score_rows(rows, forecast, OFFLINE_METRICS, catalog)
     per_row: list[OfflineRow] = []
-    by_model: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
-    by_tp: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
+    by_model: dict[str, list[_Point]] = {}
+    by_tp: dict[str, list[_Point]] = {}
     for row, engine, gpu, metrics in done:
         build = _build_of(row, catalog)
         tp = int(_num(row.get("tp")) or 1)
@@ -2445,16 +2462,13 @@ def validate_offline(
                 "metrics": metrics,
             }
         )
-        point = metrics.get("throughput")
-        if point is not None:
-            lo, hi = point["interval_s"]
-            p = (point["published_s"], (point["forecast_s"], lo, hi))
+        p = _throughput_point(metrics)
+        if p is not None:
             by_model.setdefault(per_row[-1]["model"], []).append(p)
             by_tp.setdefault(f"tp{tp}", []).append(p)
-    sources = sorted({r.get("source", "") for r in rows} - {""})
     return {
         "data": str(Path(data) if data else OFFLINE_CSV_PATH.name),
-        "source": "; ".join(sources),
+        "source": _sources(rows),
         "convention": (
             "offline: trtllm-bench throughput, every request of one fixed input and output "
             "length queued at once (prepare_dataset.py token-norm-dist, stdev 0); throughput "
@@ -2467,8 +2481,8 @@ def validate_offline(
         "vendor_moe": vendor,
         "by_metric": held.by_metric(),
         "by_gpu_engine": held.by_gpu_engine(),
-        "by_model": {k: _score_points(v) for k, v in sorted(by_model.items())},
-        "by_tp": {k: _score_points(v) for k, v in sorted(by_tp.items())},
+        "by_model": _scores_by(by_model),
+        "by_tp": _scores_by(by_tp),
         "rows": per_row,
         "skipped": skipped,
     }
@@ -2615,16 +2629,12 @@ def validate_nim(
                 "metrics": metrics,
             }
         )
-        point = metrics.get("throughput")
-        if point is not None:
-            lo, hi = point["interval_s"]
-            by_model.setdefault(model, []).append(
-                (point["published_s"], (point["forecast_s"], lo, hi))
-            )
-    sources = sorted({r.get("source", "") for r in rows} - {""})
+        p = _throughput_point(metrics)
+        if p is not None:
+            by_model.setdefault(model, []).append(p)
     return {
         "data": str(Path(data) if data else NIM_CSV_PATH.name),
-        "source": "; ".join(sources),
+        "source": _sources(rows),
         "convention": (
             "closed loop (AIPerf / genai-perf --concurrency C, fixed input and output lengths, "
             "ignore_eos): steady-state averages of TTFT and inter-token latency, output "
@@ -2633,7 +2643,7 @@ def validate_nim(
         "fitted_on": "nothing: every constant comes from other sources (held out by source)",
         "by_metric": held.by_metric(),
         "by_gpu_engine": held.by_gpu_engine(),
-        "by_model": {k: _score_points(v) for k, v in sorted(by_model.items())},
+        "by_model": _scores_by(by_model),
         "rows": per_row,
         "skipped": skipped,
     }
