@@ -138,6 +138,15 @@ def _table(r: dict[str, Any]):
             ("bottleneck", r["bottleneck"]),
             ("calibration basis", str(r.get("basis"))),
         ]
+        prof = r.get("engine_profile") or {}
+        if prof.get("name"):
+            rows.append(
+                (
+                    "engine profile",
+                    f"{prof['name']} ({prof.get('constants')})"
+                    + (f"; {prof['resolution']}" if prof.get("resolution") else ""),
+                )
+            )
         console.print(simple_table("Inference forecast", ["", "value"], rows))
         if r.get("breakdown_s"):
             br = r["breakdown_s"]
@@ -311,7 +320,10 @@ def register(app: typer.Typer) -> None:
                 "fitted on its own published runs; the others with published runs "
                 "(fewer than 10 throughput runs) the pooled one; the JSON's "
                 "engine_profile.constants says which. Engines whose MoE runs Triton "
-                "fused_moe (vLLM <= 0.8, SGLang <= 0.4) take the MoE factor on MoE models."
+                "fused_moe (vLLM <= 0.8, SGLang <= 0.4) take the MoE factor on MoE models. "
+                "Any other release of these families (vllm@0.10.1, 'TensorRT-LLM 1.0.0') "
+                "runs on the profile of the nearest release at or below it, and "
+                "engine_profile.resolution says so."
             ),
         ),
         allow_cross_node_tp: bool = typer.Option(

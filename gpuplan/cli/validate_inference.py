@@ -179,13 +179,14 @@ def _table(result: dict[str, Any], show_rows: bool):
         held_out_section(
             "sweeps",
             "Closed-loop concurrency sweeps (InferenceX, DeepSeek-R1), held out by "
-            "source: fitted on nothing",
+            "source: fitted on nothing (intervals from the other sources)",
             "Sweeps by GPU and engine profile (median |err| and bias)",
         )
         disagg = held_out_section(
             "disaggregated",
             "Disaggregated prefill/decode fleets (InferenceX: Dynamo, SGLang PD; "
-            "DeepSeek-R1), held out by source: fitted on nothing",
+            "DeepSeek-R1), held out by source: fitted on nothing (intervals from the "
+            "other sources)",
             "Disaggregated fleets by GPU and engine profile (median |err| and bias)",
         )
         if disagg and disagg["skipped"]:

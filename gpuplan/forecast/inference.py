@@ -854,6 +854,8 @@ def _single_layout(
     gpus = layout.gpus
     q_thr = fitted.interval_quantiles("throughput_per_gpu", engine, arch.is_moe)
     q_ttft = fitted.interval_quantiles("ttft", engine, arch.is_moe)
+    # TPOT's own where measured, else the throughput's mirrored (throughput = batch / TPOT)
+    q_tpot = fitted.interval_quantiles("tpot", engine, arch.is_moe)
     ttft = float(ttft3[VALUE])
     tpot = float(tpot3[VALUE])
     thr = float(thr3[VALUE])
@@ -862,10 +864,7 @@ def _single_layout(
     bottleneck = phase_tpot.bottleneck if decode_share >= ttft else phase_ttft.bottleneck
     intervals = {
         "ttft_s": _interval(ttft, float(ttft3[FAST]), float(ttft3[SLOW]), q_ttft, is_time=True),
-        # TPOT errors follow the throughput errors (throughput = batch / TPOT in decode)
-        "tpot_s": _interval(
-            tpot, float(tpot3[FAST]), float(tpot3[SLOW]), (-q_thr[1], -q_thr[0]), is_time=True
-        ),
+        "tpot_s": _interval(tpot, float(tpot3[FAST]), float(tpot3[SLOW]), q_tpot, is_time=True),
         "throughput_output_tokens_per_s": _interval(
             thr, float(thr3[SLOW]), float(thr3[FAST]), q_thr, is_time=False
         ),
@@ -1196,7 +1195,7 @@ def _base_info(
         "output_tokens": outputs.describe(),
         "batching": batching,
         "engine": engine,
-        "engine_profile": engine_profile(engine).describe(),
+        "engine_profile": _engine_block(engine),
         "framework_constants": {
             **fitted.params_for(engine, arch.is_moe).as_dict(),
             "fitted_on": fitted.record.get("fitted_on"),
@@ -1204,6 +1203,19 @@ def _base_info(
             "engine_time_scale": fitted.time_scale_basis(engine, arch.is_moe),
         },
     }
+
+
+def _engine_block(engine: str) -> JSONDict:
+    """The profile an engine name runs on, and why when the name is a release without a
+    profile of its own (:func:`~gpuplan.forecast.inference_step.engine_resolution`)."""
+    from gpuplan.forecast.inference_step import engine_resolution
+
+    out = engine_profile(engine).describe()
+    note = engine_resolution(engine)
+    if note is not None:
+        out["resolved_from"] = engine
+        out["resolution"] = note
+    return out
 
 
 def size_serving_fleet(
@@ -2419,8 +2431,9 @@ def _size_for_load(
     mean_running = sv["mean_running_requests"]
     kv_tokens = mean_running * (inputs.mean + outputs.mean)
     mb = mp.breakdown(kv_tokens)
-    q_thr = fitted.interval_quantiles("throughput_per_gpu", engine, arch.is_moe)
     q_ttft = fitted.interval_quantiles("ttft", engine, arch.is_moe)
+    # TPOT's own where measured, else the throughput's mirrored (throughput = batch / TPOT)
+    q_tpot = fitted.interval_quantiles("tpot", engine, arch.is_moe)
     ft, fp = best.latency_factors
     ttft_v = sim_val.percentile("ttft", pct) * ft
     tpot_v = sim_val.percentile("tpot", pct) * fp
@@ -2465,7 +2478,7 @@ def _size_for_load(
                 tpot_v,
                 sim_fast.percentile("tpot", pct) * fp,
                 sim_slow.percentile("tpot", pct) * fp,
-                (-q_thr[1], -q_thr[0]),
+                q_tpot,
                 is_time=True,
             )
             if math.isfinite(tpot_v)

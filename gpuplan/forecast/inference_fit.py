@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -293,6 +293,24 @@ class EngineConstants(TypedDict, total=False):
     #: pooled only: quantiles of the leave-one-engine-out residuals, the measured error of
     #: constants carried to an engine none of whose rows fitted them
     transfer_log_residual_quantiles: dict[str, list[float]]
+    #: pooled only: the transfer error measured on every source of published serving runs
+    #: the pooled constants did not fit (:class:`SourceTransfer`)
+    source_transfer: SourceTransfer
+
+
+class SourceTransfer(TypedDict):
+    """The measured error of the pooled constants on the published serving sources that did
+    not fit them (``engine_constants.pooled.source_transfer``, written by
+    :func:`gpuplan.forecast.validation_inference.fit_source_transfer`): 5% and 95%
+    quantiles of ``log(forecast / published)`` per metric (``throughput_per_gpu``,
+    ``tpot``) over the residuals of every source, and over every source but one (what a
+    row of that source is scored with: leave one source out)."""
+
+    #: residuals per source and metric
+    sources: dict[str, dict[str, int]]
+    log_residual_quantiles: dict[str, list[float]]
+    leave_one_source_out: dict[str, dict[str, list[float]]]
+    basis: str
 
 
 class VendorMoeRecord(TypedDict):
@@ -416,17 +434,34 @@ class FittedOverheads:
         return None
 
     def interval_quantiles(
-        self, metric: str, engine: str | None = None, moe: bool = False
+        self,
+        metric: str,
+        engine: str | None = None,
+        moe: bool = False,
+        held_out_source: str | None = None,
     ) -> tuple[float, float]:
-        """Log-space model-error quantiles for ``metric``: a calibrated profile's own (from
-        its held-out rows); for a profile whose constants are pooled from other engines, the
-        pooled fit's leave-one-engine-out quantiles (the transfer error measured), else,
+        """Log-space model-error quantiles for ``metric`` (``throughput_per_gpu``, ``ttft``
+        or ``tpot``): a calibrated profile's own (from its held-out rows); for a profile
+        whose constants are pooled from other engines, the transfer error measured on the
+        published sources that did not fit them (:class:`SourceTransfer`; with
+        ``held_out_source``, those of every other source, so a row of that source is scored
+        leave one source out), else the pooled fit's leave-one-engine-out quantiles, else,
         in a file written before those were recorded, its own widened by
-        ``TRANSFER_INTERVAL_WIDEN``. A mixture-of-experts model (``moe``) on a profile that
-        takes the vendor MoE factor gets the envelope of those and the factor's own held-out
-        residual quantiles (``vendor_moe.log_residual_quantiles``; a time metric mirrored):
-        the profile's quantiles were measured without the factor."""
-        lo, hi = self._interval_quantiles(metric, engine)
+        ``TRANSFER_INTERVAL_WIDEN``. ``tpot`` without quantiles of its own mirrors the
+        throughput's (throughput = batch / TPOT in decode). A mixture-of-experts model
+        (``moe``) on a profile that takes the vendor MoE factor gets the envelope of those
+        and the factor's own held-out residual quantiles (``vendor_moe.log_residual_quantiles``;
+        a time metric mirrored): the profile's quantiles were measured without the factor."""
+        q = self._interval_quantiles(metric, engine, held_out_source)
+        if q is None:  # tpot without quantiles of its own
+            t_lo, t_hi = self._interval_quantiles(
+                "throughput_per_gpu", engine, held_out_source
+            ) or (
+                0.0,
+                0.0,
+            )
+            q = (-t_hi, -t_lo)
+        lo, hi = q
         vendor = self.record.get("vendor_moe")
         vq = vendor.get("log_residual_quantiles") if vendor else None
         if moe and vq and self.vendor_moe_time_scale != 1.0 and _vendor_moe_applies(engine):
@@ -436,23 +471,39 @@ class FittedOverheads:
             lo, hi = min(lo, v_lo), max(hi, v_hi)
         return lo, hi
 
-    def _interval_quantiles(self, metric: str, engine: str | None) -> tuple[float, float]:
-        lo, hi = self.quantiles.get(metric, self.quantiles.get("all", (0.0, 0.0)))
-        if engine is not None:
-            from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
+    def _interval_quantiles(
+        self, metric: str, engine: str | None, held_out_source: str | None
+    ) -> tuple[float, float] | None:
+        q = self.quantiles.get(metric)
+        if q is None and metric == "tpot":
+            q_own: tuple[float, float] | None = None
+        else:
+            q_own = q or self.quantiles.get("all", (0.0, 0.0))
+        if engine is None:
+            return q_own
+        from gpuplan.forecast.inference_step import TRANSFER_INTERVAL_WIDEN, engine_profile
 
-            prof = engine_profile(engine)
-            rec = self.engine_constants(engine) or {}
-            own = rec.get("log_residual_quantiles", {})
-            if metric in own:
-                lo, hi = float(own[metric][0]), float(own[metric][1])
-            if not prof.calibrated and prof.family != "modern":
-                moved = rec.get("transfer_log_residual_quantiles", {})
-                if metric in moved:
-                    lo, hi = float(moved[metric][0]), float(moved[metric][1])
-                else:
-                    lo, hi = lo * TRANSFER_INTERVAL_WIDEN, hi * TRANSFER_INTERVAL_WIDEN
-        return lo, hi
+        prof = engine_profile(engine)
+        rec = self.engine_constants(engine) or {}
+        own = rec.get("log_residual_quantiles", {})
+        if metric in own:
+            q_own = (float(own[metric][0]), float(own[metric][1]))
+        elif metric == "tpot":
+            q_own = None
+        if prof.calibrated or prof.family == "modern":
+            return q_own
+        st = rec.get("source_transfer")
+        if st is not None:
+            loso = st["leave_one_source_out"].get(held_out_source or "", {})
+            pick = loso.get(metric) or st["log_residual_quantiles"].get(metric)
+            if pick is not None:
+                return float(pick[0]), float(pick[1])
+        moved = rec.get("transfer_log_residual_quantiles", {})
+        if metric in moved:
+            return float(moved[metric][0]), float(moved[metric][1])
+        if q_own is None:
+            return None
+        return q_own[0] * TRANSFER_INTERVAL_WIDEN, q_own[1] * TRANSFER_INTERVAL_WIDEN
 
 
 @lru_cache(maxsize=4)
@@ -461,7 +512,11 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
     p = Path(path) if path else OVERHEADS_JSON
     if not p.exists():
         return FittedOverheads(OverheadParams(), {"all": (0.0, 0.0)}, {"note": "not fitted"})
-    doc = json.loads(p.read_text())
+    return overheads_from(json.loads(p.read_text()))
+
+
+def overheads_from(doc: Mapping[str, Any]) -> FittedOverheads:
+    """The constants of an ``inference_overheads.json`` document (one being written, too)."""
     params = OverheadParams(**doc["params"])
     q = {
         k: (float(v[0]), float(v[1])) for k, v in doc["interval"]["log_residual_quantiles"].items()
@@ -470,7 +525,7 @@ def load_overheads(path: str | None = None) -> FittedOverheads:
     return FittedOverheads(
         params,
         q,
-        doc,
+        cast(OverheadsRecord, doc),
         dict(doc.get("engine_constants", {})),
         float(vendor.get("time_scale", 1.0)),
     )

@@ -24,6 +24,7 @@ optimistic end, so that intervals come from the calibration's ``low``/``high``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal
 
@@ -118,6 +119,9 @@ class EngineProfile:
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
     moe_kernels: Literal["triton", "vendor"] = "vendor"
+    #: the oldest release this profile stands for when a version without a profile of its
+    #: own is named (default: ``version``; :func:`engine_profile`)
+    covers_from: str | None = None
 
     @property
     def pays_moe_factor(self) -> bool:
@@ -340,6 +344,7 @@ ENGINES: dict[str, EngineProfile] = {
         family="trtllm",
         custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="1.2",
+        covers_from="1.1",
         fitted_on="pooled",
         sources=(
             "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*_trt.sh "
@@ -386,28 +391,110 @@ ENGINE_ALIASES = {
 DEFAULT_ENGINE = "modern"
 
 
+#: Other spellings of the engine families (``family@version`` and the family alone accept them)
+ENGINE_FAMILY_ALIASES = {
+    "tensorrt-llm": "trtllm",
+    "tensorrt_llm": "trtllm",
+    "tensorrtllm": "trtllm",
+    "trt-llm": "trtllm",
+    "trtllm-serve": "trtllm",
+    "trtllm-bench": "trtllm",
+    "vllm-rocm": "vllm",
+    "rocm-vllm": "vllm",
+    "rocm/vllm": "vllm",
+    "sgl": "sglang",
+}
+
+_ENGINE_NAME = re.compile(
+    r"^(?P<family>[a-z_/\-]+?)(?:\s*(?:@|==|\s|:|-)\s*v?(?P<version>\d+(?:\.\d+)*)\S*)?$"
+)
+
+
+def _version_key(version: str | None) -> tuple[int, ...]:
+    m = re.match(r"v?(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
+def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
+    """The profile of ``name`` and, when ``name`` is a release without a profile of its own,
+    why this one stands for it (None when it names a profile or an alias)."""
+    from gpuplan.errors import InputError
+
+    key = str(name).strip().lower()
+    key = ENGINE_ALIASES.get(key, key)
+    if key in ENGINES:
+        return ENGINES[key], None
+    m = _ENGINE_NAME.match(key)
+    family = ENGINE_FAMILY_ALIASES.get(m.group("family"), m.group("family")) if m else key
+    version = m.group("version") if m else None
+    known = sorted(
+        (p for p in ENGINES.values() if p.family == family and p.version is not None),
+        key=lambda p: _version_key(p.covers_from or p.version),
+    )
+    if not known:
+        raise InputError(
+            f"unknown engine {name!r}",
+            hint=f"use one of {', '.join([*ENGINE_ALIASES, *ENGINES])}",
+        )
+    if version is None:
+        alias = ENGINE_ALIASES.get(family)
+        if alias is not None:
+            return ENGINES[alias], None
+        return known[
+            -1
+        ], f"{name!r} names no release: the newest {family} profile, {known[-1].name}"
+    want = _trim(_version_key(version))
+    for p in known:
+        if _trim(_version_key(p.version)) == want:
+            return p, None
+    # a release series (vllm@0.8) takes the profile of that series
+    series = [p for p in known if _version_key(p.version)[: len(want)] == want]
+    if series:
+        return series[-1], f"{family} {version}: the {series[-1].name} profile of that series"
+    below = [p for p in known if _trim(_version_key(p.covers_from or p.version)) <= want]
+    prof = below[-1] if below else known[0]
+    if not below:
+        how = "older than every profile: the oldest"
+    elif prof.covers_from:
+        how = f"its range starts at {prof.covers_from}"
+    else:
+        how = "the nearest release at or below it"
+    return prof, (
+        f"{family} {version} has no profile of its own; {prof.name} stands for it ({how}; "
+        f"profiles: {', '.join(p.name for p in known)})"
+    )
+
+
+def _trim(v: tuple[int, ...]) -> tuple[int, ...]:
+    """A version without its trailing zeros (1.0.0 is 1)."""
+    while v and v[-1] == 0:
+        v = v[:-1]
+    return v
+
+
 def engine_profile(name: str) -> EngineProfile:
-    """The profile of ``name`` (``vllm``, ``vllm@0.5.4``, ``trtllm@0.9``, ``modern``...).
+    """The profile of ``name``: a profile (``vllm@0.5.4``, ``trtllm@0.9``, ``modern``...), an
+    alias (``vllm``, ``trtllm-0.9``), or any release of a known family (``vllm@0.10.1``,
+    ``TensorRT-LLM 1.0.0rc4``, ``sglang 0.4.6.post1``), which takes the profile of the
+    nearest release at or below it (:func:`engine_resolution` says which and why); an
+    unknown family is an error.
 
     >>> engine_profile("vllm@0.5.4").max_running_requests
     256
     >>> engine_profile("trtllm-0.9").name
     'trtllm@0.9'
+    >>> engine_profile("vLLM 0.10.1").name
+    'vllm@0.8.4'
+    >>> engine_profile("tensorrt-llm@1.1.0rc2").name
+    'trtllm@1.2'
     """
-    from gpuplan.errors import InputError
+    return _resolve_engine(name)[0]
 
-    key = str(name).strip().lower()
-    key = ENGINE_ALIASES.get(key, key)
-    if key not in ENGINES:
-        family = key.split("@", 1)[0]
-        known = [n for n in ENGINES if n.split("@", 1)[0] == family]
-        hint = (
-            f"versions of {family} with a profile: {', '.join(known)}"
-            if known
-            else f"use one of {', '.join([*ENGINE_ALIASES, *ENGINES])}"
-        )
-        raise InputError(f"unknown engine {name!r}", hint=hint)
-    return ENGINES[key]
+
+def engine_resolution(name: str) -> str | None:
+    """Why ``name`` runs on the profile it does, when it names a release without a profile
+    of its own (None otherwise)."""
+    return _resolve_engine(name)[1]
 
 
 def _worst(*bases: str) -> str:

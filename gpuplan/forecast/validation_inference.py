@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from operator import ne
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict, TypeVar, cast
 
 import numpy as np
 
@@ -40,10 +41,12 @@ from gpuplan.forecast.inference_fit import (
     Cases,
     EngineConstants,
     FittedOverheads,
+    SourceTransfer,
     VendorMoeRecord,
     _subset,
     fit_params,
     load_overheads,
+    overheads_from,
     predict_cases,
     residual_quantiles,
     widen,
@@ -955,16 +958,22 @@ def _catalog_or_default(catalog: Catalog | None) -> Catalog:
 
 
 def _with_interval(
-    v3: np.ndarray, name: str, q_thr: tuple[float, float], q_ttft: tuple[float, float]
+    v3: np.ndarray,
+    name: str,
+    q_thr: tuple[float, float],
+    q_ttft: tuple[float, float],
+    q_tpot: tuple[float, float] | None = None,
 ) -> tuple[float, float, float]:
     """``(value, low, high)``: the calibration's slow/fast ends widened by the model-error
-    quantiles (TPOT, the inverse of a decode rate, by the throughput quantiles mirrored)."""
+    quantiles: a throughput's, a TTFT's, and any other time (TPOT, the inverse of a decode
+    rate) by ``q_tpot``, else the throughput quantiles mirrored."""
     if name == "throughput":
         lo, hi = widen(v3[VALUE], v3[1], v3[2], *q_thr)
     elif name.startswith("ttft"):
         lo, hi = widen(v3[VALUE], v3[2], v3[1], *q_ttft)
     else:
-        lo, hi = widen(v3[VALUE], v3[2], v3[1], -q_thr[1], -q_thr[0])
+        q = q_tpot if q_tpot is not None else (-q_thr[1], -q_thr[0])
+        lo, hi = widen(v3[VALUE], v3[2], v3[1], *q)
     return float(v3[VALUE]), float(lo), float(hi)
 
 
@@ -994,7 +1003,8 @@ def forecast_engine_row_all(
     )
     q = fitted.interval_quantiles("throughput_per_gpu", engine, moe)
     q_ttft = fitted.interval_quantiles("ttft", engine, moe)
-    return {name: _with_interval(v3, name, q, q_ttft) for name, v3 in sims.items()}
+    q_tpot = fitted.interval_quantiles("tpot", engine, moe)
+    return {name: _with_interval(v3, name, q, q_ttft, q_tpot) for name, v3 in sims.items()}
 
 
 def forecast_engine_row(
@@ -1547,6 +1557,92 @@ def fit_engine_constants(
     return out
 
 
+#: the burst rows' name among the sources of the pooled profiles' transfer error (each
+#: engine's rows scored with the constants of the others', leave one engine out)
+ENGINE_SOURCE = "engine-bursts"
+
+
+def _log_residuals(points: Iterable[LatencyPoint]) -> list[float]:
+    return [math.log(p["forecast_s"] / p["published_s"]) for p in points]
+
+
+def fit_source_transfer(
+    fitted: FittedOverheads,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    engine_loeo: EngineValidation | None = None,
+) -> SourceTransfer:
+    """The transfer error of the pooled constants (``fitted``) measured on every published
+    serving source that did not fit them: the burst rows scored leave one engine out, and
+    the InferenceX aggregated sweeps and disaggregated runs (rows of the profiles that run
+    on the pooled constants). Quantiles of ``log(forecast / published)`` throughput and
+    median TPOT over every source, and over every source but each one: the interval a row
+    of that source is scored with does not use its own residuals (leave one source out).
+
+    The two InferenceX sources come from one project and one client (benchmark_serving),
+    but different runs, fleets and serving modes: holding one out is weaker than holding
+    out an independent source, and the note says so."""
+    from gpuplan.forecast.inference_step import engine_profile
+
+    if engine_loeo is None:
+        engine_loeo = validate_engines(
+            catalog=catalog, perf_for=perf_for, scheme="leave-one-engine-out"
+        )
+    eng_rows = engine_loeo["rows"]
+    res: dict[str, dict[str, list[float]]] = {
+        ENGINE_SOURCE: {
+            "throughput_per_gpu": [
+                math.log(r["forecast"] / r["published"]) for r in eng_rows if "forecast" in r
+            ],
+            "tpot": _log_residuals(
+                [r["tpot_median_burst"] for r in eng_rows if "tpot_median_burst" in r]
+                + [r["tpot_median_online"] for r in eng_rows if "tpot_median_online" in r]
+            ),
+        }
+    }
+
+    def pooled(engine: str) -> bool:
+        prof = engine_profile(engine)
+        return prof.fitted_on == "pooled" and not prof.calibrated
+
+    scored: list[tuple[str, Sequence[SweepRow] | Sequence[DisaggRow]]] = [
+        (SWEEP_SOURCE, validate_sweeps(catalog=catalog, perf_for=perf_for, fitted=fitted)["rows"]),
+        (
+            DISAGG_SOURCE,
+            validate_disaggregated(catalog=catalog, perf_for=perf_for, fitted=fitted)["rows"],
+        ),
+    ]
+    for name, rows in scored:
+        mine = [r["metrics"] for r in rows if pooled(r["engine"])]
+        res[name] = {
+            "throughput_per_gpu": _log_residuals(
+                m["throughput"] for m in mine if "throughput" in m
+            ),
+            "tpot": _log_residuals(m["tpot_median"] for m in mine if "tpot_median" in m),
+        }
+
+    def quantiles(keep: Callable[[str], bool]) -> dict[str, list[float]]:
+        return {
+            metric: list(
+                _q(np.array([x for src, r in res.items() if keep(src) for x in r[metric]]))
+            )
+            for metric in ("throughput_per_gpu", "tpot")
+        }
+
+    return {
+        "sources": {src: {m: len(v) for m, v in r.items()} for src, r in res.items()},
+        "log_residual_quantiles": quantiles(lambda src: True),
+        "leave_one_source_out": {out: quantiles(partial(ne, out)) for out in res},
+        "basis": (
+            "5%/95% quantiles of log(forecast / published) of the pooled constants on the "
+            f"sources that did not fit them: {ENGINE_SOURCE} (each engine scored with the "
+            f"other engines' constants), {SWEEP_SOURCE} and {DISAGG_SOURCE} (InferenceX, "
+            "one project and client: leaving one out is weaker than an independent source)"
+        ),
+    }
+
+
 def refit(
     data: str | Path | None = None,
     *,
@@ -1604,25 +1700,24 @@ def refit(
         "vendor_moe": vendor,
         "regenerate": "python -m gpuplan.forecast.validation_inference --write",
     }
+    # the pooled constants' transfer error on the published sources they did not fit, with
+    # the constants just fitted
+    consts = cast(dict[str, EngineConstants], doc["engine_constants"])
+    if "pooled" in consts:
+        consts["pooled"]["source_transfer"] = fit_source_transfer(
+            overheads_from(doc), perf_for=perf_for
+        )
     if write:
         write_overheads(doc)
     return doc
-
-
-if __name__ == "__main__":  # pragma: no cover - maintenance entry point
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(description="Refit the inference framework constants.")
-    ap.add_argument("--write", action="store_true", help="write data/inference_overheads.json")
-    args = ap.parse_args()
-    print(json.dumps(refit(write=args.write), indent=2))
 
 
 # ---------------------------------------------------------------------------------------------
 # Closed-loop concurrency sweeps (InferenceX): scored with the shipped constants, fitted on none
 # ---------------------------------------------------------------------------------------------
 SWEEP_CSV_PATH = DATA_DIR / "inference_sweep_runs.csv"
+#: the sweeps' name among the sources of the pooled profiles' transfer error
+SWEEP_SOURCE = "inferencex-sweeps"
 #: seed of the random request lengths a sweep row replays (the benchmark's own draw is not
 #: published; its distribution is: uniform integers in [ratio * L, L])
 SWEEP_SEED = 0
@@ -1761,10 +1856,13 @@ def _sources(rows: list[dict[str, str]]) -> str:
 
 class _HeldOutScores:
     """Published against forecast of rows scored with the shipped constants (intervals as
-    a new forecast of the row's profile gets them), by metric and by GPU and profile."""
+    a new forecast of the row's profile gets them, or, with ``source``, those measured
+    without this source: :meth:`FittedOverheads.interval_quantiles`), by metric and by GPU
+    and profile."""
 
-    def __init__(self, fitted: FittedOverheads) -> None:
+    def __init__(self, fitted: FittedOverheads, source: str | None = None) -> None:
         self.fitted = fitted
+        self.source = source
         self.pts: dict[str, list[_Point]] = {}
         self.groups: dict[str, dict[str, list[_Point]]] = {}
 
@@ -1779,15 +1877,17 @@ class _HeldOutScores:
     ) -> dict[str, LatencyPoint]:
         """Score the row's published ``columns`` (column, unit, metric) against ``sims``
         (``[value, slow, fast]`` per metric); returns the row's points."""
-        q_thr = self.fitted.interval_quantiles("throughput_per_gpu", engine, moe)
-        q_ttft = self.fitted.interval_quantiles("ttft", engine, moe)
+        q_thr, q_ttft, q_tpot = (
+            self.fitted.interval_quantiles(m, engine, moe, held_out_source=self.source)
+            for m in ("throughput_per_gpu", "ttft", "tpot")
+        )
         metrics: dict[str, LatencyPoint] = {}
         for col, unit, name in columns:
             pub = _num(row.get(col))
             if not pub or pub <= 0:
                 continue
             pub *= unit
-            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft)
+            v, lo, hi = _with_interval(sims[name], name, q_thr, q_ttft, q_tpot)
             if not math.isfinite(v):
                 continue
             metrics[name] = {
@@ -1882,14 +1982,16 @@ def validate_sweeps(
 
     Every row is held out by source: no constant is fitted on these rows (the engine
     profiles they name are pooled fallbacks). Each row is replayed by
-    :func:`simulate_sweep_row`; intervals are those a new forecast of its profile gets
-    (the calibration's slow/fast ends widened by the profile's model-error quantiles).
+    :func:`simulate_sweep_row`; intervals are the calibration's slow/fast ends widened by
+    the profile's model-error quantiles, for the pooled profiles those measured on the
+    other sources (leave one source out, :func:`fit_source_transfer`).
     Scored apart: throughput, median and p99 TPOT and TTFT, and by GPU and engine.
     """
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_sweep_rows(data)
-    held = _HeldOutScores(fitted)
+    # the shipped rows are scored with intervals measured without them
+    held = _HeldOutScores(fitted, SWEEP_SOURCE if data is None else None)
     done, skipped = held.score_rows(
         rows,
         partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
@@ -1922,7 +2024,10 @@ def validate_sweeps(
             "throughput = output tokens / benchmark duration, TPOT = (e2e - TTFT) / "
             "(output - 1) per request, TTFT from the client's send"
         ),
-        "fitted_on": "nothing: every constant comes from other sources (held out by source)",
+        "fitted_on": (
+            "nothing: every constant comes from other sources (held out by source); "
+            "the pooled profiles' intervals leave this source out"
+        ),
         "by_metric": held.by_metric(),
         "by_gpu_engine": held.by_gpu_engine(),
         "rows": per_row,
@@ -1941,6 +2046,10 @@ DISAGG_METRICS: tuple[tuple[str, float, DisaggMetric], ...] = (
     ("tpot_median_ms", 1e-3, "tpot_median"),
     ("ttft_median_ms", 1e-3, "ttft_median"),
 )
+
+
+#: the disaggregated runs' name among the sources of the pooled profiles' transfer error
+DISAGG_SOURCE = "inferencex-disaggregated"
 
 
 def load_disagg_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -2060,13 +2169,15 @@ def validate_disaggregated(
     and decode workers under a closed-loop client, :func:`forecast_disagg_row`).
 
     Held out by source: no constant is fitted on these rows; the per-step physics is the
-    one every other serving forecast uses. Scored apart: output throughput of the fleet,
+    one every other serving forecast uses. Intervals of the pooled profiles come from the
+    other sources' residuals (leave one source out, :func:`fit_source_transfer`). Scored apart: output throughput of the fleet,
     median TPOT (the decode workers) and median TTFT, and by GPU and engine profile.
     """
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_disagg_rows(data)
-    held = _HeldOutScores(fitted)
+    # the shipped rows are scored with intervals measured without them
+    held = _HeldOutScores(fitted, DISAGG_SOURCE if data is None else None)
     done, skipped = held.score_rows(
         rows,
         partial(forecast_disagg_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
@@ -2099,7 +2210,10 @@ def validate_disaggregated(
             "output tokens/s of the fleet, TPOT = (e2e - TTFT) / (output - 1), TTFT from the "
             "client's send"
         ),
-        "fitted_on": "nothing: every constant comes from other sources (held out by source)",
+        "fitted_on": (
+            "nothing: every constant comes from other sources (held out by source); "
+            "the pooled profiles' intervals leave this source out"
+        ),
         "by_metric": held.by_metric(),
         "by_gpu_engine": held.by_gpu_engine(),
         "rows": per_row,
@@ -2647,3 +2761,13 @@ def validate_nim(
         "rows": per_row,
         "skipped": skipped,
     }
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance entry point
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Refit the inference framework constants.")
+    ap.add_argument("--write", action="store_true", help="write data/inference_overheads.json")
+    args = ap.parse_args()
+    print(json.dumps(refit(write=args.write), indent=2))
