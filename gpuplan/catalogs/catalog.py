@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuplan.catalogs.loader import Problem, default_data_dir, raise_for, read_dir
-from gpuplan.catalogs.names import name_key, resolve
+from gpuplan.catalogs.names import configuration_stripped, name_key, resolve
 from gpuplan.catalogs.schema import (
     Accelerator,
     Fabric,
@@ -123,10 +123,38 @@ class Catalog:
     def _get(self, kind: str, name: str) -> Row:
         if isinstance(name, Row):
             return name
-        rid = resolve(
-            name, self._index[kind], what=_WHAT[kind], all_ids=(r.id for r in self._by_kind[kind])
-        )
+        ids = [r.id for r in self._by_kind[kind]]
+        try:
+            rid = resolve(name, self._index[kind], what=_WHAT[kind], all_ids=ids)
+        except NotFoundError as exc:
+            if kind != "accelerator" or "ambiguous" in exc.message:
+                raise
+            row = self._configured_part(name, ids)
+            if row is None:
+                raise
+            return row
         return self._by_id[rid]
+
+    def _configured_part(self, name: str, ids: list[str]) -> Row | None:
+        """Rule 5 of :mod:`gpuplan.catalogs.names`: the part a benchmark system's
+        accelerator name states with its configuration (power, partition mode, cooling),
+        its memory within 7% of the stated size when only the part's name matches."""
+        kept, bare, stated_gb = configuration_stripped(name)
+        for text, check in ((kept, False), (bare, True)):
+            if not text:
+                continue
+            try:
+                rid = resolve(text, self._index["accelerator"], what="accelerator", all_ids=ids)
+            except NotFoundError:
+                continue
+            row = self._by_id[rid]
+            # the catalog keeps a part's "80GB" as 80 GiB; a system may state usable memory
+            # (B300: "270GB" of 288)
+            mem_gib = (getattr(row, "memory_bytes", None) or 0) / 2**30
+            if check and stated_gb is not None and abs(mem_gib - stated_gb) > 0.07 * stated_gb:
+                return None
+            return row
+        return None
 
     def resolve_id(self, kind: str, name: str) -> str:
         """The id ``name`` names among rows of ``kind`` (NotFoundError otherwise)."""

@@ -12,6 +12,20 @@ Rule, applied in order until something matches:
    ``"AMD MI300X node (8x)"`` -> ``mi300x``; ``"B200 (DGX B200)"`` -> ``b200``.
 3. **Alternatives**: a token with a slash (``"Gaudi 2/3"``) expands to each alternative;
    when they name different rows the name is ambiguous.
+4. **Checkpoint names** (models only): a Hugging Face repository id names a checkpoint of an
+   architecture. The organisation (``meta-llama/``), a leading ``Meta``, and the words
+   that name a fine-tune, a quantisation or a release of the same weights' shape
+   (``Instruct``, ``chat``, ``hf``, ``it``, ``FP8``, ``FP4``, ``KV``, ``AWQ``, ``v0.1``,
+   dates such as ``0528`` or ``2507``...) are dropped:
+   ``"meta-llama/Llama-3.1-70B-Instruct"`` -> ``llama 3.1 70b``;
+   ``"nvidia/DeepSeek-R1-0528-FP4"`` -> ``deepseek r1``.
+
+5. **System configuration words** (accelerators only, :meth:`Catalog.gpu`): benchmark
+   submissions name the part with its configuration: power limit (``750W``), partition
+   modes (``NPS1``, ``SPX``), cooling (``CTS``), module (``OAM``), host architecture
+   (``aarch64``). They are dropped; then, if nothing matched, the memory size too, and the
+   part found must hold within 7% of the memory the name states
+   (``"MI300X-NPS1-SPX-192GB-750W"`` -> ``mi300x``; ``"H200-SXM-141GB-CTS"`` -> the H200 SXM).
 
 An unknown or ambiguous name raises :class:`gpuplan.errors.NotFoundError` listing the
 closest ids (difflib).
@@ -48,6 +62,42 @@ _NOISE = {
     "habana",
 }
 _COUNT = re.compile(r"^(\d+x|x\d+)$")
+#: words of a checkpoint name that say how the weights were tuned, quantised or released,
+#: not which architecture they fill (rule 4)
+_CHECKPOINT_WORDS = {
+    "instruct",
+    "chat",
+    "hf",
+    "it",
+    "base",
+    "pretrain",
+    "pretrained",
+    "preview",
+    "latest",
+    "fp8",
+    "fp4",
+    "nvfp4",
+    "mxfp4",
+    "fp16",
+    "bf16",
+    "int8",
+    "int4",
+    "w8a8",
+    "w4a16",
+    "w4a8",
+    "awq",
+    "gptq",
+    "kv",
+    "dynamic",
+    "static",
+    "quantized",
+    "quant",
+    "turbo",
+}
+#: a release tag: v0.1, v3, a date (0528, 2507, 20240229)
+_RELEASE = re.compile(r"^(v\d+(\.\d+)*|\d{4}|\d{6}|\d{8})$")
+#: a parameter count: 7b, 70b, 8x7b, 1.5b, 17b, 405m
+_SIZE = re.compile(r"^(\d+x)?\d+(\.\d+)?[bm]$")
 
 
 def name_key(name: str) -> str:
@@ -76,10 +126,63 @@ def _alternatives(text: str) -> list[str]:
     return out
 
 
-def candidates(name: str) -> list[list[str]]:
-    """The keys to try for ``name``, in order; each inner list holds alternatives."""
+def checkpoint_base(name: str) -> str:
+    """The architecture a checkpoint name stands for (rule 4), spaced.
+
+    >>> checkpoint_base("meta-llama/Llama-3.1-70B-Instruct")
+    'llama 3.1 70b'
+    >>> checkpoint_base("nvidia/DeepSeek-R1-0528-FP4")
+    'deepseek r1'
+    >>> checkpoint_base("Meta-Llama-3-8B-Instruct")
+    'llama 3 8b'
+    >>> checkpoint_base("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    'mixtral 8x7b'
+    >>> checkpoint_base("deepseek-ai/DeepSeek-V3-0324")
+    'deepseek v3'
+    """
+    text = str(name).strip().casefold().rsplit("/", 1)[-1]
+    words = [w for w in re.split(r"[\s_\-]+", text) if w]
+    if words and words[0] == "meta" and len(words) > 1:
+        words = words[1:]
+    kept: list[str] = []
+    # a release tag follows the parameter count or a dropped word (Mistral-7B-v0.3,
+    # R1-FP4-v2), never the family alone (DeepSeek-V3)
+    tail = False
+    for w in words:
+        if w in _CHECKPOINT_WORDS or (_RELEASE.match(w) and (tail or w[0].isdigit())):
+            tail = True
+            continue
+        kept.append(w)
+        tail = tail or bool(_SIZE.match(w))
+    return " ".join(kept or words)
+
+
+#: words of a system's accelerator name that describe its configuration (rule 5)
+_CONFIG_WORD = re.compile(r"^(\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip)$")
+_MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
+
+
+def configuration_stripped(name: str) -> tuple[str, str, float | None]:
+    """Rule 5: ``name`` without its configuration words, without those and its memory
+    size, and the memory it states (GB; None when it states none).
+
+    >>> configuration_stripped("AMD Instinct MI300X-NPS1-SPX-192GB-750W")
+    ('amd instinct mi300x 192gb', 'amd instinct mi300x', 192.0)
+    """
+    words = [w for w in re.split(r"[\s_\-]+", str(name).strip().casefold()) if w]
+    kept = [w for w in words if not _CONFIG_WORD.match(w)]
+    mem = [float(m.group(1)) for w in kept if (m := _MEMORY_WORD.match(w))]
+    bare = [w for w in kept if not _MEMORY_WORD.match(w)]
+    return " ".join(kept), " ".join(bare), (mem[0] if mem else None)
+
+
+def candidates(name: str, *, checkpoints: bool = False) -> list[list[str]]:
+    """The keys to try for ``name``, in order; each inner list holds alternatives
+    (``checkpoints``: rule 4 too, for models)."""
     cleaned = _clean_descriptive(name)
     steps = [[name_key(name)], [name_key(cleaned)]]
+    if checkpoints:
+        steps.append([name_key(checkpoint_base(name))])
     alts = _alternatives(cleaned)
     if len(alts) > 1:
         steps.append([name_key(a) for a in alts])
@@ -98,7 +201,7 @@ def resolve(name: str, index: Mapping[str, str], *, what: str, all_ids: Iterable
         raise NotFoundError(
             f"empty {what} name", hint=f"use an id such as {next(iter(all_ids), '?')}"
         )
-    for keys in candidates(name):
+    for keys in candidates(name, checkpoints=what == "model"):
         hits = sorted({index[k] for k in keys if k in index})
         if len(hits) == 1:
             return hits[0]

@@ -142,3 +142,74 @@ def test_unknown_model_suggests() -> None:
     with pytest.raises(NotFoundError, match="unknown model") as info:
         get_catalog().model("llama3.1-406b")
     assert "llama3.1-405b" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # Hugging Face repository ids of checkpoints: organisation, tuning, quantisation and
+        # release words dropped (rule 4 of gpuplan.catalogs.names)
+        ("meta-llama/Llama-3.1-70B-Instruct", "llama3.1-70b"),
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "llama3-8b"),
+        ("meta-llama/Llama-2-70b-chat-hf", "llama2-70b"),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", "llama3.3-70b"),
+        ("amd/Llama-3.1-70B-Instruct-FP8-KV", "llama3.1-70b"),
+        ("Llama-3.1-405B-Instruct-FP8", "llama3.1-405b"),
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b"),
+        ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3"),
+        ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+        ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+        ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama4-maverick"),
+        ("google/gemma-3-27b-it", "gemma3-27b"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+    ],
+)
+def test_checkpoint_names_resolve_to_their_architecture(name: str, expected: str) -> None:
+    assert get_catalog().model(name).id == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "meta-llama/Llama-3.1-71B-Instruct",  # no such size
+        "Instruct-FP8",  # nothing left but the words dropped
+        "deepseek-ai/DeepSeek-V2-Lite",  # the V2 is the architecture, not a release tag
+    ],
+)
+def test_a_checkpoint_of_an_unknown_architecture_does_not_resolve(name: str) -> None:
+    with pytest.raises(NotFoundError, match="unknown model"):
+        get_catalog().model(name)
+
+
+def test_checkpoint_words_apply_to_models_only() -> None:
+    """A GPU name keeps every word: 'H100 FP8' is not a model rule's business."""
+    with pytest.raises(NotFoundError):
+        get_catalog().gpu("nvidia/H100-Instruct")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # benchmark systems' accelerator names with their configuration (rule 5)
+        ("AMD Instinct MI300X-NPS1-SPX-192GB-750W", "mi300x"),
+        ("MI325X-NPS1-SPX-256GB-1000W", "mi325x"),
+        ("AMD Instinct MI355X-NPS1-SPX-288GB-1400W", "mi355x"),
+        ("NVIDIA H200-SXM-141GB-CTS", "h200-sxm-141gb"),
+        ("MI355X_OAM", "mi355x"),
+        # usable memory stated, within 7% of the part's
+        ("NVIDIA B300-SXM-270GB", "b300-sxm-288gb"),
+    ],
+)
+def test_configured_system_accelerator_names_resolve(name: str, expected: str) -> None:
+    assert get_catalog().gpu(name).id == expected
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100-SXM-94GB", "H100 SXM 40GB", "MI300X-NPS1-64GB"])
+def test_a_stated_memory_the_part_does_not_hold_does_not_resolve(name: str) -> None:
+    """Dropping the memory size finds the part by name only if it holds what the name
+    states: an H100 SXM has 80 GB, not 94 (that is the H100 NVL)."""
+    with pytest.raises(NotFoundError, match="unknown GPU"):
+        get_catalog().gpu(name)
