@@ -201,6 +201,11 @@ def test_checkpoint_words_apply_to_models_only() -> None:
         ("MI355X_OAM", "mi355x"),
         # usable memory stated, within 7% of the part's
         ("NVIDIA B300-SXM-270GB", "b300-sxm-288gb"),
+        # Grace Hopper: the HBM size picks the part; nvidia-smi's name counts the Grace memory
+        ("NVIDIA GH200 Grace Hopper Superchip 144GB", "gh200-144gb"),
+        ("GH200-144GB_aarch64", "gh200-144gb"),
+        ("NVIDIA GH200-GraceHopper-Superchip", "gh200-96gb"),
+        ("NVIDIA GH200 480GB", "gh200-96gb"),
     ],
 )
 def test_configured_system_accelerator_names_resolve(name: str, expected: str) -> None:
