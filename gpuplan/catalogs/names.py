@@ -176,6 +176,32 @@ def configuration_stripped(name: str) -> tuple[str, str, float | None]:
     return " ".join(kept), " ".join(bare), (mem[0] if mem else None)
 
 
+#: the weight precision a checkpoint's name states (rule 4 drops these words)
+_CHECKPOINT_PRECISION = {
+    "fp8": "fp8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+    "int8": "int8",
+    "w8a8": "int8",
+    "int4": "int4",
+    "w4a16": "int4",
+    "awq": "int4",
+    "gptq": "int4",
+}
+
+
+def checkpoint_precision(name: str) -> str | None:
+    """The weight precision a checkpoint's name states (``"...-Instruct-FP8"``: fp8), None
+    when it states none.
+
+    >>> checkpoint_precision("nvidia/Llama-3.3-70B-Instruct-FP4"), checkpoint_precision("Llama-3.1-8B")
+    ('fp4', None)
+    """
+    words = re.split(r"[\s_\-/]+", str(name).strip().casefold())
+    return next((_CHECKPOINT_PRECISION[w] for w in words if w in _CHECKPOINT_PRECISION), None)
+
+
 def candidates(name: str, *, checkpoints: bool = False) -> list[list[str]]:
     """The keys to try for ``name``, in order; each inner list holds alternatives
     (``checkpoints``: rule 4 too, for models)."""

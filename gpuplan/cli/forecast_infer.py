@@ -379,6 +379,15 @@ def register(app: typer.Typer) -> None:
         from gpuplan.cli._model import model_argument
 
         m = model_argument(model, model_file, arch, gated_mlp=gated_mlp)
+        if model:
+            from gpuplan.catalogs.names import checkpoint_precision
+
+            stated = checkpoint_precision(model)
+            if stated is not None and stated != precision.strip().lower():
+                warn(
+                    f"the model name {model!r} says {stated} weights; forecasting "
+                    f"{precision} (pass --precision {stated} to match)"
+                )
         from gpuplan.forecast.serving import LengthDist
 
         # the lengths' own check, before any progress line (the scenario's uses it too)

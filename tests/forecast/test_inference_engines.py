@@ -4,6 +4,7 @@ profile changes, and the held-out score on the engines' own published rows."""
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -421,3 +422,25 @@ def test_a_moe_forecast_says_where_its_time_scale_comes_from() -> None:
     triton = fitted.time_scale_basis("vllm@0.8.4", moe=True) or ""
     assert triton.startswith("pooled") and "vendor" not in triton
     assert fitted.time_scale_basis("vllm@0.5.4", moe=True) == fitted.engines["vllm@0.5.4"]["basis"]
+
+
+def test_cli_takes_a_checkpoint_id_and_a_release_and_says_what_it_ran(run_cli) -> None:
+    """A new user's names: a Hugging Face checkpoint id whose name states FP8, a vLLM
+    release without a profile. The forecast runs, says the profile that stands for the
+    release, and warns that the name's precision is not the one forecast."""
+    p = run_cli(
+        "forecast", "infer", "--model", "amd/Llama-3.1-70B-Instruct-FP8-KV", "--gpu", "mi300x",
+        "--engine", "vLLM 0.10.1", "--batch", "8", "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["model"]["id"] == "llama3.1-70b" and out["precision"] == "bf16"
+    assert out["engine_profile"]["name"] == "vllm@0.8.4"
+    assert "stands for it" in out["engine_profile"]["resolution"]
+    assert "says fp8 weights; forecasting bf16" in p.stderr
+    q = run_cli(
+        "forecast", "infer", "--model", "amd/Llama-3.1-70B-Instruct-FP8-KV", "--gpu", "mi300x",
+        "--engine", "vllm@0.8.4", "--batch", "8", "--precision", "fp8",
+    )  # fmt: skip
+    assert q.returncode == 0, q.stderr
+    assert "warning" not in q.stderr and "vllm@0.8.4" in q.stdout
