@@ -453,13 +453,9 @@ class FittedOverheads:
         and the factor's own held-out residual quantiles (``vendor_moe.log_residual_quantiles``;
         a time metric mirrored): the profile's quantiles were measured without the factor."""
         q = self._interval_quantiles(metric, engine, held_out_source)
-        if q is None:  # tpot without quantiles of its own
-            t_lo, t_hi = self._interval_quantiles(
-                "throughput_per_gpu", engine, held_out_source
-            ) or (
-                0.0,
-                0.0,
-            )
+        if q is None:  # tpot without quantiles of its own: the throughput's, mirrored
+            thr = self._interval_quantiles("throughput_per_gpu", engine, held_out_source)
+            t_lo, t_hi = thr if thr is not None else (0.0, 0.0)
             q = (-t_hi, -t_lo)
         lo, hi = q
         vendor = self.record.get("vendor_moe")

@@ -1587,7 +1587,10 @@ def fit_source_transfer(
 
     if engine_loeo is None:
         engine_loeo = validate_engines(
-            catalog=catalog, perf_for=perf_for, scheme="leave-one-engine-out"
+            catalog=catalog,
+            perf_for=perf_for,
+            scheme="leave-one-engine-out",
+            vendor_moe=fitted.vendor_moe_time_scale,
         )
     eng_rows = engine_loeo["rows"]
     res: dict[str, dict[str, list[float]]] = {
@@ -2170,8 +2173,9 @@ def validate_disaggregated(
 
     Held out by source: no constant is fitted on these rows; the per-step physics is the
     one every other serving forecast uses. Intervals of the pooled profiles come from the
-    other sources' residuals (leave one source out, :func:`fit_source_transfer`). Scored apart: output throughput of the fleet,
-    median TPOT (the decode workers) and median TTFT, and by GPU and engine profile.
+    other sources' residuals (leave one source out, :func:`fit_source_transfer`). Scored
+    apart: output throughput of the fleet, median TPOT (the decode workers) and median
+    TTFT, and by GPU and engine profile.
     """
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
