@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpuplan.errors import GpuplanError
 from gpuplan.forecast.infer import ServingFleet, size_fleet
 from gpuplan.forecast.inference import ServingDemand
-from gpuplan.forecast.inference_step import DEFAULT_ENGINE
+from gpuplan.forecast.inference_step import DEFAULT_ENGINE, engine_resolution
 from gpuplan.forecast.serving import LengthDist
 from gpuplan.forecast.train import TrainForecast, TrainRequest, forecast_train
 from gpuplan.plan.context import PlanContext, TrainKey
@@ -201,6 +201,9 @@ def size_serving_cached(
         f"slo_percentile={s.slo_percentile}, precision={s.precision}, tp={s.tp}, pp={s.pp}, "
         f"engine={demand.engine})"
     )
+    note = engine_resolution(demand.engine)
+    if note is not None:
+        call += f" [{note}]"
     ctx.ledger.forecasts.append(
         {"kind": "infer", "workload": s.name, "gpu": gpu_id, "call": call, "error": err}
     )

@@ -184,3 +184,25 @@ def test_plan_and_forecast_infer_apply_the_same_serving_calibration(run_cli, tmp
     doc = json.loads(infer.stdout)
     assert doc["num_gpus"] in cal_counts
     assert doc["serving_calibration"]["ttft_factor"]["value"] == pytest.approx(2.0)
+
+
+def test_a_plan_names_a_checkpoint_and_a_release_and_says_which_profile(run_cli, tmp_path) -> None:
+    """A scenario written with a new user's names (a Hugging Face checkpoint id, a vLLM
+    release without a profile) plans; its forecast ledger says which profile stood for the
+    release, and the GPU count is the one ``forecast infer`` gives on that profile."""
+    scenario = yaml.safe_load((REPO / "examples/llm-serving.yaml").read_text())
+    w = scenario["workloads"]["inference"][0]
+    w.update(model="meta-llama/Llama-3.3-70B-Instruct", engine="vLLM 0.10.1")
+    scenario["candidates"]["gpus"] = ["h100"]
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    p = run_cli("plan", str(path), "--out", str(tmp_path / "p"), "--format", "json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    calls = [f["call"] for f in doc["provenance"]["forecasts"] if f["kind"] == "infer"]
+    assert calls and all("vllm@0.8.4 stands for it" in c for c in calls)
+    counts = {s["gpus_for_load"]["value"] for o in doc["options"] for s in o["inference"]}
+    w2 = {**w, "model": "llama3.3-70b"}
+    infer = run_cli(*_infer_args(w2, "h100"), "--engine", "vllm@0.8.4")
+    assert infer.returncode == 0, infer.stderr
+    assert counts == {json.loads(infer.stdout)["num_gpus"]}
