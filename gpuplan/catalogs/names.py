@@ -23,7 +23,7 @@ Rule, applied in order until something matches:
 5. **System configuration words** (accelerators only, :meth:`Catalog.gpu`): benchmark
    submissions name the part with its configuration: power limit (``750W``), partition
    modes (``NPS1``, ``SPX``), cooling (``CTS``), module (``OAM``), host architecture
-   (``aarch64``). They are dropped; then, if nothing matched, the memory size too, and the
+   (``aarch64``), a count glued to the part (``8xH100``). They are dropped; then, if nothing matched, the memory size too, and the
    part found must hold within 7% of the memory the name states
    (``"MI300X-NPS1-SPX-192GB-750W"`` -> ``mi300x``; ``"H200-SXM-141GB-CTS"`` -> the H200 SXM).
 
@@ -160,6 +160,7 @@ def checkpoint_base(name: str) -> str:
 #: words of a system's accelerator name that describe its configuration (rule 5)
 _CONFIG_WORD = re.compile(r"^(\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip)$")
 _MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
+_GLUED_COUNT = re.compile(r"^\d+x(?=[a-z])")
 
 
 def configuration_stripped(name: str) -> tuple[str, str, float | None]:
@@ -170,7 +171,9 @@ def configuration_stripped(name: str) -> tuple[str, str, float | None]:
     ('amd instinct mi300x 192gb', 'amd instinct mi300x', 192.0)
     """
     words = [w for w in re.split(r"[\s_\-]+", str(name).strip().casefold()) if w]
-    kept = [w for w in words if not _CONFIG_WORD.match(w)]
+    # a count glued to the part (8xH100, 8xMI300X)
+    words = [_GLUED_COUNT.sub("", w) for w in words]
+    kept = [w for w in words if w and not _CONFIG_WORD.match(w)]
     mem = [float(m.group(1)) for w in kept if (m := _MEMORY_WORD.match(w))]
     bare = [w for w in kept if not _MEMORY_WORD.match(w)]
     return " ".join(kept), " ".join(bare), (mem[0] if mem else None)

@@ -199,6 +199,8 @@ def test_checkpoint_words_apply_to_models_only() -> None:
         ("AMD Instinct MI355X-NPS1-SPX-288GB-1400W", "mi355x"),
         ("NVIDIA H200-SXM-141GB-CTS", "h200-sxm-141gb"),
         ("MI355X_OAM", "mi355x"),
+        ("8xMI300X", "mi300x"),
+        ("NVIDIA 8xH200-SXM-141GB", "h200-sxm-141gb"),
         # usable memory stated, within 7% of the part's
         ("NVIDIA B300-SXM-270GB", "b300-sxm-288gb"),
         # Grace Hopper: the HBM size picks the part; nvidia-smi's name counts the Grace memory
