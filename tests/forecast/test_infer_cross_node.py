@@ -66,6 +66,14 @@ def test_cli_engine_profile_is_reported(run_cli):
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["engine"] == "vllm@0.6.0"
-    bad = run_cli("forecast", "infer", "--model", "llama3.3-70b", "--engine", "vllm@9")
+    # a later release runs on the nearest profile and says so; an unknown family is refused
+    later = run_cli(
+        "forecast", "infer", "--model", "llama3.3-70b", "--tp", "8", "--batch", "8",
+        "--engine", "vllm@9", "--format", "json",
+    )  # fmt: skip
+    assert later.returncode == 0, later.stderr
+    prof = json.loads(later.stdout)["engine_profile"]
+    assert prof["name"] == "vllm@0.8.4" and "stands for it" in prof["resolution"]
+    bad = run_cli("forecast", "infer", "--model", "llama3.3-70b", "--engine", "tgi@2")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "vllm@0.6.0" in bad.stderr  # names the versions it knows

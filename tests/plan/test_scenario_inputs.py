@@ -99,6 +99,9 @@ def test_serving_engine_is_validated_and_reaches_the_sizing():
     assert serving_demand(s, "h100-sxm5-80gb").engine == "vllm@0.6.0"
     default = parse_scenario(SMALL_SCENARIO).scenario.workloads.inference[0]
     assert serving_demand(default, "h100-sxm5-80gb").engine == "modern"
-    bad = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: vllm@9")
+    # a release of a known family runs on its nearest profile; an unknown family is refused
+    later = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: vllm@9")
+    assert parse_scenario(later).scenario.workloads.inference[0].engine == "vllm@9"
+    bad = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: tgi@2")
     with pytest.raises(SchemaError, match=r"workloads.inference\[0\].engine: .*vllm@0.6.0"):
         parse_scenario(bad)
