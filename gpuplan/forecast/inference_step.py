@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -415,6 +416,7 @@ def _version_key(version: str | None) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
+@lru_cache(maxsize=256)
 def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
     """The profile of ``name`` and, when ``name`` is a release without a profile of its own,
     why this one stands for it (None when it names a profile or an alias)."""

@@ -1477,6 +1477,7 @@ def fit_engine_constants(
     catalog: Catalog | None = None,
     perf_for: PerfFor | None = None,
     vendor_moe: float | None = None,
+    loeo: EngineValidation | None = None,
 ) -> dict[str, EngineConstants]:
     """The shipped engine constants: each calibrated profile's time scale fitted on all its
     rows, and the ``pooled`` one on every engine's rows; interval quantiles from the
@@ -1494,14 +1495,15 @@ def fit_engine_constants(
     d = _EngineData(rows, catalog, perf_for, vendor_moe)
     held = validate_engines(data, catalog=catalog, perf_for=perf_for, vendor_moe=vendor_moe)
     # the transfer to an engine never seen, measured: each engine's rows scored with the
-    # constants of every other engine's rows
-    loeo = validate_engines(
-        data,
-        catalog=catalog,
-        perf_for=perf_for,
-        scheme="leave-one-engine-out",
-        vendor_moe=vendor_moe,
-    )
+    # constants of every other engine's rows (``loeo``: that scoring, done already)
+    if loeo is None:
+        loeo = validate_engines(
+            data,
+            catalog=catalog,
+            perf_for=perf_for,
+            scheme="leave-one-engine-out",
+            vendor_moe=vendor_moe,
+        )
 
     def held_q(
         select: Callable[[EngineRow], bool], scored: EngineValidation = held
@@ -1686,6 +1688,9 @@ def refit(
         fitted=FittedOverheads(params, {k: (v[0], v[1]) for k, v in quantiles.items()}, {}),
     )
     k_vendor = vendor["time_scale"]
+    # the burst rows scored leave one engine out: the pooled transfer quantiles and the
+    # source transfer both read it
+    loeo = validate_engines(perf_for=perf_for, scheme="leave-one-engine-out", vendor_moe=k_vendor)
     doc: dict[str, object] = {
         "version": 1,
         "what": "framework constants of the inference forecast (gpuplan.forecast.inference_fit)",
@@ -1699,7 +1704,7 @@ def refit(
         },
         "held_out": held,
         "engines": validate_engines(perf_for=perf_for, vendor_moe=k_vendor).get("profiles", {}),
-        "engine_constants": fit_engine_constants(perf_for=perf_for, vendor_moe=k_vendor),
+        "engine_constants": fit_engine_constants(perf_for=perf_for, vendor_moe=k_vendor, loeo=loeo),
         "vendor_moe": vendor,
         "regenerate": "python -m gpuplan.forecast.validation_inference --write",
     }
@@ -1708,7 +1713,7 @@ def refit(
     consts = cast(dict[str, EngineConstants], doc["engine_constants"])
     if "pooled" in consts:
         consts["pooled"]["source_transfer"] = fit_source_transfer(
-            overheads_from(doc), perf_for=perf_for
+            overheads_from(doc), perf_for=perf_for, engine_loeo=loeo
         )
     if write:
         write_overheads(doc)
