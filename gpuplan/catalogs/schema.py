@@ -242,6 +242,15 @@ class Accelerator(Row):
             " than cluster_unit (an NVL72 rack); deadline sizing reports the units to buy"
         ),
     )
+    pcie_server_size: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "accelerators one server holds on PCIe, where that is more than the scale-up"
+            " domain (PCIe cards without NVLink): tensor parallelism up to it stays inside"
+            " the server, its all-reduces over PCIe; None = the scale-up domain"
+        ),
+    )
     scale_up_in_switch_reduction: bool = Field(
         default=False, description="in-network reduction on the scale-up fabric (NVLink SHARP)"
     )

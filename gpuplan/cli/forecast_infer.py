@@ -74,6 +74,8 @@ def _table(r: dict[str, Any]):
         mn = r.get("multi_node") or r.get("cross_node_tp")
         if mn:
             rows.append(("nodes per replica", f"{mn['nodes']}: {mn['note']}"))
+        if r.get("pcie_tp"):
+            rows.append(("tensor parallel", r["pcie_tp"]["note"]))
         dis = r.get("disaggregated")
         if dis and dis.get("num_gpus"):
             rows.append(

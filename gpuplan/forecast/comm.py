@@ -270,6 +270,14 @@ def library_latency(gpu: Accelerator, catalog: Catalog | None = None) -> Library
     # read with a default: the inference tests' stand-in rows (tests/forecast/test_infer_fakes.py)
     # carry only the fields the inference model reads, and have no fabric
     fid = getattr(gpu, "scale_up_fabric_id", None)
+    # PCIe cards without a scale-up fabric (L40S, L4) reach the other cards of their server
+    # over the host link: NCCL's ring over PCIe (its NCCL_HW_PCI hop). The step model counts
+    # every such rank as leaving the scale-up domain, so the PCIe hop stands for both hops.
+    from gpuplan.forecast.hardware import scale_up_domain, server_size  # hardware imports comm
+
+    pcie = not fid and server_size(gpu) > scale_up_domain(gpu)
+    if pcie:
+        fid = getattr(gpu, "host_link", None)
     if not fid:
         return None
     if catalog is None:
@@ -288,8 +296,8 @@ def library_latency(gpu: Accelerator, catalog: Catalog | None = None) -> Library
         library=str(fab.collective_library or "nccl"),
         base_latency_s=float(base),
         hop_latency_s=float(hop),
-        net_hop_latency_s=fab.collective_net_hop_latency_s,
-        fabric_id=str(fid),
+        net_hop_latency_s=float(hop) if pcie else fab.collective_net_hop_latency_s,
+        fabric_id=str(fab.id),
         source=str(fab.latency_source or fab.source),
     )
 

@@ -52,6 +52,20 @@ def scale_up_domain(gpu: Accelerator) -> int:
     return int(getattr(gpu, "scale_up_domain_size", None) or 1)
 
 
+def server_size(gpu: Accelerator) -> int:
+    """GPUs in one node as a serving layout counts them: the scale-up domain, or, for PCIe
+    cards without one, the cards one server holds (``pcie_server_size``).
+
+    Tensor parallelism stays inside it unless asked otherwise. On PCIe cards its all-reduces
+    leave the device: the step model counts every rank outside the scale-up domain
+    (:func:`scale_up_domain`) and prices the collective as the faster of the calibrated
+    collectives between devices and NCCL's ring over PCIe
+    (:func:`gpuplan.forecast.comm.library_latency`; docs/forecast-inference.md, "PCIe
+    servers").
+    """
+    return max(scale_up_domain(gpu), int(getattr(gpu, "pcie_server_size", None) or 1))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
     """The calibrated accelerator and its fabric, as the step model needs them."""

@@ -48,7 +48,7 @@ import numpy as np
 
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import GpuplanError, InputError
-from gpuplan.forecast.hardware import memory_capacity_bytes, scale_up_domain
+from gpuplan.forecast.hardware import memory_capacity_bytes, scale_up_domain, server_size
 from gpuplan.forecast.inference_arch import (
     Layout,
     MemoryPlan,
@@ -235,6 +235,8 @@ class _ReplicaExtras(TypedDict, total=False):
     dp_attention: int
     #: what a replica spanning nodes assumes (:func:`multi_node_info`)
     multi_node: JSONDict
+    #: TP over the PCIe cards of one server (:func:`pcie_tp_info`)
+    pcie_tp: JSONDict
     cross_node_tp: CrossNodeTP
     serving_calibration: ServingFactors | ServingCalibration
 
@@ -254,6 +256,11 @@ def _dp_attention(dp: int) -> _ReplicaExtras:
 def _multi_node(info: JSONDict | None) -> _FleetExtras:
     """``multi_node`` of a replica spanning nodes (:func:`multi_node_info`), else nothing."""
     return {"multi_node": info} if info else {}
+
+
+def _pcie_tp(info: JSONDict | None) -> _FleetExtras:
+    """``pcie_tp`` of a replica with TP over PCIe cards (:func:`pcie_tp_info`), else nothing."""
+    return {"pcie_tp": info} if info else {}
 
 
 class LayoutResult(_ReplicaExtras):
@@ -492,8 +499,9 @@ def _fmt_gib(x: float) -> str:
 
 
 def tp_options(arch: ModelArch, gpu: Accelerator, ep: int = 1, pp: int = 1) -> list[int]:
-    """TP degrees to consider: powers of two dividing the heads, within the scale-up domain."""
-    domain = scale_up_domain(gpu)
+    """TP degrees to consider: powers of two dividing the heads, within one node (the
+    scale-up domain, or the PCIe server of cards without one: :func:`server_size`)."""
+    domain = server_size(gpu)
     out = []
     t = 1
     while t <= max(domain // max(pp, 1), 1):
@@ -570,7 +578,7 @@ def multi_node_layout(
     the node count; None takes the fewest nodes (up to :data:`MAX_AUTO_NODES`) that fit.
     Returns None when no such layout fits.
     """
-    domain = scale_up_domain(gpu)
+    domain = server_size(gpu)
     t = tp or max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
     counts = [nodes] if nodes is not None else list(range(2, MAX_AUTO_NODES + 1))
     for n in counts:
@@ -606,8 +614,9 @@ def wide_ep_layout(ep: int) -> Layout:
 def multi_node_info(
     layout: Layout, gpu: Accelerator, hop_s: float | None = None
 ) -> JSONDict | None:
-    """What a replica spanning nodes assumes (None inside one scale-up domain)."""
-    domain = scale_up_domain(gpu)
+    """What a replica spanning nodes assumes (None inside one node: a scale-up domain, or a
+    PCIe server for cards without one, :func:`server_size`)."""
+    domain = server_size(gpu)
     if layout.gpus <= domain:
         return None
     nodes = math.ceil(layout.gpus / domain)
@@ -630,7 +639,8 @@ def multi_node_info(
     boundaries = max(0, min(layout.pp - 1, nodes - 1)) if layout.tp <= domain else 0
     out: JSONDict = {
         "nodes": nodes,
-        "scale_up_domain": domain,
+        "scale_up_domain": scale_up_domain(gpu),
+        "gpus_per_node": domain,
         "tp_inside_node": layout.tp <= domain,
         "pp_stages_per_node": stages_per_node if layout.tp <= domain else None,
         "pp_boundaries_across_nodes": boundaries,
@@ -671,7 +681,7 @@ def no_fit_error(
         chunk=chunk,
         utilization=utilization,
     )
-    domain = scale_up_domain(gpu)
+    domain = server_size(gpu)
     if smallest is None:
         hint = (
             f"no TP up to {arch.heads} fits with pp={layout.pp}: add pipeline stages (--pp), "
@@ -1587,6 +1597,9 @@ def forecast_inference(
     mn = multi_node_info(layout, g, out["pp_hop_decode_s"])
     if mn is not None:
         out["multi_node"] = mn
+    pcie = pcie_tp_info(layout, g)
+    if pcie is not None:
+        out["pcie_tp"] = pcie
     out.pop("_rates")
     out.pop("_memory")
     basis = _basis(perf)
@@ -1838,7 +1851,7 @@ def check_tp_domain(
     """
     out: dict[str, CrossNodeTP] = {}
     for g in gpus:
-        domain = scale_up_domain(g)
+        domain = server_size(g)
         if tp <= domain:
             continue
         if not allow:
@@ -1854,7 +1867,7 @@ def check_tp_domain(
                 else ""
             )
             raise InputError(
-                f"--tp {tp} spans {math.ceil(tp / domain)} nodes: the scale-up domain of {g.id} "
+                f"--tp {tp} spans {math.ceil(tp / domain)} nodes: the {_node_word(g)} of {g.id} "
                 f"is {domain} GPUs, and TP all-reduces outside it run over the network",
                 hint=(
                     f"use --tp {domain} with --pp {math.ceil(tp / domain)}{chip}; "
@@ -1863,11 +1876,37 @@ def check_tp_domain(
             )
         out[g.id] = {
             "nodes": math.ceil(tp / domain),
-            "scale_up_domain": domain,
+            "scale_up_domain": scale_up_domain(g),
             "fabric": "scale-out network between the nodes (calibrated inter-node collectives)",
-            "note": f"TP {tp} exceeds the {domain}-GPU scale-up domain of {g.id}: every TP all-reduce crosses nodes",
+            "note": f"TP {tp} exceeds the {domain}-GPU {_node_word(g)} of {g.id}: every TP all-reduce crosses nodes",
         }
     return out or None
+
+
+def _node_word(gpu: Accelerator) -> str:
+    """What one node of ``gpu`` is, for messages: its scale-up domain or its PCIe server."""
+    return "PCIe server" if server_size(gpu) > scale_up_domain(gpu) else "scale-up domain"
+
+
+def pcie_tp_info(layout: Layout, gpu: Accelerator) -> JSONDict | None:
+    """What a TP group beyond the scale-up domain but inside one PCIe server assumes (None
+    otherwise): the all-reduces leave the cards over PCIe (TensorRT-LLM, vLLM and SGLang run
+    TP on PCIe cards with NCCL over PCIe), priced by
+    :func:`gpuplan.forecast.comm.library_latency`'s PCIe constants."""
+    domain, server = scale_up_domain(gpu), server_size(gpu)
+    if layout.tp <= domain or layout.tp > server:
+        return None
+    return {
+        "tp": layout.tp,
+        "scale_up_domain": domain,
+        "server_gpus": server,
+        "fabric": "PCIe inside one server (NCCL's ring over PCIe, or the calibrated collectives)",
+        "note": (
+            f"TP {layout.tp} inside one {server}-GPU PCIe server of {gpu.id} (no NVLink): every "
+            "TP all-reduce leaves the cards over PCIe, priced as NCCL's LL ring with a PCIe hop "
+            "per step or the calibrated collectives between devices, whichever is faster"
+        ),
+    }
 
 
 class _LayoutInputs(TypedDict):
@@ -1906,7 +1945,7 @@ def _choose_layout(
     """
     arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
     req = float(common["input_tokens"] + common["output_tokens"])
-    domain = scale_up_domain(gpu)
+    domain = server_size(gpu)
     fit_kw = _FitArgs(
         request_tokens=req,
         chunk=common["chunk_tokens"],
@@ -1991,8 +2030,8 @@ def _default_tp(
             chunk=chunk_tokens,
             utilization=utilization,
         )
-        domain = scale_up_domain(gpu)
-        # never a TP group beyond the scale-up domain unless asked (--tp with
+        domain = server_size(gpu)
+        # never a TP group beyond one node (server_size) unless asked (--tp with
         # --allow-cross-node-tp): the layout search takes PP across nodes instead
         if smallest is not None and smallest <= domain:
             return smallest
@@ -2056,7 +2095,7 @@ def fleet_layouts(
     that do, so a model too big for one node is served by multi-node replicas and the
     fleet counts replicas of that size.
     """
-    domain = scale_up_domain(gpu)
+    domain = server_size(gpu)
     if nodes is not None:
         if tp is not None and pp > 1:
             return [Layout(tp, pp, ep)]
@@ -2227,6 +2266,7 @@ def build_candidates(
                             "rates": rates,
                             "kv_max_batch": max_b,
                             "multi_node": multi_node_info(layout, g, hop_s),
+                            "pcie_tp": pcie_tp_info(layout, g),
                         },
                     )
                 )
@@ -2500,6 +2540,7 @@ def _size_for_load(
         **_dp_attention(best.dp),
         "gpus_per_replica": gpr,
         **_multi_node(best.extra.get("multi_node")),
+        **_pcie_tp(best.extra.get("pcie_tp")),
         "replicas": best.replicas,
         "num_gpus": best.replicas * gpr,
         "usd_per_hour": None

@@ -852,6 +852,7 @@ class CandidateExtra(TypedDict, total=False):
     rates: DeviceRates
     kv_max_batch: int
     multi_node: JSONDict | None
+    pcie_tp: JSONDict | None
 
 
 @dataclass

@@ -183,14 +183,22 @@ def test_fleet_compares_pp_and_wide_ep_replicas():
     assert f.num_gpus == min(c["num_gpus"] for c in rows)
 
 
-def test_a_model_larger_than_a_pcie_gpu_pipelines_over_the_scale_out_link():
+def test_a_model_larger_than_a_pcie_gpu_is_served_inside_its_pcie_server():
     """A GPU without a scale-up fabric (L40S: PCIe only, domain 1) serves a model larger
-    than one card as pipeline stages; the stage hop is the calibrated inter-node
-    point-to-point, which needs no intra-node collective model (it used to raise one)."""
+    than one card on the cards of its server (8 on PCIe): TP by default, or pipeline stages
+    when asked. Neither needs an intra-node collective model (the stage hop once raised one):
+    the hop is the calibrated point-to-point between devices, the all-reduce NCCL's ring over
+    PCIe or the calibrated collective."""
     r = forecast_inference("glm4.5-air", "l40s-48gb")
-    assert r["tp"] == 1 and r["pp"] > 1 and r["fits_in_memory"]
-    assert r["multi_node"]["nodes"] == r["pp"]
-    assert r["pp_hop_decode_s"] > 0
+    assert r["tp"] > 1 and r["tp"] * r["pp"] <= 8 and r["fits_in_memory"]
+    assert "multi_node" not in r and r["pcie_tp"]["server_gpus"] == 8
+    p = forecast_inference("glm4.5-air", "l40s-48gb", tp=1, pp=8)
+    assert p["tp"] == 1 and p["pp"] == 8 and p["fits_in_memory"]
+    assert "multi_node" not in p and "pcie_tp" not in p
+    assert p["pp_hop_decode_s"] > 0
+    # two servers' worth of stages is two nodes
+    m = forecast_inference("glm4.5-air", "l40s-48gb", tp=1, pp=16)
+    assert m["multi_node"]["nodes"] == 2 and m["multi_node"]["gpus_per_node"] == 8
 
 
 def test_gaudi2_serves_with_tensor_parallelism_over_its_integrated_roce():
