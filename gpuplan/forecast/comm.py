@@ -271,11 +271,10 @@ def library_latency(gpu: Accelerator, catalog: Catalog | None = None) -> Library
     # carry only the fields the inference model reads, and have no fabric
     fid = getattr(gpu, "scale_up_fabric_id", None)
     # PCIe cards without a scale-up fabric (L40S, L4) reach the other cards of their server
-    # over the host link: NCCL's ring over PCIe (its NCCL_HW_PCI hop). The step model counts
-    # every such rank as leaving the scale-up domain, so the PCIe hop stands for both hops.
-    from gpuplan.forecast.hardware import scale_up_domain, server_size  # hardware imports comm
-
-    pcie = not fid and server_size(gpu) > scale_up_domain(gpu)
+    # (``pcie_server_size``, :func:`gpuplan.forecast.hardware.server_size`) over the host
+    # link: NCCL's ring over PCIe (its NCCL_HW_PCI hop). The step model counts every such
+    # rank as leaving the scale-up domain, so the PCIe hop stands for both hops.
+    pcie = not fid and (getattr(gpu, "pcie_server_size", None) or 0) > 1
     if pcie:
         fid = getattr(gpu, "host_link", None)
     if not fid:
