@@ -561,10 +561,12 @@ def _spawned_worker(
             timeout=datetime.timedelta(seconds=plan.timeout_s),
             **({"device_id": device} if gpu else {}),
         )
+        finished = False
         try:
             run_rank(plan, local_rank, world, device, emit if local_rank == 0 else _drop)
+            finished = True
         finally:
-            dist.destroy_process_group()
+            close_group(dist, barrier=finished)
         if local_rank == 0:
             emit("done", None)
     except KeyboardInterrupt:
@@ -575,6 +577,23 @@ def _spawned_worker(
 
 def _drop(kind: str, payload: Any) -> None:
     return None
+
+
+def close_group(dist: Any, *, barrier: bool) -> None:
+    """Destroy the default process group, first meeting every rank at a barrier when this
+    rank finished its work (``barrier``); after a failure it is destroyed at once, since a
+    barrier would wait on ranks that may never come (pytorch/torchtitan PR 1342).
+
+    Without the barrier a rank that finishes first tears its connections down and exits
+    while a peer is still finishing: gloo ranks launched by torchrun then died now and
+    then at interpreter exit ("terminate called without an active exception", SIGABRT)
+    after a complete run.
+    """
+    try:
+        if barrier:
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 def free_port() -> int:
@@ -738,11 +757,13 @@ def run_torchrun(
         dist.init_process_group(
             plan.backend, init_method="env://", timeout=datetime.timedelta(seconds=plan.timeout_s)
         )
+    finished = False
     try:
         run_rank(plan, denv.rank, denv.world_size, device, lambda kind, p: on_point(p))
+        finished = True
     finally:
         if owns_group:
-            dist.destroy_process_group()
+            close_group(dist, barrier=finished)
 
 
 # ------------------------------------------------------------------------------ the probe

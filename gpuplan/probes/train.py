@@ -491,10 +491,13 @@ def _worker(
             timeout=datetime.timedelta(seconds=float(spec["timeout_s"])),
             **({"device_id": device} if gpu else {}),
         )
+        from gpuplan.probes.collectives import close_group
+
+        result = None
         try:
             result = measure_rank(spec, rank, world, device)
         finally:
-            dist.destroy_process_group()
+            close_group(dist, barrier=result is not None)
         if rank == 0:
             out_queue.put(("result", result))
     except KeyboardInterrupt:
@@ -575,11 +578,16 @@ def run_torchrun(spec: dict[str, Any], denv: Any, *, gpu: bool) -> dict[str, Any
             init_method="env://",
             timeout=datetime.timedelta(seconds=float(spec["timeout_s"])),
         )
+    from gpuplan.probes.collectives import close_group
+
+    finished = False
     try:
-        return measure_rank(spec, denv.rank, denv.world_size, device)
+        result = measure_rank(spec, denv.rank, denv.world_size, device)
+        finished = True
+        return result
     finally:
         if owns:
-            dist.destroy_process_group()
+            close_group(dist, barrier=finished)
 
 
 def _timing(samples: list[float], warmup: list[float]) -> dict[str, Any]:
