@@ -784,6 +784,14 @@ class ModelArch(Row):
     sliding_window: int | None = Field(
         None, gt=0, description="tokens a local (sliding-window) attention layer attends to"
     )
+    released_precision: Literal["fp8"] | None = Field(
+        None,
+        description=(
+            "the weight precision of the checkpoint its makers released, where it is not 16-bit"
+            " (DeepSeek-V3/R1: block-scaled fp8, config.json quantization_config); a forecast"
+            " at another precision says so"
+        ),
+    )
     mamba_layers: int = Field(
         0,
         ge=0,

@@ -53,6 +53,35 @@ Examples:
 """
 
 
+def _warn_released_precision(model: str, precision: str) -> None:
+    """Say so when the catalog model was released at another precision than the one
+    forecast (DeepSeek-R1 at the bf16 default: twice the weights of its fp8 checkpoint, so
+    16 H200 in two nodes where the released model serves on one 8-GPU node)."""
+    from gpuplan.catalogs.catalog import get_catalog
+    from gpuplan.errors import NotFoundError
+
+    try:
+        row = get_catalog().model(model)
+    except NotFoundError:
+        return  # the forecast itself reports the unknown name
+    released = row.released_precision
+    if released is not None and released != precision.strip().lower():
+        warn(
+            f"{row.name} was released with {released} weights; forecasting {precision} "
+            f"(pass --precision {released} to match)"
+        )
+
+
+def _tokens_per_s(x: float) -> str:
+    """A rate in whole tokens/s, or three significant digits below 100 (a 64-GPU replica
+    of a 671B model on L4 makes 0.27 tokens/s per GPU, not 0).
+
+    >>> _tokens_per_s(2331.6), _tokens_per_s(0.2688), _tokens_per_s(17.04)
+    ('2,332', '0.269', '17')
+    """
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _table(r: dict[str, Any]):
     def draw(console) -> None:
         iv = r.get("intervals", {})
@@ -122,11 +151,11 @@ def _table(r: dict[str, Any]):
         rows += [
             (
                 "output tokens/s (replica)",
-                with_iv("throughput_output_tokens_per_s", lambda x: f"{x:,.0f}"),
+                with_iv("throughput_output_tokens_per_s", _tokens_per_s),
             ),
             (
                 "output tokens/s per GPU",
-                with_iv("throughput_output_tokens_per_s_per_gpu", lambda x: f"{x:,.0f}"),
+                with_iv("throughput_output_tokens_per_s_per_gpu", _tokens_per_s),
             ),
             (
                 "KV cache per token",
@@ -390,6 +419,8 @@ def register(app: typer.Typer) -> None:
                     f"the model name {model!r} says {stated} weights; forecasting "
                     f"{precision} (pass --precision {stated} to match)"
                 )
+            elif stated is None:
+                _warn_released_precision(model, precision)
         from gpuplan.forecast.serving import LengthDist
 
         # the lengths' own check, before any progress line (the scenario's uses it too)

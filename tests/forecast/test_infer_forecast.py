@@ -206,3 +206,32 @@ def test_cli_errors_are_one_line_exit_2(run_cli):
     assert "--precision" in p.stderr
     p = run_cli("forecast", "infer", "--help")
     assert p.returncode == 0 and "Examples:" in p.stdout
+
+
+def test_table_rates_below_one_token_per_second_are_not_zero():
+    """A 64-card L4 replica of a 671B model makes a fraction of a token/s per GPU: the table
+    shows its digits (it printed 0 and [0 .. 0]), whole tokens/s from 100 up."""
+    import doctest
+
+    from gpuplan.cli import forecast_infer
+
+    assert forecast_infer._tokens_per_s(0.2688) == "0.269"
+    assert forecast_infer._tokens_per_s(12_345.4) == "12,345"
+    failures, tried = doctest.testmod(forecast_infer, verbose=False)
+    assert tried > 0 and failures == 0
+
+
+def test_a_model_released_in_fp8_warns_at_bf16(run_cli):
+    """DeepSeek-R1 is released as block-scaled fp8 (catalog ``released_precision``): at the
+    bf16 default the CLI says so and names the flag; at fp8 it says nothing."""
+    base = ("forecast", "infer", "--model", "deepseek-r1", "--gpu", "h200", "--format", "json")
+    p = run_cli(*base)
+    assert p.returncode == 0, p.stderr
+    assert "released with fp8 weights" in p.stderr and "--precision fp8" in p.stderr
+    assert json.loads(p.stdout)["gpus_per_replica"] == 16  # bf16 weights need two nodes
+    p = run_cli(*base, "--precision", "fp8")
+    assert p.returncode == 0, p.stderr
+    assert "released with" not in p.stderr
+    assert json.loads(p.stdout)["gpus_per_replica"] == 8
+    p = run_cli("forecast", "infer", "--model", "llama3.1-8b", "--gpu", "h100", "--format", "json")
+    assert p.returncode == 0 and "released with" not in p.stderr
