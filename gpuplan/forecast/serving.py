@@ -762,10 +762,17 @@ def poisson_quantile(mu: Num, q: float) -> FloatArray:
     >>> int(poisson_quantile(1.0, 0.99))
     4
     """
-    from scipy.stats import poisson
+    from scipy import special
 
     mu = np.asarray(mu, dtype=float)
-    return np.where(mu > 0, poisson.ppf(q, np.maximum(mu, 1e-300)), 0.0)
+    m = np.maximum(mu, 1e-300)
+    # the continuous inverse of the Poisson CDF rounded up, then one step down where the
+    # count below already reaches q: what scipy.stats.poisson.ppf computes, without the
+    # argument checks of its generic wrapper (about 4% of the sizing search's time)
+    k = np.ceil(special.pdtrik(q, m))
+    below = np.maximum(k - 1.0, 0.0)
+    k = np.where(special.pdtr(below, m) >= q, below, k)
+    return np.where(mu > 0, k, 0.0)
 
 
 def max_rates_for_caps(
