@@ -582,7 +582,8 @@ def _drop(kind: str, payload: Any) -> None:
 def close_group(dist: Any, *, barrier: bool) -> None:
     """Destroy the default process group, first meeting every rank at a barrier when this
     rank finished its work (``barrier``); after a failure it is destroyed at once, since a
-    barrier would wait on ranks that may never come (pytorch/torchtitan PR 1342).
+    barrier would wait on ranks that may never come (the hang pytorch/torchtitan PR 1342
+    avoids by not tearing down after a failure at all).
 
     Without the barrier a rank that finishes first tears its connections down and exits
     while a peer is still finishing: gloo ranks launched by torchrun then died now and
