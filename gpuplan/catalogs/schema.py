@@ -926,6 +926,18 @@ class ModelArch(Row):
         experts per MoE layer (shared experts and the router always count)."""
         return model_params(self.arch_params(), active=True)
 
+    def released_precision_note(self, precision: str) -> str | None:
+        """What to say when ``precision`` is not the one the model was released at (None
+        when it is, or when the catalog records no released precision).
+
+        A 16-bit forecast of an fp8 release plans twice its weights: DeepSeek-R1 at bf16
+        takes 16 H200 in two nodes, the released fp8 model one node of 8.
+        """
+        released = self.released_precision
+        if released is None or released == precision.strip().lower():
+            return None
+        return f"{self.name} was released with {released} weights; forecasting {precision}"
+
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes per token, by the one formula
         :func:`gpuplan.catalogs.kv_cache.kv_cache_bytes_per_token` (MLA: the latent), over

@@ -64,12 +64,9 @@ def _warn_released_precision(model: str, precision: str) -> None:
         row = get_catalog().model(model)
     except NotFoundError:
         return  # the forecast itself reports the unknown name
-    released = row.released_precision
-    if released is not None and released != precision.strip().lower():
-        warn(
-            f"{row.name} was released with {released} weights; forecasting {precision} "
-            f"(pass --precision {released} to match)"
-        )
+    said = row.released_precision_note(precision)
+    if said is not None:
+        warn(f"{said} (pass --precision {row.released_precision} to match)")
 
 
 def _tokens_per_s(x: float) -> str:

@@ -437,6 +437,14 @@ def build_plan(
     _check_clouds(ctx)
     _check_price_scope(ctx)
     options, cand_notes = candidate_options(ctx)
+    for svc in sc.workloads.inference:
+        row = catalog.model(svc.model)
+        said = row.released_precision_note(svc.precision)
+        if said is not None:
+            cand_notes.append(
+                f"{svc.name}: {said} (set precision: {row.released_precision} on the workload "
+                "to plan the released model)"
+            )
     # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
     # own arithmetic does not touch them
     for m in models:

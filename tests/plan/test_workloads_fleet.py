@@ -206,3 +206,26 @@ def test_a_plan_names_a_checkpoint_and_a_release_and_says_which_profile(run_cli,
     infer = run_cli(*_infer_args(w2, "h100"), "--engine", "vllm@0.8.4")
     assert infer.returncode == 0, infer.stderr
     assert counts == {json.loads(infer.stdout)["num_gpus"]}
+
+
+def test_a_plan_says_when_it_serves_a_model_at_another_precision_than_released(
+    run_cli, tmp_path
+) -> None:
+    """DeepSeek-R1 is released as fp8 (catalog ``released_precision``): a plan that serves it
+    at the bf16 default says so in its summary notes, one at fp8 does not."""
+    scenario = yaml.safe_load((REPO / "examples/llm-serving.yaml").read_text())
+    w = scenario["workloads"]["inference"][0]
+    w.update(model="deepseek-r1", qps=1)
+    w.pop("precision", None)
+    scenario["candidates"]["gpus"] = ["h200"]
+    notes = {}
+    for precision in ("bf16", "fp8"):
+        w["precision"] = precision
+        path = tmp_path / f"{precision}.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        p = run_cli("plan", str(path), "--out", str(tmp_path / precision), "--format", "json")
+        assert p.returncode == 0, p.stderr[-2000:]
+        notes[precision] = json.loads(p.stdout)["summary"]["notes"]
+    said = [n for n in notes["bf16"] if "released with fp8 weights" in n]
+    assert said and f"{w['name']}:" in said[0] and "precision: fp8" in said[0]
+    assert not any("released with" in n for n in notes["fp8"])
