@@ -463,6 +463,20 @@ def register(app: typer.Typer) -> None:
             progress=tick,
             concurrency=concurrency,
         )
+        if qps is not None and ttft_slo_s is None and tpot_slo_s is None:
+            from gpuplan.forecast.serving import THROUGHPUT_ONLY_NOTE
+
+            load = result.get("load") or {}
+            pct = load.get("slo_percentile", slo_percentile)
+            at = (
+                f"; at this size TTFT {pct} is {fmt_duration(result['ttft_s'])} and TPOT {pct} "
+                f"is {fmt_duration(result['tpot_s'])}"
+                if result.get("replicas") is not None
+                else ""
+            )
+            warn(
+                f"{THROUGHPUT_ONLY_NOTE}{at} (pass --ttft-slo-s and --tpot-slo-s to size for latency)"
+            )
         if not result["fits_in_memory"]:
             warn(
                 f"batch {result['batch']} needs {fmt_bytes(result['memory_per_gpu_bytes'])} per GPU, "

@@ -2728,7 +2728,7 @@ def size_disaggregated(
                 sim = simulate(
                     rep, qps / r, demand.inputs, demand.outputs, num_requests=n_req, seed=seed
                 )
-                if sim.saturated:
+                if sim.overloaded:
                     return False
                 if wait_cap is not None and sim.percentile("ttft", pct) > wait_cap:
                     return False
@@ -2750,7 +2750,7 @@ def size_disaggregated(
 
             def ok(r: int, rep: ReplicaModel = rep) -> bool:
                 sim = simulate(rep, qps / r, demand.inputs, one, num_requests=n_req, seed=seed)
-                if sim.saturated:
+                if sim.overloaded:
                     return False
                 return budget is None or sim.percentile("ttft", pct) <= budget
 

@@ -35,6 +35,18 @@ if TYPE_CHECKING:
     from gpuplan.forecast.inference_step import DeviceRates
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+#: A sized replica must keep up with its load: TTFT may not grow faster than this against
+#: arrival time (s per s). Under Poisson load a stable queue's waiting time is stationary
+#: (Lindley's recursion; slope ~0, under 0.002 in this simulator's stable runs), while a
+#: server of capacity ``mu`` under load ``lambda > mu`` falls behind by ``1 - mu / lambda``
+#: seconds per second; 0.05 rejects a replica serving under 95% of its load, which a run of
+#: a few hundred requests ends before its queue overflows ``max_queue``.
+MAX_TTFT_GROWTH = 0.05
+#: What a fleet sized without a latency target is: said by ``forecast infer`` and ``plan``
+THROUGHPUT_ONLY_NOTE = (
+    "no TTFT or TPOT target given: sized for throughput alone (the cheapest fleet that "
+    "keeps up with the load, whatever its latency)"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +295,7 @@ class SimSummary(TypedDict):
     tpot_p99_s: float
     ttft_mean_s: float
     tpot_mean_s: float
+    ttft_growth_s_per_s: float
 
 
 @dataclass
@@ -297,6 +310,15 @@ class SimResult:
     mean_running: float
     saturated: bool
     requests: int
+    #: slope of TTFT against arrival time over the measured requests (s per s): 0 for a
+    #: stable queue, ``1 - capacity / load`` for an overloaded one (its backlog grows)
+    ttft_growth: float = 0.0
+
+    @property
+    def overloaded(self) -> bool:
+        """Saturated (the queue overflowed), or TTFT still growing at the end of a run too
+        short to overflow it: the replica serves under ``1 - MAX_TTFT_GROWTH`` of the load."""
+        return self.saturated or self.ttft_growth > MAX_TTFT_GROWTH
 
     def percentile(self, what: str, pct: float) -> float:
         arr = self.ttft_s if what == "ttft" else self.tpot_s
@@ -324,6 +346,7 @@ class SimResult:
             "tpot_mean_s": float(self.tpot_s.mean())
             if self.tpot_s.size and not self.saturated
             else math.inf,
+            "ttft_growth_s_per_s": round(self.ttft_growth, 4),
         }
 
 
@@ -616,6 +639,9 @@ def simulate_requests(
     if saturated or not done.any():
         return SimResult(np.array([]), np.array([]), qps, t, 0, 0.0, True, n_req)
     ttft = (first - arrived)[done]
+    growth = 0.0
+    if not closed and ttft.size > 2 and np.ptp(arrived[done]) > 0:
+        growth = float(np.polyfit(arrived[done], ttft, 1)[0])
     multi = done & (lout > 1)
     tpot = ((finish - first) / np.maximum(lout - 1, 1))[multi]
     window = finish[done].max() - arrived[start]
@@ -629,6 +655,7 @@ def simulate_requests(
         mean_running=area_running / t if t > 0 else 0.0,
         saturated=False,
         requests=int(done.sum()),
+        ttft_growth=growth,
     )
 
 
@@ -941,7 +968,7 @@ def meets(
     sim: SimResult, ttft_slo_s: float | None, tpot_slo_s: float | None, percentile: str
 ) -> bool:
     pct = PERCENTILES[percentile]
-    if sim.saturated:
+    if sim.overloaded:
         return False
     if ttft_slo_s is not None and sim.percentile("ttft", pct) > ttft_slo_s:
         return False
@@ -1044,7 +1071,8 @@ def size_fleet(
     verify: int = 4,
     progress: Callable[[], object] | None = None,
 ) -> tuple[Candidate | None, list[Candidate]]:
-    """Cheapest candidate (by cost when every candidate has a price, else by GPU count).
+    """Cheapest candidate (by cost when every candidate has a price, else by GPU count; at
+    equal cost, the one with more capacity at the SLOs: replicas x maximum rate per replica).
 
     The analytic model ranks every candidate; the cheapest ``verify`` are then checked by the
     discrete-event simulation, which decides the replica count. Returns the winner and all
@@ -1066,6 +1094,12 @@ def size_fleet(
         n = float(c.num_gpus(r) or math.inf)
         return n * float(c.usd_per_gpu_hour or 0.0) if by_price else n
 
+    def rank(c: Candidate, r: int | None) -> tuple[float, float]:
+        # equal cost: the fleet with more capacity left at the SLOs first (two TP 1 replicas
+        # of an 8B model on PCIe L40S before one TP 2 replica of the same two cards, whose
+        # all-reduces cross PCIe and whose one queue saturates sooner)
+        return key(c, r), -float(r or 0) * c.max_rate
+
     # one candidate per (gpu, tp, pp, ep): the batch cap with the fewest analytic replicas
     # (the largest such cap: it queues least)
     per_layout: dict[tuple[str, int, int, int], Candidate] = {}
@@ -1078,7 +1112,8 @@ def size_fleet(
         ):
             per_layout[k] = c
     order = sorted(
-        per_layout.values(), key=lambda c: (key(c, c.replicas_analytic), -c.replica.max_batch)
+        per_layout.values(),
+        key=lambda c: (*rank(c, c.replicas_analytic), -c.replica.max_batch),
     )
     best: Candidate | None = None
     checked = 0
@@ -1111,7 +1146,7 @@ def size_fleet(
             continue
         c.replicas = r
         c.sim = sim.summary() if sim else None
-        if best is None or key(c, r) < key(best, best.replicas):
+        if best is None or rank(c, r) < rank(best, best.replicas):
             best = c
     return best, candidates
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError
+from gpuplan.forecast.serving import THROUGHPUT_ONLY_NOTE
 from gpuplan.plan import cost as costmod
 from gpuplan.plan import ranking as rankmod
 from gpuplan.plan.context import PlanContext
@@ -438,6 +439,11 @@ def build_plan(
     _check_price_scope(ctx)
     options, cand_notes = candidate_options(ctx)
     for svc in sc.workloads.inference:
+        if svc.ttft_slo_s is None and svc.tpot_slo_s is None:
+            cand_notes.append(
+                f"{svc.name}: {THROUGHPUT_ONLY_NOTE} (set ttft_slo_s and tpot_slo_s on the "
+                "workload to size for latency)"
+            )
         row = catalog.model(svc.model)
         said = row.released_precision_note(svc.precision)
         if said is not None:

@@ -235,3 +235,29 @@ def test_a_model_released_in_fp8_warns_at_bf16(run_cli):
     assert json.loads(p.stdout)["gpus_per_replica"] == 8
     p = run_cli("forecast", "infer", "--model", "llama3.1-8b", "--gpu", "h100", "--format", "json")
     assert p.returncode == 0 and "released with" not in p.stderr
+
+
+def test_equal_cost_layouts_prefer_the_one_with_more_capacity(run_cli):
+    """Llama 3.1 8B at 5 req/s on PCIe L40S: one TP 2 replica and two TP 1 replicas both take
+    two cards. The two replicas serve more at the SLOs (no all-reduce over PCIe, two queues),
+    so they win the tie; before, the larger batch cap (TP 2) did, at twice the p99 TPOT. The
+    fleet is sized without a latency target, and the CLI says so with the latencies it got."""
+    p = run_cli(
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", "l40s", "--qps", "5",
+        "--requests", "600", "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    two = [c for c in r["candidates"] if c["num_gpus"] == 2 and c["verified_by_simulation"]]
+    assert {c["tp"] for c in two} == {1, 2}, two  # the tie this test is about
+    assert two[0]["usd_per_hour"] == pytest.approx(two[1]["usd_per_hour"])
+    cap = {c["tp"]: c["replicas"] * c["max_qps_per_replica"] for c in two}
+    assert cap[1] > cap[2]
+    assert (r["tp"], r["replicas"], r["num_gpus"]) == (1, 2, 2)
+    assert "sized for throughput alone" in p.stderr and "--tpot-slo-s" in p.stderr
+    assert "TPOT p99 is" in p.stderr
+    p = run_cli(
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", "l40s", "--qps", "5",
+        "--requests", "600", "--tpot-slo-s", "0.1", "--format", "json",
+    )  # fmt: skip
+    assert p.returncode == 0 and "sized for throughput alone" not in p.stderr

@@ -115,6 +115,24 @@ def test_overload_is_reported_as_saturated(llama_replica):
     assert res.saturated and math.isinf(res.percentile("ttft", 99))
 
 
+def test_overload_too_short_to_overflow_the_queue_is_still_overloaded():
+    """One slot of 10 ms at 1.25x its capacity for 300 requests: the backlog (about 75
+    requests) never overflows the queue bound, but TTFT grows against arrival time at about
+    1 - 1/1.25 = 0.2 s per s, so the sizing search rejects it; at 0.6x it is stable."""
+    s = 0.01
+    rep = ReplicaModel(flat_cost(s), 1, 1e9, 0.0, 8192)
+    over = [simulate(rep, 1.25 / s, LengthDist(10), LengthDist(1), num_requests=300, seed=k)
+            for k in range(20)]  # fmt: skip
+    assert not any(r.saturated for r in over)
+    assert all(r.overloaded for r in over)
+    assert np.median([r.ttft_growth for r in over]) == pytest.approx(0.2, rel=0.4)
+    calm = [simulate(rep, 0.6 / s, LengthDist(10), LengthDist(1), num_requests=300, seed=k)
+            for k in range(20)]  # fmt: skip
+    assert not any(r.overloaded for r in calm)
+    long = simulate(rep, 1.25 / s, LengthDist(10), LengthDist(1), num_requests=20_000, seed=0)
+    assert long.ttft_growth > 0.15 or long.saturated
+
+
 def test_analytic_close_to_simulation_at_moderate_load(llama_replica):
     rate = 3.0
     sim = simulate(
