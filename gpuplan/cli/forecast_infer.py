@@ -463,6 +463,8 @@ def register(app: typer.Typer) -> None:
             progress=tick,
             concurrency=concurrency,
         )
+        for said in result.get("caveats") or ():
+            warn(said)
         if qps is not None and ttft_slo_s is None and tpot_slo_s is None:
             from gpuplan.forecast.serving import THROUGHPUT_ONLY_NOTE
 

@@ -90,6 +90,7 @@ from gpuplan.forecast.serving import (
     simulate_requests,
     size_fleet,
 )
+from gpuplan.forecast.serving_deviations import serving_caveats
 from gpuplan.numeric import JSONDict
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ class _ReplicaExtras(TypedDict, total=False):
     pcie_tp: JSONDict
     cross_node_tp: CrossNodeTP
     serving_calibration: ServingFactors | ServingCalibration
+    #: published runs known to be slower than this forecast (:mod:`.serving_deviations`)
+    caveats: list[str]
 
 
 class _FleetExtras(_ReplicaExtras, total=False):
@@ -1130,6 +1133,9 @@ class FleetSizing:
         The arithmetic of ``usd_per_million_output_tokens`` with its numbers.
     sized_from:
         The request-length distributions and SLO percentile sized for, in words.
+    caveats:
+        Published runs known to be slower than this forecast on the GPUs compared
+        (:func:`~gpuplan.forecast.serving_deviations.serving_caveats`), one line each.
     result:
         Everything else (``forecast infer --format json``), including every candidate with
         its own cost per million tokens.
@@ -1149,6 +1155,7 @@ class FleetSizing:
     usd_per_million_output_tokens: float | None
     cost_derivation: str | None
     sized_from: str
+    caveats: tuple[str, ...] = ()
     result: FleetResult
 
     def as_dict(self) -> FleetResult:
@@ -1343,6 +1350,12 @@ def size_serving_fleet(
         f"{demand.qps:g} requests/s, SLOs at {demand.slo_percentile}"
     )
     sized["sized_from"] = sized_from
+    # the user's own serving calibration of a GPU replaces the shipped constants there
+    caveats = serving_caveats(
+        [g.id for g in gpus if g.id not in factors], arch.attention, arch.num_experts
+    )
+    if caveats:
+        sized["caveats"] = caveats
     return FleetSizing(
         gpu=sized["gpu"],
         tp=int(sized["tp"]),
@@ -1358,6 +1371,7 @@ def size_serving_fleet(
         usd_per_million_output_tokens=sized["usd_per_million_output_tokens"],
         cost_derivation=sized["cost_derivation"],
         sized_from=sized_from,
+        caveats=tuple(caveats),
         result=sized,
     )
 
@@ -1617,6 +1631,10 @@ def forecast_inference(
         "precision_detail": prec.description,
         **out,
     }
+    if factors is None:
+        caveats = serving_caveats([g.id], arch.attention, arch.num_experts)
+        if caveats:
+            result["caveats"] = caveats
     if concurrency is not None:
         loop = closed_loop(
             arch=arch,

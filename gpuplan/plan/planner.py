@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypedDict
 from gpuplan import __version__
 from gpuplan.errors import GpuplanError
 from gpuplan.forecast.serving import THROUGHPUT_ONLY_NOTE
+from gpuplan.forecast.serving_deviations import serving_caveats
 from gpuplan.plan import cost as costmod
 from gpuplan.plan import ranking as rankmod
 from gpuplan.plan.context import PlanContext
@@ -461,6 +462,17 @@ def build_plan(
         ctx.progress(f"option {i + 1}/{len(options)}: {opt.id}")
         evaluate_option(ctx, opt)
     link_break_even(options)
+    # published runs known to be slower than the forecast, on the GPUs a serving workload was
+    # sized on with the shipped constants (a serve-probe calibration there replaces them)
+    for svc in sc.workloads.inference:
+        row = catalog.model(svc.model)
+        sized_on = sorted(
+            gpu
+            for (name, gpu), (sizing, _) in ctx.serving_cache.items()
+            if name == svc.name and sizing is not None and sizing.serving_calibration is None
+        )
+        for said in serving_caveats(sized_on, row.attention, row.num_experts):
+            cand_notes.append(f"{svc.name}: {said}")
     metric = rankmod.rank_metric(sc)
     ranked, unranked = rankmod.rank(options, metric)
     sens = rankmod.sensitivity(

@@ -229,3 +229,22 @@ def test_a_plan_says_when_it_serves_a_model_at_another_precision_than_released(
     said = [n for n in notes["bf16"] if "released with fp8 weights" in n]
     assert said and f"{w['name']}:" in said[0] and "precision: fp8" in said[0]
     assert not any("released with" in n for n in notes["fp8"])
+
+
+def test_a_plan_says_what_it_sized_without_slos_and_known_slower_runs(run_cli, tmp_path) -> None:
+    """DeepSeek-R1 at fp8 on H200 and MI300X without latency targets: the summary notes say
+    the fleet was sized for throughput alone, and carry the known-deviation caveat of MoE +
+    MLA models on CDNA3 (data/serving_deviations.yaml) naming MI300X, not H200."""
+    scenario = yaml.safe_load((REPO / "examples/llm-serving.yaml").read_text())
+    w = scenario["workloads"]["inference"][0]
+    w.update(model="deepseek-r1", qps=1, precision="fp8")
+    w.pop("ttft_slo_s"), w.pop("tpot_slo_s")
+    scenario["candidates"]["gpus"] = ["h200", "mi300x"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    p = run_cli("plan", str(path), "--out", str(tmp_path / "out"), "--format", "json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    notes = json.loads(p.stdout)["summary"]["notes"]
+    assert any(n.startswith(f"{w['name']}: ") and "sized for throughput alone" in n for n in notes)
+    said = [n for n in notes if "ran slower in every published serving run" in n]
+    assert len(said) == 1 and "(mi300x)" in said[0] and "h200" not in said[0], notes
