@@ -88,3 +88,25 @@ def test_forecast_infer_says_the_caveat(run_cli):
     p = run_cli(*base, "--model", "deepseek-r1", "--gpu", "h200")
     assert p.returncode == 0 and "caveats" not in json.loads(p.stdout)
     assert "ran slower" not in p.stderr
+
+
+def test_the_users_own_serving_calibration_replaces_the_caveat():
+    """A serve-probe calibration of the engine on MI325X (an artifact as ``gpuplan calibrate``
+    writes it) replaces the shipped constants there: no caveat for MI325X, one still for the
+    uncalibrated MI300X compared beside it."""
+    from gpuplan.forecast.inference import ServingDemand, size_serving_fleet
+    from gpuplan.forecast.serving import LengthDist
+
+    from .test_serving_calibrated_fleet import calibrated_artifact
+
+    art = calibrated_artifact(1.5, 1.5, gpu="mi325x", engine="sglang@0.5")
+    kw = dict(tp=8, precision="fp8", engine="sglang@0.5", input_tokens=1024, output_tokens=1024)
+    calibrated = forecast_inference("deepseek-v3", "mi325x", artifact=art, **kw)
+    assert calibrated.get("serving_calibration") and "caveats" not in calibrated
+    assert forecast_inference("deepseek-v3", "mi325x", **kw)["caveats"]
+    demand = ServingDemand(
+        model="deepseek-v3", gpus=("mi325x", "mi300x"), qps=1, inputs=LengthDist(1024.0),
+        outputs=LengthDist(256.0), precision="fp8", engine="sglang@0.5", num_requests=300,
+    )  # fmt: skip
+    said = size_serving_fleet(demand, artifact=art).as_dict()["caveats"]
+    assert len(said) == 1 and "(mi300x)" in said[0]
