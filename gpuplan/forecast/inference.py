@@ -1133,9 +1133,6 @@ class FleetSizing:
         The arithmetic of ``usd_per_million_output_tokens`` with its numbers.
     sized_from:
         The request-length distributions and SLO percentile sized for, in words.
-    caveats:
-        Published runs known to be slower than this forecast on the GPUs compared
-        (:func:`~gpuplan.forecast.serving_deviations.serving_caveats`), one line each.
     result:
         Everything else (``forecast infer --format json``), including every candidate with
         its own cost per million tokens.
@@ -1155,7 +1152,6 @@ class FleetSizing:
     usd_per_million_output_tokens: float | None
     cost_derivation: str | None
     sized_from: str
-    caveats: tuple[str, ...] = ()
     result: FleetResult
 
     def as_dict(self) -> FleetResult:
@@ -1371,7 +1367,6 @@ def size_serving_fleet(
         usd_per_million_output_tokens=sized["usd_per_million_output_tokens"],
         cost_derivation=sized["cost_derivation"],
         sized_from=sized_from,
-        caveats=tuple(caveats),
         result=sized,
     )
 
