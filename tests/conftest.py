@@ -138,7 +138,10 @@ def run_cli():
     """Run ``gpuplan ARGS`` in a subprocess: returns CompletedProcess (text)."""
 
     def _run(*args: str, timeout: float = 300, cwd: Path | None = None, env: dict | None = None):
-        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        # the checkout first; a PYTHONPATH already set (packages added beside the
+        # interpreter's, as on a GPU machine without a venv) is kept after it
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
         return subprocess.run(
             [sys.executable, "-m", "gpuplan", *args],
             capture_output=True,

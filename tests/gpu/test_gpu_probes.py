@@ -118,8 +118,13 @@ def test_matmul_all_precisions_correct_and_below_peak(device, monkeypatch):
 def test_membw_past_l2_and_below_catalog_bandwidth(device):
     ctx = ProbeContext(device=device, quick=True, timing=FAST)
     membw.run(ctx)
-    (rec,) = ctx.recorders
-    r = ProbeResult.model_validate(rec.as_dict())
+    # the sweep on GPU 0, then the per-GPU loop (every GPU alone, then all at once)
+    sweep, loop = (ProbeResult.model_validate(rec.as_dict()) for rec in ctx.recorders)
+    assert loop.params["scope"] == "per_device" and loop.status == "ok", loop.error
+    assert {m["concurrent"] for m in loop.measurements} == {False, True}
+    assert {m["device_index"] for m in loop.measurements} == set(range(device.count))
+    r = sweep
+    assert "scope" not in r.params
     assert r.status == "ok", r.error
     assert r.params["llc_source"].startswith(("torch", "catalog"))
     largest = max(m["size_bytes"] for m in r.measurements)
@@ -138,9 +143,20 @@ def test_membw_past_l2_and_below_catalog_bandwidth(device):
 def test_pcie_pinned_both_directions_every_gpu(device):
     ctx = ProbeContext(device=device, quick=True, timing=FAST)
     pcie.run(ctx)
-    assert len(ctx.recorders) == device.count
-    for rec in ctx.recorders:
-        r = ProbeResult.model_validate(rec.as_dict())
+    results = [ProbeResult.model_validate(rec.as_dict()) for rec in ctx.recorders]
+    per_gpu = [r for r in results if r.probe == "pcie"]
+    both_ways = [r for r in results if r.params.get("mode") == "bidirectional"]
+    all_gpus = [r for r in results if r.params.get("mode") == "all_gpus"]
+    assert len(per_gpu) == len(both_ways) == device.count
+    assert len(all_gpus) == (1 if device.count > 1 else 0)
+    for r in both_ways + all_gpus:
+        assert r.probe == "pcie_concurrent" and r.status == "ok", r.error
+        for m in r.measurements:
+            assert 1e9 < m["bytes_per_s"] < 400e9
+            # both ways at once can gain over one way (full duplex), never exceed the sum
+            if m.get("vs_alone") is not None and m["mode"] == "bidirectional":
+                assert 0.3 < m["vs_alone"] <= 1.1
+    for r in per_gpu:
         assert r.status == "ok", r.error
         kinds = {(m["direction"], m["memory"]) for m in r.measurements}
         assert kinds == {
