@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,24 @@ _MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 _SALT = b"gpuplan-machine-id-v1:"
 
 
-def machine_id(paths: tuple[str, ...] = _MACHINE_ID_FILES) -> str:
+def machine_id(
+    paths: tuple[str, ...] = _MACHINE_ID_FILES,
+    *,
+    hardware_ids: Sequence[str] = (),
+    net_root: Path | str = "/sys/class/net",
+) -> str:
     """A stable, non-identifying id of this machine (16 hex digits).
 
     SHA-256 of a fixed salt and ``/etc/machine-id`` (systemd's random 128-bit id): stable
     across runs and reboots, different between machines, and it reveals neither the
-    machine-id nor the hostname. Falls back to the MAC address (hashed the same way).
+    machine-id nor the hostname. Where that file is absent or empty (container and VM
+    images often ship it empty), the hardware is hashed the same way: the MAC addresses
+    of the network interfaces backed by a device (sysfs ``device`` link; virtual ones such
+    as ``ifb``/``veth``/bridges get a random MAC at each boot) and ``hardware_ids`` (the
+    accelerators' UUIDs, unique to each GPU). Then the burned-in MAC that
+    :func:`uuid.getnode` finds, and last the host name: never ``uuid.getnode``'s random
+    number (multicast bit set), which changes with every process. Seen on a Firecracker
+    VM with an empty ``/etc/machine-id``: two runs on one machine got two ids.
     """
     raw: bytes | None = None
     for p in paths:
@@ -54,8 +67,29 @@ def machine_id(paths: tuple[str, ...] = _MACHINE_ID_FILES) -> str:
                 raw = text.encode()
                 break
     if raw is None:
-        raw = f"mac:{uuid.getnode():012x}".encode()
+        hardware = sorted({*_device_macs(Path(net_root)), *(h for h in hardware_ids if h)})
+        if hardware:
+            raw = ("hw:" + ",".join(hardware)).encode()
+    if raw is None:
+        node = uuid.getnode()
+        random_node = bool(node & (1 << 40))  # RFC 4122 4.5: a random node sets this bit
+        raw = (f"mac:{node:012x}" if not random_node else f"host:{socket.gethostname()}").encode()
     return hashlib.sha256(_SALT + raw).hexdigest()[:16]
+
+
+def _device_macs(net_root: Path) -> list[str]:
+    """MAC addresses of the interfaces under ``net_root`` that a device backs (not ``lo``,
+    not all-zero), which stay the same from boot to boot."""
+    macs = []
+    with contextlib.suppress(OSError):
+        for nic in sorted(net_root.iterdir()):
+            if nic.name == "lo" or not (nic / "device").exists():
+                continue
+            with contextlib.suppress(OSError):
+                mac = (nic / "address").read_text(encoding="ascii").strip().lower()
+                if mac and mac.strip("0:"):
+                    macs.append(mac)
+    return macs
 
 
 def cpu_llc_bytes(sys_cpu: Path | str = "/sys/devices/system/cpu") -> int | None:
@@ -724,7 +758,7 @@ def host_facts(*, record_hostname: bool = False, torch: Any | None = None) -> di
         acc["nearest_nics"] = nearest_nics(acc, nics)
     vendor = next((a.get("vendor") for a in accs if a.get("vendor")), None)
     facts: dict[str, Any] = {
-        "machine_id": machine_id(),
+        "machine_id": machine_id(hardware_ids=[a["uuid"] for a in accs if a.get("uuid")]),
         "hostname": socket.gethostname() if record_hostname else None,
         "cpu_model": _cpu_model(),
         "cpu_count": _cpu_count(),

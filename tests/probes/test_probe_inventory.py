@@ -25,9 +25,47 @@ def test_machine_id_is_stable_and_does_not_reveal_the_source(tmp_path):
     assert machine_id((str(f),)) != a
 
 
-def test_machine_id_falls_back_when_no_file(tmp_path):
-    a = machine_id((str(tmp_path / "absent"),))
-    assert a == machine_id((str(tmp_path / "absent"),)) and len(a) == 16
+def _nic(root, name, mac, *, device=True):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "address").write_text(mac + "\n")
+    if device:
+        (d / "device").mkdir()
+
+
+def test_machine_id_falls_back_to_the_hardware_when_no_file(tmp_path):
+    """An empty /etc/machine-id (a VM image's): the device-backed NICs' MACs and the GPUs'
+    UUIDs, not the random MACs of virtual interfaces, which change at every boot."""
+    empty = tmp_path / "machine-id"
+    empty.write_text("")
+    net = tmp_path / "net"
+    _nic(net, "eth0", "02:fc:00:00:00:01")
+    _nic(net, "ifb0", "d2:38:79:0f:96:b6", device=False)
+    _nic(net, "lo", "00:00:00:00:00:00", device=False)
+    gpus = ["GPU-97050f67-60d8-ad6a-94ab-bd0adeafa5fc"]
+    a = machine_id((str(empty),), hardware_ids=gpus, net_root=net)
+    assert len(a) == 16 and a == machine_id((str(empty),), hardware_ids=gpus, net_root=net)
+    (net / "ifb0" / "address").write_text("1a:89:36:2b:67:05\n")  # a reboot
+    assert machine_id((str(empty),), hardware_ids=gpus, net_root=net) == a
+    # the same VM image (same MAC) with another GPU is another machine
+    assert machine_id((str(empty),), hardware_ids=["GPU-0000"], net_root=net) != a
+    (net / "eth0" / "address").write_text("02:fc:00:00:00:02\n")
+    assert machine_id((str(empty),), hardware_ids=gpus, net_root=net) != a
+
+
+def test_machine_id_never_uses_a_random_node(tmp_path, monkeypatch):
+    """uuid.getnode() returns a random number (multicast bit set) where it finds no MAC,
+    a new one in every process: the host name is used instead."""
+    import gpuplan.probes.inventory as inventory
+
+    nodes = iter([0x41D295C0CE63, 0x195F67B3D851])  # seen in two runs on one VM
+    monkeypatch.setattr(inventory.uuid, "getnode", lambda: next(nodes))
+    none = (str(tmp_path / "absent"),)
+    a = machine_id(none, net_root=tmp_path / "no-net")
+    assert a == machine_id(none, net_root=tmp_path / "no-net") and len(a) == 16
+    monkeypatch.setattr(inventory.uuid, "getnode", lambda: 0x0025_90AB_CDEF)  # a real MAC
+    b = machine_id(none, net_root=tmp_path / "no-net")
+    assert b != a and b == machine_id(none, net_root=tmp_path / "no-net")
 
 
 def test_llc_from_a_sysfs_tree(tmp_path):
