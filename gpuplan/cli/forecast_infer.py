@@ -370,6 +370,16 @@ def register(app: typer.Typer) -> None:
                 "(default: one node, or the fewest nodes that hold a model too big for one)."
             ),
         ),
+        node_gpus: int | None = number_option(
+            None,
+            "--node-gpus",
+            help=(
+                "GPUs per machine you will run on (a cloud instance's count, e.g. 1 for "
+                "Azure NC40ads_H100_v5, 4 for g6e.12xlarge): TP stays inside one machine and "
+                "an NVLink pair or PCIe server larger than it is cut to it (default: the "
+                "GPU's own server; gpuplan plan passes each option's)."
+            ),
+        ),
         disaggregate: bool = typer.Option(
             False,
             "--disaggregate",
@@ -458,6 +468,7 @@ def register(app: typer.Typer) -> None:
             allow_cross_node_tp=allow_cross_node_tp,
             nodes=nodes,
             disaggregate=disaggregate,
+            node_gpus=node_gpus,
             seed=seed,
             num_requests=requests,
             progress=tick,

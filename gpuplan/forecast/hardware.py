@@ -66,6 +66,31 @@ def server_size(gpu: Accelerator) -> int:
     return max(scale_up_domain(gpu), int(getattr(gpu, "pcie_server_size", None) or 1))
 
 
+def within_node(gpu: Accelerator, node_gpus: int | None) -> Accelerator:
+    """``gpu`` as a machine of ``node_gpus`` GPUs holds it (a cloud instance, a server).
+
+    A scale-up domain or PCIe server larger than the machine is cut to it: an H100 NVL
+    bridged pair split over two one-GPU VMs (Azure NC40ads_H100_v5) has no NVLink peer, and
+    four L40S in a g6e.12xlarge reach four others only over the network, and a TPU v5e VM of
+    8 chips (tpu-v5litepod-8) is a slice of its own, so tensor parallelism
+    (:func:`server_size`) stays within ``node_gpus``. A scale-up fabric that joins machines
+    by design is kept: a GB200 NVL72 rack of 4-GPU trays, bought and installed whole (the
+    row's ``purchase_unit`` covers the domain). ``None``, or a machine at least as large as
+    the GPU's server, returns ``gpu`` unchanged.
+    """
+    if not node_gpus or node_gpus >= server_size(gpu):
+        return gpu
+    domain = scale_up_domain(gpu)
+    joined = int(getattr(gpu, "purchase_unit", None) or 0) >= domain
+    update: dict[str, int | None] = {}
+    if not joined and domain > node_gpus:
+        update["scale_up_domain_size"] = node_gpus
+    pcie = getattr(gpu, "pcie_server_size", None)
+    if pcie and pcie > node_gpus:
+        update["pcie_server_size"] = node_gpus if node_gpus > 1 else None
+    return gpu.model_copy(update=update) if update else gpu
+
+
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
     """The calibrated accelerator and its fabric, as the step model needs them."""

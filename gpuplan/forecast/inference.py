@@ -48,7 +48,12 @@ import numpy as np
 
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import GpuplanError, InputError
-from gpuplan.forecast.hardware import memory_capacity_bytes, scale_up_domain, server_size
+from gpuplan.forecast.hardware import (
+    memory_capacity_bytes,
+    scale_up_domain,
+    server_size,
+    within_node,
+)
 from gpuplan.forecast.inference_arch import (
     Layout,
     MemoryPlan,
@@ -1065,6 +1070,10 @@ class ServingDemand:
         fewest nodes that hold a model too big for one (:func:`fleet_layouts`).
     disaggregate:
         Also size separate prefill and decode pools (:func:`size_disaggregated`).
+    node_gpus:
+        GPUs per machine the fleet runs on (a cloud instance's count, an on-premises
+        node's): tensor parallelism stays inside one (:func:`gpuplan.forecast.hardware.
+        within_node`); None: the GPU's own server. ``plan`` passes each option's.
     """
 
     model: ModelRef
@@ -1089,10 +1098,13 @@ class ServingDemand:
     allow_cross_node_tp: bool = False
     nodes: int | None = None
     disaggregate: bool = False
+    node_gpus: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(_gpu_list(self.gpus)))
         _positive("qps", self.qps)
+        if self.node_gpus is not None:
+            object.__setattr__(self, "node_gpus", _positive_int("node-gpus", self.node_gpus))
         _positive("ttft-slo-s", self.ttft_slo_s)
         _positive("tpot-slo-s", self.tpot_slo_s)
         if self.slo_percentile not in PERCENTILES:
@@ -1280,10 +1292,16 @@ def size_serving_fleet(
     if max_ctx and outputs.max_tokens is None:
         outputs = dc_replace(outputs, max_tokens=max_ctx)
     fitted = overheads or load_overheads()
-    gpus = [catalog.gpu(g) for g in demand.gpus]
+    gpus = [within_node(catalog.gpu(g), demand.node_gpus) for g in demand.gpus]
     cross_node = None
     if demand.tp is not None:
-        cross_node = check_tp_domain(demand.tp, gpus, catalog, allow=demand.allow_cross_node_tp)
+        cross_node = check_tp_domain(
+            demand.tp,
+            gpus,
+            catalog,
+            allow=demand.allow_cross_node_tp,
+            node_gpus=demand.node_gpus,
+        )
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
     factors: dict[str, ServingFactors] = {}
     if serving_calibration and perf_for is None:
@@ -1410,6 +1428,7 @@ def forecast_inference(
     disaggregate: bool = False,
     concurrency: int | None = None,
     closed_loop_requests: int | None = None,
+    node_gpus: int | None = None,
 ) -> InferenceResult | FleetResult:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -1536,7 +1555,8 @@ def forecast_inference(
             hint="shorten --input-tokens or --output-tokens",
         )
     fitted = overheads or load_overheads()
-    gpus = [catalog.gpu(g) for g in _gpu_list(gpu)]
+    node_gpus = None if node_gpus is None else _positive_int("node-gpus", node_gpus)
+    gpus = [within_node(catalog.gpu(g), node_gpus) for g in _gpu_list(gpu)]
     if qps is not None:
         demand = ServingDemand(
             model=arch,
@@ -1561,6 +1581,7 @@ def forecast_inference(
             allow_cross_node_tp=allow_cross_node_tp,
             nodes=nodes,
             disaggregate=disaggregate,
+            node_gpus=node_gpus,
         )
         sized = size_serving_fleet(
             demand,
@@ -1574,7 +1595,9 @@ def forecast_inference(
         return sized
     cross_node = None
     if tp is not None:
-        cross_node = check_tp_domain(tp, gpus, catalog, allow=allow_cross_node_tp)
+        cross_node = check_tp_domain(
+            tp, gpus, catalog, allow=allow_cross_node_tp, node_gpus=node_gpus
+        )
     get_perf = perf_for or (lambda gid: device_perf_for(gid, artifact))
     base = _base_info(arch, model_info, precision, inputs, outputs, batching, engine, fitted)
     if len(gpus) > 1:
@@ -1853,7 +1876,12 @@ def _apply_serving_factors(
 
 
 def check_tp_domain(
-    tp: int, gpus: Sequence[Accelerator], catalog: Catalog, *, allow: bool
+    tp: int,
+    gpus: Sequence[Accelerator],
+    catalog: Catalog,
+    *,
+    allow: bool,
+    node_gpus: int | None = None,
 ) -> dict[str, CrossNodeTP] | None:
     """Refuse a TP group larger than a GPU's scale-up domain unless ``allow``.
 
@@ -1861,12 +1889,24 @@ def check_tp_domain(
     those run over the scale-out NICs, an order of magnitude slower (Narayanan et al. 2021,
     section 3.3: tensor parallelism inside the node). Returns, per GPU whose domain the
     group exceeds, what the forecast then assumes (``None`` when every group fits).
+    ``node_gpus`` is the machine the GPUs were cut to (:func:`within_node`), for the message.
     """
     out: dict[str, CrossNodeTP] = {}
     for g in gpus:
         domain = server_size(g)
         if tp <= domain:
             continue
+        if not allow and node_gpus is not None and domain == node_gpus:
+            raise InputError(
+                f"--tp {tp} spans {math.ceil(tp / domain)} machines of {node_gpus} GPU(s) "
+                f"(--node-gpus {node_gpus}), and TP all-reduces between machines run over the "
+                "network",
+                hint=(
+                    f"use --tp {domain} with --pp {math.ceil(tp / domain)}, a machine with more "
+                    "GPUs (--node-gpus), or allow cross-node tensor parallelism explicitly "
+                    "(--allow-cross-node-tp)"
+                ),
+            )
         if not allow:
             vendor = getattr(g, "vendor", None)
             bigger = sorted(

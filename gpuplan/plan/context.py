@@ -65,7 +65,8 @@ class PlanContext:
     inputs: dict[str, Figure] = field(default_factory=dict)
     on_progress: Callable[[str], None] | None = None
     training_cache: dict[TrainKey, TrainEntry] = field(default_factory=dict)
-    serving_cache: dict[tuple[str, str], ServingEntry] = field(default_factory=dict)
+    serving_cache: dict[tuple[str, str, int | None], ServingEntry] = field(default_factory=dict)
+    """Serving sizings by (workload, GPU, GPUs per machine)."""
     shared_jobs: dict[tuple[float, int], list[Job]] = field(default_factory=dict)
     shared_smallest: dict[tuple[object, ...], dict[str, Any] | GpuplanError] = field(
         default_factory=dict

@@ -467,9 +467,11 @@ def build_plan(
     for svc in sc.workloads.inference:
         row = catalog.model(svc.model)
         sized_on = sorted(
-            gpu
-            for (name, gpu), (sizing, _) in ctx.serving_cache.items()
-            if name == svc.name and sizing is not None and sizing.serving_calibration is None
+            {
+                gpu
+                for (name, gpu, _), (sizing, _) in ctx.serving_cache.items()
+                if name == svc.name and sizing is not None and sizing.serving_calibration is None
+            }
         )
         for said in serving_caveats(sized_on, row.attention, row.num_experts):
             cand_notes.append(f"{svc.name}: {said}")

@@ -161,8 +161,9 @@ def length_dist(d: LengthDistribution) -> LengthDist:
     )
 
 
-def serving_demand(s: InferenceService, gpu_id: str) -> ServingDemand:
-    """The sizing input of scenario serving workload ``s`` on ``gpu_id``."""
+def serving_demand(s: InferenceService, gpu_id: str, node_gpus: int | None = None) -> ServingDemand:
+    """The sizing input of scenario serving workload ``s`` on ``gpu_id``, on machines of
+    ``node_gpus`` GPUs (the option's instance or node; None: the GPU's own server)."""
     return ServingDemand(
         model=s.model,
         gpus=(gpu_id,),
@@ -176,18 +177,20 @@ def serving_demand(s: InferenceService, gpu_id: str) -> ServingDemand:
         tp=s.tp,
         pp=s.pp,
         engine=s.engine or DEFAULT_ENGINE,
+        node_gpus=node_gpus,
     )
 
 
 def size_serving_cached(
-    ctx: PlanContext, s: InferenceService, gpu_id: str
+    ctx: PlanContext, s: InferenceService, gpu_id: str, node_gpus: int | None = None
 ) -> tuple[ServingFleet | None, str | None]:
-    """One serving fleet sizing (cached per workload and GPU); returns (sizing, error line)."""
-    key = (s.name, gpu_id)
+    """One serving fleet sizing (cached per workload, GPU and machine size); returns
+    (sizing, error line). A replica's TP stays inside one machine of ``node_gpus``."""
+    key = (s.name, gpu_id, node_gpus)
     hit = ctx.serving_cache.get(key)
     if hit is not None:
         return hit
-    demand = serving_demand(s, gpu_id)
+    demand = serving_demand(s, gpu_id, node_gpus)
     ctx.progress(f"forecast infer {s.name} on {gpu_id}")
     sizing: ServingFleet | None
     try:
@@ -199,7 +202,7 @@ def size_serving_cached(
         f"inputs={demand.inputs.text()}, outputs={demand.outputs.text()}, "
         f"ttft_slo_s={s.ttft_slo_s}, tpot_slo_s={s.tpot_slo_s}, "
         f"slo_percentile={s.slo_percentile}, precision={s.precision}, tp={s.tp}, pp={s.pp}, "
-        f"engine={demand.engine})"
+        f"engine={demand.engine}, node_gpus={node_gpus})"
     )
     note = engine_resolution(demand.engine)
     if note is not None:
@@ -451,7 +454,7 @@ def size_serving(
     out = ServingOnOption(s.name, index)
     base = ("workloads", "inference", index)
     gpn = int(gpus_per_node.value)
-    sizing, err = size_serving_cached(ctx, s, gpu_id)
+    sizing, err = size_serving_cached(ctx, s, gpu_id, gpn)
     if sizing is None:
         out.error = err or "no forecast"
         return out

@@ -12,7 +12,7 @@ import pytest
 from gpuplan.catalogs import get_catalog
 from gpuplan.errors import InputError
 from gpuplan.forecast.comm import library_latency
-from gpuplan.forecast.hardware import scale_up_domain, server_size
+from gpuplan.forecast.hardware import scale_up_domain, server_size, within_node
 from gpuplan.forecast.inference import (
     forecast_inference,
 )
@@ -74,3 +74,41 @@ def test_the_collective_library_of_a_pcie_card_is_its_host_links():
     assert lat.base_latency_s == pytest.approx(6.6e-6)
     nv = library_latency(_gpu("h100"))
     assert nv is not None and nv.fabric_id == "nvlink4"
+
+
+def test_h100_nvl_and_h200_nvl_servers_hold_eight_cards_in_bridged_pairs():
+    """Four NVLink-bridged pairs per server (the datasheets' 'up to 8 GPUs', NVIDIA's 2-8-5
+    reference configuration): TP up to 8 stays in the server, the pairs over PCIe, and
+    DeepSeek-V3 at FP8 (671 GB) is served by one server of H200 NVL, not by pipeline
+    stages over three 'nodes' of one pair each."""
+    for name in ("h100-nvl-94gb", "h200-nvl-141gb"):
+        g = _gpu(name)
+        assert scale_up_domain(g) == 2 and server_size(g) == 8
+    r = forecast_inference("deepseek-v3", "h200-nvl-141gb", precision="fp8")
+    assert (r["tp"], r["pp"]) == (8, 1) and "multi_node" not in r
+    assert r["pcie_tp"]["server_gpus"] == 8 and r["pcie_tp"]["scale_up_domain"] == 2
+
+
+def test_a_machine_smaller_than_the_server_cuts_tp_to_it():
+    """within_node: a one-GPU VM of an H100 NVL pair has no NVLink peer; four L40S of a
+    g6e.12xlarge reach the others only over the network; a TPU v5e VM of 8 chips is a slice
+    of its own; an NVL72 tray of 4 GPUs keeps its rack-wide NVLink domain (the rack is bought
+    whole), and a machine as large as the server changes nothing."""
+    nvl, l40s, gb200, h100 = (_gpu(n) for n in ("h100-nvl", "l40s", "gb200", "h100"))
+    v5e = _gpu("tpu-v5e")
+    assert scale_up_domain(v5e) == 256 and scale_up_domain(within_node(v5e, 8)) == 8
+    one = within_node(nvl, 1)
+    assert (scale_up_domain(one), server_size(one)) == (1, 1)
+    assert library_latency(one) is not None  # still priced by its fabric row
+    four = within_node(l40s, 4)
+    assert (scale_up_domain(four), server_size(four), four.pcie_server_size) == (1, 4, 4)
+    assert within_node(gb200, 4) is gb200 and server_size(gb200) == 72
+    assert within_node(h100, 8) is h100 and within_node(h100, None) is h100
+    r = forecast_inference("llama3.3-70b", "h100-nvl", precision="fp8", node_gpus=1)
+    assert (r["tp"], r["pp"]) == (1, 1)
+    r = forecast_inference("llama3.3-70b", "h100-nvl", precision="bf16", node_gpus=1)
+    assert (r["tp"], r["pp"]) == (1, 2) and r["multi_node"]["nodes"] == 2
+    with pytest.raises(InputError, match=r"--tp 2 spans 2 machines of 1 GPU\(s\)"):
+        forecast_inference("llama3.3-70b", "h100-nvl", precision="fp8", tp=2, node_gpus=1)
+    with pytest.raises(InputError, match="node-gpus"):
+        forecast_inference("llama3.3-70b", "h100-nvl", precision="fp8", node_gpus=0)

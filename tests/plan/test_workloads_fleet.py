@@ -54,7 +54,7 @@ def test_plan_and_forecast_infer_give_the_same_gpu_count(run_cli, tmp_path, exam
     assert plan.returncode == 0, plan.stderr[-2000:]
     doc = json.loads(plan.stdout)
     services = {w["name"]: w for w in scenario["workloads"]["inference"]}
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str, int], int] = {}
     compared = 0
     for opt in doc["options"]:
         gpn = opt["gpus_per_node"]["value"]
@@ -62,9 +62,10 @@ def test_plan_and_forecast_infer_give_the_same_gpu_count(run_cli, tmp_path, exam
             if s.get("error"):
                 continue
             gpu = opt["gpu"]
-            key = (s["name"], gpu)
+            key = (s["name"], gpu, gpn)
             if key not in seen:
-                r = run_cli(*_infer_args(services[s["name"]], gpu))
+                # the option's machine: TP stays inside one (--node-gpus)
+                r = run_cli(*_infer_args(services[s["name"]], gpu), "--node-gpus", str(gpn))
                 assert r.returncode == 0, r.stderr
                 seen[key] = json.loads(r.stdout)["num_gpus"]
             assert s["gpus_for_load"]["value"] == seen[key], (opt["id"], s["name"])
@@ -248,3 +249,45 @@ def test_a_plan_says_what_it_sized_without_slos_and_known_slower_runs(run_cli, t
     assert any(n.startswith(f"{w['name']}: ") and "sized for throughput alone" in n for n in notes)
     said = [n for n in notes if "ran slower in every published serving run" in n]
     assert len(said) == 1 and "(mi300x)" in said[0] and "h200" not in said[0], notes
+
+
+def test_a_replica_stays_inside_the_machine_the_option_rents(run_cli, tmp_path) -> None:
+    """An H100 NVL pair split over one-GPU Azure VMs (NC40ads_H100_v5) has no NVLink peer:
+    the plan used to put TP 2 replicas of Llama 3.3 70B on them (2 replicas, 4 VMs). Every
+    option's replicas now keep their TP inside one of its machines, and the 1-GPU option
+    serves the model at TP 1, as `forecast infer --node-gpus 1` does."""
+    scenario = {
+        "name": "nvl-vm",
+        "workloads": {
+            "inference": [
+                {
+                    "name": "chat",
+                    "model": "llama3.3-70b",
+                    "qps": 5,
+                    "input_tokens": {"mean": 1024, "p99": 4096},
+                    "output_tokens": {"mean": 256, "p99": 1024},
+                    "ttft_slo_s": 2.0,
+                    "tpot_slo_s": 0.05,
+                    "precision": "fp8",
+                }
+            ]
+        },
+        "candidates": {"gpus": ["h100-nvl-94gb", "l40s-48gb"], "clouds": ["aws", "azure"]},
+    }
+    path = tmp_path / "nvl.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    plan = run_cli("plan", str(path), "--out", str(tmp_path / "plan"), "--format", "json")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    options = json.loads(plan.stdout)["options"]
+    machines = {opt["gpus_per_node"]["value"] for opt in options}
+    assert 1 in machines and 8 in machines  # NC40ads_H100_v5, g6e.48xlarge
+    for opt in options:
+        (s,) = opt["inference"]
+        assert not s.get("error"), (opt["id"], s["error"])
+        tp = int(s["layout"].split()[0].removeprefix("tp="))
+        assert tp <= opt["gpus_per_node"]["value"], (opt["id"], s["layout"])
+    vm = next(o for o in options if o["gpus_per_node"]["value"] == 1)
+    assert vm["inference"][0]["layout"].startswith("tp=1 ")
+    r = run_cli(*_infer_args(scenario["workloads"]["inference"][0], vm["gpu"]), "--node-gpus", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["num_gpus"] == vm["inference"][0]["gpus_for_load"]["value"]
