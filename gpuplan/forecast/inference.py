@@ -560,6 +560,15 @@ def fits_one_request(
 
 #: most nodes one replica may span when a layout is searched (a fixed ``--nodes`` may be more)
 MAX_AUTO_NODES = 8
+#: ... or, on machines smaller than an 8-GPU node (one GH200 superchip, a one-GPU VM), as many
+#: nodes as make this many GPUs: the 64 GPUs of 8 HGX nodes
+MAX_AUTO_REPLICA_GPUS = 64
+
+
+def auto_node_counts(domain: int) -> range:
+    """Node counts a searched multi-node replica may take on nodes of ``domain`` GPUs: 2 up
+    to :data:`MAX_AUTO_NODES`, or up to :data:`MAX_AUTO_REPLICA_GPUS` GPUs on small nodes."""
+    return range(2, max(MAX_AUTO_NODES, MAX_AUTO_REPLICA_GPUS // max(domain, 1)) + 1)
 
 
 def multi_node_layout(
@@ -583,12 +592,12 @@ def multi_node_layout(
     on GPU Clusters Using Megatron-LM", section 3.3; the same split vLLM documents for
     multi-node serving: tensor_parallel_size = GPUs per node, pipeline_parallel_size =
     nodes, https://docs.vllm.ai/en/latest/serving/distributed_serving.html). ``nodes`` fixes
-    the node count; None takes the fewest nodes (up to :data:`MAX_AUTO_NODES`) that fit.
+    the node count; None takes the fewest nodes (:func:`auto_node_counts`) that fit.
     Returns None when no such layout fits.
     """
     domain = server_size(gpu)
     t = tp or max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
-    counts = [nodes] if nodes is not None else list(range(2, MAX_AUTO_NODES + 1))
+    counts = [nodes] if nodes is not None else list(auto_node_counts(domain))
     for n in counts:
         if (n * domain) % t:
             continue
@@ -2188,7 +2197,7 @@ def fleet_layouts(
     if any(holds(x) for x in layouts):
         return layouts
     t = max((d for d in divisors(arch.heads) if d <= domain and d % ep == 0), default=1)
-    for n in range(2, MAX_AUTO_NODES + 1):
+    for n in auto_node_counts(domain):
         lay = Layout(t, n * domain // t, ep)
         extra = []
         if lay.pp <= arch.layers and holds(lay):

@@ -213,3 +213,28 @@ def test_gaudi2_serves_with_tensor_parallelism_over_its_integrated_roce():
     assert comm8 > 0
     # eight cards stream a quarter of the weights each that two do: the step is faster
     assert r8["tpot_s"] < r2["tpot_s"]
+
+
+def test_one_gpu_nodes_search_as_many_nodes_as_eight_hgx_nodes_hold():
+    """GH200 96GB nodes are one superchip each: DeepSeek-V3 at FP8 (671 GB) needs more than
+    the 8 nodes the search stopped at, so the fleet sizing found no layout ('gh200-96gb
+    tp=1: does not fit') although `--nodes 16` served it. The search now goes to 64 GPUs
+    (MAX_AUTO_REPLICA_GPUS), and the fleet is the fewest nodes that hold a full chunk."""
+    from gpuplan.forecast.inference import MAX_AUTO_NODES, auto_node_counts
+
+    assert max(auto_node_counts(8)) == MAX_AUTO_NODES == 8
+    assert max(auto_node_counts(1)) == 64 and max(auto_node_counts(2)) == 32
+    fleet = size_serving_fleet(
+        ServingDemand(
+            model="deepseek-v3",
+            gpus=("gh200-96gb",),
+            qps=0.5,
+            inputs=LengthDist(2048.0),
+            outputs=LengthDist(256.0),
+            ttft_slo_s=5.0,
+            precision="fp8",
+            num_requests=300,
+        )
+    )
+    assert fleet.tp == 1 and fleet.pp > MAX_AUTO_NODES
+    assert fleet.num_gpus == fleet.replicas * fleet.pp
