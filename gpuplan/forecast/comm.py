@@ -115,18 +115,21 @@ def collective_time3(
     active = (ranks_b > 1) & (np.broadcast_to(size, shape) > 0)
     if not np.any(active):
         return np.zeros((3, *shape))
-    r = np.where(active, ranks_b, 2.0)
-    rpn = np.clip(np.broadcast_to(np.asarray(ranks_per_node, dtype=float), shape), 1.0, r)
-    sz = np.where(active, np.broadcast_to(size, shape), 1.0)
+    # only the groups that communicate are asked of the device model: a layout without that
+    # parallelism (CP 1, say) must not need a collective model the device lacks (a PCIe card
+    # without a scale-up fabric has no intra-node one)
+    r = ranks_b[active]
+    rpn = np.clip(np.broadcast_to(np.asarray(ranks_per_node, dtype=float), shape)[active], 1.0, r)
     est = perf.collective_time_s(
         op,
-        sz,
+        np.broadcast_to(size, shape)[active],
         r,
         ranks_per_node=rpn,
         inter_node_bandwidth_bytes_per_s=inter_node_bandwidth_bytes_per_s,
     )
-    t = np.broadcast_to(estimate3(est), (3, *shape))
-    return np.where(active, t, 0.0)
+    t = np.zeros((3, *shape))
+    t[:, active] = estimate3(est)
+    return t
 
 
 def p2p_time3(

@@ -1369,8 +1369,12 @@ def evaluate_layouts(
         # block's attention (ring_attention_exposed). Forward (and its recompute): K and V;
         # backward: K and V again plus their gradients dK, dV (twice the bytes) against the
         # backward block. Blocks are the balanced share; imbalance is in attn_time.
+        # only layouts with CP send blocks (collective_time3 skips the zero-byte ones)
         cp_p2p = comm_mod.p2p_time3(
-            perf, kv_bytes, same_node_cp, inter_node_bandwidth_bytes_per_s=nic
+            perf,
+            np.where(cp > 1, kv_bytes, 0.0),
+            same_node_cp,
+            inter_node_bandwidth_bytes_per_s=nic,
         )
         blk_fwd = attn_fwd_balanced / n_layers / np.maximum(cp, 1.0)
         cp_total = cp_p2p * np.maximum(cp - 1.0, 0.0) * layers_per_stage * (3.0 + any_rc)
