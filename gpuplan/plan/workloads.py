@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError
+from gpuplan.forecast.hardware import within_node
 from gpuplan.forecast.infer import ServingFleet, size_fleet
 from gpuplan.forecast.inference import ServingDemand
 from gpuplan.forecast.inference_step import DEFAULT_ENGINE, engine_resolution
@@ -186,6 +187,9 @@ def size_serving_cached(
 ) -> tuple[ServingFleet | None, str | None]:
     """One serving fleet sizing (cached per workload, GPU and machine size); returns
     (sizing, error line). A replica's TP stays inside one machine of ``node_gpus``."""
+    row = ctx.catalog.gpu(gpu_id)
+    if node_gpus is not None and within_node(row, node_gpus) is row:
+        node_gpus = None  # the GPU's own server fits the machine: one sizing for every size
     key = (s.name, gpu_id, node_gpus)
     hit = ctx.serving_cache.get(key)
     if hit is not None:
