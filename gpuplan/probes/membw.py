@@ -51,13 +51,21 @@ def sizes(
     """Array sizes (bytes, powers of two, x4 steps; x8 quick) from about ``llc/16`` up to the first
     power of two at or past ``max(8*llc, min_top_bytes)`` (quick) / ``16*llc`` (default).
 
-    ``limit_bytes`` caps one array so that the three triad arrays fit in free memory.
+    ``limit_bytes`` caps one array so that the three triad arrays fit in free memory. When
+    the cap leaves no size past the cache (``PAST_CACHE_FACTOR`` x ``llc``), the largest power
+    of two within the cap is added if it is past the cache: a host whose last-level cache
+    is 480 MiB (a 2-vCPU VM on a large server sees the whole socket's L3) needs 1,920 MiB
+    arrays, and the x8 step jumps from 1,024 to 4,096 MiB, over the cap of 3.8 GiB that
+    23 GiB of free memory allows; without the added 2,048 MiB the run measured no memory
+    bandwidth at all.
 
     >>> [s >> 20 for s in sizes(32 << 20, quick=True, limit_bytes=None)]
     [2, 16, 128, 256]
     >>> [s >> 20 for s in sizes(32 << 20, quick=False, limit_bytes=None)]
     [2, 8, 32, 128, 512]
     >>> [s >> 20 for s in sizes(256 << 20, quick=True, limit_bytes=None)]  # MI300X
+    [16, 128, 1024, 2048]
+    >>> [s >> 20 for s in sizes(480 << 20, quick=True, limit_bytes=3923 << 20)]
     [16, 128, 1024, 2048]
     """
     top = max(8 * llc_bytes if quick else 16 * llc_bytes, min_top_bytes)
@@ -70,7 +78,13 @@ def sizes(
     out.append(1 << (top - 1).bit_length())  # the last one: the power of two >= top
     out = sorted(set(out))
     if limit_bytes is not None:
-        out = [s for s in out if s <= limit_bytes] or [min(out)]
+        kept = [s for s in out if s <= limit_bytes]
+        past = PAST_CACHE_FACTOR * llc_bytes
+        if limit_bytes > 0 and (not kept or max(kept) < past):
+            within = 1 << (int(limit_bytes).bit_length() - 1)  # largest power of two <= cap
+            if within >= past:
+                kept.append(within)
+        out = sorted(set(kept)) or [min(out)]
     return out
 
 

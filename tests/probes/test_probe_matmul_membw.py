@@ -81,6 +81,20 @@ def test_membw_sizes_go_well_past_the_llc():
     assert membw.sizes(llc, quick=True, limit_bytes=64 << 20)[-1] <= 64 << 20
 
 
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_capped_sweep_still_reaches_past_a_large_llc(quick):
+    """A 2-vCPU VM that sees its socket's 480 MiB L3 with 23 GiB free (a CI machine): the x8
+    step jumps from 1 GiB to 4 GiB, over the 3.8 GiB cap, which left no point past the cache
+    and no measured memory bandwidth (make test failed on a fresh clone there). The largest
+    power of two within the cap is added when it is past the cache, and never one over it."""
+    llc, cap = 480 << 20, 3923 << 20
+    out = membw.sizes(llc, quick=quick, limit_bytes=cap)
+    assert max(out) == 2048 << 20 >= membw.PAST_CACHE_FACTOR * llc
+    assert all(s <= cap for s in out)
+    # a cap too small to reach past the cache adds nothing the sweep did not have
+    assert membw.sizes(llc, quick=quick, limit_bytes=1 << 30)[-1] <= 1 << 30
+
+
 def test_membw_probe_counts_bytes_read_and_written(monkeypatch):
     # a small 'LLC' keeps the sweep short; the byte accounting is what is checked
     monkeypatch.setattr(membw, "device_llc_bytes", lambda torch, gpu, **kw: (1 << 20, "test"))
