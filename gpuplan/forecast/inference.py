@@ -1492,6 +1492,9 @@ def forecast_inference(
         steady-state figures are those of ``batch = concurrency``.
     closed_loop_requests:
         Requests the closed-loop client sends (default ``max(10 x concurrency, 200)``).
+    node_gpus:
+        GPUs per machine the replica runs on (``--node-gpus``; :attr:`ServingDemand.node_gpus`):
+        TP stays inside one; None: the GPU's own server.
 
     Returns
     -------
@@ -1515,6 +1518,8 @@ def forecast_inference(
         tp = _positive_int("tp", tp)
     if nodes is not None:
         nodes = _positive_int("nodes", nodes)
+    if node_gpus is not None:
+        node_gpus = _positive_int("node-gpus", node_gpus)
     if disaggregate and qps is None:
         raise InputError("--disaggregate sizes a fleet for a load", hint="add --qps and SLOs")
     if batch is not None:
@@ -1564,7 +1569,6 @@ def forecast_inference(
             hint="shorten --input-tokens or --output-tokens",
         )
     fitted = overheads or load_overheads()
-    node_gpus = None if node_gpus is None else _positive_int("node-gpus", node_gpus)
     gpus = [within_node(catalog.gpu(g), node_gpus) for g in _gpu_list(gpu)]
     if qps is not None:
         demand = ServingDemand(
