@@ -69,6 +69,43 @@ def _warn_released_precision(model: str, precision: str) -> None:
         warn(f"{said} (pass --precision {row.released_precision} to match)")
 
 
+#: Request lengths when the command line gives none.
+DEFAULT_INPUT_TOKENS = 2048
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+def _default_lengths(
+    model: Any, input_tokens: int | None, output_tokens: int | None
+) -> tuple[int, int]:
+    """The lengths to forecast: the given ones, and the defaults for those not given.
+
+    A default prompt is shortened, with a note, so that it and the answer fit the model's
+    context: GPT-J 6B and Falcon 180B have 2,048 tokens, where 2,048 + 256 used to stop the
+    command with an error on its defaults. Lengths the user gave are never changed (the
+    forecast refuses them when they do not fit)."""
+    out = DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens
+    if input_tokens is not None:
+        return input_tokens, out
+    max_ctx: int | None = None
+    if isinstance(model, str):
+        from gpuplan.catalogs.catalog import get_catalog
+        from gpuplan.errors import NotFoundError
+
+        try:
+            max_ctx = get_catalog().model(model).max_context
+        except NotFoundError:
+            return DEFAULT_INPUT_TOKENS, out  # the forecast reports the unknown name
+    elif isinstance(model, dict) and model.get("max_context"):
+        max_ctx = int(model["max_context"])
+    if max_ctx and DEFAULT_INPUT_TOKENS + out > max_ctx and max_ctx > out:
+        info(
+            f"note: --input-tokens defaults to {max_ctx - out} here, so that prompt and "
+            f"answer fit the model's {max_ctx}-token context"
+        )
+        return max_ctx - out, out
+    return DEFAULT_INPUT_TOKENS, out
+
+
 def _tokens_per_s(x: float) -> str:
     """A rate in whole tokens/s, or three significant digits below 100 (a 64-GPU replica
     of a 671B model on L4 makes 0.27 tokens/s per GPU, not 0).
@@ -296,14 +333,17 @@ def register(app: typer.Typer) -> None:
         kv_precision: str | None = typer.Option(
             None, "--kv-precision", help="KV-cache dtype override: bf16|fp16|fp8|int8."
         ),
-        input_tokens: int = number_option(
-            2048, "--input-tokens", help="Prompt length (mean when a p99 is given)."
+        input_tokens: int | None = number_option(
+            None,
+            "--input-tokens",
+            help="Prompt length (mean when a p99 is given). Default 2048, less for a model "
+            "whose context is shorter than 2048 + the answer.",
         ),
         input_tokens_p99: float | None = number_option(
             None, "--input-tokens-p99", help="p99 prompt length: lognormal lengths."
         ),
-        output_tokens: int = number_option(
-            256, "--output-tokens", help="Answer length (mean when a p99 is given)."
+        output_tokens: int | None = number_option(
+            None, "--output-tokens", help="Answer length (mean when a p99 is given). Default 256."
         ),
         output_tokens_p99: float | None = number_option(
             None, "--output-tokens-p99", help="p99 answer length: lognormal lengths."
@@ -428,6 +468,7 @@ def register(app: typer.Typer) -> None:
                 )
             elif stated is None:
                 _warn_released_precision(model, precision)
+        input_tokens, output_tokens = _default_lengths(m, input_tokens, output_tokens)
         from gpuplan.forecast.serving import LengthDist
 
         # the lengths' own check, before any progress line (the scenario's uses it too)

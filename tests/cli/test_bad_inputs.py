@@ -473,3 +473,28 @@ def test_infer_concurrency_conflicts(run_cli, extra, expect):
     args = [*INFER, *(["--concurrency", "4"] if "--concurrency" not in extra else []), *extra]
     line = one_line_error(run_cli(*args))
     assert expect in line
+
+
+@pytest.mark.parametrize("model", ["gpt-j-6b", "falcon-180b"])
+def test_infer_defaults_fit_a_short_context(run_cli, model):
+    """A 2,048-token model on the command's defaults: the default prompt is shortened so
+    that prompt and answer fit (it used to stop with '2048 + 256 tokens exceed'), and the
+    note says so; a prompt the user gives is never changed."""
+    proc = run_cli("forecast", "infer", "--model", model, "--gpu", "h100", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["input_tokens"]["mean"] == 2048 - 256
+    assert doc["output_tokens"]["mean"] == 256
+    assert "defaults to 1792" in proc.stderr
+    given = run_cli(
+        "forecast", "infer", "--model", model, "--gpu", "h100", "--input-tokens", "2000"
+    )
+    assert "2000 + 256 tokens exceed the 2048-token context" in one_line_error(given)
+
+
+def test_infer_defaults_unchanged_for_a_long_context(run_cli):
+    proc = run_cli(*INFER, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["input_tokens"]["mean"], doc["output_tokens"]["mean"]) == (2048, 256)
+    assert "defaults to" not in proc.stderr
