@@ -23,7 +23,9 @@ Rule, applied in order until something matches:
 5. **System configuration words** (accelerators only, :meth:`Catalog.gpu`): benchmark
    submissions name the part with its configuration: power limit (``750W``), partition
    modes (``NPS1``, ``SPX``), cooling (``CTS``), module (``OAM``), host architecture
-   (``aarch64``), a count glued to the part (``8xH100``). They are dropped; then, if nothing matched, the memory size too, and the
+   (``aarch64``), a count glued to the part (``8xH100``); the memory technology NVML reports
+   (``HBM3e`` in ``"NVIDIA H200 141GB HBM3e"``) and ``VF``, the SR-IOV virtual function a
+   cloud VM's ROCm reports (``"AMD Instinct MI300X VF"``). They are dropped; then, if nothing matched, the memory size too, and the
    part found must hold within 7% of the memory the name states
    (``"MI300X-NPS1-SPX-192GB-750W"`` -> ``mi300x``; ``"H200-SXM-141GB-CTS"`` -> the H200 SXM).
 
@@ -158,7 +160,9 @@ def checkpoint_base(name: str) -> str:
 
 
 #: words of a system's accelerator name that describe its configuration (rule 5)
-_CONFIG_WORD = re.compile(r"^(\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip)$")
+_CONFIG_WORD = re.compile(
+    r"^(\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip|hbm\d?e?|vf)$"
+)
 _MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
 _GLUED_COUNT = re.compile(r"^\d+x(?=[a-z])")
 

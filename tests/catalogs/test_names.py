@@ -60,6 +60,9 @@ PUBLISHED_GPU_NAMES: dict[str, str] = {
     "NVIDIA H200": "h200-sxm-141gb",
     "AMD Instinct MI300X": "mi300x",
     "nvidia_h100_sxm": "h100-sxm5-80gb",
+    "NVIDIA B300 SXM6 AC": "b300-sxm-288gb",
+    "NVIDIA H200 141GB HBM3e": "h200-sxm-141gb",
+    "AMD Instinct MI300X VF": "mi300x",
 }
 
 # microbench.csv rows whose `hardware` is not an accelerator: must not resolve to one.
