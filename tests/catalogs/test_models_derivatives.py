@@ -57,3 +57,24 @@ def test_new_moe_rows_count_the_published_active_parameters(model_id, embeddings
     m = CAT.model(model_id)
     left_out = (2 - embeddings_counted) * m.vocab * m.hidden
     assert m.params_active() - left_out == pytest.approx(m.published_active_params, rel=0.03)
+
+
+def test_a800_is_the_a100_with_slower_nvlink():
+    """The export part: the A100 SXM4 80GB's compute and memory, NVLink 400 of 600 GB/s."""
+    a100, a800 = CAT.gpu("a100-sxm4-80gb"), CAT.gpu("a800-sxm4-80gb")
+    for dtype in ("fp32", "tf32", "bf16", "fp16", "int8"):
+        assert a800.peak_flops_per_s(dtype) == a100.peak_flops_per_s(dtype)
+    assert a800.memory_bytes == a100.memory_bytes
+    assert a800.memory_bandwidth_bytes_per_s == a100.memory_bandwidth_bytes_per_s
+    assert a800.scale_up_bandwidth_bytes_per_s == pytest.approx(
+        a100.scale_up_bandwidth_bytes_per_s * 400 / 600
+    )
+
+
+def test_rtx_pro_6000_is_a_pcie_card_of_its_own_generation():
+    """No NVLink, eight to a server (AWS g7e.48xlarge), and a generation of its own so the
+    calibration does not pool its GDDR7 part with the B200's HBM (transfer by generation)."""
+    g = CAT.gpu("rtx-pro-6000-blackwell-server")
+    assert g.scale_up_domain_size == 1 and g.pcie_server_size == 8
+    assert g.generation != CAT.gpu("b200").generation
+    assert g.peak_flops_per_s("fp4") < CAT.gpu("b200").peak_flops_per_s("fp4")

@@ -63,6 +63,8 @@ PUBLISHED_GPU_NAMES: dict[str, str] = {
     "NVIDIA B300 SXM6 AC": "b300-sxm-288gb",
     "NVIDIA H200 141GB HBM3e": "h200-sxm-141gb",
     "AMD Instinct MI300X VF": "mi300x",
+    "NVIDIA A800-SXM4-80GB": "a800-sxm4-80gb",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000-blackwell-server",
 }
 
 # microbench.csv rows whose `hardware` is not an accelerator: must not resolve to one.
