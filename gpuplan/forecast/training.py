@@ -1392,8 +1392,13 @@ def evaluate_layouts(
     combine_b = 2.0  # BF16 combine in every recipe (arXiv 2412.19437, section 3.3.4)
     if arch.is_moe:
         ep_tokens = tokens / np.where(sp, tp, 1.0)
-        # EP groups stride over TP x CP, or over ETP when folded into the TP ranks.
-        ep_stride = np.where(etp < tp, etp, tp * cp)
+        # EP groups stride over TP x CP, or over ETP when folded into the TP ranks; a group
+        # of ``ep`` ranks lies inside its stage's TP x CP x DP ranks, so its stride is at most
+        # (TP x CP x DP) / EP: with EP = CP x DP (8 GPUs: CP 2, DP 4, EP 8) the group is the
+        # whole node, not every other rank of two nodes.
+        ep_stride = np.minimum(
+            np.where(etp < tp, etp, tp * cp), np.maximum(tp * cp * dp / np.maximum(ep, 1.0), 1.0)
+        )
         ep_rpn = comm_mod.group_ranks_per_node(ep, ep_stride, node)
         ep_nodes = np.ceil(ep / np.maximum(ep_rpn, 1.0))
         dedup = ep_inter_node_copy_fraction(

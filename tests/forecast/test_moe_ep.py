@@ -176,3 +176,34 @@ def test_deepseek_v3_dualpipe_within_band_of_report():
     assert ep["ep_comm_exposed"] == pytest.approx(dual["breakdown_s"]["ep_comm"])
     assert ep["dispatch_bytes_per_element"] == pytest.approx(1.03125)  # FP8 dispatch
     assert none["ep_comm_s"]["ep_comm_exposed"] == none["ep_comm_s"]["ep_comm_total"]
+
+
+def test_ep_group_that_is_the_whole_stage_stays_inside_its_node():
+    """EP 8 over CP 2 x DP 4 on one 8-GPU node: the group is every rank of the node. Its
+    stride (TP x CP = 2) cannot carry it past the stage's 8 ranks, so each dispatch and
+    combine is the intra-node all-to-all of the micro-batch's tokens. It used to be placed
+    as every other rank of two nodes (4 ranks per node), its all-to-all priced on the
+    network."""
+    from gpuplan.forecast import comm as comm_mod
+
+    hw = fake_hardware()
+    layout = dict(tp=1, pp=1, ep=8, vp=1, micro_batch=2, recompute=0, zero=1, cp=2, dp=4)
+    res = step(Framework(), layout, hw=hw)
+    tokens = 2 * 2048 / 2  # micro-batch x sequence / CP
+
+    def a2a(ranks_per_node: float) -> float:
+        return float(
+            comm_mod.collective_time3(
+                hw.perf,
+                "all_to_all",
+                np.asarray([tokens * 2 * 1024 * 2.0]),
+                np.asarray([8.0]),
+                ranks_per_node=np.asarray([ranks_per_node]),
+                inter_node_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s,
+            )[0, 0]
+        )
+
+    microbatches = 64 / (4 * 2)
+    expected = 2 * a2a(8.0) * 8 * 2 * microbatches  # dispatch + combine, 8 layers, fwd + bwd
+    assert a2a(4.0) > 1.5 * a2a(8.0)  # the misplacement mattered on this device
+    assert float(res["breakdown_s"]["ep_comm"][0, 0]) == pytest.approx(expected, rel=1e-12)
