@@ -280,7 +280,8 @@ RULES: tuple[_Rule, ...] = (
         lambda v, c: (
             f"ZeRO stage 3 with pipeline parallelism (--pp {v['pp']}) is not supported "
             "by Megatron-LM or DeepSpeed",
-            "use --zero 0, 1 or 2 with --pp > 1",
+            "use --zero 0, 1 or 2 with --pp > 1 (FSDP2 with pipeline stages, as torchtitan "
+            "runs it, is --zero 2)",
         ),
     ),
     _Rule(

@@ -476,7 +476,13 @@ def forecast_training(
                 "drop --zero or use --zero 3"
             )
         if par.get("pp", 1) != 1:
-            raise InputError("--fsdp cannot be combined with --pp > 1", hint="drop --pp")
+            raise InputError(
+                "--fsdp cannot be combined with --pp > 1 (ZeRO-3 would gather every stage's "
+                "weights again for every micro-batch)",
+                hint="for FSDP2 with pipeline stages, as torchtitan and NeMo AutoModel run it "
+                "(no resharding after the forward), use --zero 2 --pp N instead of --fsdp; "
+                "or drop --pp",
+            )
         par["zero"] = 3
         par["pp"] = 1
         par.setdefault("tp", 1)

@@ -323,7 +323,7 @@ def test_fsdp_means_zero3_without_pipeline():
     )
     assert out["parallelism"]["zero"] == 3 and out["parallelism"]["pp"] == 1
     assert out["parallelism"]["fsdp"] is True
-    with pytest.raises(InputError, match="--fsdp cannot be combined with --pp"):
+    with pytest.raises(InputError, match="--fsdp cannot be combined with --pp") as err:
         forecast_training(
             ARCH,
             num_gpus=16,
@@ -333,6 +333,17 @@ def test_fsdp_means_zero3_without_pipeline():
             parallelism=dict(pp=2),
             hardware=fake_hardware(),
         )
+    # the hint names the spelling that runs: FSDP2 without resharding after the forward
+    assert "--zero 2 --pp N" in err.value.hint
+    staged = forecast_training(
+        ARCH,
+        num_gpus=16,
+        seq_len=4096,
+        global_batch=64,
+        parallelism=dict(pp=2, zero=2),
+        hardware=fake_hardware(),
+    )
+    assert staged["parallelism"]["pp"] == 2 and staged["parallelism"]["zero"] == 2
 
 
 def test_batch_no_layout_divides_is_rounded_and_said():
