@@ -15,8 +15,8 @@ Rule, applied in order until something matches:
 4. **Checkpoint names** (models only): a Hugging Face repository id names a checkpoint of an
    architecture. The organisation (``meta-llama/``), a leading ``Meta``, and the words
    that name a fine-tune, a quantisation or a release of the same weights' shape
-   (``Instruct``, ``chat``, ``hf``, ``it``, ``FP8``, ``FP4``, ``KV``, ``AWQ``, ``v0.1``,
-   dates such as ``0528`` or ``2507``...) are dropped:
+   (``Instruct``, ``Thinking``, ``chat``, ``hf``, ``it``, ``FP8``, ``FP4``, ``KV``, ``AWQ``,
+   ``v0.1``, dates such as ``0528`` or ``2507``...) are dropped:
    ``"meta-llama/Llama-3.1-70B-Instruct"`` -> ``llama 3.1 70b``;
    ``"nvidia/DeepSeek-R1-0528-FP4"`` -> ``deepseek r1``.
 
@@ -68,6 +68,13 @@ _COUNT = re.compile(r"^(\d+x|x\d+)$")
 #: not which architecture they fill (rule 4)
 _CHECKPOINT_WORDS = {
     "instruct",
+    # a reasoning post-train of the same weights' shape: Qwen3-235B-A22B-Thinking-2507 (94
+    # layers, 64 Q / 4 KV heads, 128 experts of 1,536, 8 active, vocab 151,936: the
+    # Qwen3-235B-A22B row; apxml.com/models/qwen3-235b-a22b-thinking), Kimi-K2-Thinking
+    # ("Starting with Kimi K2, we built it as a thinking agent", the model card as copied
+    # by huggingface.co/unsloth/Kimi-K2-Thinking-GGUF). Their longer native context (256K)
+    # is not the row's; a length past the row's context is refused, not forecast.
+    "thinking",
     "chat",
     "hf",
     "it",

@@ -26,6 +26,9 @@ DERIVATIVES = {
     "MiniMaxAI/MiniMax-M2": "minimax-m2",
     "microsoft/phi-4": "phi-4",
     "mistralai/Mistral-Small-24B-Instruct-2501": "mistral-small-24b",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8": "qwen3-30b-a3b",
+    "moonshotai/Kimi-K2-Thinking": "kimi-k2",
 }
 
 
@@ -34,7 +37,14 @@ def test_derivative_checkpoints_resolve_to_their_architecture(name, expected):
     assert CAT.model(name).id == expected
 
 
-@pytest.mark.parametrize("name", ["DeepSeek-V3.2-Exp", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DeepSeek-V3.2-Exp",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
+        "Qwen/Qwen3-VL-235B-A22B-Thinking",  # a vision model: dropping "Thinking" leaves "VL"
+    ],
+)
 def test_checkpoints_of_another_architecture_are_not_aliased(name):
     """V3.2 adds sparse attention; the 14B distill's base (Qwen2.5-14B) is not catalogued."""
     with pytest.raises(NotFoundError):
