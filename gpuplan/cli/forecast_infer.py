@@ -69,11 +69,6 @@ def _warn_released_precision(model: str, precision: str) -> None:
         warn(f"{said} (pass --precision {row.released_precision} to match)")
 
 
-#: Request lengths when the command line gives none.
-DEFAULT_INPUT_TOKENS = 2048
-DEFAULT_OUTPUT_TOKENS = 256
-
-
 def _default_lengths(
     model: Any, input_tokens: int | None, output_tokens: int | None
 ) -> tuple[int, int]:
@@ -83,6 +78,8 @@ def _default_lengths(
     context: GPT-J 6B and Falcon 180B have 2,048 tokens, where 2,048 + 256 used to stop the
     command with an error on its defaults. Lengths the user gave are never changed (the
     forecast refuses them when they do not fit)."""
+    from gpuplan.forecast.inference import DEFAULT_INPUT_TOKENS, DEFAULT_OUTPUT_TOKENS
+
     out = DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens
     if input_tokens is not None:
         return input_tokens, out

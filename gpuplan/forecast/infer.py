@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from gpuplan.forecast.band import Band
-from gpuplan.forecast.inference import ServingDemand, size_serving_fleet
+from gpuplan.forecast.inference import (
+    DEFAULT_INPUT_TOKENS,
+    DEFAULT_OUTPUT_TOKENS,
+    ServingDemand,
+    size_serving_fleet,
+)
 
 JsonDict = dict[str, object]
 
@@ -351,8 +356,8 @@ def forecast_replica(
     pp: int = 1,
     ep: int = 1,
     precision: str = "bf16",
-    input_tokens: int = 2048,
-    output_tokens: int = 256,
+    input_tokens: int = DEFAULT_INPUT_TOKENS,
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     batch: int | None = None,
     engine: str | None = None,
 ) -> InferForecast:

@@ -113,6 +113,9 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 #: chunked prefill; a serving setting, not a hardware figure)
 DEFAULT_CHUNK_TOKENS = 8192
 BATCHING_MODES = ("continuous", "static")
+#: request lengths of a forecast that is given none (``forecast infer``'s defaults)
+DEFAULT_INPUT_TOKENS = 2048
+DEFAULT_OUTPUT_TOKENS = 256
 
 #: looks up the calibrated performance of a catalog GPU id (:func:`device_perf_for`)
 PerfLookup: TypeAlias = Callable[[str], "DevicePerf"]
@@ -1408,8 +1411,8 @@ def forecast_inference(
     pp: int = 1,
     ep: int = 1,
     precision: str = "bf16",
-    input_tokens: int = 2048,
-    output_tokens: int = 256,
+    input_tokens: int = DEFAULT_INPUT_TOKENS,
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     batch: int | None = None,
     max_throughput: bool = False,
     qps: float | None = None,
