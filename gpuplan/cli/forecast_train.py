@@ -285,6 +285,15 @@ def register(app: typer.Typer) -> None:
                 "(DeepSeek-V3's schedule: the all-to-all hides behind the other micro-batch)."
             ),
         ),
+        ep_kernels: str | None = typer.Option(
+            None,
+            "--ep-kernels",
+            help=(
+                "MoE all-to-all kernels: nccl (every top-k copy sent; default) | deepep "
+                "(FP8 dispatch, one copy per target node, e.g. Megatron-core "
+                "--moe-enable-deepep or NeMo AutoModel) | auto (deepep with dualpipe)."
+            ),
+        ),
         # -- optimizer state dtypes and fine-grained recompute (issue 15, memory) --
         optimizer_dtype: str | None = typer.Option(
             None,
@@ -425,6 +434,7 @@ def register(app: typer.Typer) -> None:
                 artifact=artifact,
                 fsdp=fsdp,
                 ep_overlap=ep_overlap,
+                ep_kernels=ep_kernels,
                 optimizer_dtype=optimizer_dtype,
                 master_weights=master_weights,
                 recompute_modules=recompute_modules,

@@ -28,6 +28,7 @@ from gpuplan.forecast.model import ModelRef, arch_from
 from gpuplan.forecast.training import (
     CP_COMM_CLI,
     CP_LAYOUTS,
+    EP_KERNELS,
     EP_OVERLAP_MODES,
     FRAMEWORK_CHOICES,
     Constants,
@@ -361,6 +362,7 @@ def forecast_training(
     framework_name: str | None = None,
     cp_comm: str | None = None,
     cp_layout: str | None = None,
+    ep_kernels: str | None = None,
 ) -> TrainingForecast:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -415,6 +417,12 @@ def forecast_training(
         ``p2p``) or ``a2a`` (DeepSpeed-Ulysses), and sequence split ``zigzag`` (load
         balanced, :attr:`Framework.cp_load_balance`) or ``contiguous``; the output's
         ``context_parallel`` says which were used.
+    ep_kernels:
+        ``nccl`` | ``deepep`` | ``auto``: the expert-parallel all-to-all implementation
+        (:attr:`Framework.ep_kernels`): ``deepep`` for Megatron-core's flex dispatcher with
+        DeepEP (``--moe-token-dispatcher-type flex --moe-enable-deepep``) or NeMo
+        AutoModel's DeepEP dispatcher; ``auto`` takes it with ``dualpipe`` only. The
+        output's ``provenance.ep_kernels`` says which was used.
 
     Returns
     -------
@@ -525,6 +533,13 @@ def forecast_training(
                 f"unknown --cp-comm {cp_comm!r}", hint="use one of " + ", ".join(CP_COMM_CLI)
             )
         overrides["cp_comm"] = CP_COMM_CLI[mode]
+    if ep_kernels is not None:
+        kern = str(ep_kernels).strip().lower()
+        if kern not in EP_KERNELS:
+            raise InputError(
+                f"unknown --ep-kernels {ep_kernels!r}", hint="use one of " + ", ".join(EP_KERNELS)
+            )
+        overrides["ep_kernels"] = kern
     if cp_layout is not None:
         lay = str(cp_layout).strip().lower()
         if lay not in CP_LAYOUTS:

@@ -795,6 +795,7 @@ class FrameworkOverrides(TypedDict, total=False):
     hsdp_shard_size: int
     cp_comm: str
     cp_load_balance: bool
+    ep_kernels: str
 
 
 class SearchOptions(TypedDict):

@@ -243,3 +243,30 @@ def test_ep_overlap_flag_reaches_the_forecast(run_cli):
                   "--ep-overlap", "bogus")  # fmt: skip
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "dualpipe" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_ep_kernels_flag_reaches_the_forecast(run_cli):
+    """``--ep-kernels deepep`` without DualPipe (Megatron-core's flex dispatcher, NeMo
+    AutoModel): FP8 dispatch and one inter-node copy per target node, so the same layout
+    sends fewer bytes than NCCL's every-copy all-to-all; the output names the kernels."""
+    args = [
+        "forecast", "train", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "2048",
+        "--tp", "1", "--pp", "16", "--ep", "64", "--cp", "1", "--zero", "1",
+        "--recompute", "selective", "--seq-len", "4096", "--global-batch", "15360",
+        "--precision", "fp8", "--format", "json",
+    ]  # fmt: skip
+    runs = {k: run_cli(*args, "--ep-kernels", k) for k in ("nccl", "deepep", "auto")}
+    assert all(r.returncode == 0 for r in runs.values()), runs["deepep"].stderr
+    out = {k: json.loads(r.stdout) for k, r in runs.items()}
+    assert out["deepep"]["provenance"]["ep_kernels"] == "deepep"
+    assert out["auto"]["provenance"]["ep_kernels"] == "nccl"  # auto: deepep with dualpipe only
+    nccl, deepep = out["nccl"]["ep_comm_s"], out["deepep"]["ep_comm_s"]
+    assert deepep["dispatch_bytes_per_element"] == pytest.approx(1.03125)
+    assert nccl["dispatch_bytes_per_element"] == pytest.approx(2.0)
+    assert deepep["ep_comm_total"] < nccl["ep_comm_total"]
+    assert out["deepep"]["step_time_s"] < out["nccl"]["step_time_s"]
+    assert out["auto"]["step_time_s"] == pytest.approx(out["nccl"]["step_time_s"])
+    bad = run_cli("forecast", "train", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8",
+                  "--ep-kernels", "nvshmem")  # fmt: skip
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "deepep" in bad.stderr and "Traceback" not in bad.stderr
