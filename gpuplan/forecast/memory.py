@@ -17,6 +17,14 @@ Sources
   3.3.3, "Low-Precision Optimizer States": BF16 moments, FP32 master weights and gradients)
   make it 4 + 2 x 2 = 8 B; ``master_weights="bf16"`` keeps a 16-bit master copy (2 B),
   ``"none"`` updates the 16-bit weights in place (pure BF16 training, 0 B).
+* PyTorch FSDP under mixed precision (``params_are_master``): the sharded parameters are
+  the fp32 originals and the optimizer steps them, so they are the master weights; the
+  16-bit weights exist only as the gathered units of the forward and backward (PyTorch
+  docs, ``torch.distributed.fsdp.MixedPrecisionPolicy``: ``param_dtype`` is "the dtype
+  for the unsharded parameter", "the optimizer step uses the sharded parameter in the
+  original dtype", and FSDP "does not require any extra memory to keep a high-precision
+  copy of the parameters for the optimizer step"). ZeRO-3 then holds 4 + 4 + 8 = 16 B per
+  parameter with fp32 gradients and moments, not Megatron's 2 + 4 + 12 = 18 B.
 * Fine-grained recomputation (``recompute_modules`` of Megatron-core's TransformerConfig,
   with ``--recompute-granularity selective``): ``layernorm`` drops the outputs of the two
   block norms (the QKV and MLP-up inputs), ``mla_up_proj`` the MLA up-projection outputs (Q,
@@ -413,6 +421,7 @@ def model_state_bytes(
     master_weights: str = "fp32",
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
     shard_ranks: Num | None = None,
+    params_are_master: bool = False,
 ) -> dict[str, FloatArray]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
@@ -432,6 +441,9 @@ def model_state_bytes(
     all-gather, which gathers the FP8 casts of the linear weights). ``shard_ranks`` (HSDP,
     stage 3 only): the states are sharded over groups of this many data-parallel ranks and
     replicated across the groups (experts in proportion); None shards over the whole group.
+    ``params_are_master`` (PyTorch FSDP under mixed precision, see the module's sources):
+    with stage 3 and a master copy, ``weights`` are the sharded master-dtype parameters and
+    ``optimizer`` holds the moments only; no persistent 16-bit copy is kept.
     """
     zero = np.asarray(zero)
     etp = expert_tensor_parallel(tp, cp, dp, ep)
@@ -456,6 +468,20 @@ def model_state_bytes(
     weights = sharded(WEIGHT_BYTES_PER_PARAM, 3)
     grads = sharded(grad_bytes, 2)
     optimizer = sharded(optimizer_bytes_per_param(optimizer_dtype, master_weights, grad_bytes), 1)
+    master = MASTER_WEIGHT_BYTES[master_weights]
+    if params_are_master and master > 0.0:
+        # FSDP: the sharded parameter is the master copy (stage 3 only; stage 1-2 keep the
+        # 16-bit weights whole). The optimizer then holds the moments (and any fp32
+        # gradient copy), and the weights are the master bytes, both sharded.
+        fsdp = zero >= 3
+        weights = np.where(fsdp, sharded(master, 3), weights)
+        optimizer = np.where(
+            fsdp,
+            sharded(
+                optimizer_bytes_per_param(optimizer_dtype, master_weights, grad_bytes) - master, 1
+            ),
+            optimizer,
+        )
     layers_per_rank, _ = stage_layers(arch, pp)
     unit = (counts["dense"] + counts["expert"]) / np.maximum(layers_per_rank, 1.0)
     if zero3_unit_params is not None:
@@ -514,6 +540,7 @@ def training_memory_per_gpu(
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
     pipeline_schedule: str = "1f1b",
     shard_ranks: Num | None = None,
+    params_are_master: bool = False,
 ) -> dict[str, FloatArray]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
@@ -521,7 +548,8 @@ def training_memory_per_gpu(
     "overhead", "total"}``, each an array over the layouts. ``overhead_bytes`` is the
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
     taken from the forecast constants. ``optimizer_dtype``, ``master_weights`` and
-    ``gathered_weight_bytes`` and ``shard_ranks`` (HSDP) as in :func:`model_state_bytes`;
+    ``gathered_weight_bytes``, ``shard_ranks`` (HSDP) and ``params_are_master`` (FSDP) as
+    in :func:`model_state_bytes`;
     ``recompute_modules`` and
     ``act_cache_bytes`` as in :func:`activation_bytes_per_layer`. ``pipeline_schedule``
     ``dualpipe`` puts two stages on each rank (``i`` and ``p-1-i``: the first rank holds
@@ -582,6 +610,7 @@ def training_memory_per_gpu(
             master_weights=master_weights,
             gathered_weight_bytes=gathered_weight_bytes,
             shard_ranks=shard_ranks,
+            params_are_master=params_are_master,
         )
         act = per_layer * layers * inflight
         if name == "last":

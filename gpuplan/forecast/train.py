@@ -50,6 +50,12 @@ from gpuplan.numeric import JSONDict
 if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf
 
+#: Framework profiles whose ZeRO-3 keeps the sharded fp32 parameters as the master weights
+#: and no persistent 16-bit copy (:attr:`Framework.params_are_master`): PyTorch FSDP1/FSDP2
+#: under mixed precision, and MaxText, whose parameters are fp32 (``weight_dtype``) and cast
+#: to bf16 per layer for the computation (AI-Hypercomputer/maxtext ``configs/base.yml``).
+FSDP_MASTER_PROFILES = frozenset({"fsdp", "torchtitan", "maxtext"})
+
 #: A JSON object as the forecast writes it.
 JsonDict = dict[str, object]
 
@@ -573,6 +579,10 @@ def forecast_training(
     if fname == "deepspeed" and framework is None:
         # DeepSpeed ZeRO-3 defaults: gathers prefetched, reductions not overlapped.
         fw = dataclasses.replace(fw, grad_reduce_overlap=False)
+    if profile_of(fname) in FSDP_MASTER_PROFILES and framework is None:
+        # PyTorch FSDP (torchtitan, Composer) and JAX (MaxText) step fp32 parameters: the
+        # sharded parameter is the master copy (Framework.params_are_master).
+        fw = dataclasses.replace(fw, params_are_master=True)
     from gpuplan.forecast.train_calibration import apply_training_step
 
     c, step_cal = apply_training_step(artifact, hw, fname, c)  # probe --workload train

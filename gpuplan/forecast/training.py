@@ -530,6 +530,12 @@ class Framework:
     reduce-scatters stay inside a group) and replicated across ``dp*cp/size`` groups, whose
     gradient shards are all-reduced once per step (Zhao et al. 2023, "PyTorch FSDP",
     section 3.2.2, hybrid sharding). None: shard over the whole group (FULL_SHARD)."""
+    params_are_master: bool = False
+    """Under ZeRO-3, the sharded parameters are the optimizer's fp32 master weights and
+    16-bit weights exist only as gathered units: PyTorch FSDP (FSDP1 ``MixedPrecision``,
+    FSDP2 ``MixedPrecisionPolicy``), as torchtitan, NeMo AutoModel and Composer run it
+    (:func:`gpuplan.forecast.memory.model_state_bytes`). False: Megatron-style 16-bit
+    weights beside an fp32 master copy."""
     fp8_param_gather: bool = True
     """FSDP (ZeRO-3) under the ``fp8`` recipe all-gathers the transformer blocks' linear
     weights as FP8 (1 byte, one scale per tensor) instead of BF16: FSDP2's float8
@@ -674,6 +680,7 @@ class MemoryOptions(TypedDict):
     gathered_weight_bytes: float
     pipeline_schedule: str
     shard_ranks: int | None
+    params_are_master: bool
 
 
 class TrainIntervals(TypedDict, total=False):
@@ -1718,6 +1725,7 @@ def _memory_options(fw: Framework, precision: str) -> MemoryOptions:
         "gathered_weight_bytes": 1.0 if fp8_param_gather_on(fw, precision) else 2.0,
         "pipeline_schedule": "dualpipe" if fw.ep_overlap == "dualpipe" else "1f1b",
         "shard_ranks": fw.hsdp_shard_size,
+        "params_are_master": fw.params_are_master,
     }
 
 

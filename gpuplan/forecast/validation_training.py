@@ -162,7 +162,8 @@ FRAMEWORKS: dict[str, FrameworkSpec] = {
         family=None,
     ),
     # MosaicML Composer + PyTorch FSDP with FlashAttention-2 (llm-foundry benchmarking
-    # README; the benchmarks predate FlashAttention-3). FSDP1 gathers its flat parameters
+    # README; the benchmarks predate FlashAttention-3). The sharded fp32 flat parameters are
+    # the master weights (Framework.params_are_master). FSDP1 gathers its flat parameters
     # in their 16-bit dtype even under Transformer Engine FP8 (the float8 all-gather is an
     # FSDP2 feature, torchao float8 README), so no FP8 all-gather here.
     "mosaicml": dict(
@@ -173,6 +174,7 @@ FRAMEWORKS: dict[str, FrameworkSpec] = {
             attention_kernel="flash-attention-2",
             dp_overlap=True,
             fp8_param_gather=False,
+            params_are_master=True,
         ),
         zero=3,
         family="mpt",
@@ -192,7 +194,8 @@ _FRAMEWORK_OF_KEY = {
 FRAMEWORKS["pytorch_fsdp"] = dict(
     # PyTorch FSDP (FSDP1) as IBM's fms-fsdp runs it: SDPA FlashAttention-2, forward and
     # backward prefetch overlapping the gathers, the bfSixteen mixed-precision policy
-    # (16-bit weights gathered and gradients reduced in bf16), FULL_SHARD or HYBRID_SHARD
+    # (16-bit weights gathered and gradients reduced in bf16; the sharded fp32 parameters are
+    # the master weights), FULL_SHARD or HYBRID_SHARD
     # over the 8 GPUs of a node (foundation-model-stack/fms-fsdp fms_fsdp/policies/
     # mixed_precision.py and utils/train_utils.py at cf6e42c, retrieved 2026-12-01).
     framework=Framework(
@@ -203,6 +206,7 @@ FRAMEWORKS["pytorch_fsdp"] = dict(
         dp_overlap=True,
         grad_reduce_bytes=2.0,
         fp8_param_gather=False,
+        params_are_master=True,
     ),
     zero=3,
     family=None,

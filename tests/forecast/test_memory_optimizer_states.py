@@ -73,6 +73,33 @@ def test_distributed_optimizer_shards_bf16_moments():
     assert total == pytest.approx((6.0 + 8.0 / 8.0) * n)
 
 
+@pytest.mark.parametrize(("opt", "master", "megatron", "fsdp"), [
+    ("fp32", "fp32", 18.0, 16.0),  # FSDP: fp32 param shard 4 + grads 4 + moments 8
+    ("bf16", "fp32", 14.0, 12.0),
+    ("fp32", "bf16", 16.0, 14.0),  # a bf16 master: the bf16 parameter shard is that copy
+    ("fp32", "none", 14.0, 14.0),  # pure 16-bit training: nothing to fold
+])  # fmt: skip
+def test_fsdp_sharded_parameters_are_the_master_weights(opt, master, megatron, fsdp):
+    """ZeRO-3 over d = 8: PyTorch FSDP keeps the fp32 parameter shard as the master copy
+    (MixedPrecisionPolicy), so no persistent 16-bit shard sits beside it; Megatron's
+    distributed optimizer keeps both. Stage 2 (FSDP2 without resharding) is unchanged."""
+    n = _n_params()
+
+    def per_param(zero, flag):
+        st = model_state_bytes(
+            TINY, 1, 1, 1, 8, 1, zero, optimizer_dtype=opt, master_weights=master,
+            params_are_master=flag,
+        )  # fmt: skip
+        return float(st["weights"] + st["gradients"] + st["optimizer"]) / n
+
+    assert per_param(3, False) == pytest.approx(megatron / 8.0)
+    assert per_param(3, True) == pytest.approx(fsdp / 8.0)
+    assert per_param(2, True) == pytest.approx(per_param(2, False))
+    if megatron != fsdp:
+        st = model_state_bytes(TINY, 1, 1, 1, 8, 1, 3, params_are_master=True)
+        assert float(st["weights"]) == pytest.approx(4.0 * n / 8.0)  # the fp32 shard
+
+
 def test_adam_step_bytes_follow_the_dtypes():
     assert adam_step_bytes_per_param() == 34.0  # the old constant
     assert adam_step_bytes_per_param("bf16") == 26.0  # moments read+written at 2 B
