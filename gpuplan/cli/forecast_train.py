@@ -70,6 +70,17 @@ def _table(result: dict[str, Any]):
                 else []
             ),
             ("global batch", f"{result['global_batch']} x {result['seq_len']} tokens"),
+            *(
+                [
+                    (
+                        "fine-tuning",
+                        f"LoRA rank {ft['rank']}, {ft['trainable_params'] / 1e6:.4g}M trainable "
+                        "parameters, base weights frozen",
+                    )
+                ]
+                if (ft := result.get("fine_tuning"))
+                else []
+            ),
             (
                 "framework",
                 f"{result['framework']} ({result['framework_basis']}; profile "
@@ -294,6 +305,15 @@ def register(app: typer.Typer) -> None:
                 "--moe-enable-deepep or NeMo AutoModel) | auto (deepep with dualpipe)."
             ),
         ),
+        lora_rank: int | None = number_option(
+            None,
+            "--lora-rank",
+            help=(
+                "Fine-tune LoRA adapters of this rank (e.g. 16) on every linear projection, "
+                "base weights frozen: no weight gradients, optimizer or gradient reduction "
+                "for them."
+            ),
+        ),
         # -- optimizer state dtypes and fine-grained recompute (issue 15, memory) --
         optimizer_dtype: str | None = typer.Option(
             None,
@@ -435,6 +455,7 @@ def register(app: typer.Typer) -> None:
                 fsdp=fsdp,
                 ep_overlap=ep_overlap,
                 ep_kernels=ep_kernels,
+                lora_rank=lora_rank,
                 optimizer_dtype=optimizer_dtype,
                 master_weights=master_weights,
                 recompute_modules=recompute_modules,

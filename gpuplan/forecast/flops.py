@@ -259,3 +259,48 @@ def attention_core_shape(
         np.asarray(micro_batch, dtype=np.float64) * arch.heads / np.asarray(tp, dtype=np.float64)
     )
     return m, s * np.ones_like(m), arch.qk_head_dim * np.ones_like(m), batch
+
+
+# ----------------------------------------------------------------------------- LoRA
+#: GEMM kinds a LoRA fine-tune adapts: every linear projection of the blocks (attention,
+#: dense and shared-expert MLP, Mamba in/out), as PEFT's ``target_modules="all-linear"``
+#: and NeMo AutoModel's ``target_modules: '*_proj'`` do. Routed experts (grouped-GEMM
+#: weights, not linear modules), the router and the output layer are left frozen.
+LORA_KINDS = ("attn_proj", "mlp", "mamba")
+
+
+def lora_module_parts(arch: ModelArch, g: Gemm) -> int:
+    """Linear modules one fused GEMM of :func:`layer_gemms` stands for, each with its own
+    adapter: ``q_proj``, ``k_proj``, ``v_proj`` for ``qkv``; ``gate_proj`` and ``up_proj``
+    for a gated MLP's up-projection; one otherwise."""
+    if g.name == "qkv":
+        return 3
+    if g.name in ("mlp_up", "shared_up") and arch.gated_mlp:
+        return 2
+    return 1
+
+
+def lora_adapter_io(arch: ModelArch, g: Gemm) -> tuple[FloatArray, FloatArray] | None:
+    """Summed input and output widths of the LoRA adapters on GEMM ``g`` (``None`` when
+    the GEMM is not adapted): each of its ``p`` modules has ``A`` (in x r) and ``B``
+    (r x out); the fused GEMM's ``p`` modules share its input width ``k`` and split its
+    output ``n``, so the adapters read ``p*k`` and write ``n`` per token (Hu et al. 2021,
+    "LoRA", arXiv 2106.09685, section 4: ``h = W0 x + B A x``)."""
+    if g.kind not in LORA_KINDS:
+        return None
+    p = float(lora_module_parts(arch, g))
+    return p * np.asarray(g.k, dtype=float), np.asarray(g.n, dtype=float)
+
+
+def lora_trainable_params(arch: ModelArch, rank: int) -> float:
+    """Parameters of the LoRA adapters of rank ``rank`` on every adapted module of the model:
+    ``r * (in + out)`` per module (Hu et al. 2021, section 4.2)."""
+    per = {"layer": arch.layers, "dense": arch.num_dense_layers, "moe": arch.num_moe_layers}
+    total = 0.0
+    for g in layer_gemms(arch, 1.0, 1.0, 1.0, include_logits=False):
+        io = lora_adapter_io(arch, g)
+        if io is None:
+            continue
+        width = float(np.sum(io[0] + io[1]))
+        total += float(rank) * width * float(np.max(g.count)) * per[g.per]
+    return total

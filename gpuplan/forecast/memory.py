@@ -422,6 +422,7 @@ def model_state_bytes(
     gathered_weight_bytes: float = WEIGHT_BYTES_PER_PARAM,
     shard_ranks: Num | None = None,
     params_are_master: bool = False,
+    trainable_params: float | None = None,
 ) -> dict[str, FloatArray]:
     """Weights, gradients and optimizer states per GPU (bytes), ZeRO-sharded.
 
@@ -444,6 +445,10 @@ def model_state_bytes(
     ``params_are_master`` (PyTorch FSDP under mixed precision, see the module's sources):
     with stage 3 and a master copy, ``weights`` are the sharded master-dtype parameters and
     ``optimizer`` holds the moments only; no persistent 16-bit copy is kept.
+    ``trainable_params`` (a LoRA fine-tune, the adapters' parameters of the whole model):
+    only they have gradients and optimizer states (spread over the TP x PP ranks like the
+    dense weights and ZeRO-sharded over the data-parallel group); the frozen 16-bit base
+    weights are sharded by stage 3 as before, and a gathered ZeRO-3 unit has no gradients.
     """
     zero = np.asarray(zero)
     etp = expert_tensor_parallel(tp, cp, dp, ep)
@@ -469,7 +474,21 @@ def model_state_bytes(
     grads = sharded(grad_bytes, 2)
     optimizer = sharded(optimizer_bytes_per_param(optimizer_dtype, master_weights, grad_bytes), 1)
     master = MASTER_WEIGHT_BYTES[master_weights]
-    if params_are_master and master > 0.0:
+    lora = trainable_params is not None
+    if lora:
+        per_rank = float(trainable_params or 0.0) / (
+            np.asarray(tp, dtype=float) * np.asarray(pp, dtype=float)
+        )
+
+        def adapters(per_param: float, stage: int) -> FloatArray:
+            out: FloatArray = per_param * per_rank / np.where(zero >= stage, d_dense, 1.0)
+            return out
+
+        grads = adapters(grad_bytes, 2)
+        optimizer = adapters(
+            optimizer_bytes_per_param(optimizer_dtype, master_weights, grad_bytes), 1
+        )
+    elif params_are_master and master > 0.0:
         # FSDP: the sharded parameter is the master copy (stage 3 only; stage 1-2 keep the
         # 16-bit weights whole). The optimizer then holds the moments (and any fp32
         # gradient copy), and the weights are the master bytes, both sharded.
@@ -490,10 +509,11 @@ def model_state_bytes(
     # Stage 3 gathers the current and the prefetched unit (16-bit) and holds the unsharded
     # gradients of one; stage 2 holds one unit's unsharded gradients before its
     # reduce-scatter. With a single data-parallel rank nothing is sharded or gathered.
+    unit_grad_bytes = 0.0 if lora else grad_bytes  # a frozen unit has no gradients
     gathered = np.where(
         sharding & (zero >= 3),
-        unit * (2.0 * float(gathered_weight_bytes) + grad_bytes),
-        np.where(sharding & (zero == 2), unit * grad_bytes, 0.0),
+        unit * (2.0 * float(gathered_weight_bytes) + unit_grad_bytes),
+        np.where(sharding & (zero == 2), unit * unit_grad_bytes, 0.0),
     )
     return {
         "weights": weights,
@@ -541,6 +561,7 @@ def training_memory_per_gpu(
     pipeline_schedule: str = "1f1b",
     shard_ranks: Num | None = None,
     params_are_master: bool = False,
+    trainable_params: float | None = None,
 ) -> dict[str, FloatArray]:
     """Peak memory per GPU for training (bytes), with its breakdown.
 
@@ -548,8 +569,8 @@ def training_memory_per_gpu(
     "overhead", "total"}``, each an array over the layouts. ``overhead_bytes`` is the
     fixed framework overhead (CUDA context, library workspaces, communication buffers),
     taken from the forecast constants. ``optimizer_dtype``, ``master_weights`` and
-    ``gathered_weight_bytes``, ``shard_ranks`` (HSDP) and ``params_are_master`` (FSDP) as
-    in :func:`model_state_bytes`;
+    ``gathered_weight_bytes``, ``shard_ranks`` (HSDP), ``params_are_master`` (FSDP) and
+    ``trainable_params`` (LoRA) as in :func:`model_state_bytes`;
     ``recompute_modules`` and
     ``act_cache_bytes`` as in :func:`activation_bytes_per_layer`. ``pipeline_schedule``
     ``dualpipe`` puts two stages on each rank (``i`` and ``p-1-i``: the first rank holds
@@ -611,6 +632,7 @@ def training_memory_per_gpu(
             gathered_weight_bytes=gathered_weight_bytes,
             shard_ranks=shard_ranks,
             params_are_master=params_are_master,
+            trainable_params=trainable_params,
         )
         act = per_layer * layers * inflight
         if name == "last":

@@ -642,6 +642,25 @@ def model_flops_per_token(arch: ModelArch, seq_len: Num) -> FloatArray:
     return 6.0 * n + 3.0 * arch.layers * attention_core_flops_per_token_layer(arch, seq_len)
 
 
+def frozen_weights_flops_per_token(arch: ModelArch, seq_len: Num) -> FloatArray:
+    """Training FLOPs per token when the weights are frozen (a LoRA fine-tune): the forward
+    ``2*N`` and the data gradients ``2*N`` of every matmul, without the weight gradients'
+    ``2*N``, plus the attention core's forward and backward as in
+    :func:`model_flops_per_token` (it has no weights). The adapters' own FLOPs,
+    ``6*r*(in + out)`` per module and token (under 1 % at rank 16), are not counted.
+    NeMo AutoModel's fine-tuning throughput tables count two thirds of the pre-training
+    figure instead (its ``flops_utils`` x 2/3), which differs in the attention term only.
+
+    >>> arch = ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=100,
+    ...                  gated_mlp=False)
+    >>> full, frozen = model_flops_per_token(arch, 128), frozen_weights_flops_per_token(arch, 128)
+    >>> int(full - frozen) == 2 * arch.matmul_params_active()
+    True
+    """
+    n = arch.matmul_params_active()
+    return 4.0 * n + 3.0 * arch.layers * attention_core_flops_per_token_layer(arch, seq_len)
+
+
 def recompute_flops_per_token(arch: ModelArch, seq_len: Num, recompute: Num) -> FloatArray:
     """FLOPs re-executed per token by activation recomputation (forward only).
 

@@ -400,6 +400,7 @@ def best_layouts(
         "num_gpus": num_gpus,
         "constants": constants,
         "fsdp": given.get("zero") == 3 and given.get("pp") == 1,
+        "frozen_weights": framework.lora_rank is not None,
     }
     best = summarise(arch, hw, res, int(order[0]), layouts, **kw)
     runners: list[RunnerUp] = []
@@ -625,6 +626,7 @@ class _SummaryOptions(TypedDict):
     num_gpus: int
     constants: Constants
     fsdp: bool
+    frozen_weights: bool
 
 
 def purchase_units(num_gpus: int, hw: Hardware) -> PurchaseUnits:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, cast
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.band import Band
+from gpuplan.forecast.flops import lora_trainable_params
 from gpuplan.forecast.hardware import Hardware, resolve_hardware
 from gpuplan.forecast.layout import ParallelLayout, json_int
 from gpuplan.forecast.memory import RECOMPUTE_CODES
@@ -369,6 +370,7 @@ def forecast_training(
     cp_comm: str | None = None,
     cp_layout: str | None = None,
     ep_kernels: str | None = None,
+    lora_rank: int | None = None,
 ) -> TrainingForecast:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -429,6 +431,11 @@ def forecast_training(
         DeepEP (``--moe-token-dispatcher-type flex --moe-enable-deepep``) or NeMo
         AutoModel's DeepEP dispatcher; ``auto`` takes it with ``dualpipe`` only. The
         output's ``provenance.ep_kernels`` says which was used.
+    lora_rank:
+        Fine-tune LoRA adapters of this rank on every linear projection with the base
+        weights frozen (:attr:`Framework.lora_rank`); ``None`` pre-trains every weight. The
+        output's ``fine_tuning`` gives the method, rank and trainable parameters, and
+        ``model_tflops_per_gpu``/``mfu`` count no weight gradients.
 
     Returns
     -------
@@ -539,6 +546,13 @@ def forecast_training(
                 f"unknown --cp-comm {cp_comm!r}", hint="use one of " + ", ".join(CP_COMM_CLI)
             )
         overrides["cp_comm"] = CP_COMM_CLI[mode]
+    if lora_rank is not None:
+        if int(lora_rank) < 1:
+            raise InputError(
+                f"--lora-rank must be >= 1, got {lora_rank}",
+                hint="e.g. --lora-rank 16 (PEFT's and NeMo's usual rank)",
+            )
+        overrides["lora_rank"] = int(lora_rank)
     if ep_kernels is not None:
         kern = str(ep_kernels).strip().lower()
         if kern not in EP_KERNELS:
@@ -660,6 +674,17 @@ def forecast_training(
         "moe_act_cache": fw.moe_act_cache,
         "fsdp_fp8_all_gather": fp8_param_gather_on(fw, precision),
     }
+    out["fine_tuning"] = (
+        {
+            "method": "lora",
+            "rank": int(fw.lora_rank),
+            "trainable_params": lora_trainable_params(arch, int(fw.lora_rank)),
+            "adapted": "every linear projection of the blocks (attention, dense and "
+            "shared-expert MLP, Mamba); routed experts, router and output layer frozen",
+        }
+        if fw.lora_rank is not None
+        else None
+    )
     out["context_parallel"] = {
         "comm": next(k for k, v in CP_COMM_CLI.items() if v == fw.cp_comm),
         "layout": "zigzag" if fw.cp_load_balance else "contiguous",

@@ -59,6 +59,8 @@ from gpuplan.forecast.flops import (
     expert_rank_imbalance,
     grouped_gemm_rows,
     layer_gemms,
+    lora_adapter_io,
+    lora_trainable_params,
 )
 from gpuplan.forecast.hardware import Hardware
 from gpuplan.forecast.layout import ParallelLayout, TrainParallelism
@@ -78,6 +80,7 @@ from gpuplan.forecast.memory import (
 from gpuplan.forecast.model import (
     ModelArch,
     attention_core_flops_per_token_layer,
+    frozen_weights_flops_per_token,
     hardware_flops_per_token,
     model_flops_per_token,
 )
@@ -530,6 +533,12 @@ class Framework:
     reduce-scatters stay inside a group) and replicated across ``dp*cp/size`` groups, whose
     gradient shards are all-reduced once per step (Zhao et al. 2023, "PyTorch FSDP",
     section 3.2.2, hybrid sharding). None: shard over the whole group (FULL_SHARD)."""
+    lora_rank: int | None = None
+    """The job fine-tunes LoRA adapters of this rank on every linear projection of the
+    blocks (:data:`gpuplan.forecast.flops.LORA_KINDS`) with the base weights frozen (Hu et
+    al. 2021, "LoRA", arXiv 2106.09685): no weight gradients for the base matmuls, no
+    gradients, optimizer states or gradient reduction for the base weights, and the
+    adapters' activation traffic. None: every weight is trained."""
     params_are_master: bool = False
     """Under ZeRO-3, the sharded parameters are the optimizer's fp32 master weights and
     16-bit weights exist only as gathered units: PyTorch FSDP (FSDP1 ``MixedPrecision``,
@@ -585,6 +594,11 @@ class Framework:
             raise InputError(
                 f"expert_load_imbalance must be >= 1 (busiest rank over the mean), "
                 f"got {self.expert_load_imbalance}"
+            )
+        if self.lora_rank is not None and not int(self.lora_rank) >= 1:
+            raise InputError(
+                f"--lora-rank must be >= 1, got {self.lora_rank}",
+                hint="e.g. --lora-rank 16 (PEFT's and NeMo's usual rank)",
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
@@ -681,6 +695,7 @@ class MemoryOptions(TypedDict):
     pipeline_schedule: str
     shard_ranks: int | None
     params_are_master: bool
+    trainable_params: float | None
 
 
 class TrainIntervals(TypedDict, total=False):
@@ -721,6 +736,15 @@ class RunnerUp(TypedDict):
     memory_per_gpu_bytes: float
     fits_in_memory: bool
     breakdown_s: dict[str, float]
+
+
+class FineTuning(TypedDict):
+    """``fine_tuning`` of a LoRA forecast (``forecast train --lora-rank``)."""
+
+    method: str
+    rank: int
+    trainable_params: float
+    adapted: str
 
 
 class TrainingForecast(TypedDict, total=False):
@@ -789,6 +813,7 @@ class TrainingForecast(TypedDict, total=False):
     target_days: float | None
     provenance: JSONDict
     context_parallel: dict[str, str]
+    fine_tuning: FineTuning | None
     calibration: dict[str, TrainingStepFactor]
 
 
@@ -803,6 +828,7 @@ class FrameworkOverrides(TypedDict, total=False):
     cp_comm: str
     cp_load_balance: bool
     ep_kernels: str
+    lora_rank: int
 
 
 class SearchOptions(TypedDict):
@@ -1127,6 +1153,11 @@ def evaluate_layouts(
     cast_fwd_elems = {k: np.zeros(n_u) for k in groups}
     cast_bwd_elems = {k: np.zeros(n_u) for k in groups}
     wgrad_u = {k: np.zeros((3, n_u)) for k in groups}
+    # LoRA (Framework.lora_rank): the base weights are frozen, so no weight gradients; the
+    # adapters' activation traffic per pass, bytes (their FLOPs are under 1 % at rank 16).
+    lora = fw.lora_rank is not None
+    lora_fwd_u = {k: np.zeros(n_u) for k in groups}
+    lora_bwd_u = {k: np.zeros(n_u) for k in groups}
     up_proj_fwd_u = np.zeros((3, n_u))  # MLA up-projections, rerun by mla_up_proj recompute
     for i, g in enumerate(gemms):
         sl = slice(3 * i * n_u, 3 * (i + 1) * n_u)
@@ -1152,8 +1183,21 @@ def evaluate_layouts(
         # [corner, pass (fwd, dgrad, wgrad), shape]
         t = flops * ((1.0 - w_hp) / r_lp + w_hp / r_hp)
         fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
-        bwd_u[g.per] = bwd_u[g.per] + t[:, 1] + t[:, 2]
-        wgrad_u[g.per] = wgrad_u[g.per] + t[:, 2]
+        if lora:
+            bwd_u[g.per] = bwd_u[g.per] + t[:, 1]
+            io = lora_adapter_io(arch, g)
+            if io is not None:
+                rows = np.broadcast_to(g.m * g.count, (n_u,))
+                # 16-bit activations: the forward reads the input once per module (p*k)
+                # and writes B's output, which the sum with the base output reads again
+                # and writes back (3n); the backward reads dy for B (n), the input again
+                # for A's weight gradient and reads and writes dx for A's data gradient
+                # (3*p*k).
+                lora_fwd_u[g.per] = lora_fwd_u[g.per] + 2.0 * rows * (io[0] + 3.0 * io[1])
+                lora_bwd_u[g.per] = lora_bwd_u[g.per] + 2.0 * rows * (3.0 * io[0] + io[1])
+        else:
+            bwd_u[g.per] = bwd_u[g.per] + t[:, 1] + t[:, 2]
+            wgrad_u[g.per] = wgrad_u[g.per] + t[:, 2]
         if g.name in ("q_up", "kv_up"):
             up_proj_fwd_u = up_proj_fwd_u + t[:, 0]
         cnt = np.broadcast_to(g.count, (n_u,)) * (1.0 - w_hp)
@@ -1315,13 +1359,23 @@ def evaluate_layouts(
         rerun_bytes = rerun_bytes + 8.0 * h / seq_split * layers_per_stage
     if "moe_act" in mods and arch.is_moe:  # SwiGLU: read gate and up, write the product
         rerun_bytes = rerun_bytes + arch.top_k * 6.0 * float(arch.expert_ffn) / tp * moe_per_stage
+    lora_fwd: Num = 0.0
+    lora_bwd: Num = 0.0
+    if lora:
+        lora_fwd = sum(per_layout(lora_fwd_u[k]) * mult[k] for k in groups)
+        lora_bwd = sum(per_layout(lora_bwd_u[k]) * mult[k] for k in groups)
     nongemm_bytes = (
-        fwd_bytes * (3.0 + full) + bwd_cast + ce_bytes + selective_only * tokens * rerun_bytes
+        fwd_bytes * (3.0 + full)
+        + bwd_cast
+        + ce_bytes
+        + selective_only * tokens * rerun_bytes
+        + lora_fwd * (1.0 + full)
+        + lora_bwd
     )
     membw = comm_mod.estimate3(perf.memory_bandwidth_bytes_per_s(None), rate=True).reshape(3, 1)
     traffic_factor = constant(c, "nongemm_traffic_factor")
     mem_time = traffic_factor * nongemm_bytes / membw
-    mem_fwd = traffic_factor * (fwd_bytes + ce_bytes / 3.0) / membw
+    mem_fwd = traffic_factor * (fwd_bytes + ce_bytes / 3.0 + lora_fwd) / membw
     launch = (
         constant(c, "layer_overhead_s") * layers_per_stage * (1.0 + full / 3.0) * np.ones((3, 1))
     )
@@ -1447,6 +1501,15 @@ def evaluate_layouts(
 
     # ---- data parallel (dense weights over dp*cp; experts over dp*cp/ep)
     counts = param_counts_per_rank(arch, tp, pp, ep, etp)
+    # The parameters that get gradients: all of them, or a LoRA job's adapters (on the
+    # dense parameters' ranks, none on the routed experts).
+    if lora:
+        trained = {
+            "dense": lora_trainable_params(arch, int(fw.lora_rank or 0)) / (tp * pp),
+            "expert": np.zeros_like(counts["expert"]),
+        }
+    else:
+        trained = counts
     dense_grp = dp * cp
     expert_grp = np.maximum(dense_grp * tp / (ep * etp), 1.0)  # expert-data-parallel group
     # HSDP: ZeRO-3 collectives inside shard groups; the replicas all-reduce their gradient
@@ -1478,9 +1541,14 @@ def evaluate_layouts(
     else:
         dense_gather = counts["dense"] * fw.param_gather_bytes
         expert_gather_per_param = fw.param_gather_bytes * np.ones_like(counts["dense"])
+    if lora:
+        # ZeRO-3 still gathers the frozen base weights; ZeRO-1/2 gather the updated
+        # adapters only.
+        dense_gather = np.where(zero >= 3, dense_gather, trained["dense"] * fw.param_gather_bytes)
+        expert_gather_per_param = np.where(zero >= 3, expert_gather_per_param, 0.0)
     dense = comm_mod.data_parallel_times3(
         perf,
-        grad_bytes=counts["dense"] * fw.grad_reduce_bytes,
+        grad_bytes=trained["dense"] * fw.grad_reduce_bytes,
         param_bytes=dense_gather,
         ranks=dense_grp,
         stride=tp,
@@ -1495,7 +1563,7 @@ def evaluate_layouts(
         exp_grp = expert_grp
         expert = comm_mod.data_parallel_times3(
             perf,
-            grad_bytes=counts["expert"] * fw.grad_reduce_bytes,
+            grad_bytes=trained["expert"] * fw.grad_reduce_bytes,
             param_bytes=counts["expert"] * expert_gather_per_param,
             ranks=exp_grp,
             stride=etp * ep,
@@ -1513,7 +1581,7 @@ def evaluate_layouts(
     replica_ar = np.zeros_like(grad_t)
     if fw.hsdp_shard_size is not None:
         shard_grads = (
-            counts["dense"] / dense_grp + counts["expert"] / expert_grp
+            trained["dense"] / dense_grp + trained["expert"] / expert_grp
         ) * fw.grad_reduce_bytes
         replica_ar = np.where(
             replicas > 1,
@@ -1563,7 +1631,7 @@ def evaluate_layouts(
         dp_exposed = dp_exposed + replica_ar
 
     # ---- optimizer step (memory-bound Adam over the local shard)
-    local_params = counts["dense"] / np.where(zero >= 1, dense_grp, 1.0) + counts[
+    local_params = trained["dense"] / np.where(zero >= 1, dense_grp, 1.0) + trained[
         "expert"
     ] / np.where(zero >= 1, expert_grp, 1.0)
     optimizer = (
@@ -1613,7 +1681,7 @@ def evaluate_layouts(
         "dp_comm_bytes": {
             "param_gather": dense_gather
             + (counts["expert"] * expert_gather_per_param if arch.is_moe else 0.0),
-            "grad_reduce": (counts["dense"] + counts["expert"]) * fw.grad_reduce_bytes,
+            "grad_reduce": (trained["dense"] + trained["expert"]) * fw.grad_reduce_bytes,
         },
         # Costs that do not shrink with the work per GPU: what a small step exposes.
         "fixed_costs_s": {
@@ -1660,7 +1728,7 @@ def evaluate_layouts(
             overhead_bytes=constant(c, "framework_overhead_bytes"),
             sequence_parallel=sp,
             flash_attention=fw.flash_attention,
-            **_memory_options(fw, precision),
+            **_memory_options(fw, precision, arch),
         )
     return out
 
@@ -1697,7 +1765,7 @@ def memory_only(
         overhead_bytes=constant(c, "framework_overhead_bytes"),
         sequence_parallel=sp,
         flash_attention=fw.flash_attention,
-        **_memory_options(fw, precision),
+        **_memory_options(fw, precision, arch),
     )
 
 
@@ -1713,7 +1781,7 @@ def fp8_param_gather_on(fw: Framework, precision: str) -> bool:
     return bool(fw.fp8_param_gather) and precision_recipe(precision).name == "fp8"
 
 
-def _memory_options(fw: Framework, precision: str) -> MemoryOptions:
+def _memory_options(fw: Framework, precision: str, arch: ModelArch) -> MemoryOptions:
     return {
         "grad_bytes": fw.grad_buffer_bytes,
         "linear_input_bytes": precision_recipe(precision).saved_input_bytes,
@@ -1726,6 +1794,9 @@ def _memory_options(fw: Framework, precision: str) -> MemoryOptions:
         "pipeline_schedule": "dualpipe" if fw.ep_overlap == "dualpipe" else "1f1b",
         "shard_ranks": fw.hsdp_shard_size,
         "params_are_master": fw.params_are_master,
+        "trainable_params": (
+            lora_trainable_params(arch, fw.lora_rank) if fw.lora_rank is not None else None
+        ),
     }
 
 
@@ -1773,8 +1844,14 @@ def summarise(
     num_gpus: int,
     constants: Constants,
     fsdp: bool = False,
+    frozen_weights: bool = False,
 ) -> TrainingForecast:
-    """The DESIGN.md 3.3 JSON fields for layout ``index`` of an evaluation."""
+    """The DESIGN.md 3.3 JSON fields for layout ``index`` of an evaluation.
+
+    ``frozen_weights`` (a LoRA fine-tune): model FLOPs are
+    :func:`gpuplan.forecast.model.frozen_weights_flops_per_token`, without the weight
+    gradients.
+    """
     i = index
     step3 = np.asarray(result["step_time_s"])[:, i]
     r_lo, r_hi = constant_list(constants, "residual_ratio_quantiles", [1.0, 1.0])
@@ -1786,6 +1863,9 @@ def summarise(
     peak = peak_flops(hw, precision_recipe(precision).peak_dtype)
     model_flops = float(model_flops_per_token(arch, seq_len)) * tokens_per_step
     hw_flops = float(hardware_flops_per_token(arch, seq_len, rc)) * tokens_per_step
+    if frozen_weights:
+        frozen = float(frozen_weights_flops_per_token(arch, seq_len)) * tokens_per_step
+        hw_flops, model_flops = hw_flops - model_flops + frozen, frozen
 
     def per_gpu_tflops(flops: float, t: float) -> float:
         return flops / t / num_gpus / 1e12
