@@ -18,7 +18,10 @@ Rule, applied in order until something matches:
    (``Instruct``, ``Thinking``, ``chat``, ``hf``, ``it``, ``FP8``, ``FP4``, ``KV``, ``AWQ``,
    ``v0.1``, dates such as ``0528`` or ``2507``...) are dropped:
    ``"meta-llama/Llama-3.1-70B-Instruct"`` -> ``llama 3.1 70b``;
-   ``"nvidia/DeepSeek-R1-0528-FP4"`` -> ``deepseek r1``.
+   ``"nvidia/DeepSeek-R1-0528-FP4"`` -> ``deepseek r1``. The release tag is tried first, kept:
+   a release that lengthened the context has its own row (``"Qwen/Qwen3-235B-A22B-Instruct-2507"``
+   -> ``qwen3 235b a22b 2507``, the 256K-context row; without such a row the name falls back to
+   the architecture's).
 
 5. **System configuration words** (accelerators only, :meth:`Catalog.gpu`): benchmark
    submissions name the part with its configuration: power limit (``750W``), partition
@@ -72,8 +75,8 @@ _CHECKPOINT_WORDS = {
     # layers, 64 Q / 4 KV heads, 128 experts of 1,536, 8 active, vocab 151,936: the
     # Qwen3-235B-A22B row; apxml.com/models/qwen3-235b-a22b-thinking), Kimi-K2-Thinking
     # ("Starting with Kimi K2, we built it as a thinking agent", the model card as copied
-    # by huggingface.co/unsloth/Kimi-K2-Thinking-GGUF). Their longer native context (256K)
-    # is not the row's; a length past the row's context is refused, not forecast.
+    # by huggingface.co/unsloth/Kimi-K2-Thinking-GGUF). Their 256K native context has rows of
+    # its own (qwen3-235b-a22b-2507 by the release tag, kimi-k2-0905 by alias).
     "thinking",
     "chat",
     "hf",
@@ -135,8 +138,9 @@ def _alternatives(text: str) -> list[str]:
     return out
 
 
-def checkpoint_base(name: str) -> str:
-    """The architecture a checkpoint name stands for (rule 4), spaced.
+def checkpoint_base(name: str, *, keep_release: bool = False) -> str:
+    """The architecture a checkpoint name stands for (rule 4), spaced; ``keep_release``
+    keeps its release tag (a date or version after the size).
 
     >>> checkpoint_base("meta-llama/Llama-3.1-70B-Instruct")
     'llama 3.1 70b'
@@ -148,6 +152,8 @@ def checkpoint_base(name: str) -> str:
     'mixtral 8x7b'
     >>> checkpoint_base("deepseek-ai/DeepSeek-V3-0324")
     'deepseek v3'
+    >>> checkpoint_base("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8", keep_release=True)
+    'qwen3 30b a3b 2507'
     """
     text = str(name).strip().casefold().rsplit("/", 1)[-1]
     words = [w for w in re.split(r"[\s_\-]+", text) if w]
@@ -158,7 +164,8 @@ def checkpoint_base(name: str) -> str:
     # R1-FP4-v2), never the family alone (DeepSeek-V3)
     tail = False
     for w in words:
-        if w in _CHECKPOINT_WORDS or (_RELEASE.match(w) and (tail or w[0].isdigit())):
+        release = bool(_RELEASE.match(w)) and (tail or w[0].isdigit())
+        if w in _CHECKPOINT_WORDS or (release and not keep_release):
             tail = True
             continue
         kept.append(w)
@@ -222,6 +229,7 @@ def candidates(name: str, *, checkpoints: bool = False) -> list[list[str]]:
     cleaned = _clean_descriptive(name)
     steps = [[name_key(name)], [name_key(cleaned)]]
     if checkpoints:
+        steps.append([name_key(checkpoint_base(name, keep_release=True))])
         steps.append([name_key(checkpoint_base(name))])
     alts = _alternatives(cleaned)
     if len(alts) > 1:

@@ -21,14 +21,20 @@ DERIVATIVES = {
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "qwen2.5-32b",
     "Qwen/QwQ-32B": "qwen2.5-32b",
     "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF": "llama3.1-70b",
-    "zai-org/GLM-4.6": "glm4.5",
+    "zai-org/GLM-4.6": "glm4.6",
+    "zai-org/GLM-4.5-FP8": "glm4.5",
     "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8": "qwen3-coder-480b-a35b",
     "MiniMaxAI/MiniMax-M2": "minimax-m2",
     "microsoft/phi-4": "phi-4",
     "mistralai/Mistral-Small-24B-Instruct-2501": "mistral-small-24b",
-    "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b",
-    "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8": "qwen3-30b-a3b",
-    "moonshotai/Kimi-K2-Thinking": "kimi-k2",
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": "qwen3-235b-a22b-2507",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-2507",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "Qwen/Qwen3-30B-A3B-Thinking-2507-FP8": "qwen3-30b-a3b-2507",
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": "qwen3-30b-a3b-2507",
+    "moonshotai/Kimi-K2-Thinking": "kimi-k2-0905",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2-0905",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2",
 }
 
 
@@ -49,6 +55,34 @@ def test_checkpoints_of_another_architecture_are_not_aliased(name):
     """V3.2 adds sparse attention; the 14B distill's base (Qwen2.5-14B) is not catalogued."""
     with pytest.raises(NotFoundError):
         CAT.model(name)
+
+
+RELEASES = {
+    # release row: (architecture row, native context the release's card states)
+    "qwen3-30b-a3b-2507": ("qwen3-30b-a3b", 262144),
+    "qwen3-235b-a22b-2507": ("qwen3-235b-a22b", 262144),
+    "kimi-k2-0905": ("kimi-k2", 262144),
+    "glm4.6": ("glm4.5", 202752),
+}
+ARCH_FIELDS = (
+    "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "attention",
+    "mla", "num_experts", "top_k", "num_shared_experts", "moe_ffn_hidden", "first_dense_layers",
+    "gated_mlp", "tied_embeddings", "qk_norm",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("release", "base"), sorted(RELEASES.items()))
+def test_release_rows_keep_the_architecture_and_lengthen_the_context(release, base):
+    """A release row is its architecture's row (YAML merge) with the longer context its card
+    states, and its own source; a request between the two contexts is forecast for the
+    release and refused for the original."""
+    r, b = CAT.model(release), CAT.model(base[0])
+    for f in ARCH_FIELDS:
+        assert getattr(r, f) == getattr(b, f), f
+    assert r.params_total() == b.params_total()
+    assert r.max_context == base[1] > b.max_context
+    assert r.source != b.source and r.retrieved
+    assert not set(r.aliases) & set(b.aliases)
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,8 @@ def test_unknown_model_suggests() -> None:
         ("nvidia/DeepSeek-R1-FP4", "deepseek-v3"),
         ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
         ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b"),
-        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b-2507"),  # its own 256K row
+        ("Qwen/Qwen3-30B-A3B-Instruct", "qwen3-30b-a3b"),
         ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "llama4-maverick"),
         ("google/gemma-3-27b-it", "gemma3-27b"),
         ("openai/gpt-oss-120b", "gpt-oss-120b"),
