@@ -74,8 +74,8 @@ def _table(result: dict[str, Any]):
                 [
                     (
                         "fine-tuning",
-                        f"LoRA rank {ft['rank']}, {ft['trainable_params'] / 1e6:.4g}M trainable "
-                        "parameters, base weights frozen",
+                        f"LoRA rank {ft['rank']} on {ft['modules']} projections, "
+                        f"{ft['trainable_params'] / 1e6:.4g}M trainable parameters, base frozen",
                     )
                 ]
                 if (ft := result.get("fine_tuning"))
@@ -314,6 +314,14 @@ def register(app: typer.Typer) -> None:
                 "for them."
             ),
         ),
+        lora_modules: str | None = typer.Option(
+            None,
+            "--lora-modules",
+            help=(
+                "With --lora-rank: all (every linear projection; default) | attention "
+                "(q, k, v, o; MLPerf's Llama 2 70B LoRA) | qkv (NeMo 1.x's default)."
+            ),
+        ),
         # -- optimizer state dtypes and fine-grained recompute (issue 15, memory) --
         optimizer_dtype: str | None = typer.Option(
             None,
@@ -456,6 +464,7 @@ def register(app: typer.Typer) -> None:
                 ep_overlap=ep_overlap,
                 ep_kernels=ep_kernels,
                 lora_rank=lora_rank,
+                lora_modules=lora_modules,
                 optimizer_dtype=optimizer_dtype,
                 master_weights=master_weights,
                 recompute_modules=recompute_modules,

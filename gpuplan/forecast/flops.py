@@ -267,6 +267,21 @@ def attention_core_shape(
 #: and NeMo AutoModel's ``target_modules: '*_proj'`` do. Routed experts (grouped-GEMM
 #: weights, not linear modules), the router and the output layer are left frozen.
 LORA_KINDS = ("attn_proj", "mlp", "mamba")
+#: ``--lora-modules``: ``all`` (every linear projection above), ``attention`` (the attention
+#: projections: q, k, v and o, or MLA's), ``qkv`` (the query/key/value projections only:
+#: NeMo 1.x's default ``attention_qkv``). MLPerf Training's Llama 2 70B LoRA reference
+#: adapts ``qkv_proj`` and ``o_proj`` of a fused-QKV checkpoint (github mlcommons/training
+#: llama2_70b_lora/run_llama_70B_scrolls_r16.sh): ``attention``, fused.
+LORA_MODULES = ("all", "attention", "qkv")
+
+
+def lora_adapts(g: Gemm, modules: str = "all") -> bool:
+    """Whether ``--lora-modules modules`` puts an adapter on GEMM ``g``."""
+    if modules == "all":
+        return g.kind in LORA_KINDS
+    if modules == "attention":
+        return g.kind == "attn_proj"
+    return g.kind == "attn_proj" and g.name != "attn_out"
 
 
 def lora_module_parts(arch: ModelArch, g: Gemm) -> int:
@@ -280,25 +295,32 @@ def lora_module_parts(arch: ModelArch, g: Gemm) -> int:
     return 1
 
 
-def lora_adapter_io(arch: ModelArch, g: Gemm) -> tuple[FloatArray, FloatArray] | None:
+def lora_adapter_io(
+    arch: ModelArch, g: Gemm, modules: str = "all", fused: bool = False
+) -> tuple[FloatArray, FloatArray] | None:
     """Summed input and output widths of the LoRA adapters on GEMM ``g`` (``None`` when
     the GEMM is not adapted): each of its ``p`` modules has ``A`` (in x r) and ``B``
     (r x out); the fused GEMM's ``p`` modules share its input width ``k`` and split its
     output ``n``, so the adapters read ``p*k`` and write ``n`` per token (Hu et al. 2021,
-    "LoRA", arXiv 2106.09685, section 4: ``h = W0 x + B A x``)."""
-    if g.kind not in LORA_KINDS:
+    "LoRA", arXiv 2106.09685, section 4: ``h = W0 x + B A x``). ``fused``: the framework
+    adapts the fused matrix as one module (``p = 1``: Megatron-core's ``linear_qkv`` and
+    ``linear_fc1``, NeMo's LoRA)."""
+    if not lora_adapts(g, modules):
         return None
-    p = float(lora_module_parts(arch, g))
+    p = 1.0 if fused else float(lora_module_parts(arch, g))
     return p * np.asarray(g.k, dtype=float), np.asarray(g.n, dtype=float)
 
 
-def lora_trainable_params(arch: ModelArch, rank: int) -> float:
+def lora_trainable_params(
+    arch: ModelArch, rank: int, modules: str = "all", fused: bool = False
+) -> float:
     """Parameters of the LoRA adapters of rank ``rank`` on every adapted module of the model:
-    ``r * (in + out)`` per module (Hu et al. 2021, section 4.2)."""
+    ``r * (in + out)`` per module (Hu et al. 2021, section 4.2); ``modules`` and ``fused``
+    as in :func:`lora_adapter_io`."""
     per = {"layer": arch.layers, "dense": arch.num_dense_layers, "moe": arch.num_moe_layers}
     total = 0.0
     for g in layer_gemms(arch, 1.0, 1.0, 1.0, include_logits=False):
-        io = lora_adapter_io(arch, g)
+        io = lora_adapter_io(arch, g, modules, fused)
         if io is None:
             continue
         width = float(np.sum(io[0] + io[1]))

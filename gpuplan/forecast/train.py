@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 
 from gpuplan.errors import InputError
 from gpuplan.forecast.band import Band
-from gpuplan.forecast.flops import lora_trainable_params
+from gpuplan.forecast.flops import LORA_MODULES, lora_trainable_params
 from gpuplan.forecast.hardware import Hardware, resolve_hardware
 from gpuplan.forecast.layout import ParallelLayout, json_int
 from gpuplan.forecast.memory import RECOMPUTE_CODES
@@ -56,6 +56,14 @@ if TYPE_CHECKING:
 #: under mixed precision, and MaxText, whose parameters are fp32 (``weight_dtype``) and cast
 #: to bf16 per layer for the computation (AI-Hypercomputer/maxtext ``configs/base.yml``).
 FSDP_MASTER_PROFILES = frozenset({"fsdp", "torchtitan", "maxtext"})
+
+#: ``fine_tuning.adapted`` in words, per ``--lora-modules``.
+LORA_ADAPTED = {
+    "all": "every linear projection of the blocks (attention, dense and shared-expert MLP, "
+    "Mamba); routed experts, router and output layer frozen",
+    "attention": "the attention projections (q, k, v, o); everything else frozen",
+    "qkv": "the query, key and value projections; everything else frozen",
+}
 
 #: A JSON object as the forecast writes it.
 JsonDict = dict[str, object]
@@ -371,6 +379,7 @@ def forecast_training(
     cp_layout: str | None = None,
     ep_kernels: str | None = None,
     lora_rank: int | None = None,
+    lora_modules: str | None = None,
 ) -> TrainingForecast:
     """Forecast pre-training of ``model`` on ``gpu`` (DESIGN.md 3.3 ``forecast train`` JSON).
 
@@ -436,6 +445,10 @@ def forecast_training(
         weights frozen (:attr:`Framework.lora_rank`); ``None`` pre-trains every weight. The
         output's ``fine_tuning`` gives the method, rank and trainable parameters, and
         ``model_tflops_per_gpu``/``mfu`` count no weight gradients.
+    lora_modules:
+        With ``lora_rank``: ``all`` (default), ``attention`` or ``qkv``
+        (:attr:`Framework.lora_modules`). Under the megatron/nemo profile the adapters sit on
+        the fused QKV and gate/up matrices (:attr:`Framework.lora_fused`).
 
     Returns
     -------
@@ -553,6 +566,18 @@ def forecast_training(
                 hint="e.g. --lora-rank 16 (PEFT's and NeMo's usual rank)",
             )
         overrides["lora_rank"] = int(lora_rank)
+    if lora_modules is not None:
+        mods = str(lora_modules).strip().lower()
+        if lora_rank is None:
+            raise InputError(
+                "--lora-modules chooses where LoRA adapters go; add --lora-rank (e.g. 16)"
+            )
+        if mods not in LORA_MODULES:
+            raise InputError(
+                f"unknown --lora-modules {lora_modules!r}",
+                hint="use one of " + ", ".join(LORA_MODULES),
+            )
+        overrides["lora_modules"] = mods
     if ep_kernels is not None:
         kern = str(ep_kernels).strip().lower()
         if kern not in EP_KERNELS:
@@ -593,6 +618,9 @@ def forecast_training(
     if fname == "deepspeed" and framework is None:
         # DeepSpeed ZeRO-3 defaults: gathers prefetched, reductions not overlapped.
         fw = dataclasses.replace(fw, grad_reduce_overlap=False)
+    if profile_of(fname) == "megatron" and framework is None:
+        # Megatron-core / NeMo LoRA adapts linear_qkv and linear_fc1 as one module each.
+        fw = dataclasses.replace(fw, lora_fused=True)
     if profile_of(fname) in FSDP_MASTER_PROFILES and framework is None:
         # PyTorch FSDP (torchtitan, Composer) and JAX (MaxText) step fp32 parameters: the
         # sharded parameter is the master copy (Framework.params_are_master).
@@ -678,9 +706,13 @@ def forecast_training(
         {
             "method": "lora",
             "rank": int(fw.lora_rank),
-            "trainable_params": lora_trainable_params(arch, int(fw.lora_rank)),
-            "adapted": "every linear projection of the blocks (attention, dense and "
-            "shared-expert MLP, Mamba); routed experts, router and output layer frozen",
+            "modules": fw.lora_modules,
+            "fused": fw.lora_fused,
+            "trainable_params": lora_trainable_params(
+                arch, int(fw.lora_rank), fw.lora_modules, fw.lora_fused
+            ),
+            "adapted": LORA_ADAPTED[fw.lora_modules]
+            + (", fused QKV and gate/up matrices one module each" if fw.lora_fused else ""),
         }
         if fw.lora_rank is not None
         else None

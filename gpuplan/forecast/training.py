@@ -55,6 +55,7 @@ import numpy as np
 from gpuplan.errors import InputError
 from gpuplan.forecast import comm as comm_mod
 from gpuplan.forecast.flops import (
+    LORA_MODULES,
     attention_core_shape,
     expert_rank_imbalance,
     grouped_gemm_rows,
@@ -539,6 +540,13 @@ class Framework:
     al. 2021, "LoRA", arXiv 2106.09685): no weight gradients for the base matmuls, no
     gradients, optimizer states or gradient reduction for the base weights, and the
     adapters' activation traffic. None: every weight is trained."""
+    lora_modules: str = "all"
+    """Which projections get adapters (:data:`gpuplan.forecast.flops.LORA_MODULES`):
+    ``all``, ``attention`` or ``qkv``."""
+    lora_fused: bool = False
+    """Adapters on the fused QKV and gate/up matrices as one module each (Megatron-core and
+    NeMo's LoRA, MLPerf's fused-QKV reference) rather than one per Hugging Face module
+    (PEFT on ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``)."""
     params_are_master: bool = False
     """Under ZeRO-3, the sharded parameters are the optimizer's fp32 master weights and
     16-bit weights exist only as gathered units: PyTorch FSDP (FSDP1 ``MixedPrecision``,
@@ -599,6 +607,11 @@ class Framework:
             raise InputError(
                 f"--lora-rank must be >= 1, got {self.lora_rank}",
                 hint="e.g. --lora-rank 16 (PEFT's and NeMo's usual rank)",
+            )
+        if self.lora_modules not in LORA_MODULES:
+            raise InputError(
+                f"unknown --lora-modules {self.lora_modules!r}",
+                hint="use one of " + ", ".join(LORA_MODULES),
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
@@ -743,6 +756,8 @@ class FineTuning(TypedDict):
 
     method: str
     rank: int
+    modules: str
+    fused: bool
     trainable_params: float
     adapted: str
 
@@ -829,6 +844,7 @@ class FrameworkOverrides(TypedDict, total=False):
     cp_load_balance: bool
     ep_kernels: str
     lora_rank: int
+    lora_modules: str
 
 
 class SearchOptions(TypedDict):
@@ -1185,7 +1201,7 @@ def evaluate_layouts(
         fwd_u[g.per] = fwd_u[g.per] + t[:, 0]
         if lora:
             bwd_u[g.per] = bwd_u[g.per] + t[:, 1]
-            io = lora_adapter_io(arch, g)
+            io = lora_adapter_io(arch, g, fw.lora_modules, fw.lora_fused)
             if io is not None:
                 rows = np.broadcast_to(g.m * g.count, (n_u,))
                 # 16-bit activations: the forward reads the input once per module (p*k)
@@ -1505,7 +1521,10 @@ def evaluate_layouts(
     # dense parameters' ranks, none on the routed experts).
     if lora:
         trained = {
-            "dense": lora_trainable_params(arch, int(fw.lora_rank or 0)) / (tp * pp),
+            "dense": lora_trainable_params(
+                arch, int(fw.lora_rank or 0), fw.lora_modules, fw.lora_fused
+            )
+            / (tp * pp),
             "expert": np.zeros_like(counts["expert"]),
         }
     else:
@@ -1795,7 +1814,9 @@ def _memory_options(fw: Framework, precision: str, arch: ModelArch) -> MemoryOpt
         "shard_ranks": fw.hsdp_shard_size,
         "params_are_master": fw.params_are_master,
         "trainable_params": (
-            lora_trainable_params(arch, fw.lora_rank) if fw.lora_rank is not None else None
+            lora_trainable_params(arch, fw.lora_rank, fw.lora_modules, fw.lora_fused)
+            if fw.lora_rank is not None
+            else None
         ),
     }
 

@@ -63,6 +63,28 @@ def test_llama3_8b_rank16_adapters_are_peft_count():
     assert lora_trainable_params(arch_from("llama3.1-8b"), 16) == 32 * per_layer == 41_943_040
 
 
+def test_mlperf_llama2_70b_attention_adapters_on_fused_qkv():
+    """MLPerf Training's Llama 2 70B LoRA reference: rank 16 on the fused ``qkv_proj`` and on
+    ``o_proj`` (github mlcommons/training llama2_70b_lora/run_llama_70B_scrolls_r16.sh):
+    per layer 16 x ((8192 + 10240) + (8192 + 8192)) (64 query heads, 8 KV heads of 128), 80
+    layers. Separate q, k, v modules would read the input three times: 2 x 8192 x 16 more."""
+    arch = arch_from("llama2-70b")
+    per_layer = 16 * ((8192 + 10240) + (8192 + 8192))
+    assert lora_trainable_params(arch, 16, "attention", fused=True) == 80 * per_layer
+    assert lora_trainable_params(arch, 16, "attention") == 80 * (per_layer + 2 * 8192 * 16)
+    assert lora_trainable_params(arch, 16, "qkv", fused=True) == 80 * 16 * (8192 + 10240)
+    with pytest.raises(InputError, match="--lora-modules"):
+        Framework(lora_rank=16, lora_modules="mlp")
+
+
+def test_fewer_adapted_modules_move_fewer_bytes():
+    steps = {m: step(Framework(lora_rank=16, lora_modules=m)) for m in ("all", "attention", "qkv")}
+    mem = {m: np.asarray(r["compute_detail_s"]["memory_bound"])[0, 0] for m, r in steps.items()}
+    assert mem["all"] > mem["attention"] > mem["qkv"]
+    gemm = {m: np.asarray(r["compute_detail_s"]["gemm"])[0, 0] for m, r in steps.items()}
+    assert gemm["all"] == gemm["attention"] == gemm["qkv"]  # the base GEMMs are the same
+
+
 def test_frozen_weights_drop_exactly_the_weight_gradients():
     full = float(model_flops_per_token(DENSE, 2048))
     frozen = float(frozen_weights_flops_per_token(DENSE, 2048))
@@ -167,18 +189,30 @@ def test_automodel_lora_rows_within_band(model, gpus, tp, recompute, published):
 
 def test_cli_lora_rank(run_cli):
     args = ["forecast", "train", "--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "8",
-            "--seq-len", "4096", "--global-batch", "64"]  # fmt: skip
+            "--seq-len", "4096", "--global-batch", "64", "--framework", "torchtitan"]  # fmt: skip
     plain = run_cli(*args, "--format", "json")
     lora = run_cli(*args, "--lora-rank", "16", "--format", "json")
     assert plain.returncode == 0 and lora.returncode == 0, lora.stderr
     a, b = json.loads(plain.stdout), json.loads(lora.stdout)
     assert a["fine_tuning"] is None
     assert b["fine_tuning"]["method"] == "lora" and b["fine_tuning"]["rank"] == 16
-    assert b["fine_tuning"]["trainable_params"] == 41_943_040
+    assert b["fine_tuning"]["trainable_params"] == 41_943_040  # PEFT modules, unfused
+    assert b["fine_tuning"]["modules"] == "all" and b["fine_tuning"]["fused"] is False
+    # Megatron-core / NeMo adapt the fused QKV and gate/up matrices: one A each
+    mega = run_cli(*args[:-2], "--framework", "nemo", "--lora-rank", "16", "--format", "json")
+    assert mega.returncode == 0, mega.stderr
+    ft = json.loads(mega.stdout)["fine_tuning"]
+    assert ft["fused"] is True
+    assert ft["trainable_params"] == 32 * 16 * (
+        (4096 + 6144) + 2 * 4096 + (4096 + 28672) + (14336 + 4096)
+    )
     assert b["tokens_per_s_per_gpu"] > a["tokens_per_s_per_gpu"]
     assert b["memory_per_gpu_bytes"] < a["memory_per_gpu_bytes"]
     table = run_cli(*args, "--lora-rank", "16")
     assert table.returncode == 0 and "LoRA rank 16" in table.stdout
-    bad = run_cli(*args, "--lora-rank", "0")
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    assert "--lora-rank" in bad.stderr and "Traceback" not in bad.stderr
+    for extra, needle in ((("--lora-rank", "0"), "--lora-rank"),
+                          (("--lora-modules", "attention"), "--lora-rank"),
+                          (("--lora-rank", "16", "--lora-modules", "mlp"), "attention")):  # fmt: skip
+        bad = run_cli(*args, *extra)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert needle in bad.stderr and "Traceback" not in bad.stderr
