@@ -1483,15 +1483,36 @@ def evaluate_layouts(
             arch.top_k, ep_nodes, arch.max_nodes_per_token, dedup=deepep
         )
 
+        f_deepep = constant(c, "deepep_internode_nic_fraction", 0.0)
+
         def a2a_time(b: float) -> FloatArray:
-            return comm_mod.collective_time3(
+            size = ep_all_to_all_bytes(ep_tokens, arch.top_k, h, b) * dedup
+            t = comm_mod.collective_time3(
                 perf,
                 "all_to_all",
-                ep_all_to_all_bytes(ep_tokens, arch.top_k, h, b) * dedup,
+                size,
                 ep,
                 ranks_per_node=ep_rpn,
                 inter_node_bandwidth_bytes_per_s=nic,
             )
+            if not (deepep and nic and f_deepep > 0.0):
+                return t
+            # DeepEP's normal kernels across nodes: each token goes once over RDMA to its
+            # target node, at the share of the NIC its kernels reach (constants,
+            # deepep_internode_nic_fraction), while NVLink forwards it to the target GPU
+            # inside that node in parallel (at most the whole buffer per rank over NVLink).
+            # The slower of the two sets the pace; NCCL's calibrated all-to-all otherwise.
+            nodes = np.maximum(ep_nodes, 1.0)
+            rdma = size * (nodes - 1.0) / nodes / (float(nic) * f_deepep)
+            nvlink = comm_mod.collective_time3(
+                perf,
+                "all_to_all",
+                size,
+                np.minimum(ep, ep_rpn),
+                ranks_per_node=ep_rpn,
+                inter_node_bandwidth_bytes_per_s=nic,
+            )
+            return np.where(ep_nodes > 1, np.maximum(rdma, nvlink), t)
 
         ep_total_mb = (a2a_time(dispatch_b) + a2a_time(combine_b)) * moe_per_stage * (2.0 + full)
     else:

@@ -207,3 +207,47 @@ def test_ep_group_that_is_the_whole_stage_stays_inside_its_node():
     expected = 2 * a2a(8.0) * 8 * 2 * microbatches  # dispatch + combine, 8 layers, fwd + bwd
     assert a2a(4.0) > 1.5 * a2a(8.0)  # the misplacement mattered on this device
     assert float(res["breakdown_s"]["ep_comm"][0, 0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_deepep_across_nodes_sends_each_token_once_at_its_nic_share():
+    """EP 16 over two 8-GPU nodes, bf16 (dispatch 2 B): DeepEP's normal kernels send the
+    deduplicated bytes over RDMA at deepep_internode_nic_fraction of the NIC while NVLink
+    forwards inside the node; the slower sets the pace (hand-computed with the fake GPU's
+    NVLink all-to-all over the node's 8 ranks). NCCL's all-to-all keeps its calibrated
+    model, and the fraction 0 restores it for DeepEP too."""
+    from gpuplan.forecast import comm as comm_mod
+
+    hw = fake_hardware()  # 50 GB/s NIC per GPU, 8 GPUs a node
+    lay = dict(ep=16, dp=16, pp=1)
+    c = {**default_constants(), "deepep_internode_nic_fraction": 0.8}
+
+    def run(fw, consts):
+        return evaluate_layouts(
+            MOE,
+            hw,
+            layouts_from_dict({**LAYOUT, **lay}),
+            seq_len=2048,
+            global_batch=64,
+            precision="bf16",
+            framework=fw,
+            constants=consts,
+        )
+
+    deepep = run(Framework(ep_kernels="deepep"), c)
+    size = 2048 * 2 * 1024 * 2.0 * float(ep_inter_node_copy_fraction(2, 2, None, dedup=True))
+    rdma = size * (2 - 1) / 2 / (50e9 * 0.8)
+    nvlink = comm_mod.collective_time3(
+        hw.perf, "all_to_all", np.asarray([size]), np.asarray([8.0]),
+        ranks_per_node=np.asarray([8.0]), inter_node_bandwidth_bytes_per_s=50e9,
+    )[0, 0]  # fmt: skip
+    microbatches = 64 / 16
+    expected = 2 * max(rdma, nvlink) * (8 / 1) * 2 * microbatches
+    assert float(deepep["ep_comm_detail_s"]["total"][0, 0]) == pytest.approx(expected, rel=1e-12)
+    off = run(Framework(ep_kernels="deepep"), {**c, "deepep_internode_nic_fraction": 0.0})
+    nccl_model = comm_mod.collective_time3(
+        hw.perf, "all_to_all", np.asarray([size]), np.asarray([16.0]),
+        ranks_per_node=np.asarray([8.0]), inter_node_bandwidth_bytes_per_s=50e9,
+    )[0, 0]  # fmt: skip
+    assert float(off["ep_comm_detail_s"]["total"][0, 0]) == pytest.approx(
+        2 * nccl_model * 8 * 2 * microbatches, rel=1e-12
+    )
