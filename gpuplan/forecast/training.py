@@ -615,7 +615,7 @@ class Framework:
             )
         if self.ep_kernels not in EP_KERNELS:
             raise InputError(
-                f"unknown ep_kernels {self.ep_kernels!r}",
+                f"unknown --ep-kernels {self.ep_kernels!r}",
                 hint="use one of " + ", ".join(EP_KERNELS),
             )
 
