@@ -39,6 +39,10 @@ Examples:
   gpuplan forecast train --model llama3.1-70b --gpu h100 --gpus 1024 --tp 8 --pp 4 --top 5
   gpuplan forecast train --model llama3.1-8b --gpu a100-80gb --tokens 2e12 --target-days 30
   gpuplan forecast train --model llama3.1-8b --gpu h100 --gpus 256 --fsdp --framework torchtitan
+  gpuplan forecast train --model llama3.3-70b --gpu h100 --gpus 8 --seq-len 4096 \\
+      --global-batch 32 --lora-rank 16 --fsdp --framework torchtitan
+  gpuplan forecast train --model deepseek-v3 --gpu h100 --gpus 256 --pp 4 --ep 64 --zero 2 \\
+      --ep-kernels deepep --seq-len 4096 --global-batch 512
   gpuplan forecast train --model llama3.1-8b --gpu h100 --gpus 64 --seq-len 131072 --cp 8 \\
       --cp-comm a2a --cp-layout zigzag --global-batch 64
   gpuplan forecast train --layers 32 --hidden 4096 --heads 32 --ffn-hidden 11008 \\
@@ -300,18 +304,19 @@ def register(app: typer.Typer) -> None:
             None,
             "--ep-kernels",
             help=(
-                "MoE all-to-all kernels: nccl (every top-k copy sent; default) | deepep "
-                "(FP8 dispatch, one copy per target node, e.g. Megatron-core "
-                "--moe-enable-deepep or NeMo AutoModel) | auto (deepep with dualpipe)."
+                "MoE all-to-all kernels: auto (default: deepep with --ep-overlap dualpipe, "
+                "else nccl) | nccl (every top-k copy sent) | deepep (FP8 dispatch, one copy "
+                "per target node at the NIC's line rate, e.g. Megatron-core "
+                "--moe-enable-deepep or NeMo AutoModel)."
             ),
         ),
         lora_rank: int | None = number_option(
             None,
             "--lora-rank",
             help=(
-                "Fine-tune LoRA adapters of this rank (e.g. 16) on every linear projection, "
-                "base weights frozen: no weight gradients, optimizer or gradient reduction "
-                "for them."
+                "Fine-tune LoRA adapters of this rank (e.g. 16), base weights frozen: no "
+                "weight gradients, optimizer or gradient reduction for them; where the "
+                "adapters go: --lora-modules."
             ),
         ),
         lora_modules: str | None = typer.Option(
