@@ -223,15 +223,19 @@ def test_fixed_layout_that_does_not_fit_exits_0_with_overshoot(run_cli):
     assert "Traceback" not in r.stderr
 
 
+# DeepSeek-V3's published layout (arXiv 2412.19437): 2,048 H800, TP1 PP16 EP64, FP8.
+DEEPSEEK_V3_LAYOUT = (
+    "forecast", "train", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "2048",
+    "--tp", "1", "--pp", "16", "--ep", "64", "--cp", "1", "--zero", "1",
+    "--recompute", "selective", "--seq-len", "4096", "--global-batch", "15360",
+    "--precision", "fp8", "--format", "json",
+)  # fmt: skip
+
+
 def test_ep_overlap_flag_reaches_the_forecast(run_cli):
     """DeepSeek-V3's published layout with DualPipe (arXiv 2412.19437): the all-to-all is
     mostly hidden, and the output says how much; a bad mode is one line naming the modes."""
-    args = [
-        "forecast", "train", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "2048",
-        "--tp", "1", "--pp", "16", "--ep", "64", "--cp", "1", "--zero", "1",
-        "--recompute", "selective", "--seq-len", "4096", "--global-batch", "15360",
-        "--precision", "fp8", "--format", "json",
-    ]  # fmt: skip
+    args = DEEPSEEK_V3_LAYOUT
     plain = run_cli(*args)
     dual = run_cli(*args, "--ep-overlap", "dualpipe")
     assert plain.returncode == 0 and dual.returncode == 0, dual.stderr
@@ -249,12 +253,7 @@ def test_ep_kernels_flag_reaches_the_forecast(run_cli):
     """``--ep-kernels deepep`` without DualPipe (Megatron-core's flex dispatcher, NeMo
     AutoModel): FP8 dispatch and one inter-node copy per target node, so the same layout
     sends fewer bytes than NCCL's every-copy all-to-all; the output names the kernels."""
-    args = [
-        "forecast", "train", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "2048",
-        "--tp", "1", "--pp", "16", "--ep", "64", "--cp", "1", "--zero", "1",
-        "--recompute", "selective", "--seq-len", "4096", "--global-batch", "15360",
-        "--precision", "fp8", "--format", "json",
-    ]  # fmt: skip
+    args = DEEPSEEK_V3_LAYOUT
     runs = {k: run_cli(*args, "--ep-kernels", k) for k in ("nccl", "deepep", "auto")}
     assert all(r.returncode == 0 for r in runs.values()), runs["deepep"].stderr
     out = {k: json.loads(r.stdout) for k, r in runs.items()}
