@@ -52,7 +52,8 @@ def test_derivative_checkpoints_resolve_to_their_architecture(name, expected):
     ],
 )
 def test_checkpoints_of_another_architecture_are_not_aliased(name):
-    """V3.2 adds sparse attention; the 14B distill's base (Qwen2.5-14B) is not catalogued."""
+    """V3.2 adds sparse attention; the 14B distill is not an alias of qwen2.5-14b (no copy of its
+    config was found to check its shape against)."""
     with pytest.raises(NotFoundError):
         CAT.model(name)
 

@@ -182,7 +182,7 @@ def test_checkpoint_names_resolve_to_their_architecture(name: str, expected: str
     [
         "meta-llama/Llama-3.1-71B-Instruct",  # no such size
         "Instruct-FP8",  # nothing left but the words dropped
-        "deepseek-ai/DeepSeek-V2-Lite",  # the V2 is the architecture, not a release tag
+        "deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct",  # V2 is the architecture, not a release tag
     ],
 )
 def test_a_checkpoint_of_an_unknown_architecture_does_not_resolve(name: str) -> None:
