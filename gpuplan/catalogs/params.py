@@ -160,10 +160,13 @@ def layer_params(a: ArchParams, *, active: bool = False) -> int:
     if a.is_hybrid:
         n_attn = a.attention_layers or 0
         n_mlp = a.layers - a.mamba_layers - n_attn
+        # MoE blocks (Nemotron 3) are MLP blocks with experts: moe_layers of the n_mlp
+        n_moe = min(a.moe_layers, n_mlp)
         return (
             a.mamba_layers * mamba_params(a)
             + n_attn * attention_params(a)
-            + n_mlp * mlp_params(a, a.ffn_hidden)
+            + (n_mlp - n_moe) * mlp_params(a, a.ffn_hidden)
+            + n_moe * moe_mlp_params(a, active=active)
             + a.layers * norm_params(a)  # one pre-norm per block
         )
     common = attention_params(a) + a.norms_per_layer * norm_params(a)

@@ -862,6 +862,13 @@ class ModelArch(Row):
             raise ValueError("mamba_layers needs the mamba block (heads, head_dim, state, ...)")
         if self.mamba_layers + (self.attention_layers or 0) > self.layers:
             raise ValueError("mamba_layers + attention_layers must be at most layers")
+        if self.is_hybrid and self.num_experts and (
+            self.first_dense_layers or self.moe_layer_interval != 1
+        ):
+            raise ValueError(
+                "a hybrid model with experts has every MLP block an MoE block: drop"
+                " first_dense_layers and moe_layer_interval"
+            )
         return self
 
     @property
@@ -901,9 +908,13 @@ class ModelArch(Row):
         )
 
     def moe_layer_indices(self) -> list[int]:
-        """0-based indices of the MoE layers (empty for a dense model)."""
+        """0-based indices of the MoE layers (empty for a dense model). A hybrid model's
+        MoE blocks are its MLP blocks, whose places the catalog does not record: their
+        count, numbered from 0."""
         if not self.num_experts:
             return []
+        if self.is_hybrid:
+            return list(range(self.layers - self.mamba_layers - (self.attention_layers or 0)))
         return [
             i
             for i in range(self.first_dense_layers, self.layers)

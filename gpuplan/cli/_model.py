@@ -157,7 +157,11 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(data["text_config"], dict):
             raise InputError(f"{where}: text_config must be a mapping")
         data = {**data["text_config"], "model_type": data.get("model_type")}
-    unmodelled = [k for k in _HF_UNMODELLED if data.get(k) not in (None, 0, [], False)]
+    hybrid = _hf_hybrid_blocks(data, where)
+    skip = {"hybrid_override_pattern"} if hybrid else set()
+    unmodelled = [
+        k for k in _HF_UNMODELLED if k not in skip and data.get(k) not in (None, 0, [], False)
+    ]
     if data.get("is_encoder_decoder"):
         unmodelled.append("is_encoder_decoder")
     layer_types = data.get("layer_types")
@@ -213,8 +217,59 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
     out["name"] = str(name)
     if isinstance(data.get("max_position_embeddings"), int):
         out["max_context"] = data["max_position_embeddings"]
+    if hybrid:
+        out.update(hybrid)
+        out["gated_mlp"] = False  # Nemotron-H's MLP and experts: squared ReLU, two matrices
+        out["ffn_hidden"] = out.get("ffn_hidden") or out.get("moe_ffn_hidden")
+        if out.get("num_experts"):
+            shared = data.get("moe_shared_expert_intermediate_size")
+            if shared:
+                out["shared_expert_ffn_hidden"] = int(shared)
+                out.setdefault("num_shared_experts", 1)
     out["extra"] = {"source": f"Hugging Face config {where}"}
     return out
+
+
+def _hf_hybrid_blocks(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """A Nemotron-H ``hybrid_override_pattern`` (``M`` Mamba-2, ``*`` attention, ``-`` MLP,
+    ``E`` MoE, one block per character; Megatron-core ``mamba_hybrid_layer_allocation``)
+    as the block counts and Mamba-2 sizes of the model record; None without one."""
+    from gpuplan.errors import InputError
+
+    pattern = data.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        return None
+    kinds = set(pattern) - set("M*-E")
+    if kinds or ("E" in pattern and "-" in pattern):
+        raise InputError(
+            f"{where}: gpuplan cannot model hybrid_override_pattern {pattern!r}",
+            hint="it models M (Mamba-2), * (attention) and either - (MLP) or E (MoE) blocks",
+        )
+    layers = data.get("num_hidden_layers")
+    if isinstance(layers, int) and layers != len(pattern):
+        raise InputError(
+            f"{where}: hybrid_override_pattern has {len(pattern)} blocks but "
+            f"num_hidden_layers is {layers}",
+            hint="give the model's unedited config.json",
+        )
+    heads, head_dim = data.get("mamba_num_heads"), data.get("mamba_head_dim")
+    if not isinstance(heads, int) or not isinstance(head_dim, int):
+        raise InputError(
+            f"{where}: a hybrid config needs mamba_num_heads and mamba_head_dim",
+            hint="give the model's full config.json",
+        )
+    return {
+        "layers": len(pattern),
+        "mamba_layers": pattern.count("M"),
+        "attention_layers": pattern.count("*"),
+        "mamba": {
+            "heads": heads,
+            "head_dim": head_dim,
+            "state": int(data.get("ssm_state_size") or 128),
+            "groups": int(data.get("n_groups") or 1),
+            "conv_kernel": int(data.get("conv_kernel") or 4),
+        },
+    }
 
 
 def _model_fields() -> dict[str, str]:

@@ -190,10 +190,12 @@ def layer_gemms(
     if arch.is_hybrid:
         # Hybrid blocks (Megatron-core MambaMixer / MLP): the MLP and Mamba projections at
         # their share of the layers; in_proj split by output columns, out_proj by rows.
+        # (a hybrid model with experts has MoE blocks instead: added below, per MoE layer)
         f = arch.ffn_hidden
         w_mlp = arch.mlp_fraction * one
-        g.append(Gemm("mlp_up", t, up * f / tp, h * one, w_mlp, "mlp", "layer"))
-        g.append(Gemm("mlp_down", t, h * one, f / tp, w_mlp, "mlp", "layer"))
+        if arch.num_dense_mlp_blocks:
+            g.append(Gemm("mlp_up", t, up * f / tp, h * one, w_mlp, "mlp", "layer"))
+            g.append(Gemm("mlp_down", t, h * one, f / tp, w_mlp, "mlp", "layer"))
         if arch.mamba_layers:
             heads, p, n, grp, _ = arch.mamba_dims()
             d_in = heads * p

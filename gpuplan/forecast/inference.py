@@ -502,6 +502,7 @@ def memory_plan(
         weights_bytes=sh.weight_bytes_per_gpu,
         activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
+        state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
     )
 
 

@@ -337,6 +337,18 @@ class Sharded:
     kv_heads_per_gpu: int
     weight_bytes_per_gpu: float
     weight_breakdown_bytes: dict[str, float] = field(default_factory=dict)
+    attention_layers_per_stage: float | None = None
+    """Blocks with attention on the average stage (None: every layer; a hybrid model's
+    attention blocks)."""
+    mamba_layers_per_stage: float = 0.0
+    """Mamba-2 blocks on the average stage (hybrid models)."""
+
+    @property
+    def attn_layers(self) -> float:
+        """Attention blocks on the average stage."""
+        if self.attention_layers_per_stage is None:
+            return self.layers_per_stage
+        return self.attention_layers_per_stage
 
     # ---- KV cache ---------------------------------------------------------------------
     def kv_bytes_per_token_per_layer_per_gpu(self) -> float:
@@ -348,8 +360,30 @@ class Sharded:
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
-            self.arch.layers / self.layout.pp
+            self.arch.num_attention_blocks / self.layout.pp
         )
+
+    def state_bytes_per_seq_stage(self) -> float:
+        """Recurrent state one sequence keeps on one GPU, whole stage: a Mamba-2 block's
+        SSM state (``H x P x N``, fp32 as mamba_ssm keeps it and Nemotron 3's config asks,
+        ``mamba_ssm_cache_dtype: float32``) and its convolution window (``(K-1)`` columns
+        of x, B and C at the activation dtype), Dao & Gu 2024, section 7. A decode step
+        reads and writes it once per sequence; 0 for a transformer."""
+        if not self.mamba_layers_per_stage:
+            return 0.0
+        heads, p, n, grp, conv_k = self.arch.mamba_dims()
+        tp = self.layout.tp
+        ssm = heads * p * n / tp * 4.0
+        conv = (conv_k - 1) * (heads * p + 2 * grp * n) / tp * self.precision.activation_bytes
+        return (ssm + conv) * self.mamba_layers_per_stage / self.layout.dp
+
+    def state_bytes_per_seq_gpu(self) -> float:
+        """:meth:`state_bytes_per_seq_stage` on the largest stage (the memory a sequence
+        holds besides its KV cache)."""
+        if not self.mamba_layers_per_stage:
+            return 0.0
+        per_layer = self.state_bytes_per_seq_stage() / self.mamba_layers_per_stage
+        return per_layer * math.ceil(self.arch.mamba_layers / self.layout.pp)
 
     # ---- GEMMs ------------------------------------------------------------------------
     def gemms(self, tokens: float, logit_rows: float) -> Gemms:
@@ -361,7 +395,7 @@ class Sharded:
         ab = p.activation_bytes
         rows: list[tuple[str, float, float, float, float, float]] = []
         ld, lm = self.dense_layers_per_stage, self.moe_layers_per_stage
-        layers = ld + lm
+        layers = self.attn_layers
         qh, kvh = self.q_heads_per_gpu, self.kv_heads_per_gpu
         # the replica's tokens; with data-parallel attention each rank runs 1/dp of them
         # through everything but the experts (which see every rank's tokens)
@@ -404,6 +438,13 @@ class Sharded:
                 fs = a.num_shared_experts * a.shared_expert_ffn / tp
                 rows.append(("shared_up", tokens, up * fs, h, lm, wb))
                 rows.append(("shared_down", tokens, h, fs, lm, wb))
+        if self.mamba_layers_per_stage:
+            # Mamba-2 in_proj (z, x, B, C, dt) split by columns, out_proj by rows
+            heads, p_dim, n_st, grp, _ = a.mamba_dims()
+            d_in = heads * p_dim
+            lmb = self.mamba_layers_per_stage
+            rows.append(("mamba_in", tokens, (2 * d_in + 2 * grp * n_st + heads) / tp, h, lmb, wb))
+            rows.append(("mamba_out", tokens, h, d_in / tp, lmb, wb))
         # LM head on the last stage only: 1/pp of it on the average stage
         rows.append(("lm_head", logit_rows, a.vocab / tp, h, 1.0 / lay.pp, ab))
         names = tuple(r[0] for r in rows)
@@ -424,13 +465,24 @@ class Sharded:
         tp = self.layout.tp
         h = a.hidden
         ab = p.activation_bytes
-        per_layer = 2 * 2 * h + 2 * 3 * h
-        per_layer += 2 * (self.q_heads_per_gpu + self.kv_heads_per_gpu) * a.qk_head_dim
+        rope = 2 * (self.q_heads_per_gpu + self.kv_heads_per_gpu) * a.qk_head_dim
         dense_f = a.ffn_hidden / tp
         moe_f = (a.top_k * a.expert_ffn + a.num_shared_experts * a.shared_expert_ffn) / tp
         act = 3 if a.gated_mlp else 2
+        if a.is_hybrid:
+            # one block per layer (a norm and a residual add), RoPE in the attention blocks,
+            # and the Mamba-2 passes: conv + SiLU over x, B, C (read + write), gate and
+            # gated norm over the scan output (3 reads, 2 writes), as the training model
+            heads, p_dim, n_st, grp, _ = a.mamba_dims()
+            d_in = heads * p_dim
+            mamba = (4 * (d_in + 2 * grp * n_st) + 10 * d_in) / tp
+            per_block = 2 * h + 3 * h
+            blocks = self.layers_per_stage * per_block + self.attn_layers * rope
+            blocks += self.mamba_layers_per_stage * mamba
+        else:
+            blocks = self.layers_per_stage * (2 * 2 * h + 2 * 3 * h + rope)
         total = (
-            self.layers_per_stage * per_layer
+            blocks
             + self.dense_layers_per_stage * act * dense_f
             + self.moe_layers_per_stage * act * moe_f
         )
@@ -453,7 +505,7 @@ class Sharded:
             * self.q_heads_per_gpu
             * dsum
             * (s * c + s * s / 2.0)
-            * self.layers_per_stage
+            * self.attn_layers
             / self.layout.dp
         )
 
@@ -469,7 +521,7 @@ class Sharded:
             dsum = (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim) + a.mla.kv_lora_rank
         else:
             dsum = a.qk_head_dim + a.v_head_dim
-        return 2.0 * self.q_heads_per_gpu * dsum * self.layers_per_stage / self.layout.dp
+        return 2.0 * self.q_heads_per_gpu * dsum * self.attn_layers / self.layout.dp
 
     def activation_bytes_peak(self, tokens: Num, logit_rows: Num) -> FloatArray:
         """Peak activation memory of one forward pass over ``tokens`` tokens on one GPU.
@@ -499,7 +551,7 @@ class Sharded:
 
     def kv_bytes_per_ctx_token_stage(self) -> float:
         """KV bytes read per cached token of one sequence in one decode step, whole stage."""
-        return self.kv_bytes_per_token_per_layer_per_gpu() * self.layers_per_stage
+        return self.kv_bytes_per_token_per_layer_per_gpu() * self.attn_layers
 
     # ---- communication volumes ----------------------------------------------------------
     def tp_allreduces_per_pass(self) -> float:
@@ -507,6 +559,9 @@ class Sharded:
         after attention and one after the MLP; one per layer with parallel attention+MLP)."""
         if self.layout.tp == 1:
             return 0.0
+        if self.arch.is_hybrid:  # one row-parallel output per block; MoE blocks: all-to-all
+            moe = self.moe_layers_per_stage if self.layout.ep > 1 else 0.0
+            return self.layers_per_stage - moe
         per_layer = 1.0 if self.arch.parallel_attention else 2.0
         if self.layout.ep > 1:
             # MoE layers exchange tokens by all-to-all instead of reducing the MLP output
@@ -525,7 +580,7 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     qh = arch.heads // tp
     kvh = max(1, math.ceil(arch.n_kv_heads / tp))
     layers_stage = arch.layers / pp
-    ld = arch.num_dense_layers / pp
+    ld = arch.num_dense_mlp_blocks / pp
     lm = arch.num_moe_layers / pp
     # attention weights per GPU and layer
     if arch.mla is None:
@@ -546,8 +601,9 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         moe_mlp += arch.num_shared_experts * up * h * arch.shared_expert_ffn / tp
     # slowest (largest) stage for memory: ceil of the layers
     frac = math.ceil(arch.layers / pp) / arch.layers
-    attn_bytes = attn * arch.layers * frac * wb
-    mlp_bytes = (dense_mlp * arch.num_dense_layers + moe_mlp * arch.num_moe_layers) * frac * wb
+    attn_bytes = attn * arch.num_attention_blocks * frac * wb
+    mlp_bytes = (dense_mlp * arch.num_dense_mlp_blocks + moe_mlp * arch.num_moe_layers) * frac * wb
+    mamba_bytes = arch.mamba_params() / tp * arch.mamba_layers * frac * wb
     router_bytes = (h * arch.num_experts * arch.num_moe_layers * frac * ab) if arch.is_moe else 0.0
     embed = arch.vocab * h / tp * ab
     head = 0.0 if arch.tied_embeddings else arch.vocab * h / tp * ab
@@ -557,6 +613,8 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         "mlp": mlp_bytes + router_bytes,
         "embeddings": emb_bytes,
     }
+    if mamba_bytes:
+        breakdown["mamba"] = mamba_bytes
     return Sharded(
         arch=arch,
         layout=layout,
@@ -568,6 +626,8 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         kv_heads_per_gpu=kvh,
         weight_bytes_per_gpu=sum(breakdown.values()),
         weight_breakdown_bytes=breakdown,
+        attention_layers_per_stage=arch.num_attention_blocks / pp if arch.is_hybrid else None,
+        mamba_layers_per_stage=arch.mamba_layers / pp,
     )
 
 
@@ -583,6 +643,9 @@ class MemoryPlan:
     weights_bytes: float
     activation_bytes: float
     kv_bytes_per_token: float
+    state_bytes_per_seq: float = 0.0
+    """A hybrid model's recurrent state per sequence (:meth:`Sharded.state_bytes_per_seq_gpu`),
+    held from the same pool as the KV cache (vLLM's hybrid cache manager)."""
 
     @property
     def kv_budget_bytes(self) -> float:
@@ -593,6 +656,10 @@ class MemoryPlan:
         return max(self.kv_budget_bytes, 0.0) / self.kv_bytes_per_token
 
     def max_batch(self, tokens_per_request: float) -> int:
+        """Sequences whose KV cache (and recurrent state) fit the budget at once."""
+        if self.state_bytes_per_seq:
+            per_seq = max(tokens_per_request, 1.0) * self.kv_bytes_per_token
+            return int(max(self.kv_budget_bytes, 0.0) // (per_seq + self.state_bytes_per_seq))
         return int(self.kv_capacity_tokens // max(tokens_per_request, 1.0))
 
     def breakdown(self, kv_tokens: float) -> dict[str, float]:

@@ -935,6 +935,7 @@ def pass_parts(
     attn_shape: tuple[float, float, float],
     kv_read_bytes: float = 0.0,
     decode_attn_flops: float = 0.0,
+    state_bytes: float = 0.0,
     comm: tuple[FloatArray, FloatArray, str] | None = None,
     gemm_rates: tuple[Gemms, FloatArray, str] | None = None,
     attn_rate: tuple[FloatArray, str] | None = None,
@@ -954,6 +955,9 @@ def pass_parts(
     decode_attn_flops:
         Decode-attention FLOPs, run by the engine's decode kernel: at the tensor-core rate
         (``attn_shape`` of a decode step) or, for a vector kernel, at the FP32 CUDA-core rate.
+    state_bytes:
+        A hybrid model's recurrent (Mamba-2) state read and written by the decoding
+        sequences, whole stage: streamed element-wise, at the element-wise bandwidth.
     attn_shape:
         ``(m, n, k)`` of the attention matmuls, for the calibrated rate at that shape.
     comm:
@@ -985,7 +989,7 @@ def pass_parts(
     else:
         attn_c = (attn_flops + decode_attn_flops) / arate
     attn_m = attn_bytes / rates.bandwidth
-    ew = tokens * sh.elementwise_bytes_per_token() / rates.bandwidth
+    ew = (tokens * sh.elementwise_bytes_per_token() + state_bytes) / rates.bandwidth
     comm_s, hop, b_comm = comm if comm is not None else rates.comm(tokens)
     parts = PassParts(
         names=g.names,
@@ -1003,7 +1007,7 @@ def pass_parts(
         layers=sh.layers_per_stage,
         basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
         flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops),
-        bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes),
+        bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes + state_bytes),
     )
     return parts, hop
 
@@ -1037,6 +1041,7 @@ def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts
         decode_attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
         attn_bytes=0.0,
         kv_read_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
+        state_bytes=2.0 * batch * sh.state_bytes_per_seq_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
     )
 
@@ -1259,6 +1264,7 @@ def continuous_iteration(
             decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
             attn_bytes=k * c * kv,
             kv_read_bytes=batch * mean_ctx * kv,
+            state_bytes=2.0 * batch * sh.state_bytes_per_seq_stage(),
             attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
             gemm_rates=(g_all[j], rate_all[:, j * n_g : (j + 1) * n_g], b_gemm),
@@ -1291,6 +1297,7 @@ class StepCostModel:
     base_s: np.ndarray  # (3, len(grid)) gemms + elementwise + comm + overhead, one stage
     lm_s: np.ndarray  # (3, len(grid)) LM head by rows that need logits
     attn_s_per_ctx_token: np.ndarray  # (3,) decode attention per cached token
+    state_s_per_row: np.ndarray  # (3,) a hybrid model's recurrent state, read + written per row
     attn_s_per_prefill_flop: np.ndarray  # (3,)
     kv_s_per_prefill_token: np.ndarray  # (3,)
     stage_factor: float
@@ -1363,6 +1370,7 @@ class StepCostModel:
             base_s=base,
             lm_s=lm,
             attn_s_per_ctx_token=np.asarray(attn_ctx, float),
+            state_s_per_row=np.asarray(ts * 2.0 * sh.state_bytes_per_seq_stage() / bwv, float),
             attn_s_per_prefill_flop=np.asarray(attn_pf, float),
             kv_s_per_prefill_token=np.asarray(kv_pf, float),
             stage_factor=float(lay.pp),
@@ -1402,6 +1410,7 @@ class StepCostModel:
             self.base(np.asarray(tokens, float) / m, scenario)
             + self.lm(np.asarray(rows, float) / m, scenario)
             + np.asarray(ctx_tokens, float) / m * self.attn_s_per_ctx_token[scenario]
+            + np.asarray(rows, float) / m * self.state_s_per_row[scenario]
             + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]
             + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]
         )

@@ -251,9 +251,11 @@ def activation_bytes_per_layer(
         replicated = 2.0 * h + lb * h + drop * h
         dropped_replicated = lb * h if "layernorm" in mods else 0.0
         dropped_split = 0.0
+        # the MLP blocks: dense, or (``moe``) every one an MoE block (Nemotron 3)
+        mlp_share = arch.num_moe_layers / arch.layers if moe else arch.mlp_fraction
         split = (
             arch.attention_fraction * split_attn
-            + arch.mlp_fraction * split_mlp
+            + mlp_share * split_mlp
             + arch.mamba_fraction * split_mamba
         )
     per_token = np.where(sp, (replicated + split) / t, replicated + split / t)
@@ -591,7 +593,11 @@ def training_memory_per_gpu(
         recompute_modules=tuple(recompute_modules),
         act_cache_bytes=act_cache_bytes,
     )
-    if arch.is_moe:
+    if arch.is_moe and arch.is_hybrid:  # the block shares are inside the one call
+        per_layer = activation_bytes_per_layer(
+            arch, seq_len, micro_batch, tp, cp, recompute, moe=True, **kw
+        )
+    elif arch.is_moe:
         frac_moe = arch.num_moe_layers / arch.layers
         per_layer = (1.0 - frac_moe) * activation_bytes_per_layer(
             arch, seq_len, micro_batch, tp, cp, recompute, **kw

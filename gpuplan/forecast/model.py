@@ -231,10 +231,11 @@ class ModelArch:
                 )
             if self.mamba_layers and not self.mamba:
                 raise InputError(f"model {self.name!r}: mamba_layers needs the mamba sizes")
-            if self.num_experts > 1:
+            if self.num_experts > 1 and (self.first_dense_layers or self.moe_layer_freq != 1):
                 raise InputError(
-                    f"model {self.name!r}: hybrid Mamba models with experts are not modelled",
-                    hint="drop --experts, or describe the model without Mamba blocks",
+                    f"model {self.name!r}: in a hybrid model with experts every MLP block is "
+                    "an MoE block (Nemotron 3's 'E' blocks)",
+                    hint="drop --first-dense-layers and the MoE layer interval",
                 )
 
     # ----------------------------------------------------------------- derived sizes
@@ -278,8 +279,12 @@ class ModelArch:
 
     @property
     def num_moe_layers(self) -> int:
+        """MoE layers; in a hybrid model with experts, its MLP blocks (Nemotron 3: every
+        block that is neither Mamba-2 nor attention, the pattern's ``E``)."""
         if not self.is_moe:
             return 0
+        if self.is_hybrid:
+            return self.layers - self.mamba_layers - (self.attention_layers or 0)
         rest = self.layers - self.first_dense_layers
         return rest // max(1, self.moe_layer_freq)
 
@@ -299,10 +304,25 @@ class ModelArch:
 
     @property
     def mlp_fraction(self) -> float:
-        """Share of the layers with an MLP (1 for a standard transformer)."""
+        """Share of the layers with a dense MLP (1 for a standard transformer; a hybrid
+        model's MLP blocks, none when they are MoE blocks)."""
         if not self.is_hybrid:
             return 1.0
-        return (self.layers - self.mamba_layers - (self.attention_layers or 0)) / self.layers
+        return self.num_dense_mlp_blocks / self.layers
+
+    @property
+    def num_dense_mlp_blocks(self) -> int:
+        """Blocks with a dense MLP: the dense layers of a transformer, a hybrid model's MLP
+        blocks that are not MoE blocks."""
+        if not self.is_hybrid:
+            return self.num_dense_layers
+        blocks = self.layers - self.mamba_layers - (self.attention_layers or 0)
+        return blocks - self.num_moe_layers
+
+    @property
+    def num_attention_blocks(self) -> int:
+        """Blocks with self-attention: every layer, or a hybrid model's attention blocks."""
+        return (self.attention_layers or 0) if self.is_hybrid else self.layers
 
     @property
     def mamba_fraction(self) -> float:

@@ -30,7 +30,7 @@ def flat_cost(step_s: float) -> StepCostModel:
     grid = np.array([1.0, 1e6])
     z = np.zeros(3)
     return StepCostModel(
-        grid, np.log(grid), np.full((3, 2), step_s), np.zeros((3, 2)), z, z, z, 1.0, z, 1e6, 1
+        grid, np.log(grid), np.full((3, 2), step_s), np.zeros((3, 2)), z, z, z, z, 1.0, z, 1e6, 1
     )
 
 
