@@ -862,8 +862,10 @@ class ModelArch(Row):
             raise ValueError("mamba_layers needs the mamba block (heads, head_dim, state, ...)")
         if self.mamba_layers + (self.attention_layers or 0) > self.layers:
             raise ValueError("mamba_layers + attention_layers must be at most layers")
-        if self.is_hybrid and self.num_experts and (
-            self.first_dense_layers or self.moe_layer_interval != 1
+        if (
+            self.is_hybrid
+            and self.num_experts
+            and (self.first_dense_layers or self.moe_layer_interval != 1)
         ):
             raise ValueError(
                 "a hybrid model with experts has every MLP block an MoE block: drop"

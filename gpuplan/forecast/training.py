@@ -1482,15 +1482,22 @@ def evaluate_layouts(
         dedup = ep_inter_node_copy_fraction(
             arch.top_k, ep_nodes, arch.max_nodes_per_token, dedup=deepep
         )
+        # DeepEP sends a token once to each *rank* holding one of its experts and combines
+        # the rank's expert outputs before sending them back (its dispatch layout:
+        # ``is_token_in_rank``; github deepseek-ai/DeepEP README "normal kernels"), so the
+        # NVLink copies are the distinct ranks, ``R (1 - (1 - 1/R)^k)`` of the ``k`` copies
+        # NCCL's all-to-all sends (the same expectation as the nodes', over the EP ranks).
+        rank_dedup = ep_inter_node_copy_fraction(arch.top_k, ep, None, dedup=deepep)
 
         f_deepep = constant(c, "deepep_internode_nic_fraction", 0.0)
 
         def a2a_time(b: float) -> FloatArray:
-            size = ep_all_to_all_bytes(ep_tokens, arch.top_k, h, b) * dedup
+            full_size = ep_all_to_all_bytes(ep_tokens, arch.top_k, h, b)
+            size = full_size * dedup
             t = comm_mod.collective_time3(
                 perf,
                 "all_to_all",
-                size,
+                np.where(ep_nodes > 1, size, full_size * rank_dedup),
                 ep,
                 ranks_per_node=ep_rpn,
                 inter_node_bandwidth_bytes_per_s=nic,
@@ -1507,7 +1514,7 @@ def evaluate_layouts(
             nvlink = comm_mod.collective_time3(
                 perf,
                 "all_to_all",
-                size,
+                full_size * rank_dedup,
                 np.minimum(ep, ep_rpn),
                 ranks_per_node=ep_rpn,
                 inter_node_bandwidth_bytes_per_s=nic,

@@ -56,19 +56,14 @@ def test_kv_cache_only_in_attention_blocks():
     assert kv_cache_bytes_per_token(HYB, 2.0) == pytest.approx(2 * per_layer)
 
 
-def test_hybrid_with_experts_is_refused_by_name():
-    with pytest.raises(InputError, match="hybrid Mamba models with experts"):
-        ModelArch(
-            layers=4,
-            hidden=64,
-            heads=4,
-            ffn_hidden=64,
-            vocab=10,
-            mamba_layers=2,
-            mamba=MAMBA,
-            num_experts=4,
-            top_k=1,
-        )
+def test_hybrid_with_experts_has_moe_blocks_and_no_dense_mlp():
+    """Nemotron 3's pattern: the blocks that are neither Mamba-2 nor attention are MoE
+    blocks; a leading dense layer is refused (the pattern has no place for it)."""
+    kw = dict(layers=4, hidden=64, heads=4, ffn_hidden=64, vocab=10, mamba_layers=2, mamba=MAMBA)
+    m = ModelArch(**kw, attention_layers=1, num_experts=4, top_k=1)
+    assert (m.num_moe_layers, m.num_dense_mlp_blocks, m.mlp_fraction) == (1, 0, 0.0)
+    with pytest.raises(InputError, match="every MLP block"):
+        ModelArch(**kw, num_experts=4, top_k=1, first_dense_layers=1)
 
 
 @pytest.mark.parametrize(
