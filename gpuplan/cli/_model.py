@@ -125,7 +125,17 @@ _HF_UNGATED = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "sta
 #: (Hugging Face transformers models/<type>/modeling_<type>.py): per-head RMSNorm on queries
 #: and keys (Qwen3 ``q_norm``/``k_norm``, Gemma 3), a router score bias (DeepSeek-V3's
 #: ``e_score_correction_bias`` with ``topk_method: noaux_tc``; GLM-4.5), Q/K/V biases (Qwen2)
-_HF_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+_HF_QK_NORM = {
+    "qwen3",
+    "qwen3_moe",
+    "gemma3",
+    "gemma3_text",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_text",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+}
 _HF_ROUTER_BIAS = {"deepseek_v3", "glm4_moe", "gpt_oss"}
 _HF_QKV_BIAS = {"qwen2", "qwen2_moe"}
 #: keys of architectures gpuplan's forecasts do not model (state-space and hybrid layers,
@@ -157,16 +167,17 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(data["text_config"], dict):
             raise InputError(f"{where}: text_config must be a mapping")
         data = {**data["text_config"], "model_type": data.get("model_type")}
-    hybrid = _hf_hybrid_blocks(data, where)
-    skip = {"hybrid_override_pattern"} if hybrid else set()
+    hybrid = _hf_hybrid_blocks(data, where) or _hf_linear_attention_blocks(data, where)
+    skip = {"hybrid_override_pattern", "linear_num_key_heads"} if hybrid else set()
     unmodelled = [
         k for k in _HF_UNMODELLED if k not in skip and data.get(k) not in (None, 0, [], False)
     ]
     if data.get("is_encoder_decoder"):
         unmodelled.append("is_encoder_decoder")
     layer_types = data.get("layer_types")
-    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
-        kinds = sorted({str(t) for t in layer_types} - {"full_attention"})
+    modelled = {"full_attention", "linear_attention"} if hybrid else {"full_attention"}
+    if isinstance(layer_types, list) and any(t not in modelled for t in layer_types):
+        kinds = sorted({str(t) for t in layer_types} - modelled)
         unmodelled.append(f"layer_types ({', '.join(kinds)})")
     if unmodelled:
         raise InputError(
@@ -219,7 +230,8 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         out["max_context"] = data["max_position_embeddings"]
     if hybrid:
         out.update(hybrid)
-        out["gated_mlp"] = False  # Nemotron-H's MLP and experts: squared ReLU, two matrices
+        if model_type.startswith("nemotron_h"):
+            out["gated_mlp"] = False  # Nemotron-H's MLP and experts: squared ReLU, 2 matrices
         out["ffn_hidden"] = out.get("ffn_hidden") or out.get("moe_ffn_hidden")
         if out.get("num_experts"):
             shared = data.get("moe_shared_expert_intermediate_size")
@@ -228,6 +240,46 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
                 out.setdefault("num_shared_experts", 1)
     out["extra"] = {"source": f"Hugging Face config {where}"}
     return out
+
+
+def _hf_linear_attention_blocks(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """Qwen3-Next / Qwen3.5 layers (a Gated DeltaNet or a full-attention mixer, then an MLP or
+    MoE) as single blocks: ``2 x num_hidden_layers`` of them, the Gated DeltaNet mixers priced
+    as Mamba-2 blocks of the same shapes (value heads, value dim, key dim as the state, key
+    heads as the groups; Yang et al. 2024, arXiv 2412.06464); None for other configs."""
+    from gpuplan.errors import InputError
+
+    names = ("linear_num_value_heads", "linear_value_head_dim", "linear_key_head_dim")
+    if data.get("linear_num_key_heads") is None:
+        return None
+    layers, kinds = data.get("num_hidden_layers"), data.get("layer_types")
+    interval = data.get("full_attention_interval")
+    if not isinstance(layers, int) or any(not isinstance(data.get(k), int) for k in names):
+        raise InputError(
+            f"{where}: a linear-attention config needs num_hidden_layers and " + ", ".join(names),
+            hint="give the model's full config.json",
+        )
+    if isinstance(kinds, list):
+        linear = sum(1 for t in kinds if t == "linear_attention")
+    elif isinstance(interval, int) and interval > 0:
+        linear = layers - layers // interval
+    else:
+        raise InputError(
+            f"{where}: a linear-attention config needs layer_types or full_attention_interval",
+            hint="give the model's full config.json",
+        )
+    return {
+        "layers": 2 * layers,
+        "mamba_layers": linear,
+        "attention_layers": layers - linear,
+        "mamba": {
+            "heads": data["linear_num_value_heads"],
+            "head_dim": data["linear_value_head_dim"],
+            "state": data["linear_key_head_dim"],
+            "groups": int(data["linear_num_key_heads"]),
+            "conv_kernel": int(data.get("linear_conv_kernel_dim") or 4),
+        },
+    }
 
 
 def _hf_hybrid_blocks(data: dict[str, Any], where: str) -> dict[str, Any] | None:

@@ -106,3 +106,64 @@ def test_a_pattern_with_mlp_and_moe_blocks_is_refused():
     cfg = dict(NEMOTRON3_NANO_CONFIG, hybrid_override_pattern="M-M*E" + "M" * 47)
     with pytest.raises(InputError, match="cannot model hybrid_override_pattern"):
         _hf_to_model(cfg, "config.json")
+
+
+QWEN3_NEXT_CONFIG = {  # Qwen/Qwen3-Next-80B-A3B-Instruct config.json, the fields read here
+    "model_type": "qwen3_next",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "intermediate_size": 5120,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "linear_num_value_heads": 32,
+    "linear_num_key_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "shared_expert_intermediate_size": 512,
+    "moe_intermediate_size": 512,
+    "full_attention_interval": 4,
+    "tie_word_embeddings": False,
+}
+
+
+def test_qwen3_next_as_single_blocks_matches_its_checkpoint():
+    """48 layers of (Gated DeltaNet or gated attention) + MoE are 96 single blocks. The
+    checkpoint's tensors sum to 79,674,391,296 and 3,874,929,408 per token; the derived
+    counts leave out the attention output gate (16 x 256 x 2048 on each of the 12 attention
+    blocks, 0.10B) and the 64-column beta/alpha projections, and no more."""
+    m = _model("qwen3-next-80b-a3b")
+    assert (m.layers, m.mamba_layers, m.attention_layers, m.num_moe_layers) == (96, 36, 12, 48)
+    gate = 12 * 16 * 256 * 2048
+    assert m.params_total() + gate == pytest.approx(79_674_391_296, rel=0.001)
+    assert m.params_active() + gate == pytest.approx(3_874_929_408, rel=0.001)
+    sh = shard(m, Layout(tp=1), PRECISIONS["bf16"])
+    assert sh.kv_bytes_per_token_per_gpu() == 12 * 2 * 2 * 256 * 2  # K and V, 12 blocks
+    assert sh.state_bytes_per_seq_stage() == pytest.approx(
+        36 * (32 * 128 * 128 * 4.0 + 3 * (32 * 128 + 2 * 16 * 128) * 2.0)
+    )
+
+
+def test_a_qwen3_next_config_json_reads_as_the_catalog_row():
+    from gpuplan.cli._model import _hf_to_model
+
+    rec = _hf_to_model(dict(QWEN3_NEXT_CONFIG), "config.json")
+    rec.pop("extra")
+    m = ModelArch(**rec)
+    row = _model("qwen3-next-80b-a3b")
+    assert (m.layers, m.mamba_layers, m.attention_layers) == (96, 36, 12)
+    assert m.params_total() == row.params_total()
+    assert m.params_active() == row.params_active()
+
+
+def test_qwen35_397b_counts_match_its_name():
+    """397B total, 17B activated (the card; without the 2 x 1.0B embedding matrices)."""
+    m = _model("qwen3.5-397b-a17b")
+    assert m.params_total() == pytest.approx(397e9, rel=0.01)
+    embeddings = 2 * 248320 * 4096
+    assert m.params_active() - embeddings == pytest.approx(17e9, rel=0.02)
