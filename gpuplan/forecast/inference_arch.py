@@ -603,7 +603,9 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     frac = math.ceil(arch.layers / pp) / arch.layers
     attn_bytes = attn * arch.num_attention_blocks * frac * wb
     mlp_bytes = (dense_mlp * arch.num_dense_mlp_blocks + moe_mlp * arch.num_moe_layers) * frac * wb
-    mamba_bytes = arch.mamba_params() / tp * arch.mamba_layers * frac * wb
+    mamba_bytes = (
+        (arch.mamba_params() / tp * arch.mamba_layers * frac * wb) if arch.mamba_layers else 0.0
+    )
     router_bytes = (h * arch.num_experts * arch.num_moe_layers * frac * ab) if arch.is_moe else 0.0
     embed = arch.vocab * h / tp * ab
     head = 0.0 if arch.tied_embeddings else arch.vocab * h / tp * ab
