@@ -591,7 +591,9 @@ def arch_from(model: ModelRef) -> ModelArch:
 
 
 #: Keys of a catalog row's ``to_dict()`` that are derived, not fields.
-_CATALOG_EXTRAS = frozenset({"params_total", "params_active", "head_dim", "kind"})
+#: keys a mapping may carry that are not record fields: catalog-only values, and
+#: ``arch_params``, the cached value a record's ``__dict__`` holds once it was computed
+_CATALOG_EXTRAS = frozenset({"params_total", "params_active", "head_dim", "kind", "arch_params"})
 
 
 def kv_cache_bytes_per_token(
