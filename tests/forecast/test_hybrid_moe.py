@@ -167,3 +167,46 @@ def test_qwen35_397b_counts_match_its_name():
     assert m.params_total() == pytest.approx(397e9, rel=0.01)
     embeddings = 2 * 248320 * 4096
     assert m.params_active() - embeddings == pytest.approx(17e9, rel=0.02)
+
+
+def test_a_nested_qwen3_5_config_reads_as_the_dense_hybrid_row():
+    """Qwen3.6-27B's config.json nests the decoder under text_config (qwen3_5_text) and lists
+    layer_types; it reads as 128 single blocks with dense MLPs, the catalog row's counts."""
+    from gpuplan.cli._model import _hf_to_model
+
+    kinds = (["linear_attention"] * 3 + ["full_attention"]) * 16
+    cfg = {
+        "model_type": "qwen3_5",
+        "text_config": {
+            "model_type": "qwen3_5_text",
+            "hidden_size": 5120,
+            "num_hidden_layers": 64,
+            "layer_types": kinds,
+            "num_attention_heads": 24,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "intermediate_size": 17408,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 48,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "vocab_size": 248320,
+            "max_position_embeddings": 262144,
+            "tie_word_embeddings": False,
+        },
+    }
+    rec = _hf_to_model(cfg, "config.json")
+    rec.pop("extra")
+    m = ModelArch(**rec)
+    row = _model("qwen3.6-27b")
+    assert (m.layers, m.mamba_layers, m.attention_layers, m.num_dense_mlp_blocks) == (
+        128,
+        48,
+        16,
+        64,
+    )
+    assert m.params_total() == row.params_total()
+    # the card's 27B (a rounded figure, with a ~0.46B vision encoder gpuplan does not model)
+    # and the catalog's 3%, with the attention output gate (0.50B, not modelled) added
+    assert row.params_total() + 16 * 24 * 256 * 5120 == pytest.approx(27e9, rel=0.03)
