@@ -2319,6 +2319,7 @@ def build_candidates(
                     chunk_tokens=chunk_tokens,
                     label=f"{g.id} tp={t} pp={layout.pp} cap={cap}",
                     frontend_s_per_request=params.frontend_s_per_request,
+                    state_tokens_per_request=mp.state_bytes_per_seq / mp.kv_bytes_per_token,
                 )
                 cands.append(
                     Candidate(

@@ -257,6 +257,10 @@ class ReplicaModel:
     #: with a prefill, or an idle scheduler, takes them in at once (SGLang
     #: ``SchedulerRecvSkipper``: a decode turn weighs 1, any other more than the interval)
     recv_interval: int = 1
+    #: a hybrid model's recurrent state per request, in KV-cache tokens of the same pool
+    #: (:attr:`gpuplan.forecast.inference_arch.MemoryPlan.state_bytes_per_seq` over the KV
+    #: bytes per token): admitted with the request, freed with it
+    state_tokens_per_request: float = 0.0
 
     def iteration_time(
         self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
@@ -476,7 +480,7 @@ def simulate_requests(
     else:
         arrived = arrivals
         arrivals = frontend_entries(arrivals, front)
-    need = lin + lout
+    need = lin + lout + replica.state_tokens_per_request
     if need.max() > replica.kv_capacity_tokens:
         # never admissible: the whole request does not fit in the KV cache
         return SimResult(np.array([]), np.array([]), qps, 0.0, 0, 0.0, True, n_req)
@@ -733,7 +737,8 @@ def analytic_latency(
     pf = lam * i_mean * tau
     check = mean_iteration(tau, lam)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
-    feasible = converged & (n * (i_mean + o_mean) <= replica.kv_capacity_tokens) & (tau < 1e5)
+    per_request = i_mean + o_mean + replica.state_tokens_per_request
+    feasible = converged & (n * per_request <= replica.kv_capacity_tokens) & (tau < 1e5)
     if not ignore_batch_cap:
         feasible &= n <= replica.max_batch
     budget = np.maximum(replica.chunk_tokens - n, 1.0)
@@ -1263,7 +1268,8 @@ def disaggregated_closed_loop(
             )
         )
     prefill_rate = prefill_workers * k / t_k
-    b_cap = float(max(min(decode.max_batch, decode.kv_capacity_tokens / (i_len + o_len)), 1.0))
+    per_request = i_len + o_len + decode.state_tokens_per_request
+    b_cap = float(max(min(decode.max_batch, decode.kv_capacity_tokens / per_request), 1.0))
     t_cap = float(tpot(np.array([b_cap]))[0])
     decode_rate = decode_workers * b_cap / (after_first * t_cap) if after_first > 0 else math.inf
 

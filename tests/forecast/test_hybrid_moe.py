@@ -210,3 +210,22 @@ def test_a_nested_qwen3_5_config_reads_as_the_dense_hybrid_row():
     # the card's 27B (a rounded figure, with a ~0.46B vision encoder gpuplan does not model)
     # and the catalog's 3%, with the attention output gate (0.50B, not modelled) added
     assert row.params_total() + 16 * 24 * 256 * 5120 == pytest.approx(27e9, rel=0.03)
+
+
+def test_the_serving_simulation_admits_a_request_with_its_state():
+    """A request of 600 KV tokens fits a 1,000-token pool alone, but not with a recurrent
+    state worth 500 more: the simulation says it can never be admitted."""
+    import numpy as np
+
+    from gpuplan.forecast.serving import ReplicaModel, simulate_requests
+
+    from .test_infer_serving import flat_cost
+
+    arrivals = np.arange(8, dtype=float)
+    lin, lout = np.full(8, 500.0), np.full(8, 100.0)
+    plain = ReplicaModel(flat_cost(0.01), 4, 1000.0, 0.0)
+    ok = simulate_requests(plain, arrivals, lin, lout)
+    assert not ok.saturated and ok.ttft_s.size > 0
+    hybrid = ReplicaModel(flat_cost(0.01), 4, 1000.0, 0.0, state_tokens_per_request=500.0)
+    refused = simulate_requests(hybrid, arrivals, lin, lout)
+    assert refused.saturated and refused.ttft_s.size == 0
