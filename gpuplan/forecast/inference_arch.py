@@ -344,6 +344,15 @@ class Sharded:
     """Mamba-2 blocks on the average stage (hybrid models)."""
 
     @property
+    def overhead_layers(self) -> float:
+        """Transformer-layer equivalents on the stage for the per-layer launch overhead: a
+        hybrid model's block (a norm and one mixer or MLP, about five kernels) is half of a
+        transformer layer (attention and MLP, about ten)."""
+        if self.arch.is_hybrid:
+            return self.layers_per_stage * self.arch.blocks_per_layer / 2.0
+        return self.layers_per_stage
+
+    @property
     def attn_layers(self) -> float:
         """Attention blocks on the average stage."""
         if self.attention_layers_per_stage is None:

@@ -1004,7 +1004,7 @@ def pass_parts(
         attn_vector_compute_s=np.asarray(attn_v, float).reshape(3),
         elementwise_s=np.asarray(ew, float).reshape(3),
         comm_s=comm_s,
-        layers=sh.layers_per_stage,
+        layers=sh.overhead_layers,
         basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
         flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops),
         bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes + state_bytes),
@@ -1341,7 +1341,7 @@ class StepCostModel:
         lm = per[:, :, is_lm].sum(axis=-1)
         ew = grid[None, :] * sh.elementwise_bytes_per_token() / bw
         comm = rates.comm(grid)[0] * params.comm_efficiency
-        ovh = sh.layers_per_stage * params.overhead_per_layer_s + params.overhead_per_step_s
+        ovh = sh.overhead_layers * params.overhead_per_layer_s + params.overhead_per_step_s
         ts = params.time_scale
         base = (gemm + ew + comm + ovh) * ts
         lm = lm * ts

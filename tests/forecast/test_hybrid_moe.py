@@ -229,3 +229,10 @@ def test_the_serving_simulation_admits_a_request_with_its_state():
     hybrid = ReplicaModel(flat_cost(0.01), 4, 1000.0, 0.0, state_tokens_per_request=500.0)
     refused = simulate_requests(hybrid, arrivals, lin, lout)
     assert refused.saturated and refused.ttft_s.size == 0
+
+
+def test_a_hybrid_block_is_half_a_layer_of_launch_overhead():
+    """Nemotron-H 8B's 52 single blocks launch about the kernels of 26 transformer layers."""
+    sh = shard(_model("nemotron-h-8b"), Layout(tp=1), PRECISIONS["bf16"])
+    assert sh.overhead_layers == 26.0
+    assert shard(_model("llama3.1-8b"), Layout(tp=1), PRECISIONS["bf16"]).overhead_layers == 32
