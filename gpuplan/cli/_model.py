@@ -156,7 +156,11 @@ _HF_UNMODELLED = (
 
 
 def _is_hf_config(data: dict[str, Any]) -> bool:
-    return any(k in data for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+    """A Hugging Face ``config.json``: its decoder keys at the top, or under ``text_config``
+    (the multimodal configs of Gemma 3, Llama 4, Qwen3.5)."""
+    keys = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+    text = data.get("text_config")
+    return any(k in data for k in keys) or (isinstance(text, dict) and any(k in text for k in keys))
 
 
 def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:

@@ -169,33 +169,50 @@ def test_qwen35_397b_counts_match_its_name():
     assert m.params_active() - embeddings == pytest.approx(17e9, rel=0.02)
 
 
+KINDS = (["linear_attention"] * 3 + ["full_attention"]) * 16
+QWEN36_27B_CONFIG = {  # Qwen/Qwen3.6-27B config.json (6a9e13bd), the fields read here
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "text_config": {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 5120,
+        "num_hidden_layers": 64,
+        "layer_types": KINDS,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "intermediate_size": 17408,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 48,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "tie_word_embeddings": False,
+    },
+    "vision_config": {"depth": 27, "hidden_size": 1152},
+}
+
+
+def test_a_nested_config_json_is_read_on_the_command_line(run_cli, tmp_path):
+    """A multimodal config.json has no decoder keys at its top (they are under text_config):
+    ``--model-file`` still reads it as a Hugging Face config, not as a model record."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN36_27B_CONFIG))
+    r = run_cli("forecast", "infer", "--model-file", str(path), "--gpu", "h100", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"]["params_total"] == _model("qwen3.6-27b").params_total()
+
+
 def test_a_nested_qwen3_5_config_reads_as_the_dense_hybrid_row():
     """Qwen3.6-27B's config.json nests the decoder under text_config (qwen3_5_text) and lists
     layer_types; it reads as 128 single blocks with dense MLPs, the catalog row's counts."""
     from gpuplan.cli._model import _hf_to_model
 
-    kinds = (["linear_attention"] * 3 + ["full_attention"]) * 16
-    cfg = {
-        "model_type": "qwen3_5",
-        "text_config": {
-            "model_type": "qwen3_5_text",
-            "hidden_size": 5120,
-            "num_hidden_layers": 64,
-            "layer_types": kinds,
-            "num_attention_heads": 24,
-            "num_key_value_heads": 4,
-            "head_dim": 256,
-            "intermediate_size": 17408,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 48,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "vocab_size": 248320,
-            "max_position_embeddings": 262144,
-            "tie_word_embeddings": False,
-        },
-    }
+    cfg = dict(QWEN36_27B_CONFIG)
     rec = _hf_to_model(cfg, "config.json")
     rec.pop("extra")
     m = ModelArch(**rec)
