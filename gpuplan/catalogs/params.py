@@ -63,6 +63,7 @@ class ArchParams:
     attention_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    attention_output_gate: bool = False
     norm_bias: bool = False
     norms_per_layer: int = 2
     num_experts: int = 0
@@ -103,6 +104,8 @@ def attention_params(a: ArchParams) -> int:
         n += heads * d + 2 * kv * d + h
     if a.qk_norm:
         n += 2 * d
+    if a.attention_output_gate:  # the query projection's per-head output gate
+        n += h * heads * d
     return n
 
 

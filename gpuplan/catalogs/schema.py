@@ -761,6 +761,13 @@ class ModelArch(Row):
     attention_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    attention_output_gate: bool = Field(
+        False,
+        description=(
+            "gated attention: the query projection also writes a per-head gate on the"
+            " attention output (Qwen3-Next, Qwen3.5: attn_output_gate)"
+        ),
+    )
     parallel_attention: bool = False
     norms_per_layer: int = 2
     learned_positions: int = Field(0, description="learned absolute position embeddings (rows)")
@@ -893,6 +900,7 @@ class ModelArch(Row):
             attention_bias=self.attention_bias,
             mlp_bias=self.mlp_bias,
             qk_norm=self.qk_norm,
+            attention_output_gate=self.attention_output_gate,
             norm_bias=self.norm_bias,
             norms_per_layer=self.norms_per_layer,
             num_experts=self.num_experts,

@@ -224,6 +224,7 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
     out["attention_bias"] = bool(data.get("attention_bias")) or model_type in _HF_QKV_BIAS
     out["mlp_bias"] = bool(data.get("mlp_bias"))
     out["qk_norm"] = model_type in _HF_QK_NORM
+    out["attention_output_gate"] = bool(data.get("attn_output_gate")) or model_type == "qwen3_next"
     out["router_bias"] = data.get("topk_method") == "noaux_tc" or model_type in _HF_ROUTER_BIAS
     if out.get("num_experts", 0) and out["num_experts"] <= 1:
         out.pop("num_experts")

@@ -182,7 +182,7 @@ def layer_gemms(
         g.append(Gemm("attn_out", t, h * one, a * v / tp, one, "attn_proj", "layer"))
     else:
         d = arch.d_head
-        qkv = (a + 2 * arch.n_kv_heads) * d
+        qkv = (a + 2 * arch.n_kv_heads) * d + (a * d if arch.attention_output_gate else 0)
         w_attn = arch.attention_fraction * one  # per layer: a hybrid model's attention share
         g.append(Gemm("qkv", t, qkv / tp, h * one, w_attn, "attn_proj", "layer"))
         g.append(Gemm("attn_out", t, h * one, a * d / tp, w_attn, "attn_proj", "layer"))

@@ -413,7 +413,8 @@ class Sharded:
         logit_rows = logit_rows / lay.dp
         # attention projections
         if a.mla is None:
-            rows.append(("qkv", tokens, (qh + 2 * kvh) * a.d_head, h, layers, wb))
+            gate = qh if a.attention_output_gate else 0  # gated attention's output gate
+            rows.append(("qkv", tokens, (qh + gate + 2 * kvh) * a.d_head, h, layers, wb))
             rows.append(("attn_out", tokens, h, qh * a.d_head, layers, wb))
         else:
             m = a.mla
@@ -593,7 +594,8 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
     lm = arch.num_moe_layers / pp
     # attention weights per GPU and layer
     if arch.mla is None:
-        attn = (qh + 2 * kvh) * arch.d_head * h + qh * arch.d_head * h
+        gate = qh if arch.attention_output_gate else 0  # gated attention's output gate
+        attn = (qh + gate + 2 * kvh) * arch.d_head * h + qh * arch.d_head * h
     else:
         m = arch.mla
         q_lora, kv_lora = m.q_lora_rank or 0, m.kv_lora_rank

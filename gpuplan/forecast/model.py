@@ -147,6 +147,10 @@ class ModelArch:
     """Biases on the MLP projections."""
     qk_norm: bool = False
     """RMSNorm on queries and keys per head (Qwen3, OLMo 2)."""
+    attention_output_gate: bool = False
+    """Gated attention: the query projection also writes a per-head gate on the attention
+    output (``heads x head_dim`` more columns; Qiu et al. 2025, "Gated Attention for Large
+    Language Models", arXiv 2505.06708; Qwen3-Next's ``attn_output_gate``)."""
     norm_bias: bool = False
     """LayerNorm with a shift (GPT-era models) instead of RMSNorm's scale alone."""
     norms_per_layer: int = 2
@@ -417,6 +421,7 @@ class ModelArch:
             attention_bias=self.attention_bias,
             mlp_bias=self.mlp_bias,
             qk_norm=self.qk_norm,
+            attention_output_gate=self.attention_output_gate,
             norm_bias=self.norm_bias,
             norms_per_layer=self.norms_per_layer,
             num_experts=self.num_experts if self.is_moe else 0,
@@ -526,6 +531,7 @@ def arch_from_catalog(row: CatalogModel) -> ModelArch:
         attention_bias=row.attention_bias,
         mlp_bias=row.mlp_bias,
         qk_norm=row.qk_norm,
+        attention_output_gate=row.attention_output_gate,
         norm_bias=row.norm_bias,
         norms_per_layer=row.norms_per_layer,
         router_bias=row.router_bias,
