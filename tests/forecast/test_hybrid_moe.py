@@ -88,18 +88,6 @@ NEMOTRON3_NANO_CONFIG = {  # the fields of its config.json that matter here
 }
 
 
-def test_a_nemotron_h_config_json_reads_as_the_catalog_row():
-    from gpuplan.cli._model import _hf_to_model
-
-    rec = _hf_to_model(dict(NEMOTRON3_NANO_CONFIG), "config.json")
-    rec.pop("extra")
-    m = ModelArch(**rec)
-    row = _model("nemotron3-nano-30b-a3b")
-    assert (m.mamba_layers, m.attention_layers, m.num_moe_layers) == (23, 6, 23)
-    assert m.params_total() == row.params_total()
-    assert m.params_active() == row.params_active()
-
-
 def test_a_pattern_with_mlp_and_moe_blocks_is_refused():
     from gpuplan.cli._model import _hf_to_model
 
@@ -147,18 +135,6 @@ def test_qwen3_next_as_single_blocks_matches_its_checkpoint():
     assert sh.state_bytes_per_seq_stage() == pytest.approx(
         36 * (32 * 128 * 128 * 4.0 + 3 * (32 * 128 + 2 * 16 * 128) * 2.0)
     )
-
-
-def test_a_qwen3_next_config_json_reads_as_the_catalog_row():
-    from gpuplan.cli._model import _hf_to_model
-
-    rec = _hf_to_model(dict(QWEN3_NEXT_CONFIG), "config.json")
-    rec.pop("extra")
-    m = ModelArch(**rec)
-    row = _model("qwen3-next-80b-a3b")
-    assert (m.layers, m.mamba_layers, m.attention_layers) == (96, 36, 12)
-    assert m.params_total() == row.params_total()
-    assert m.params_active() == row.params_active()
 
 
 def test_qwen35_397b_counts_match_its_name():
@@ -209,27 +185,39 @@ def test_a_nested_config_json_is_read_on_the_command_line(run_cli, tmp_path):
     assert json.loads(r.stdout)["model"]["params_total"] == _model("qwen3.6-27b").params_total()
 
 
-def test_a_nested_qwen3_5_config_reads_as_the_dense_hybrid_row():
-    """Qwen3.6-27B's config.json nests the decoder under text_config (qwen3_5_text) and lists
-    layer_types; it reads as 128 single blocks with dense MLPs, the catalog row's counts."""
+def _from_config(cfg: dict) -> ModelArch:
     from gpuplan.cli._model import _hf_to_model
 
-    cfg = dict(QWEN36_27B_CONFIG)
-    rec = _hf_to_model(cfg, "config.json")
+    rec = _hf_to_model(dict(cfg), "config.json")
     rec.pop("extra")
-    m = ModelArch(**rec)
-    row = _model("qwen3.6-27b")
-    assert (m.layers, m.mamba_layers, m.attention_layers, m.num_dense_mlp_blocks) == (
-        128,
-        48,
-        16,
-        64,
-    )
-    assert m.params_total() == row.params_total()
-    # the card's 27B (a rounded figure, with a ~0.46B vision encoder gpuplan does not model)
-    # within the catalog's 3%; the gated attention's output gate (0.50B) is counted
-    assert m.attention_output_gate
-    assert row.params_total() == pytest.approx(27e9, rel=0.03)
+    return ModelArch(**rec)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "row", "blocks"),
+    [
+        (NEMOTRON3_NANO_CONFIG, "nemotron3-nano-30b-a3b", (52, 23, 6, 23)),
+        (QWEN3_NEXT_CONFIG, "qwen3-next-80b-a3b", (96, 36, 12, 48)),
+        (QWEN36_27B_CONFIG, "qwen3.6-27b", (128, 48, 16, 0)),
+    ],
+)
+def test_a_hybrid_config_json_reads_as_the_catalog_row(cfg, row, blocks):
+    """Nemotron-H's hybrid_override_pattern, Qwen3-Next's full_attention_interval and
+    Qwen3.6's nested text_config with layer_types read as the rows' single blocks (layers,
+    Mamba-2 or Gated DeltaNet, attention, MoE) and parameter counts."""
+    m, r = _from_config(cfg), _model(row)
+    assert (m.layers, m.mamba_layers, m.attention_layers, m.num_moe_layers) == blocks
+    assert m.params_total() == r.params_total()
+    assert m.params_active() == r.params_active()
+
+
+def test_qwen36_27b_is_a_dense_hybrid_of_its_card_size():
+    """128 single blocks, 64 of them dense SwiGLU MLPs; the card's 27B (a rounded figure,
+    with a ~0.46B vision encoder gpuplan does not model) within the catalog's 3%, the gated
+    attention's output gate (0.50B) counted."""
+    m = _model("qwen3.6-27b")
+    assert m.num_dense_mlp_blocks == 64 and m.attention_output_gate
+    assert m.params_total() == pytest.approx(27e9, rel=0.03)
 
 
 def test_the_serving_simulation_admits_a_request_with_its_state():
