@@ -482,10 +482,11 @@ class Sharded:
         if a.is_hybrid:
             # one block per layer (a norm and a residual add), RoPE in the attention blocks,
             # and the Mamba-2 passes: conv + SiLU over x, B, C (read + write), gate and
-            # gated norm over the scan output (3 reads, 2 writes), as the training model
+            # gated norm over the scan output (3 reads, 2 writes), as the training model;
+            # in elements (the total is taken at the activation bytes below)
             heads, p_dim, n_st, grp, _ = a.mamba_dims()
             d_in = heads * p_dim
-            mamba = (4 * (d_in + 2 * grp * n_st) + 10 * d_in) / tp
+            mamba = (2 * (d_in + 2 * grp * n_st) + 5 * d_in) / tp
             per_block = 2 * h + 3 * h
             blocks = self.layers_per_stage * per_block + self.attn_layers * rope
             blocks += self.mamba_layers_per_stage * mamba
