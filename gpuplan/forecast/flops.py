@@ -197,14 +197,13 @@ def layer_gemms(
             g.append(Gemm("mlp_up", t, up * f / tp, h * one, w_mlp, "mlp", "layer"))
             g.append(Gemm("mlp_down", t, h * one, f / tp, w_mlp, "mlp", "layer"))
         if arch.mamba_layers:
-            heads, p, n, grp, _ = arch.mamba_dims()
-            d_in = heads * p
+            in_width, _, d_in = arch.mamba_widths()
             w_m = arch.mamba_fraction * one
             g.append(
                 Gemm(
                     "mamba_in",
                     t,
-                    (2 * d_in + 2 * grp * n + heads) / tp,
+                    in_width / tp,
                     h * one,
                     w_m,
                     "mamba",

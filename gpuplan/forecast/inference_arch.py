@@ -380,11 +380,16 @@ class Sharded:
         reads and writes it once per sequence; 0 for a transformer."""
         if not self.mamba_layers_per_stage:
             return 0.0
-        heads, p, n, grp, conv_k = self.arch.mamba_dims()
+        heads, p, n, _, conv_k = self.arch.mamba_dims()
         tp = self.layout.tp
         ssm = heads * p * n / tp * 4.0
-        conv = (conv_k - 1) * (heads * p + 2 * grp * n) / tp * self.precision.activation_bytes
+        channels = self.arch.mamba_widths()[1]
+        conv = (conv_k - 1) * channels / tp * self.precision.activation_bytes
         return (ssm + conv) * self.mamba_layers_per_stage / self.layout.dp
+
+    def state_traffic_bytes_per_seq_stage(self) -> float:
+        """What one decode step moves of a sequence's recurrent state: read and written."""
+        return 2.0 * self.state_bytes_per_seq_stage()
 
     def state_bytes_per_seq_gpu(self) -> float:
         """:meth:`state_bytes_per_seq_stage` on the largest stage (the memory a sequence
@@ -450,10 +455,9 @@ class Sharded:
                 rows.append(("shared_down", tokens, h, fs, lm, wb))
         if self.mamba_layers_per_stage:
             # Mamba-2 in_proj (z, x, B, C, dt) split by columns, out_proj by rows
-            heads, p_dim, n_st, grp, _ = a.mamba_dims()
-            d_in = heads * p_dim
+            in_width, _, d_in = a.mamba_widths()
             lmb = self.mamba_layers_per_stage
-            rows.append(("mamba_in", tokens, (2 * d_in + 2 * grp * n_st + heads) / tp, h, lmb, wb))
+            rows.append(("mamba_in", tokens, in_width / tp, h, lmb, wb))
             rows.append(("mamba_out", tokens, h, d_in / tp, lmb, wb))
         # LM head on the last stage only: 1/pp of it on the average stage
         rows.append(("lm_head", logit_rows, a.vocab / tp, h, 1.0 / lay.pp, ab))
@@ -484,9 +488,7 @@ class Sharded:
             # and the Mamba-2 passes: conv + SiLU over x, B, C (read + write), gate and
             # gated norm over the scan output (3 reads, 2 writes), as the training model;
             # in elements (the total is taken at the activation bytes below)
-            heads, p_dim, n_st, grp, _ = a.mamba_dims()
-            d_in = heads * p_dim
-            mamba = (2 * (d_in + 2 * grp * n_st) + 5 * d_in) / tp
+            mamba = a.mamba_elementwise_elements_per_token() / tp
             per_block = 2 * h + 3 * h
             blocks = self.layers_per_stage * per_block + self.attn_layers * rope
             blocks += self.mamba_layers_per_stage * mamba

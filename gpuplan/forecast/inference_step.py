@@ -1041,7 +1041,7 @@ def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts
         decode_attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
         attn_bytes=0.0,
         kv_read_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
-        state_bytes=2.0 * batch * sh.state_bytes_per_seq_stage(),
+        state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
     )
 
@@ -1264,7 +1264,7 @@ def continuous_iteration(
             decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
             attn_bytes=k * c * kv,
             kv_read_bytes=batch * mean_ctx * kv,
-            state_bytes=2.0 * batch * sh.state_bytes_per_seq_stage(),
+            state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
             attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
             gemm_rates=(g_all[j], rate_all[:, j * n_g : (j + 1) * n_g], b_gemm),
@@ -1370,7 +1370,7 @@ class StepCostModel:
             base_s=base,
             lm_s=lm,
             attn_s_per_ctx_token=np.asarray(attn_ctx, float),
-            state_s_per_row=np.asarray(ts * 2.0 * sh.state_bytes_per_seq_stage() / bwv, float),
+            state_s_per_row=np.asarray(ts * sh.state_traffic_bytes_per_seq_stage() / bwv, float),
             attn_s_per_prefill_flop=np.asarray(attn_pf, float),
             kv_s_per_prefill_token=np.asarray(kv_pf, float),
             stage_factor=float(lay.pp),

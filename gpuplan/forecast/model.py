@@ -288,7 +288,7 @@ class ModelArch:
         if not self.is_moe:
             return 0
         if self.is_hybrid:
-            return self.layers - self.mamba_layers - (self.attention_layers or 0)
+            return self.num_mlp_blocks
         rest = self.layers - self.first_dense_layers
         return rest // max(1, self.moe_layer_freq)
 
@@ -320,8 +320,12 @@ class ModelArch:
         blocks that are not MoE blocks."""
         if not self.is_hybrid:
             return self.num_dense_layers
-        blocks = self.layers - self.mamba_layers - (self.attention_layers or 0)
-        return blocks - self.num_moe_layers
+        return self.num_mlp_blocks - self.num_moe_layers
+
+    @property
+    def num_mlp_blocks(self) -> int:
+        """A hybrid model's blocks that are neither Mamba-2 nor attention (dense or MoE)."""
+        return self.layers - self.mamba_layers - (self.attention_layers or 0)
 
     @property
     def num_attention_blocks(self) -> int:
@@ -347,6 +351,22 @@ class ModelArch:
             int(m.get("groups", 1)),
             int(m.get("conv_kernel", 4)),
         )
+
+    def mamba_widths(self) -> tuple[int, int, int]:
+        """``(in_proj columns, conv channels, d_in)`` of the Mamba-2 mixer: in_proj writes z,
+        x, B, C and dt (``2*d_in + 2*G*N + H``), the convolution runs over x, B and C
+        (``d_in + 2*G*N``), ``d_in = H*P`` (Dao & Gu 2024, section 7)."""
+        heads, p, n, grp, _ = self.mamba_dims()
+        d_in = heads * p
+        conv = d_in + 2 * grp * n
+        return d_in + conv + heads, conv, d_in
+
+    def mamba_elementwise_elements_per_token(self) -> int:
+        """Elements one Mamba-2 block's element-wise passes read and write per token: conv +
+        SiLU over x, B, C (read + write) and the gate and gated RMSNorm over the scan output
+        (3 reads, 2 writes)."""
+        _, conv, d_in = self.mamba_widths()
+        return 2 * conv + 5 * d_in
 
     def mamba_params(self) -> int:
         """Weights of one Mamba-2 mixer (:func:`gpuplan.catalogs.params.mamba_params`)."""

@@ -1334,11 +1334,9 @@ def evaluate_layouts(
     if arch.mamba_layers:
         # Mamba-2 elementwise passes: conv + SiLU over x, B, C (read + write), gate and
         # gated RMSNorm over the scan output (3 reads, 2 writes), 2 bytes each.
-        heads, p_dim, n_st, grp, _ = arch.mamba_dims()
-        d_in = float(heads * p_dim)
         per_token_layer = (
             per_token_layer
-            + arch.mamba_fraction * (4.0 * (d_in + 2.0 * grp * n_st) + 10.0 * d_in) / tp
+            + arch.mamba_fraction * 2.0 * float(arch.mamba_elementwise_elements_per_token()) / tp
         )
     if arch.is_moe:
         fe = float(arch.expert_ffn)
