@@ -82,7 +82,7 @@ from gpuplan.forecast.inference_step import (
     static_run_parts,
     static_run_time,
 )
-from gpuplan.forecast.model import ModelArch, ModelRef, arch_from, kv_cache_bytes_per_token
+from gpuplan.forecast.model import ModelArch, ModelRef, arch_from
 from gpuplan.forecast.serving import (
     PERCENTILES,
     Candidate,
@@ -287,6 +287,8 @@ class LayoutResult(_ReplicaExtras):
     batch_note: str | None
     max_batch: int
     kv_cache_bytes_per_token: float
+    #: a sliding-window model's window of KV per sequence, whole model (0 for others)
+    kv_cache_window_bytes_per_sequence: float
     kv_cache_bytes_per_token_per_gpu: float
     memory_per_gpu_bytes: float
     fits_in_memory: bool
@@ -374,6 +376,8 @@ class FleetResult(BaseInfo, _FleetExtras):
     batch: int
     max_batch: int
     kv_cache_bytes_per_token: float
+    #: a sliding-window model's window of KV per sequence, whole model (0 for others)
+    kv_cache_window_bytes_per_sequence: float
     kv_cache_bytes_per_token_per_gpu: float
     memory_per_gpu_bytes: float
     fits_in_memory: bool
@@ -502,7 +506,7 @@ def memory_plan(
         weights_bytes=sh.weight_bytes_per_gpu,
         activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
-        state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
+        state_bytes_per_seq=sh.fixed_bytes_per_seq_gpu(),
     )
 
 
@@ -793,8 +797,10 @@ def _single_layout(
     if mp1.kv_capacity_tokens < req:
         raise no_fit_error(arch, gpu, prec, layout, mp1, req, chunk_tokens, utilization)
     if static:
-        per_req = sh.kv_bytes_per_token_per_gpu() * req + float(
-            sh.activation_bytes_peak(input_tokens, 1)
+        per_req = (
+            float(sh.kv_bytes_per_seq_gpu(req))
+            + sh.state_bytes_per_seq_gpu()
+            + float(sh.activation_bytes_peak(input_tokens, 1))
         )
         budget = mp1.usable_bytes - mp1.weights_bytes
         max_batch = int(budget // per_req)
@@ -854,20 +860,17 @@ def _single_layout(
         # (chunk i of c tokens attends to i*c cached ones: sum = s**2/2, FlashAttention
         # counts), so each carries 1/chunks of it and of the KV written, not all of it.
         chunks = math.ceil(input_tokens / chunk_tokens)
+        attended = float(sh.attended_ctx(input_tokens + output_tokens / 2))
         new_parts, _ = pass_parts(
             rates,
             tokens=mb_rows + min(input_tokens, chunk_tokens),
             logit_rows=mb_rows + 1,
             attn_flops=float(
                 sh.attention_flops_prefill(input_tokens) / chunks
-                + mb_rows
-                * (input_tokens + output_tokens / 2)
-                * sh.attention_flops_decode_per_ctx_token()
+                + mb_rows * attended * sh.attention_flops_decode_per_ctx_token()
             ),
             attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
-            kv_read_bytes=mb_rows
-            * (input_tokens + output_tokens / 2)
-            * sh.kv_bytes_per_ctx_token_stage(),
+            kv_read_bytes=mb_rows * attended * sh.kv_bytes_per_ctx_token_stage(),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
         )
         ttft3 = (
@@ -880,7 +883,7 @@ def _single_layout(
         hop_dec = hop
     mp = memory_plan(sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization)
     kv_tokens = b * req
-    mb = mp.breakdown(kv_tokens)
+    mb = mp.breakdown(kv_tokens, b)
     fits = mb["total"] <= mp.usable_bytes and b_req <= b
     gpus = layout.gpus
     q_thr = fitted.interval_quantiles("throughput_per_gpu", engine, arch.is_moe)
@@ -917,7 +920,8 @@ def _single_layout(
             f"{int(req)} tokens, so {b} run at a time and the rest wait"
         ),
         "max_batch": int(max_batch),
-        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, prec.kv_bytes),
+        "kv_cache_bytes_per_token": sh.model_kv_bytes_per_token(),
+        "kv_cache_window_bytes_per_sequence": sh.model_window_kv_bytes_per_seq(),
         "kv_cache_bytes_per_token_per_gpu": sh.kv_bytes_per_token_per_gpu(),
         "memory_per_gpu_bytes": mb["total"],
         "fits_in_memory": bool(fits),
@@ -2541,7 +2545,7 @@ def _size_for_load(
     thr_rep = sv["throughput_output_tokens_per_s"]
     mean_running = sv["mean_running_requests"]
     kv_tokens = mean_running * (inputs.mean + outputs.mean)
-    mb = mp.breakdown(kv_tokens)
+    mb = mp.breakdown(kv_tokens, mean_running)
     q_ttft = fitted.interval_quantiles("ttft", engine, arch.is_moe)
     # TPOT's own where measured, else the throughput's mirrored (throughput = batch / TPOT)
     q_tpot = fitted.interval_quantiles("tpot", engine, arch.is_moe)
@@ -2570,7 +2574,8 @@ def _size_for_load(
         "throughput_output_tokens_per_s_per_gpu": thr_rep / gpr,
         "batch": best.replica.max_batch,
         "max_batch": int(best.extra["kv_max_batch"]),
-        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, sh.precision.kv_bytes),
+        "kv_cache_bytes_per_token": sh.model_kv_bytes_per_token(),
+        "kv_cache_window_bytes_per_sequence": sh.model_window_kv_bytes_per_seq(),
         "kv_cache_bytes_per_token_per_gpu": sh.kv_bytes_per_token_per_gpu(),
         "memory_per_gpu_bytes": mb["total"],
         "fits_in_memory": bool(mb["total"] <= mp.usable_bytes),
@@ -2845,7 +2850,7 @@ def size_disaggregated(
             continue
         dwait = dec[3].percentile("ttft", pct)
         link_bw, link_basis = inter_node_link_bytes_per_s(dec[1].extra["rates"])
-        kvb = float(prompt_q) * float(dec[1].extra["sharded"].kv_bytes_per_token_per_gpu())
+        kvb = float(dec[1].extra["sharded"].kv_bytes_per_seq_gpu(prompt_q))
         kv_t = kv_transfer_time_s(kvb, link_bw)
         budget = None if slo is None else slo - kv_t - dwait
         if budget is not None and budget <= 0:
@@ -2867,7 +2872,7 @@ def size_disaggregated(
     link_basis = found_basis
     _, dc, dr, dsim = best_dec
     dec_wait = dsim.percentile("ttft", pct)
-    kv_per_gpu = float(prompt_q) * float(dc.extra["sharded"].kv_bytes_per_token_per_gpu())
+    kv_per_gpu = float(dc.extra["sharded"].kv_bytes_per_seq_gpu(prompt_q))
     _, pc, pr, psim = best_pf
     n_p, n_d = pr * pc.gpus_per_replica, dr * dc.gpus_per_replica
     total = n_p + n_d
@@ -2918,7 +2923,10 @@ def size_disaggregated(
             "link_basis": link_basis,
             "link": "scale-out network between the pools (calibrated inter-node point-to-point, per GPU)",
             "seconds": kv_s,
-            "formula": "prompt tokens x KV bytes per token per GPU / link bytes per second",
+            "formula": (
+                "prompt tokens x KV bytes per token per GPU (+ a sliding-window layer's window) "
+                "/ link bytes per second"
+            ),
         },
         "ttft_s": ttft_total,
         "tpot_s": dsim.percentile("tpot", pct),

@@ -368,9 +368,117 @@ class Sharded:
         return kv / self.layout.dp
 
     def kv_bytes_per_token_per_gpu(self) -> float:
-        return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(
-            self.arch.num_attention_blocks / self.layout.pp
+        """KV bytes one more token of a sequence adds on the largest stage: every attention
+        layer, or with :attr:`window` only the full-attention ones (a sliding-window layer
+        holds a fixed window per sequence, :meth:`window_kv_bytes_per_seq_gpu`)."""
+        layers = self.arch.num_attention_blocks
+        if self.window is not None:
+            layers -= self.arch.num_local_attention_layers
+        return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(layers / self.layout.pp)
+
+    def window_kv_bytes_per_seq_gpu(self, tokens: Num | None = None) -> Num:
+        """KV bytes the sliding-window layers of the largest stage hold for one sequence of
+        ``tokens`` tokens (default: the whole window, what an engine keeps for a sequence
+        longer than it); 0 without :attr:`window`."""
+        w = self.window
+        if w is None:
+            return 0.0
+        held = w if tokens is None else np.minimum(np.asarray(tokens, dtype=float), w)
+        local = math.ceil(self.arch.num_local_attention_layers / self.layout.pp)
+        return self.kv_bytes_per_token_per_layer_per_gpu() * local * held
+
+    def kv_bytes_per_seq_gpu(self, tokens: Num) -> Num:
+        """KV bytes of one sequence of ``tokens`` tokens on the largest stage (what a
+        disaggregated prefill hands to its decode pool)."""
+        return np.asarray(tokens, dtype=float) * self.kv_bytes_per_token_per_gpu() + (
+            self.window_kv_bytes_per_seq_gpu(tokens)
         )
+
+    def fixed_bytes_per_seq_gpu(self) -> float:
+        """Memory a sequence holds besides its per-token KV cache, largest stage: a hybrid
+        model's recurrent state and a sliding-window layer's window of KV."""
+        return self.state_bytes_per_seq_gpu() + float(self.window_kv_bytes_per_seq_gpu())
+
+    def model_kv_bytes_per_token(self) -> float:
+        """KV bytes one more token of a sequence adds to the whole model (all GPUs): every
+        attention layer, or with :attr:`window` the full-attention ones."""
+        layers = None
+        if self.window is not None:
+            layers = self.arch.num_attention_blocks - self.arch.num_local_attention_layers
+        return kv_cache_bytes_per_token(self.arch, self.precision.kv_bytes, kv_layers=layers)
+
+    def model_window_kv_bytes_per_seq(self) -> float:
+        """KV bytes the sliding-window layers hold for one sequence at the full window, whole
+        model; 0 without :attr:`window`."""
+        if self.window is None:
+            return 0.0
+        local = self.arch.num_local_attention_layers
+        kv = kv_cache_bytes_per_token(self.arch, self.precision.kv_bytes, kv_layers=local)
+        return kv * self.window
+
+    # ---- sliding-window attention -------------------------------------------------------
+    @property
+    def window(self) -> float | None:
+        """Tokens a sliding-window attention layer attends to, when the model has such layers
+        and at least one full-attention layer (Gemma 2/3, gpt-oss); None otherwise (a model
+        whose every layer is windowed, or a hybrid, is priced at full attention).
+
+        Serving engines keep only the window's KV for those layers (vLLM's hybrid KV cache
+        manager, docs/design/hybrid_kv_cache_manager.md; SGLang's SWA memory pool;
+        TensorRT-LLM's variable sliding-window attention) and their attention kernels read
+        at most the window (FlashAttention's ``window_size``)."""
+        a = self.arch
+        local = a.num_local_attention_layers
+        if a.sliding_window is None or a.is_hybrid or not local or local >= a.layers:
+            return None
+        return float(a.sliding_window)
+
+    @property
+    def local_attention_fraction(self) -> float:
+        """The attention layers with a sliding window (gpt-oss: 1/2; Gemma 3: 5/6)."""
+        if self.window is None:
+            return 0.0
+        return self.arch.num_local_attention_layers / self.arch.layers
+
+    def attended_ctx(self, ctx: Num) -> Num:
+        """Cached tokens one decode query reads, averaged over the attention layers: ``ctx``
+        in a full-attention layer, ``min(ctx, w)`` in a sliding-window one (Beltagy et al.
+        2020, "Longformer", section 3.1)."""
+        w = self.window
+        if w is None:
+            return ctx
+        f = self.local_attention_fraction
+        c = np.asarray(ctx, dtype=float)
+        out: FloatArray = (1.0 - f) * c + f * np.minimum(c, w)
+        return out
+
+    def causal_pairs(self, seq_len: Num, prefix: Num = 0) -> FloatArray:
+        """Query-key pairs of a causal prefill chunk of ``s`` tokens after ``c`` cached ones,
+        averaged over the attention layers: ``s * c + s**2 / 2`` in a full-attention layer;
+        in a sliding-window layer each position ``i`` sees ``min(i, w)`` keys, so the chunk
+        sees ``P(c + s) - P(c)`` with ``P(x) = x**2 / 2`` up to ``w`` and
+        ``w**2 / 2 + w * (x - w)`` beyond.
+
+        >>> from gpuplan.forecast.model import ModelArch
+        >>> from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
+        >>> a = ModelArch(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=10,
+        ...               sliding_window=128, full_attention_interval=2)
+        >>> sh = shard(a, Layout(), PRECISIONS["bf16"])
+        >>> float(sh.causal_pairs(1024)), float(sh.causal_pairs(64))
+        (323584.0, 2048.0)
+        """
+        s = np.asarray(seq_len, dtype=np.float64)
+        c = np.asarray(prefix, dtype=np.float64)
+        full: FloatArray = s * c + s * s / 2.0
+        w = self.window
+        if w is None:
+            return full
+
+        def pairs(x: FloatArray) -> FloatArray:
+            return np.where(x <= w, x * x / 2.0, w * w / 2.0 + w * (x - w))
+
+        f = self.local_attention_fraction
+        return (1.0 - f) * full + f * (pairs(c + s) - pairs(c))
 
     def state_bytes_per_seq_stage(self) -> float:
         """Recurrent state one sequence keeps on one GPU, whole stage: a Mamba-2 block's
@@ -507,7 +615,8 @@ class Sharded:
 
         ``2 * heads * (d_qk + d_v) * (s * c + s**2 / 2)`` for a chunk of ``s`` tokens after
         ``c`` cached ones: QK^T and PV each cost ``2 * s * ctx * d`` per head, and causal
-        masking halves the square part (FlashAttention, Dao et al. 2022, Sec. 3 counts).
+        masking halves the square part (FlashAttention, Dao et al. 2022, Sec. 3 counts);
+        sliding-window layers count their window (:meth:`causal_pairs`).
         """
         s = np.asarray(seq_len, dtype=np.float64)
         c = np.asarray(prefix, dtype=np.float64)
@@ -517,7 +626,7 @@ class Sharded:
             2.0
             * self.q_heads_per_gpu
             * dsum
-            * (s * c + s * s / 2.0)
+            * self.causal_pairs(s, c)
             * self.attn_layers
             / self.layout.dp
         )
@@ -660,8 +769,9 @@ class MemoryPlan:
     activation_bytes: float
     kv_bytes_per_token: float
     state_bytes_per_seq: float = 0.0
-    """A hybrid model's recurrent state per sequence (:meth:`Sharded.state_bytes_per_seq_gpu`),
-    held from the same pool as the KV cache (vLLM's hybrid cache manager)."""
+    """What a sequence holds besides its per-token KV (:meth:`Sharded.fixed_bytes_per_seq_gpu`:
+    a hybrid model's recurrent state, a sliding-window layer's window of KV), held from the
+    same pool as the KV cache (vLLM's hybrid cache manager)."""
 
     @property
     def kv_budget_bytes(self) -> float:
@@ -678,8 +788,10 @@ class MemoryPlan:
             return int(max(self.kv_budget_bytes, 0.0) // (per_seq + self.state_bytes_per_seq))
         return int(self.kv_capacity_tokens // max(tokens_per_request, 1.0))
 
-    def breakdown(self, kv_tokens: float) -> dict[str, float]:
-        kv = kv_tokens * self.kv_bytes_per_token
+    def breakdown(self, kv_tokens: float, sequences: float = 0.0) -> dict[str, float]:
+        """Memory per GPU holding ``kv_tokens`` cached tokens of ``sequences`` sequences (the
+        KV-cache pool's entry counts each sequence's :attr:`state_bytes_per_seq` too)."""
+        kv = kv_tokens * self.kv_bytes_per_token + sequences * self.state_bytes_per_seq
         return {
             "weights": self.weights_bytes,
             "kv_cache": kv,

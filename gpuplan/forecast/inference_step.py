@@ -1024,23 +1024,25 @@ def prefill_pass(
         logit_rows=batch,
         attn_flops=float(batch * sh.attention_flops_prefill(seq_len, prefix)),
         attn_bytes=float(batch * seq_len * kv),
-        kv_read_bytes=float(batch * prefix * kv),
+        kv_read_bytes=float(batch * sh.attended_ctx(prefix) * kv),
         attn_shape=(seq_len, seq_len + prefix, sh.arch.qk_head_dim),
     )
 
 
 def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts, np.ndarray]:
-    """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each."""
+    """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each (a
+    sliding-window layer reads at most its window, :meth:`Sharded.attended_ctx`)."""
     sh = rates.sharded
+    attended = float(sh.attended_ctx(ctx))
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     return pass_parts(
         rates,
         tokens=batch,
         logit_rows=batch,
         attn_flops=0.0,
-        decode_attn_flops=batch * ctx * sh.attention_flops_decode_per_ctx_token(),
+        decode_attn_flops=batch * attended * sh.attention_flops_decode_per_ctx_token(),
         attn_bytes=0.0,
-        kv_read_bytes=batch * ctx * sh.kv_bytes_per_ctx_token_stage(),
+        kv_read_bytes=batch * attended * sh.kv_bytes_per_ctx_token_stage(),
         state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
     )
@@ -1232,6 +1234,7 @@ def continuous_iteration(
     o = max(output_tokens, 1.0)
     m, c = prefill_chunks(input_tokens, chunk_tokens)
     mean_ctx = input_tokens + o / 2.0
+    attended = float(sh.attended_ctx(mean_ctx))
     kv = sh.kv_bytes_per_ctx_token_stage()
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     # a chunk carries 1/m of its prompt's causal attention (chunk i of m attends to the i-1
@@ -1261,9 +1264,9 @@ def continuous_iteration(
             tokens=batch + k * c,
             logit_rows=batch,
             attn_flops=k * chunk_attn,
-            decode_attn_flops=batch * mean_ctx * sh.attention_flops_decode_per_ctx_token(),
+            decode_attn_flops=batch * attended * sh.attention_flops_decode_per_ctx_token(),
             attn_bytes=k * c * kv,
-            kv_read_bytes=batch * mean_ctx * kv,
+            kv_read_bytes=batch * attended * kv,
             state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
             attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
@@ -1304,6 +1307,11 @@ class StepCostModel:
     hop_s: np.ndarray  # (3,)
     max_tokens: float
     pp: int
+    #: a sliding-window model's window and the share of its attention layers that have it
+    #: (:attr:`Sharded.window`), with the prefill attention FLOPs of one query-key pair
+    window: float | None = None
+    local_fraction: float = 0.0
+    pair_flops: float = 0.0
 
     @classmethod
     def build(
@@ -1377,7 +1385,39 @@ class StepCostModel:
             hop_s=hop,
             max_tokens=float(grid[-1]),
             pp=lay.pp,
+            window=sh.window,
+            local_fraction=sh.local_attention_fraction,
+            pair_flops=float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0,
         )
+
+    def windowed(
+        self, rows: Num, ctx_tokens: Num, prefill_flops: Num, prefill_tokens: Num
+    ) -> tuple[FloatArray, FloatArray]:
+        """The decode context read and the prefill attention FLOPs of an iteration once its
+        sliding-window layers attend to at most :attr:`window` keys.
+
+        The callers give the iteration's totals as if every layer attended to the whole
+        context (``ctx_tokens`` over ``rows`` sequences; ``prefill_flops`` =
+        ``pair_flops * (s * c + s**2 / 2)`` summed over the chunks). A window layer reads
+        ``min(ctx, w)`` per sequence, taken at the mean context; a chunk's tokens at mean
+        position ``p`` are counted as a prompt of ``2p`` tokens from the start, whose
+        window layer sees ``p`` keys per token up to ``p = w/2`` and ``w - w**2 / (4p)``
+        beyond (exact for a whole prompt; a later chunk of a long prompt is undercounted
+        by at most a quarter of its window layers' share). Unchanged without a window."""
+        ctx = np.asarray(ctx_tokens, dtype=float)
+        pf = np.asarray(prefill_flops, dtype=float)
+        w = self.window
+        if w is None:
+            return ctx, pf
+        f = self.local_fraction
+        r = np.asarray(rows, dtype=float)
+        per_row = ctx / np.maximum(r, 1e-12)
+        ctx_w = (1.0 - f) * ctx + f * r * np.minimum(per_row, w)
+        t = np.asarray(prefill_tokens, dtype=float)
+        pos = pf / self.pair_flops / np.maximum(t, 1e-12)
+        keys = np.where(pos <= w / 2.0, pos, w - w * w / (4.0 * np.maximum(pos, 1e-12)))
+        pf_w = (1.0 - f) * pf + f * self.pair_flops * t * keys
+        return ctx_w, pf_w
 
     def base(self, tokens: Num, scenario: int = VALUE) -> FloatArray:
         """GEMM + element-wise + communication + overhead time of ``tokens`` tokens."""
@@ -1406,6 +1446,10 @@ class StepCostModel:
         :func:`gpuplan.forecast.inference.forecast_inference`): an iteration takes ``pp``
         stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops."""
         m = float(self.pp)
+        if self.window is not None:
+            ctx_tokens, prefill_flops = self.windowed(
+                rows, ctx_tokens, prefill_flops, prefill_tokens
+            )
         stage = (
             self.base(np.asarray(tokens, float) / m, scenario)
             + self.lm(np.asarray(rows, float) / m, scenario)
