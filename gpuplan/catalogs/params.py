@@ -35,6 +35,21 @@ class MLAConfig(BaseModel):
     v_head_dim: int
 
 
+class DSAConfig(BaseModel):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer scores every cached
+    token with a few FP8 heads and the MLA attention reads only the ``topk`` best
+    (DeepSeek-AI 2025, "DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with DeepSeek
+    Sparse Attention"; github deepseek-ai/DeepSeek-V3.2-Exp inference/model.py ``Indexer``:
+    ``wq_b`` q_lora -> heads x head_dim, ``wk`` hidden -> head_dim, LayerNorm ``k_norm``,
+    ``weights_proj`` hidden -> heads, and a cache of one FP8 key with an fp32 scale per
+    token)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    indexer_heads: int = Field(gt=0, description="index_n_heads")
+    indexer_head_dim: int = Field(gt=0, description="index_head_dim")
+    topk: int = Field(gt=0, description="index_topk: keys the sparse attention reads per query")
+
+
 class MambaConfig(BaseModel):
     """Mamba-2 mixer sizes of a hybrid model (Dao & Gu 2024; Megatron-core MambaMixer)."""
 
@@ -60,6 +75,7 @@ class ArchParams:
     gated_mlp: bool
     tied_embeddings: bool
     mla: MLAConfig | None = None
+    dsa: DSAConfig | None = None
     attention_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
@@ -97,7 +113,7 @@ def attention_params(a: ArchParams) -> int:
         q = h * q_lora + q_lora + q_lora * heads * qk if q_lora else h * heads * qk
         kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         kv_up = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
-        return q + kv_down + kv_up + heads * m.v_head_dim * h
+        return q + kv_down + kv_up + heads * m.v_head_dim * h + indexer_params(a)
     d, kv = a.head_dim, a.kv_heads
     n = h * heads * d + 2 * h * kv * d + heads * d * h
     if a.attention_bias:
@@ -107,6 +123,17 @@ def attention_params(a: ArchParams) -> int:
     if a.attention_output_gate:  # the query projection's per-head output gate
         n += h * heads * d
     return n
+
+
+def indexer_params(a: ArchParams) -> int:
+    """One DSA lightning indexer (:class:`DSAConfig`): ``wq_b`` from the query latent,
+    ``wk`` and ``weights_proj`` from the hidden state, and ``k_norm`` (LayerNorm with bias);
+    0 without DSA."""
+    if a.dsa is None or a.mla is None:
+        return 0
+    d, n = a.dsa.indexer_head_dim, a.dsa.indexer_heads
+    q_in = a.mla.q_lora_rank or a.hidden
+    return q_in * n * d + a.hidden * d + 2 * d + a.hidden * n
 
 
 def mlp_params(a: ArchParams, width: int) -> int:

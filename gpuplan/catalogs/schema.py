@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token
-from gpuplan.catalogs.params import ArchParams, MambaConfig, MLAConfig, model_params
+from gpuplan.catalogs.params import ArchParams, DSAConfig, MambaConfig, MLAConfig, model_params
 from gpuplan.errors import InputError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$"
@@ -755,6 +755,13 @@ class ModelArch(Row):
     gated_mlp: bool
     attention: Literal["mha", "gqa", "mqa", "mla"]
     mla: MLAConfig | None = None
+    dsa: DSAConfig | None = Field(
+        None,
+        description=(
+            "DeepSeek Sparse Attention on the MLA layers (DeepSeek-V3.2: index_n_heads,"
+            " index_head_dim, index_topk)"
+        ),
+    )
     activation: str = "silu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_bias: bool = False
@@ -848,6 +855,8 @@ class ModelArch(Row):
             raise ValueError("attention 'mla' needs the mla block (kv_lora_rank, ...)")
         if self.attention != "mla" and self.mla is not None:
             raise ValueError("an mla block is only valid with attention 'mla'")
+        if self.dsa is not None and (self.mla is None or self.sliding_window is not None):
+            raise ValueError("a dsa block needs attention 'mla' and no sliding_window")
         if self.attention == "mha" and self.kv_heads != self.heads:
             raise ValueError("attention 'mha' needs kv_heads == heads")
         if self.attention == "mqa" and self.kv_heads != 1:
@@ -897,6 +906,7 @@ class ModelArch(Row):
             gated_mlp=self.gated_mlp,
             tied_embeddings=self.tied_embeddings,
             mla=self.mla,
+            dsa=self.dsa,
             attention_bias=self.attention_bias,
             mlp_bias=self.mlp_bias,
             qk_norm=self.qk_norm,

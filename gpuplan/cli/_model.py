@@ -216,6 +216,19 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
     if all(data.get(k) is not None for k in _HF_MLA[1:]):
         out["attention"] = "mla"
         out["mla"] = {k: data.get(k) or 0 for k in _HF_MLA}
+        if data.get("index_topk"):  # DeepSeek Sparse Attention (deepseek_v32, glm_moe_dsa)
+            if int(data.get("index_topk_freq") or 1) != 1:
+                raise InputError(
+                    f"{where}: index_topk_freq {data['index_topk_freq']!r} (one indexer shared "
+                    "by several layers) is not modelled",
+                    hint="write the model as a YAML record with a dsa block per layer, or drop "
+                    "index_topk_freq to price an indexer in every layer",
+                )
+            out["dsa"] = {
+                "indexer_heads": data.get("index_n_heads"),
+                "indexer_head_dim": data.get("index_head_dim"),
+                "topk": data.get("index_topk"),
+            }
     else:
         kv = out.get("kv_heads") or out["heads"]
         out["attention"] = "mha" if kv == out["heads"] else ("mqa" if kv == 1 else "gqa")

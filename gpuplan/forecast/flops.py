@@ -180,6 +180,14 @@ def layer_gemms(
         g.append(Gemm("kv_down", t, (kv_lora + rope) * one, h * one, one, "attn_proj", "layer"))
         g.append(Gemm("kv_up", t, a * (nope + v) / tp, kv_lora * one, one, "attn_proj", "layer"))
         g.append(Gemm("attn_out", t, h * one, a * v / tp, one, "attn_proj", "layer"))
+        if arch.dsa is not None:
+            # DSA's lightning indexer, replicated on every TP rank (reference Indexer: plain
+            # Linear layers): its queries from the query latent, one key and the head weights
+            n_i, d_i = arch.dsa.indexer_heads, arch.dsa.indexer_head_dim
+            g.append(
+                Gemm("index_q", t, n_i * d_i * one, (q_lora or h) * one, one, "attn_proj", "layer")
+            )
+            g.append(Gemm("index_kw", t, (d_i + n_i) * one, h * one, one, "attn_proj", "layer"))
     else:
         d = arch.d_head
         qkv = (a + 2 * arch.n_kv_heads) * d + (a * d if arch.attention_output_gate else 0)

@@ -860,17 +860,22 @@ def _single_layout(
         # (chunk i of c tokens attends to i*c cached ones: sum = s**2/2, FlashAttention
         # counts), so each carries 1/chunks of it and of the KV written, not all of it.
         chunks = math.ceil(input_tokens / chunk_tokens)
-        attended = float(sh.attended_ctx(input_tokens + output_tokens / 2))
+        mean_ctx = input_tokens + output_tokens / 2
         new_parts, _ = pass_parts(
             rates,
             tokens=mb_rows + min(input_tokens, chunk_tokens),
             logit_rows=mb_rows + 1,
             attn_flops=float(
                 sh.attention_flops_prefill(input_tokens) / chunks
-                + mb_rows * attended * sh.attention_flops_decode_per_ctx_token()
+                + sh.decode_attention_flops(mb_rows, mean_ctx)
             ),
             attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
-            kv_read_bytes=mb_rows * attended * sh.kv_bytes_per_ctx_token_stage(),
+            kv_read_bytes=sh.decode_kv_read_bytes(mb_rows, mean_ctx),
+            index_flops=mb_rows * mean_ctx * sh.index_flops_per_ctx_token(),
+            index_prefill=(
+                float(sh.index_flops_prefill(input_tokens)) / chunks,
+                min(input_tokens, chunk_tokens),
+            ),
             attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
         )
         ttft3 = (

@@ -369,18 +369,60 @@ class Sharded:
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         """KV bytes one more token of a sequence adds on the largest stage: every attention
-        layer, or with :attr:`window` only the full-attention ones (a sliding-window layer
+        layer, or with :attr:`kv_window` only the full-attention ones (a sliding-window layer
         holds a fixed window per sequence, :meth:`window_kv_bytes_per_seq_gpu`)."""
         layers = self.arch.num_attention_blocks
-        if self.window is not None:
+        if self.kv_window is not None:
             layers -= self.arch.num_local_attention_layers
-        return self.kv_bytes_per_token_per_layer_per_gpu() * math.ceil(layers / self.layout.pp)
+        per_layer = self.kv_bytes_per_token_per_layer_per_gpu()
+        if self.arch.dsa is not None:
+            per_layer += self.index_bytes_per_token_per_layer_per_gpu()
+        return per_layer * math.ceil(layers / self.layout.pp)
+
+    def index_bytes_per_token_per_layer_per_gpu(self) -> float:
+        """A DSA indexer's cached key of one token in one layer on one GPU: ``index_head_dim``
+        FP8 values and one fp32 scale per 128 of them (reference ``Indexer.k_cache`` and
+        ``k_scale_cache``), kept on every TP rank like MLA's latent; 0 without DSA."""
+        d = self.arch.dsa
+        if d is None:
+            return 0.0
+        return (d.indexer_head_dim + 4.0 * math.ceil(d.indexer_head_dim / 128)) / self.layout.dp
+
+    def index_bytes_per_ctx_token_stage(self) -> float:
+        """Indexer key bytes a decode query reads per cached token, whole stage (it scores
+        every cached token); 0 without DSA."""
+        return self.index_bytes_per_token_per_layer_per_gpu() * self.attn_layers
+
+    def index_flops_per_ctx_token(self) -> float:
+        """Indexer FLOPs per cached token of one query, whole stage: ``2 * heads * head_dim``
+        per layer (QK scores only), every head on every TP rank; 0 without DSA."""
+        d = self.arch.dsa
+        if d is None:
+            return 0.0
+        return 2.0 * d.indexer_heads * d.indexer_head_dim * self.attn_layers / self.layout.dp
+
+    def decode_kv_read_bytes(self, batch: float, ctx: float) -> float:
+        """KV bytes ``batch`` decode queries of ``ctx`` cached tokens each read, whole stage:
+        the attended context's KV (:meth:`attended_ctx`) and, with DSA, every cached token's
+        indexer key."""
+        attended = float(self.attended_ctx(ctx))
+        out = batch * attended * self.kv_bytes_per_ctx_token_stage()
+        if self.arch.dsa is not None:
+            out += batch * ctx * self.index_bytes_per_ctx_token_stage()
+        return out
+
+    def decode_attention_flops(self, batch: float, ctx: float) -> float:
+        """Attention FLOPs of ``batch`` decode queries of ``ctx`` cached tokens each, whole
+        stage, over the attended context (:meth:`attended_ctx`; a DSA indexer's scores are
+        :meth:`index_flops_per_ctx_token`, at their own rate)."""
+        attended = float(self.attended_ctx(ctx))
+        return batch * attended * self.attention_flops_decode_per_ctx_token()
 
     def window_kv_bytes_per_seq_gpu(self, tokens: Num | None = None) -> Num:
         """KV bytes the sliding-window layers of the largest stage hold for one sequence of
         ``tokens`` tokens (default: the whole window, what an engine keeps for a sequence
         longer than it); 0 without :attr:`window`."""
-        w = self.window
+        w = self.kv_window
         if w is None:
             return 0.0
         held = w if tokens is None else np.minimum(np.asarray(tokens, dtype=float), w)
@@ -403,22 +445,33 @@ class Sharded:
         """KV bytes one more token of a sequence adds to the whole model (all GPUs): every
         attention layer, or with :attr:`window` the full-attention ones."""
         layers = None
-        if self.window is not None:
+        if self.kv_window is not None:
             layers = self.arch.num_attention_blocks - self.arch.num_local_attention_layers
-        return kv_cache_bytes_per_token(self.arch, self.precision.kv_bytes, kv_layers=layers)
+        kv = kv_cache_bytes_per_token(self.arch, self.precision.kv_bytes, kv_layers=layers)
+        if self.arch.dsa is not None:
+            kv += self.index_bytes_per_token_per_layer_per_gpu() * self.layout.dp * self.arch.layers
+        return kv
 
     def model_window_kv_bytes_per_seq(self) -> float:
         """KV bytes the sliding-window layers hold for one sequence at the full window, whole
         model; 0 without :attr:`window`."""
-        if self.window is None:
+        if self.kv_window is None:
             return 0.0
         local = self.arch.num_local_attention_layers
         kv = kv_cache_bytes_per_token(self.arch, self.precision.kv_bytes, kv_layers=local)
-        return kv * self.window
+        return kv * self.kv_window
 
     # ---- sliding-window attention -------------------------------------------------------
     @property
     def window(self) -> float | None:
+        """Keys a query of a windowed layer reads at most: a DSA model's ``topk`` (every
+        layer; its KV is kept whole, the indexer scores all of it), else :attr:`kv_window`."""
+        if self.arch.dsa is not None:
+            return float(self.arch.dsa.topk)
+        return self.kv_window
+
+    @property
+    def kv_window(self) -> float | None:
         """Tokens a sliding-window attention layer attends to, when the model has such layers
         and at least one full-attention layer (Gemma 2/3, gpt-oss); None otherwise (a model
         whose every layer is windowed, or a hybrid, is priced at full attention).
@@ -435,9 +488,11 @@ class Sharded:
 
     @property
     def local_attention_fraction(self) -> float:
-        """The attention layers with a sliding window (gpt-oss: 1/2; Gemma 3: 5/6)."""
+        """The attention layers with a window (gpt-oss: 1/2; Gemma 3: 5/6; DSA: all)."""
         if self.window is None:
             return 0.0
+        if self.arch.dsa is not None:
+            return 1.0
         return self.arch.num_local_attention_layers / self.arch.layers
 
     def attended_ctx(self, ctx: Num) -> Num:
@@ -541,6 +596,10 @@ class Sharded:
             rows.append(("kv_down", tokens, kv_lora + rope, h, layers, wb))
             rows.append(("kv_up", tokens, qh * (nope + vd), kv_lora, layers, wb))
             rows.append(("attn_out", tokens, h, qh * vd, layers, wb))
+            if a.dsa is not None:  # the lightning indexer, replicated on every TP rank
+                n_i, d_i = a.dsa.indexer_heads, a.dsa.indexer_head_dim
+                rows.append(("index_q", tokens, n_i * d_i, q_lora or h, layers, wb))
+                rows.append(("index_kw", tokens, d_i + n_i, h, layers, wb))
         up = 2 if a.gated_mlp else 1
         if ld:
             f = a.ffn_hidden / tp
@@ -616,13 +675,14 @@ class Sharded:
         ``2 * heads * (d_qk + d_v) * (s * c + s**2 / 2)`` for a chunk of ``s`` tokens after
         ``c`` cached ones: QK^T and PV each cost ``2 * s * ctx * d`` per head, and causal
         masking halves the square part (FlashAttention, Dao et al. 2022, Sec. 3 counts);
-        sliding-window layers count their window (:meth:`causal_pairs`).
+        sliding-window layers count their window (:meth:`causal_pairs`), a DSA model its
+        ``topk`` (its indexer: :meth:`index_flops_prefill`).
         """
         s = np.asarray(seq_len, dtype=np.float64)
         c = np.asarray(prefix, dtype=np.float64)
         a = self.arch
         dsum = a.qk_head_dim + a.v_head_dim
-        return (
+        out: FloatArray = (
             2.0
             * self.q_heads_per_gpu
             * dsum
@@ -630,6 +690,15 @@ class Sharded:
             * self.attn_layers
             / self.layout.dp
         )
+        return out
+
+    def index_flops_prefill(self, seq_len: Num, prefix: Num = 0) -> FloatArray:
+        """A DSA indexer's score FLOPs over a prefill chunk, whole stage: every causal pair
+        (``s * c + s**2 / 2``) at :meth:`index_flops_per_ctx_token`; 0 without DSA."""
+        s = np.asarray(seq_len, dtype=np.float64)
+        c = np.asarray(prefix, dtype=np.float64)
+        out: FloatArray = self.index_flops_per_ctx_token() * (s * c + s * s / 2.0)
+        return out
 
     def attention_flops_decode_per_ctx_token(self) -> float:
         """Decode attention FLOPs per cached token of one sequence on one GPU, whole stage.
@@ -714,6 +783,9 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
         nope, rope, vd = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         q = (h * q_lora + q_lora * qh * (nope + rope)) if q_lora else h * qh * (nope + rope)
         attn = q + h * (kv_lora + rope) + kv_lora * qh * (nope + vd) + qh * vd * h
+        if arch.dsa is not None:  # the indexer, replicated (reference Indexer: plain Linear)
+            n_i, d_i = arch.dsa.indexer_heads, arch.dsa.indexer_head_dim
+            attn += (q_lora or h) * n_i * d_i + h * (d_i + n_i)
     up = 3 if arch.gated_mlp else 2
     dense_mlp = up * h * arch.ffn_hidden / tp
     moe_mlp = 0.0

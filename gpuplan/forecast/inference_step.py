@@ -504,6 +504,15 @@ def _worst(*bases: str) -> str:
     return max(known, key=_BASIS_ORDER.__getitem__) if known else "spec"
 
 
+def _has_peak(gpu: Accelerator, dtype: str) -> bool:
+    """Whether the catalog lists a tensor-core peak for ``dtype`` on ``gpu``."""
+    fn = getattr(gpu, "peak_flops_per_s", None)
+    try:
+        return bool(fn and fn(dtype))
+    except Exception:  # a dtype this catalog version does not know
+        return False
+
+
 def rate3(est: Estimate) -> FloatArray:
     """``[value, low, high]`` of a rate Estimate: dividing work by it gives [value, slow, fast]."""
     return np.stack(
@@ -867,6 +876,26 @@ class DeviceRates:
         )
         return rate3(est), est.basis
 
+    def index_rate(self, queries: Num, n: Num) -> tuple[FloatArray, str]:
+        """A DSA indexer's score rate for ``queries`` query tokens over ``n`` cached keys: a
+        GEMM of every query's heads (``queries x heads`` rows, the keys being one per
+        token) against the keys, ``indexer_head_dim`` deep, in FP8 where the GPU has FP8
+        tensor cores (the reference's ``fp8_index``; DeepGEMM's ``fp8_mqa_logits``), else
+        at the activation dtype."""
+        d = self.sharded.arch.dsa
+        if d is None:
+            raise ValueError("index_rate needs a DSA model")
+        dtype = self.sharded.precision.activation_dtype
+        if _has_peak(self.gpu, "fp8"):
+            dtype = "fp8"
+        est = self.perf.matmul_flops_per_s(
+            d.indexer_heads * np.maximum(np.asarray(queries, float), 1.0),
+            np.maximum(np.asarray(n, float), 1.0),
+            float(d.indexer_head_dim),
+            dtype,
+        )
+        return rate3(est), est.basis
+
     @property
     def replica_in_one_domain(self) -> bool:
         return self.sharded.layout.gpus <= _scale_up_domain(self.gpu)
@@ -936,6 +965,8 @@ def pass_parts(
     kv_read_bytes: float = 0.0,
     decode_attn_flops: float = 0.0,
     state_bytes: float = 0.0,
+    index_flops: float = 0.0,
+    index_prefill: tuple[float, float] | None = None,
     comm: tuple[FloatArray, FloatArray, str] | None = None,
     gemm_rates: tuple[Gemms, FloatArray, str] | None = None,
     attn_rate: tuple[FloatArray, str] | None = None,
@@ -955,6 +986,11 @@ def pass_parts(
     decode_attn_flops:
         Decode-attention FLOPs, run by the engine's decode kernel: at the tensor-core rate
         (``attn_shape`` of a decode step) or, for a vector kernel, at the FP32 CUDA-core rate.
+    index_flops, index_prefill:
+        A DSA indexer's score FLOPs at the tensor-core rate of its shape
+        (:meth:`DeviceRates.index_rate`): ``index_flops`` for ``attn_shape[0]`` queries over
+        ``attn_shape[1]`` keys, ``index_prefill`` = (FLOPs, chunk tokens) of the prefill
+        chunks a mixed pass carries besides its decode rows.
     state_bytes:
         A hybrid model's recurrent (Mamba-2) state read and written by the decoding
         sequences, whole stage: streamed element-wise, at the element-wise bandwidth.
@@ -988,6 +1024,15 @@ def pass_parts(
         b_attn = _worst(b_attn, b_vec)
     else:
         attn_c = (attn_flops + decode_attn_flops) / arate
+    if index_flops:
+        irate, b_idx = rates.index_rate(attn_shape[0], attn_shape[1])
+        attn_c = attn_c + index_flops / irate
+        b_attn = _worst(b_attn, b_idx)
+    if index_prefill is not None and index_prefill[0]:
+        irate, b_idx = rates.index_rate(index_prefill[1], attn_shape[1])
+        attn_c = attn_c + index_prefill[0] / irate
+        b_attn = _worst(b_attn, b_idx)
+        index_flops += index_prefill[0]
     attn_m = attn_bytes / rates.bandwidth
     ew = (tokens * sh.elementwise_bytes_per_token() + state_bytes) / rates.bandwidth
     comm_s, hop, b_comm = comm if comm is not None else rates.comm(tokens)
@@ -1006,7 +1051,7 @@ def pass_parts(
         comm_s=comm_s,
         layers=sh.overhead_layers,
         basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
-        flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops),
+        flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops + index_flops),
         bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes + state_bytes),
     )
     return parts, hop
@@ -1024,7 +1069,8 @@ def prefill_pass(
         logit_rows=batch,
         attn_flops=float(batch * sh.attention_flops_prefill(seq_len, prefix)),
         attn_bytes=float(batch * seq_len * kv),
-        kv_read_bytes=float(batch * sh.attended_ctx(prefix) * kv),
+        kv_read_bytes=float(sh.decode_kv_read_bytes(batch, prefix)),
+        index_flops=float(batch * sh.index_flops_prefill(seq_len, prefix)),
         attn_shape=(seq_len, seq_len + prefix, sh.arch.qk_head_dim),
     )
 
@@ -1033,16 +1079,16 @@ def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts
     """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each (a
     sliding-window layer reads at most its window, :meth:`Sharded.attended_ctx`)."""
     sh = rates.sharded
-    attended = float(sh.attended_ctx(ctx))
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     return pass_parts(
         rates,
         tokens=batch,
         logit_rows=batch,
         attn_flops=0.0,
-        decode_attn_flops=batch * attended * sh.attention_flops_decode_per_ctx_token(),
+        decode_attn_flops=sh.decode_attention_flops(batch, ctx),
         attn_bytes=0.0,
-        kv_read_bytes=batch * attended * sh.kv_bytes_per_ctx_token_stage(),
+        kv_read_bytes=sh.decode_kv_read_bytes(batch, ctx),
+        index_flops=batch * ctx * sh.index_flops_per_ctx_token(),
         state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
     )
@@ -1234,12 +1280,12 @@ def continuous_iteration(
     o = max(output_tokens, 1.0)
     m, c = prefill_chunks(input_tokens, chunk_tokens)
     mean_ctx = input_tokens + o / 2.0
-    attended = float(sh.attended_ctx(mean_ctx))
     kv = sh.kv_bytes_per_ctx_token_stage()
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     # a chunk carries 1/m of its prompt's causal attention (chunk i of m attends to the i-1
     # before it: the sum over chunks is the whole prompt's)
     chunk_attn = float(sh.attention_flops_prefill(input_tokens)) / m
+    chunk_index = float(sh.index_flops_prefill(input_tokens)) / m
     ks, w = prompts_per_iteration(batch / o * m)
     # every pass's collectives, GEMM rates and attention rate in one call each
     comm_s, hop_s, comm_basis = rates.comm(batch + ks * c)
@@ -1264,10 +1310,12 @@ def continuous_iteration(
             tokens=batch + k * c,
             logit_rows=batch,
             attn_flops=k * chunk_attn,
-            decode_attn_flops=batch * attended * sh.attention_flops_decode_per_ctx_token(),
+            decode_attn_flops=sh.decode_attention_flops(batch, mean_ctx),
             attn_bytes=k * c * kv,
-            kv_read_bytes=batch * attended * kv,
+            kv_read_bytes=sh.decode_kv_read_bytes(batch, mean_ctx),
             state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
+            index_flops=batch * mean_ctx * sh.index_flops_per_ctx_token(),
+            index_prefill=(k * chunk_index, c),
             attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
             gemm_rates=(g_all[j], rate_all[:, j * n_g : (j + 1) * n_g], b_gemm),
@@ -1312,6 +1360,11 @@ class StepCostModel:
     window: float | None = None
     local_fraction: float = 0.0
     pair_flops: float = 0.0
+    #: a DSA model's indexer (it scores every cached key; the attention itself reads the
+    #: ``topk``): its time per causal query-key pair of a prefill and per cached token of a
+    #: decoding sequence
+    index_s_per_pair: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    index_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
     @classmethod
     def build(
@@ -1368,6 +1421,15 @@ class StepCostModel:
         else:
             d_comp = dflops / drate / params.gemm_efficiency
         attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb) * ts
+        index_ctx: FloatArray = np.zeros(3)
+        index_pair: FloatArray = np.zeros(3)
+        if sh.arch.dsa is not None:  # the indexer's scores over every cached key
+            drate_i, _ = rates.index_rate(1.0, typical_prompt)
+            prate_i, _ = rates.index_rate(typical_prompt, typical_prompt)
+            i_flops = sh.index_flops_per_ctx_token()
+            i_comp = i_flops / drate_i / params.gemm_efficiency
+            index_ctx = smooth_max(i_comp, sh.index_bytes_per_ctx_token_stage() / bwv, pcomb) * ts
+            index_pair = i_flops / prate_i / params.gemm_efficiency * ts
         attn_pf = ts / prate / params.gemm_efficiency
         kv_pf = ts * kv / bwv
         _, hop, _ = rates.comm(1.0)
@@ -1388,6 +1450,8 @@ class StepCostModel:
             window=sh.window,
             local_fraction=sh.local_attention_fraction,
             pair_flops=float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0,
+            index_s_per_pair=np.asarray(index_pair, float),
+            index_s_per_ctx_token=np.asarray(index_ctx, float),
         )
 
     def windowed(
@@ -1446,13 +1510,22 @@ class StepCostModel:
         :func:`gpuplan.forecast.inference.forecast_inference`): an iteration takes ``pp``
         stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops."""
         m = float(self.pp)
+        index = 0.0
         if self.window is not None:
+            # a DSA indexer over every cached key (decode) and every causal pair (prefill)
+            index = (
+                np.asarray(ctx_tokens, float) * self.index_s_per_ctx_token[scenario]
+                + np.asarray(prefill_flops, float)
+                / self.pair_flops
+                * self.index_s_per_pair[scenario]
+            ) / m
             ctx_tokens, prefill_flops = self.windowed(
                 rows, ctx_tokens, prefill_flops, prefill_tokens
             )
         stage = (
             self.base(np.asarray(tokens, float) / m, scenario)
             + self.lm(np.asarray(rows, float) / m, scenario)
+            + index
             + np.asarray(ctx_tokens, float) / m * self.attn_s_per_ctx_token[scenario]
             + np.asarray(rows, float) / m * self.state_s_per_row[scenario]
             + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]

@@ -54,7 +54,7 @@ import numpy as np
 
 from gpuplan.catalogs import params
 from gpuplan.catalogs.kv_cache import kv_cache_bytes_per_token as kv_cache_formula
-from gpuplan.catalogs.params import ArchParams, MambaConfig, MLAConfig
+from gpuplan.catalogs.params import ArchParams, DSAConfig, MambaConfig, MLAConfig
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import InputError
 from gpuplan.numeric import FloatArray, Num
@@ -114,6 +114,11 @@ class ModelArch:
     """Multi-head latent attention ranks (the catalog's record): q_lora_rank (None or 0 =
     queries projected directly), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
     v_head_dim (DeepSeek-V2/V3). A mapping with those keys is accepted and converted."""
+    dsa: DSAConfig | None = None
+    """DeepSeek Sparse Attention on the MLA layers (DeepSeek-V3.2): indexer_heads,
+    indexer_head_dim and topk (:class:`gpuplan.catalogs.params.DSAConfig`). The main
+    attention reads the ``topk`` keys a lightning indexer picks; the indexer scores every
+    cached key. A mapping with those keys is accepted and converted."""
     dropout: bool = False
     """Dropout layers present (GPT-era training); adds masks to the activation memory."""
     causal: bool = True
@@ -184,6 +189,29 @@ class ModelArch:
                     "v_head_dim",
                 ) from exc
             object.__setattr__(self, "mla", mla)
+        if self.dsa is not None and not isinstance(self.dsa, DSAConfig):
+            spec: object = self.dsa
+            try:
+                if not isinstance(spec, Mapping):
+                    raise TypeError("not a mapping")
+                dsa = DSAConfig(
+                    indexer_heads=int(spec["indexer_heads"]),
+                    indexer_head_dim=int(spec["indexer_head_dim"]),
+                    topk=int(spec["topk"]),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(
+                    f"model {self.name!r}: incomplete DSA sizes ({exc})",
+                    hint="give indexer_heads, indexer_head_dim and topk",
+                ) from exc
+            object.__setattr__(self, "dsa", dsa)
+        if self.dsa is not None and (
+            self.attention != "mla" or self.mla is None or self.sliding_window is not None
+        ):
+            raise InputError(
+                f"model {self.name!r}: DeepSeek Sparse Attention (dsa) runs on MLA layers",
+                hint="give attention 'mla' with its ranks, and no sliding_window",
+            )
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value <= 0:
@@ -403,6 +431,8 @@ class ModelArch:
         causal kernel runs, in the same units as the full layers' ``s`` (which do half of
         it, the masked half skipped): ``2w - w^2/s`` for ``w < s`` (every query of a causal
         window sees ``min(i, w)`` keys), so that one fitted attention factor serves both.
+        DeepSeek Sparse Attention counts its ``topk`` the same way on every layer (a query
+        reads ``min(i, k)`` keys); its indexer is :func:`attention_core_flops_per_token_layer`'s.
 
         >>> a = ModelArch(layers=6, hidden=64, heads=4, ffn_hidden=256, vocab=10,
         ...               sliding_window=1024, full_attention_interval=6)
@@ -411,9 +441,12 @@ class ModelArch:
         """
         s = np.asarray(seq_len, dtype=np.float64)
         n_local = self.num_local_attention_layers
+        window = self.sliding_window
+        if self.dsa is not None:  # every layer reads its indexer's top-k keys
+            n_local, window = self.layers, self.dsa.topk
         if not n_local:
             return s
-        w = np.minimum(float(self.sliding_window or 0), s)
+        w = np.minimum(float(window or 0), s)
         local: FloatArray = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
         return ((self.layers - n_local) * s + n_local * local) / self.layers
 
@@ -438,6 +471,7 @@ class ModelArch:
             gated_mlp=self.gated_mlp,
             tied_embeddings=self.tied_embeddings,
             mla=self.mla if self.attention == "mla" else None,
+            dsa=self.dsa,
             attention_bias=self.attention_bias,
             mlp_bias=self.mlp_bias,
             qk_norm=self.qk_norm,
@@ -537,6 +571,7 @@ def arch_from_catalog(row: CatalogModel) -> ModelArch:
         moe_layer_freq=row.moe_layer_interval or 1,
         attention=row.attention,
         mla=row.mla if row.attention == "mla" else None,
+        dsa=row.dsa,
         sliding_window=row.sliding_window or None,
         mamba_layers=row.mamba_layers,
         attention_layers=row.attention_layers,
@@ -665,10 +700,17 @@ def attention_core_flops_per_token_layer(
     ``2*s*a*(d_qk + d_v)``; for standard heads (``a*d = h``) this is ``4*s*h``, the forward
     third of PaLM's ``12*L*h*s`` attention term (Chowdhery et al. 2022, appendix B). With
     sliding-window layers ``s`` is the layer average of
-    :meth:`ModelArch.attention_keys_per_query` (``executed``: the kernel's work).
+    :meth:`ModelArch.attention_keys_per_query` (``executed``: the kernel's work). With
+    DeepSeek Sparse Attention the MLA reads ``min(s, topk)`` keys and the indexer adds
+    ``2*s*indexer_heads*indexer_head_dim`` (DeepSeek-V3.2-Exp report, section 2.1).
     """
     keys = arch.attention_keys_per_query(seq_len, executed=executed)
     attn = 2.0 * keys * arch.heads * (arch.qk_head_dim + arch.v_head_dim)
+    if arch.dsa is not None:
+        # the lightning indexer scores every key with its heads (QK only, no values)
+        attn = attn + 2.0 * np.asarray(seq_len, dtype=np.float64) * arch.dsa.indexer_heads * (
+            arch.dsa.indexer_head_dim
+        )
     if not arch.is_hybrid:
         return attn
     # Hybrid: the layer average of the attention blocks' core and the Mamba blocks' scan.

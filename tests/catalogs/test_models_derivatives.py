@@ -16,6 +16,8 @@ DERIVATIVES = {
     "DeepSeek-V3.1": "deepseek-v3",
     "deepseek-ai/DeepSeek-V3.1-Terminus": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-v3",
+    "DeepSeek-V3.2-Exp": "deepseek-v3.2",
+    "deepseek-ai/DeepSeek-V3.2": "deepseek-v3.2",
     "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": "llama3.3-70b",
     "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": "llama3.1-8b",
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "qwen2.5-32b",
@@ -46,14 +48,13 @@ def test_derivative_checkpoints_resolve_to_their_architecture(name, expected):
 @pytest.mark.parametrize(
     "name",
     [
-        "DeepSeek-V3.2-Exp",
         "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
         "Qwen/Qwen3-VL-235B-A22B-Thinking",  # a vision model: dropping "Thinking" leaves "VL"
     ],
 )
 def test_checkpoints_of_another_architecture_are_not_aliased(name):
-    """V3.2 adds sparse attention; the 14B distill is not an alias of qwen2.5-14b (no copy of its
-    config was found to check its shape against)."""
+    """The 14B distill is not an alias of qwen2.5-14b (no copy of its config was found to check
+    its shape against). (DeepSeek-V3.2 adds sparse attention: its own row, not V3's.)"""
     with pytest.raises(NotFoundError):
         CAT.model(name)
 
