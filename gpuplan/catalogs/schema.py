@@ -798,6 +798,14 @@ class ModelArch(Row):
     sliding_window: int | None = Field(
         None, gt=0, description="tokens a local (sliding-window) attention layer attends to"
     )
+    attention_chunk: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "chunked local attention (Llama 4: attention_chunk_size 8192): a local layer attends"
+            " within its block of this many tokens"
+        ),
+    )
     released_precision: Literal["fp8"] | None = Field(
         None,
         description=(
@@ -822,9 +830,9 @@ class ModelArch(Row):
         None,
         gt=0,
         description=(
-            "with sliding_window: every N-th layer (1-based) attends to the full context and the"
-            " others to the window (Gemma 3: 6, five local to one global; GPT-OSS: 2); None ="
-            " every layer local"
+            "with sliding_window or attention_chunk: every N-th layer (1-based) attends to the"
+            " full context and the others locally (Gemma 3: 6, five local to one global; GPT-OSS:"
+            " 2; Llama 4: 4); None = every layer local"
         ),
     )
     published_params: float = Field(gt=0, description="parameter count as its source states it")
@@ -855,8 +863,10 @@ class ModelArch(Row):
             raise ValueError("attention 'mla' needs the mla block (kv_lora_rank, ...)")
         if self.attention != "mla" and self.mla is not None:
             raise ValueError("an mla block is only valid with attention 'mla'")
-        if self.dsa is not None and (self.mla is None or self.sliding_window is not None):
-            raise ValueError("a dsa block needs attention 'mla' and no sliding_window")
+        if self.dsa is not None and (
+            self.mla is None or self.sliding_window is not None or self.attention_chunk is not None
+        ):
+            raise ValueError("a dsa block needs attention 'mla' and no local attention")
         if self.attention == "mha" and self.kv_heads != self.heads:
             raise ValueError("attention 'mha' needs kv_heads == heads")
         if self.attention == "mqa" and self.kv_heads != 1:
@@ -872,8 +882,12 @@ class ModelArch(Row):
             raise ValueError("top_k / num_shared_experts need num_experts > 0")
         if self.first_dense_layers >= self.layers:
             raise ValueError("first_dense_layers must be below layers")
-        if self.full_attention_interval is not None and self.sliding_window is None:
-            raise ValueError("full_attention_interval needs sliding_window")
+        if self.full_attention_interval is not None and (
+            self.sliding_window is None and self.attention_chunk is None
+        ):
+            raise ValueError("full_attention_interval needs sliding_window or attention_chunk")
+        if self.sliding_window is not None and self.attention_chunk is not None:
+            raise ValueError("give sliding_window or attention_chunk, not both")
         if self.mamba_layers and self.mamba is None:
             raise ValueError("mamba_layers needs the mamba block (heads, head_dim, state, ...)")
         if self.mamba_layers + (self.attention_layers or 0) > self.layers:

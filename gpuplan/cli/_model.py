@@ -179,7 +179,7 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
     if data.get("is_encoder_decoder"):
         unmodelled.append("is_encoder_decoder")
     layer_types = data.get("layer_types")
-    modelled = {"full_attention", "linear_attention"} if hybrid else {"full_attention"}
+    modelled = {"full_attention", "linear_attention"} if hybrid else set(_HF_LAYER_KINDS)
     if isinstance(layer_types, list) and any(t not in modelled for t in layer_types):
         kinds = sorted({str(t) for t in layer_types} - modelled)
         unmodelled.append(f"layer_types ({', '.join(kinds)})")
@@ -202,6 +202,12 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         if data.get(key) is not None and field_name not in out:
             out[field_name] = data[key]
     out.setdefault("tied_embeddings", False)
+    if str(data.get("model_type") or "").startswith("llama4") and out.get("num_experts"):
+        # Llama 4 (transformers Llama4TextMoe): experts of intermediate_size plus one shared
+        # expert of the same width; the dense layers' MLP is intermediate_size_mlp
+        out["moe_ffn_hidden"] = out["ffn_hidden"]
+        out["ffn_hidden"] = data.get("intermediate_size_mlp") or out["ffn_hidden"]
+        out.setdefault("num_shared_experts", 1)
     out.setdefault("ffn_hidden", out.get("moe_ffn_hidden"))
     shared_width = data.get("shared_expert_intermediate_size")
     if shared_width:  # Qwen MoE: one shared expert of its own width, in expert-width units
@@ -256,7 +262,78 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
             if shared:
                 out["shared_expert_ffn_hidden"] = int(shared)
                 out.setdefault("num_shared_experts", 1)
+    else:
+        out.update(_hf_local_attention(data, where))
     out["extra"] = {"source": f"Hugging Face config {where}"}
+    return out
+
+
+#: ``layer_types`` a transformer config.json may list: the local kinds map to the record's
+#: sliding_window or attention_chunk (with full_attention_interval for the global layers)
+_HF_LAYER_KINDS = {
+    "full_attention": None,
+    "sliding_attention": "sliding_window",
+    "chunked_attention": "attention_chunk_size",
+}
+
+
+def _hf_local_attention(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Local attention layers of a transformer config.json as the record's fields.
+
+    ``layer_types`` (transformers' per-layer list: gpt-oss, Gemma 3, Llama 4) gives the
+    kind of every layer; older configs say it in other keys: Llama 4's
+    ``attention_chunk_size`` with ``no_rope_layers`` (1 = a RoPE layer, which attends in
+    chunks; 0 = a global NoPE layer) or ``no_rope_layer_interval``; Gemma 3's
+    ``sliding_window_pattern``; Gemma 2 alternates (its modeling code). A model's
+    ``sliding_window`` alone is not read (Qwen2's configs carry one with
+    ``use_sliding_window: false``). The global layers must come every N-th layer."""
+    from gpuplan.errors import InputError
+
+    layers = int(data["num_hidden_layers"])
+    kinds = data.get("layer_types")
+    model_type = str(data.get("model_type") or "")
+    if isinstance(kinds, list) and len(kinds) == layers:
+        local = [k for k in kinds if k != "full_attention"]
+        if not local:
+            return {}
+        kind = local[0]
+        flags = [k == "full_attention" for k in kinds]
+    elif data.get("attention_chunk_size"):
+        kind = "chunked_attention"
+        rope = data.get("no_rope_layers")
+        if isinstance(rope, list) and len(rope) == layers:
+            flags = [not bool(r) for r in rope]
+        else:
+            n = int(data.get("no_rope_layer_interval") or 4)
+            flags = [(i + 1) % n == 0 for i in range(layers)]
+    elif data.get("sliding_window") and model_type in ("gemma3", "gemma3_text", "gemma2"):
+        kind = "sliding_attention"
+        n = 2 if model_type == "gemma2" else int(data.get("sliding_window_pattern") or 6)
+        flags = [(i + 1) % n == 0 for i in range(layers)]
+    else:
+        return {}
+    if len({k for k in (kinds or []) if k != "full_attention"}) > 1:
+        raise InputError(
+            f"{where}: layer_types mixes sliding and chunked attention",
+            hint="gpuplan models one kind of local attention per model",
+        )
+    key = _HF_LAYER_KINDS.get(kind)
+    size = data.get(key) if key else None
+    if not isinstance(size, int) or size <= 0:
+        raise InputError(f"{where}: {kind} layers need a positive {key}")
+    out: dict[str, Any] = {
+        "sliding_window" if kind == "sliding_attention" else "attention_chunk": size
+    }
+    full = [i + 1 for i, f in enumerate(flags) if f]
+    if full:
+        n = full[0]
+        if full != list(range(n, layers + 1, n)):
+            raise InputError(
+                f"{where}: the full-attention layers ({', '.join(map(str, full[:6]))}...) do not "
+                "come every N-th layer",
+                hint="gpuplan models global layers at a fixed interval (full_attention_interval)",
+            )
+        out["full_attention_interval"] = n
     return out
 
 

@@ -506,7 +506,9 @@ def memory_plan(
         weights_bytes=sh.weight_bytes_per_gpu,
         activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
-        state_bytes_per_seq=sh.fixed_bytes_per_seq_gpu(),
+        state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
+        window_kv_bytes_per_token=sh.window_kv_bytes_per_token_gpu(),
+        kv_window=sh.kv_window or 0.0,
     )
 
 
@@ -867,10 +869,10 @@ def _single_layout(
             logit_rows=mb_rows + 1,
             attn_flops=float(
                 sh.attention_flops_prefill(input_tokens) / chunks
-                + sh.decode_attention_flops(mb_rows, mean_ctx)
+                + sh.decode_attention_flops(mb_rows, mean_ctx, output_tokens / 2)
             ),
             attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
-            kv_read_bytes=sh.decode_kv_read_bytes(mb_rows, mean_ctx),
+            kv_read_bytes=sh.decode_kv_read_bytes(mb_rows, mean_ctx, output_tokens / 2),
             index_flops=mb_rows * mean_ctx * sh.index_flops_per_ctx_token(),
             index_prefill=(
                 float(sh.index_flops_prefill(input_tokens)) / chunks,
@@ -2329,6 +2331,8 @@ def build_candidates(
                     label=f"{g.id} tp={t} pp={layout.pp} cap={cap}",
                     frontend_s_per_request=params.frontend_s_per_request,
                     state_tokens_per_request=mp.state_bytes_per_seq / mp.kv_bytes_per_token,
+                    window_tokens=mp.kv_window,
+                    window_ratio=mp.pool_tokens_per_token(),
                 )
                 cands.append(
                     Candidate(

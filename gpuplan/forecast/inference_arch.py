@@ -40,7 +40,7 @@ import numpy as np
 
 from gpuplan.catalogs.schema import Accelerator
 from gpuplan.errors import InputError
-from gpuplan.forecast.model import ModelArch, kv_cache_bytes_per_token
+from gpuplan.forecast.model import ModelArch, chunked_pairs, kv_cache_bytes_per_token
 from gpuplan.numeric import BoolArray, FloatArray, Num
 
 
@@ -401,21 +401,21 @@ class Sharded:
             return 0.0
         return 2.0 * d.indexer_heads * d.indexer_head_dim * self.attn_layers / self.layout.dp
 
-    def decode_kv_read_bytes(self, batch: float, ctx: float) -> float:
+    def decode_kv_read_bytes(self, batch: float, ctx: float, spread: float = 0.0) -> float:
         """KV bytes ``batch`` decode queries of ``ctx`` cached tokens each read, whole stage:
-        the attended context's KV (:meth:`attended_ctx`) and, with DSA, every cached token's
-        indexer key."""
-        attended = float(self.attended_ctx(ctx))
+        the attended context's KV (:meth:`attended_ctx`, contexts ``ctx +- spread``) and,
+        with DSA, every cached token's indexer key."""
+        attended = float(self.attended_ctx(ctx, spread))
         out = batch * attended * self.kv_bytes_per_ctx_token_stage()
         if self.arch.dsa is not None:
             out += batch * ctx * self.index_bytes_per_ctx_token_stage()
         return out
 
-    def decode_attention_flops(self, batch: float, ctx: float) -> float:
+    def decode_attention_flops(self, batch: float, ctx: float, spread: float = 0.0) -> float:
         """Attention FLOPs of ``batch`` decode queries of ``ctx`` cached tokens each, whole
         stage, over the attended context (:meth:`attended_ctx`; a DSA indexer's scores are
         :meth:`index_flops_per_ctx_token`, at their own rate)."""
-        attended = float(self.attended_ctx(ctx))
+        attended = float(self.attended_ctx(ctx, spread))
         return batch * attended * self.attention_flops_decode_per_ctx_token()
 
     def window_kv_bytes_per_seq_gpu(self, tokens: Num | None = None) -> Num:
@@ -426,8 +426,15 @@ class Sharded:
         if w is None:
             return 0.0
         held = w if tokens is None else np.minimum(np.asarray(tokens, dtype=float), w)
+        return self.window_kv_bytes_per_token_gpu() * held
+
+    def window_kv_bytes_per_token_gpu(self) -> float:
+        """KV bytes one token adds to the local layers of the largest stage while it is in
+        their window (or chunk); 0 without :attr:`kv_window`."""
+        if self.kv_window is None:
+            return 0.0
         local = math.ceil(self.arch.num_local_attention_layers / self.layout.pp)
-        return self.kv_bytes_per_token_per_layer_per_gpu() * local * held
+        return self.kv_bytes_per_token_per_layer_per_gpu() * local
 
     def kv_bytes_per_seq_gpu(self, tokens: Num) -> Num:
         """KV bytes of one sequence of ``tokens`` tokens on the largest stage (what a
@@ -435,11 +442,6 @@ class Sharded:
         return np.asarray(tokens, dtype=float) * self.kv_bytes_per_token_per_gpu() + (
             self.window_kv_bytes_per_seq_gpu(tokens)
         )
-
-    def fixed_bytes_per_seq_gpu(self) -> float:
-        """Memory a sequence holds besides its per-token KV cache, largest stage: a hybrid
-        model's recurrent state and a sliding-window layer's window of KV."""
-        return self.state_bytes_per_seq_gpu() + float(self.window_kv_bytes_per_seq_gpu())
 
     def model_kv_bytes_per_token(self) -> float:
         """KV bytes one more token of a sequence adds to the whole model (all GPUs): every
@@ -465,54 +467,97 @@ class Sharded:
     @property
     def window(self) -> float | None:
         """Keys a query of a windowed layer reads at most: a DSA model's ``topk`` (every
-        layer; its KV is kept whole, the indexer scores all of it), else :attr:`kv_window`."""
+        layer; its KV is kept whole, the indexer scores all of it), or the sliding window
+        (:attr:`kv_window` without :attr:`chunk`); None otherwise."""
         if self.arch.dsa is not None:
             return float(self.arch.dsa.topk)
-        return self.kv_window
+        return None if self.chunk is not None else self.kv_window
+
+    @property
+    def chunk(self) -> float | None:
+        """Llama 4's chunked local attention: the chunk a local layer's query attends within
+        (keys ``i mod C`` of its block), when the model has full-attention layers too."""
+        if self.arch.attention_chunk is None or not self._has_local_and_full:
+            return None
+        return float(self.arch.attention_chunk)
+
+    @property
+    def _has_local_and_full(self) -> bool:
+        a = self.arch
+        local = a.num_local_attention_layers
+        return not a.is_hybrid and 0 < local < a.layers
 
     @property
     def kv_window(self) -> float | None:
-        """Tokens a sliding-window attention layer attends to, when the model has such layers
-        and at least one full-attention layer (Gemma 2/3, gpt-oss); None otherwise (a model
-        whose every layer is windowed, or a hybrid, is priced at full attention).
+        """Tokens of KV a local layer keeps per sequence: its sliding window (Gemma 2/3,
+        gpt-oss) or its chunk (Llama 4), when the model has full-attention layers too; None
+        otherwise (a model whose every layer is local, or a hybrid, is priced at full
+        attention).
 
-        Serving engines keep only the window's KV for those layers (vLLM's hybrid KV cache
-        manager, docs/design/hybrid_kv_cache_manager.md; SGLang's SWA memory pool;
-        TensorRT-LLM's variable sliding-window attention) and their attention kernels read
-        at most the window (FlashAttention's ``window_size``)."""
+        Serving engines keep only that much KV for those layers (vLLM's hybrid KV cache
+        manager, docs/design/hybrid_kv_cache_manager.md, with its sliding-window and
+        chunked-local specs; SGLang's SWA memory pool; TensorRT-LLM's variable
+        sliding-window attention) and their attention kernels read no more
+        (FlashAttention's ``window_size``)."""
         a = self.arch
-        local = a.num_local_attention_layers
-        if a.sliding_window is None or a.is_hybrid or not local or local >= a.layers:
+        size = a.sliding_window if a.sliding_window is not None else a.attention_chunk
+        if size is None or not self._has_local_and_full:
             return None
-        return float(a.sliding_window)
+        return float(size)
 
     @property
     def local_attention_fraction(self) -> float:
-        """The attention layers with a window (gpt-oss: 1/2; Gemma 3: 5/6; DSA: all)."""
-        if self.window is None:
+        """The attention layers that attend locally (gpt-oss: 1/2; Gemma 3: 5/6; Llama 4:
+        3/4; DSA: all)."""
+        if self.window is None and self.chunk is None:
             return 0.0
         if self.arch.dsa is not None:
             return 1.0
         return self.arch.num_local_attention_layers / self.arch.layers
 
-    def attended_ctx(self, ctx: Num) -> Num:
+    def attended_ctx(self, ctx: Num, spread: Num = 0.0) -> Num:
         """Cached tokens one decode query reads, averaged over the attention layers: ``ctx``
         in a full-attention layer, ``min(ctx, w)`` in a sliding-window one (Beltagy et al.
-        2020, "Longformer", section 3.1)."""
-        w = self.window
-        if w is None:
+        2020, "Longformer", section 3.1) and ``ctx mod C`` in a chunked one, averaged over
+        contexts spread evenly over ``ctx +- spread`` (the decode of a request of ``O``
+        tokens: ``spread = O / 2``) as ``(P(ctx + spread) - P(ctx - spread)) / 2 spread``
+        with ``P`` = :func:`~gpuplan.forecast.model.chunked_pairs`, whose slope is
+        ``x mod C``."""
+        w, ch = self.window, self.chunk
+        if w is None and ch is None:
             return ctx
         f = self.local_attention_fraction
         c = np.asarray(ctx, dtype=float)
-        out: FloatArray = (1.0 - f) * c + f * np.minimum(c, w)
+        if ch is not None:
+            d = np.asarray(spread, dtype=float)
+            lo = np.maximum(c - d, 0.0)
+            hi = c + d
+            width = np.maximum(hi - lo, 1e-12)
+            spread_avg = (chunked_pairs(hi, ch) - chunked_pairs(lo, ch)) / width
+            local = np.where(hi - lo > 0.5, spread_avg, np.where(c <= ch, c, np.mod(c, ch)))
+        else:
+            local = np.minimum(c, float(w or 0.0))
+        out: FloatArray = (1.0 - f) * c + f * local
         return out
+
+    def local_pairs(self, x: Num) -> FloatArray:
+        """Causal query-key pairs of the first ``x`` positions of a local layer: a window
+        ``P(x) = x**2 / 2`` up to ``w`` and ``w**2 / 2 + w * (x - w)`` beyond; a chunk
+        :func:`~gpuplan.forecast.model.chunked_pairs`; a full layer ``x**2 / 2``."""
+        v = np.asarray(x, dtype=np.float64)
+        if self.chunk is not None:
+            return chunked_pairs(v, self.chunk)
+        w = self.window
+        if w is None:
+            out: FloatArray = v * v / 2.0
+            return out
+        return np.asarray(np.where(v <= w, v * v / 2.0, w * w / 2.0 + w * (v - w)), float)
 
     def causal_pairs(self, seq_len: Num, prefix: Num = 0) -> FloatArray:
         """Query-key pairs of a causal prefill chunk of ``s`` tokens after ``c`` cached ones,
-        averaged over the attention layers: ``s * c + s**2 / 2`` in a full-attention layer;
-        in a sliding-window layer each position ``i`` sees ``min(i, w)`` keys, so the chunk
-        sees ``P(c + s) - P(c)`` with ``P(x) = x**2 / 2`` up to ``w`` and
-        ``w**2 / 2 + w * (x - w)`` beyond.
+        averaged over the attention layers: ``s * c + s**2 / 2`` in a full-attention layer,
+        ``P(c + s) - P(c)`` in a local one (:meth:`local_pairs`: each position ``i`` sees
+        ``min(i, w)`` keys of a window, ``i mod C`` of a chunk).
 
         >>> from gpuplan.forecast.model import ModelArch
         >>> from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
@@ -525,15 +570,10 @@ class Sharded:
         s = np.asarray(seq_len, dtype=np.float64)
         c = np.asarray(prefix, dtype=np.float64)
         full: FloatArray = s * c + s * s / 2.0
-        w = self.window
-        if w is None:
+        if self.window is None and self.chunk is None:
             return full
-
-        def pairs(x: FloatArray) -> FloatArray:
-            return np.where(x <= w, x * x / 2.0, w * w / 2.0 + w * (x - w))
-
         f = self.local_attention_fraction
-        return (1.0 - f) * full + f * (pairs(c + s) - pairs(c))
+        return (1.0 - f) * full + f * (self.local_pairs(c + s) - self.local_pairs(c))
 
     def state_bytes_per_seq_stage(self) -> float:
         """Recurrent state one sequence keeps on one GPU, whole stage: a Mamba-2 block's
@@ -841,9 +881,22 @@ class MemoryPlan:
     activation_bytes: float
     kv_bytes_per_token: float
     state_bytes_per_seq: float = 0.0
-    """What a sequence holds besides its per-token KV (:meth:`Sharded.fixed_bytes_per_seq_gpu`:
-    a hybrid model's recurrent state, a sliding-window layer's window of KV), held from the
-    same pool as the KV cache (vLLM's hybrid cache manager)."""
+    """A hybrid model's recurrent state per sequence (:meth:`Sharded.state_bytes_per_seq_gpu`),
+    held from the same pool as the KV cache (vLLM's hybrid cache manager)."""
+    window_kv_bytes_per_token: float = 0.0
+    """KV bytes a token adds to the local (sliding-window or chunked) layers while it is in
+    their window (:meth:`Sharded.window_kv_bytes_per_token_gpu`): a sequence of ``n`` tokens
+    holds ``min(n, kv_window)`` of them there."""
+    kv_window: float = 0.0
+
+    def per_seq_bytes(self, tokens_per_request: Num) -> FloatArray:
+        """KV-pool bytes of one sequence of ``tokens_per_request`` tokens: its per-token KV,
+        its window in the local layers and its recurrent state."""
+        t = np.maximum(np.asarray(tokens_per_request, dtype=float), 1.0)
+        out: FloatArray = t * self.kv_bytes_per_token + self.state_bytes_per_seq
+        if self.window_kv_bytes_per_token:
+            out = out + np.minimum(t, self.kv_window) * self.window_kv_bytes_per_token
+        return out
 
     @property
     def kv_budget_bytes(self) -> float:
@@ -854,16 +907,25 @@ class MemoryPlan:
         return max(self.kv_budget_bytes, 0.0) / self.kv_bytes_per_token
 
     def max_batch(self, tokens_per_request: float) -> int:
-        """Sequences whose KV cache (and recurrent state) fit the budget at once."""
-        if self.state_bytes_per_seq:
-            per_seq = max(tokens_per_request, 1.0) * self.kv_bytes_per_token
-            return int(max(self.kv_budget_bytes, 0.0) // (per_seq + self.state_bytes_per_seq))
+        """Sequences whose KV cache (with their windows and recurrent state) fit the budget
+        at once."""
+        if self.state_bytes_per_seq or self.window_kv_bytes_per_token:
+            per_seq = float(self.per_seq_bytes(tokens_per_request))
+            return int(max(self.kv_budget_bytes, 0.0) // per_seq)
         return int(self.kv_capacity_tokens // max(tokens_per_request, 1.0))
+
+    def pool_tokens_per_token(self) -> float:
+        """The local layers' KV per windowed token, in per-token KV units (the serving
+        simulation's pool counts tokens)."""
+        return self.window_kv_bytes_per_token / self.kv_bytes_per_token
 
     def breakdown(self, kv_tokens: float, sequences: float = 0.0) -> dict[str, float]:
         """Memory per GPU holding ``kv_tokens`` cached tokens of ``sequences`` sequences (the
         KV-cache pool's entry counts each sequence's :attr:`state_bytes_per_seq` too)."""
         kv = kv_tokens * self.kv_bytes_per_token + sequences * self.state_bytes_per_seq
+        if self.window_kv_bytes_per_token and sequences:
+            per_seq = min(kv_tokens / sequences, self.kv_window)
+            kv += sequences * per_seq * self.window_kv_bytes_per_token
         return {
             "weights": self.weights_bytes,
             "kv_cache": kv,

@@ -41,6 +41,7 @@ from gpuplan.forecast.comm import (
 )
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import Gemms, Sharded
+from gpuplan.forecast.model import chunked_pairs
 from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
 
 if TYPE_CHECKING:
@@ -1075,9 +1076,12 @@ def prefill_pass(
     )
 
 
-def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts, np.ndarray]:
-    """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each (a
-    sliding-window layer reads at most its window, :meth:`Sharded.attended_ctx`)."""
+def decode_pass(
+    rates: DeviceRates, batch: float, ctx: float, spread: float = 0.0
+) -> tuple[PassParts, np.ndarray]:
+    """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each, or
+    averaged over contexts ``ctx +- spread`` (a local layer reads its window or the open
+    part of its chunk, :meth:`Sharded.attended_ctx`)."""
     sh = rates.sharded
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     return pass_parts(
@@ -1085,9 +1089,9 @@ def decode_pass(rates: DeviceRates, batch: float, ctx: float) -> tuple[PassParts
         tokens=batch,
         logit_rows=batch,
         attn_flops=0.0,
-        decode_attn_flops=sh.decode_attention_flops(batch, ctx),
+        decode_attn_flops=sh.decode_attention_flops(batch, ctx, spread),
         attn_bytes=0.0,
-        kv_read_bytes=sh.decode_kv_read_bytes(batch, ctx),
+        kv_read_bytes=sh.decode_kv_read_bytes(batch, ctx, spread),
         index_flops=batch * ctx * sh.index_flops_per_ctx_token(),
         state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
         attn_shape=(group, ctx, sh.arch.qk_head_dim),
@@ -1132,7 +1136,7 @@ def static_run_parts(
     mb = max(1, min(int(batch), pp))
     pre, hop_p = prefill_pass(rates, batch / mb, input_tokens)
     mean_ctx = input_tokens + (output_tokens) / 2.0
-    dec, hop_d = decode_pass(rates, batch / mb, mean_ctx)
+    dec, hop_d = decode_pass(rates, batch / mb, mean_ctx, output_tokens / 2.0)
     return StaticRunParts(
         pre, dec, hop_p, hop_d, float(batch), float(input_tokens), float(output_tokens), pp, mb
     )
@@ -1310,9 +1314,9 @@ def continuous_iteration(
             tokens=batch + k * c,
             logit_rows=batch,
             attn_flops=k * chunk_attn,
-            decode_attn_flops=sh.decode_attention_flops(batch, mean_ctx),
+            decode_attn_flops=sh.decode_attention_flops(batch, mean_ctx, o / 2.0),
             attn_bytes=k * c * kv,
-            kv_read_bytes=sh.decode_kv_read_bytes(batch, mean_ctx),
+            kv_read_bytes=sh.decode_kv_read_bytes(batch, mean_ctx, o / 2.0),
             state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
             index_flops=batch * mean_ctx * sh.index_flops_per_ctx_token(),
             index_prefill=(k * chunk_index, c),
@@ -1358,6 +1362,7 @@ class StepCostModel:
     #: a sliding-window model's window and the share of its attention layers that have it
     #: (:attr:`Sharded.window`), with the prefill attention FLOPs of one query-key pair
     window: float | None = None
+    chunk: float | None = None
     local_fraction: float = 0.0
     pair_flops: float = 0.0
     #: a DSA model's indexer (it scores every cached key; the attention itself reads the
@@ -1448,6 +1453,7 @@ class StepCostModel:
             max_tokens=float(grid[-1]),
             pp=lay.pp,
             window=sh.window,
+            chunk=sh.chunk,
             local_fraction=sh.local_attention_fraction,
             pair_flops=float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0,
             index_s_per_pair=np.asarray(index_pair, float),
@@ -1470,16 +1476,31 @@ class StepCostModel:
         by at most a quarter of its window layers' share). Unchanged without a window."""
         ctx = np.asarray(ctx_tokens, dtype=float)
         pf = np.asarray(prefill_flops, dtype=float)
-        w = self.window
-        if w is None:
+        w, ch = self.window, self.chunk
+        if w is None and ch is None:
             return ctx, pf
         f = self.local_fraction
         r = np.asarray(rows, dtype=float)
         per_row = ctx / np.maximum(r, 1e-12)
-        ctx_w = (1.0 - f) * ctx + f * r * np.minimum(per_row, w)
         t = np.asarray(prefill_tokens, dtype=float)
         pos = pf / self.pair_flops / np.maximum(t, 1e-12)
-        keys = np.where(pos <= w / 2.0, pos, w - w * w / (4.0 * np.maximum(pos, 1e-12)))
+        if ch is not None:
+            # the rows' contexts taken as spread evenly over [0, 2 x mean]: their chunk
+            # phases average P(2m) / 2m (m up to C/2, then towards C/2); a chunk's tokens
+            # likewise from the start of a prompt of 2p
+            size = ch
+
+            def per_token(m: FloatArray) -> FloatArray:
+                x = 2.0 * m
+                out: FloatArray = chunked_pairs(x, size) / np.maximum(x, 1e-12)
+                return out
+
+            read, keys = per_token(per_row), per_token(pos)
+        else:
+            wv = float(w or 0.0)
+            read = np.minimum(per_row, wv)
+            keys = np.where(pos <= wv / 2.0, pos, wv - wv * wv / (4.0 * np.maximum(pos, 1e-12)))
+        ctx_w = (1.0 - f) * ctx + f * r * read
         pf_w = (1.0 - f) * pf + f * self.pair_flops * t * keys
         return ctx_w, pf_w
 
@@ -1511,7 +1532,7 @@ class StepCostModel:
         stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops."""
         m = float(self.pp)
         index = 0.0
-        if self.window is not None:
+        if self.window is not None or self.chunk is not None:
             # a DSA indexer over every cached key (decode) and every causal pair (prefill)
             index = (
                 np.asarray(ctx_tokens, float) * self.index_s_per_ctx_token[scenario]

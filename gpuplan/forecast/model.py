@@ -125,9 +125,13 @@ class ModelArch:
     """Causal (decoder) attention: flash-attention kernels skip the masked half."""
     sliding_window: int | None = None
     """Tokens a local (sliding-window) attention layer attends to; None = full attention."""
+    attention_chunk: int | None = None
+    """Chunked local attention (Llama 4's ``attention_chunk_size`` 8192): a local layer's
+    query attends to the earlier keys of its own block of this many tokens (transformers
+    ``Llama4TextModel``'s chunked mask on the RoPE layers); None = none."""
     full_attention_interval: int | None = None
-    """With ``sliding_window``: every N-th layer attends to the full context (Gemma 3: 6,
-    GPT-OSS: 2); None = every layer local."""
+    """With ``sliding_window`` or ``attention_chunk``: every N-th layer attends to the full
+    context (Gemma 3: 6, GPT-OSS: 2, Llama 4: 4); None = every layer local."""
     mamba_layers: int = 0
     """Hybrid models (Nemotron-H): blocks whose mixer is a Mamba-2 layer. With it (or with
     ``attention_layers``) every one of the ``layers`` is a single block, as in Megatron's
@@ -206,7 +210,10 @@ class ModelArch:
                 ) from exc
             object.__setattr__(self, "dsa", dsa)
         if self.dsa is not None and (
-            self.attention != "mla" or self.mla is None or self.sliding_window is not None
+            self.attention != "mla"
+            or self.mla is None
+            or self.sliding_window is not None
+            or self.attention_chunk is not None
         ):
             raise InputError(
                 f"model {self.name!r}: DeepSeek Sparse Attention (dsa) runs on MLA layers",
@@ -252,6 +259,14 @@ class ModelArch:
             raise InputError(f"model {self.name!r}: first_dense_layers out of range")
         if self.sliding_window is not None and self.sliding_window <= 0:
             raise InputError(f"model {self.name!r}: sliding_window must be positive")
+        if self.attention_chunk is not None and (
+            self.attention_chunk <= 0 or self.sliding_window is not None
+        ):
+            raise InputError(
+                f"model {self.name!r}: attention_chunk must be positive and not combined with "
+                "sliding_window",
+                hint="a local layer is either a sliding window or a chunk",
+            )
         if self.full_attention_interval is not None and self.full_attention_interval <= 0:
             raise InputError(f"model {self.name!r}: full_attention_interval must be positive")
         if self.is_hybrid:
@@ -414,8 +429,9 @@ class ModelArch:
 
     @property
     def num_local_attention_layers(self) -> int:
-        """Layers with sliding-window attention (the others attend to the full context)."""
-        if self.sliding_window is None:
+        """Layers with local attention, a sliding window or a chunk (the others attend to the
+        full context)."""
+        if self.sliding_window is None and self.attention_chunk is None:
             return 0
         if self.full_attention_interval is None:
             return self.layers
@@ -433,6 +449,8 @@ class ModelArch:
         window sees ``min(i, w)`` keys), so that one fitted attention factor serves both.
         DeepSeek Sparse Attention counts its ``topk`` the same way on every layer (a query
         reads ``min(i, k)`` keys); its indexer is :func:`attention_core_flops_per_token_layer`'s.
+        A chunked layer (Llama 4) is a full layer over each chunk: ``2 P(s) / s`` with
+        :func:`chunked_pairs` in both units (its causal kernel skips the masked half too).
 
         >>> a = ModelArch(layers=6, hidden=64, heads=4, ffn_hidden=256, vocab=10,
         ...               sliding_window=1024, full_attention_interval=6)
@@ -446,8 +464,13 @@ class ModelArch:
             n_local, window = self.layers, self.dsa.topk
         if not n_local:
             return s
+        local: FloatArray
+        if self.attention_chunk is not None:
+            # a chunk is a full causal layer of its length: 2 P(s) / s in either unit
+            local = 2.0 * chunked_pairs(s, float(self.attention_chunk)) / np.maximum(s, 1e-12)
+            return ((self.layers - n_local) * s + n_local * local) / self.layers
         w = np.minimum(float(window or 0), s)
-        local: FloatArray = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
+        local = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
         return ((self.layers - n_local) * s + n_local * local) / self.layers
 
     # ---------------------------------------------------------------- parameter counts
@@ -573,6 +596,7 @@ def arch_from_catalog(row: CatalogModel) -> ModelArch:
         mla=row.mla if row.attention == "mla" else None,
         dsa=row.dsa,
         sliding_window=row.sliding_window or None,
+        attention_chunk=row.attention_chunk or None,
         mamba_layers=row.mamba_layers,
         attention_layers=row.attention_layers,
         mamba=(
@@ -692,6 +716,20 @@ def kv_cache_bytes_per_token(
 
 
 # ------------------------------------------------------------------------ FLOP counts
+def chunked_pairs(x: Num, chunk: float) -> FloatArray:
+    """Causal query-key pairs of the first ``x`` positions of a chunked-attention layer: each
+    whole chunk of ``C`` is a causal square (``C**2 / 2``, FlashAttention's count) and the
+    open chunk adds ``r**2 / 2`` for its ``r = x mod C`` positions.
+
+    >>> float(chunked_pairs(20000, 8192)), float(chunked_pairs(100, 8192))
+    (73646592.0, 5000.0)
+    """
+    v = np.asarray(x, dtype=np.float64)
+    r = np.mod(v, chunk)
+    out: FloatArray = np.floor(v / chunk) * chunk * chunk / 2.0 + r * r / 2.0
+    return out
+
+
 def attention_core_flops_per_token_layer(
     arch: ModelArch, seq_len: Num, *, executed: bool = False
 ) -> FloatArray:

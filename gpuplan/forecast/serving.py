@@ -261,6 +261,20 @@ class ReplicaModel:
     #: (:attr:`gpuplan.forecast.inference_arch.MemoryPlan.state_bytes_per_seq` over the KV
     #: bytes per token): admitted with the request, freed with it
     state_tokens_per_request: float = 0.0
+    #: a sliding-window or chunked model's local layers: a request holds ``min(length,
+    #: window_tokens)`` of its tokens there, each worth ``window_ratio`` pool tokens
+    #: (:attr:`gpuplan.forecast.inference_arch.MemoryPlan.window_kv_bytes_per_token` over
+    #: the KV bytes per token)
+    window_tokens: float = 0.0
+    window_ratio: float = 0.0
+
+    def pool_tokens(self, lengths: Num) -> FloatArray:
+        """Pool tokens requests of ``lengths`` tokens (prompt + answer) hold at most: their
+        KV, their recurrent state and their window in the local layers."""
+        out: FloatArray = np.asarray(lengths, dtype=float) + self.state_tokens_per_request
+        if self.window_ratio:
+            out = out + self.window_ratio * np.minimum(lengths, self.window_tokens)
+        return out
 
     def iteration_time(
         self, tokens: float, rows: float, ctx: float, pf_flops: float, pf_tokens: float
@@ -480,7 +494,7 @@ def simulate_requests(
     else:
         arrived = arrivals
         arrivals = frontend_entries(arrivals, front)
-    need = lin + lout + replica.state_tokens_per_request
+    need = replica.pool_tokens(lin + lout)
     if need.max() > replica.kv_capacity_tokens:
         # never admissible: the whole request does not fit in the KV cache
         return SimResult(np.array([]), np.array([]), qps, 0.0, 0, 0.0, True, n_req)
@@ -737,7 +751,7 @@ def analytic_latency(
     pf = lam * i_mean * tau
     check = mean_iteration(tau, lam)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
-    per_request = i_mean + o_mean + replica.state_tokens_per_request
+    per_request = replica.pool_tokens(i_mean + o_mean)
     feasible = converged & (n * per_request <= replica.kv_capacity_tokens) & (tau < 1e5)
     if not ignore_batch_cap:
         feasible &= n <= replica.max_batch
@@ -1268,7 +1282,7 @@ def disaggregated_closed_loop(
             )
         )
     prefill_rate = prefill_workers * k / t_k
-    per_request = i_len + o_len + decode.state_tokens_per_request
+    per_request = float(decode.pool_tokens(i_len + o_len))
     b_cap = float(max(min(decode.max_batch, decode.kv_capacity_tokens / per_request), 1.0))
     t_cap = float(tpot(np.array([b_cap]))[0])
     decode_rate = decode_workers * b_cap / (after_first * t_cap) if after_first > 0 else math.inf

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpuplan.catalogs.catalog import get_catalog
+from gpuplan.errors import InputError
 from gpuplan.forecast.inference import forecast_inference
 from gpuplan.forecast.inference_arch import PRECISIONS, Layout, shard
 from gpuplan.forecast.inference_step import (
@@ -80,14 +81,29 @@ def test_window_layers_hold_their_window_of_kv():
     assert sh.model_kv_bytes_per_token() == 18 * 2 * 8 * 64
     assert sh.model_window_kv_bytes_per_seq() == 18 * 2 * 8 * 64 * 128
     assert float(sh.kv_bytes_per_seq_gpu(2048)) == 18 * per_layer * (2048 + 128)
-    assert sh.fixed_bytes_per_seq_gpu() == 18 * per_layer * 128
+    assert sh.window_kv_bytes_per_token_gpu() == 18 * per_layer
+
+
+def test_a_short_sequence_holds_only_its_own_tokens_in_the_window():
+    """The memory plan and the simulation's pool charge a sequence min(length, window) in
+    the local layers: Gemma 2's 4,096-token window is not reserved for a 1,000-token chat."""
+    from gpuplan.forecast.inference_arch import MemoryPlan
+
+    arch = arch_from_catalog(get_catalog().model("gemma2-9b"))
+    sh = shard(arch, Layout(), PRECISIONS["bf16"])
+    kv, wkv = sh.kv_bytes_per_token_per_gpu(), sh.window_kv_bytes_per_token_gpu()
+    assert kv == wkv  # 21 global and 21 local layers
+    mp = MemoryPlan(40e9, 40e9, 0.0, 0.0, kv, 0.0, wkv, 4096.0)
+    assert mp.max_batch(1000) == int(40e9 // (1000 * kv + 1000 * wkv))
+    assert mp.max_batch(8000) == int(40e9 // (8000 * kv + 4096 * wkv))
+    assert mp.breakdown(8000.0, 1.0)["kv_cache"] == 8000 * kv + 4096 * wkv
 
 
 def test_a_model_without_windows_is_unchanged():
     sh = shard(FULL, Layout(), PRECISIONS["bf16"])
     assert sh.window is None and sh.local_attention_fraction == 0.0
     assert sh.attended_ctx(5000) == 5000
-    assert sh.fixed_bytes_per_seq_gpu() == 0.0
+    assert sh.window_kv_bytes_per_token_gpu() == 0.0 and sh.kv_window is None
     # every layer windowed (no full layer to grow with the sequence): priced at full attention
     all_local = dataclasses.replace(LOCAL, full_attention_interval=None)
     assert shard(all_local, Layout(), PRECISIONS["bf16"]).window is None
@@ -147,3 +163,138 @@ def test_gpt_oss_serving_fits_more_sequences_and_decodes_long_contexts_faster():
     assert one["ttft_s"] < one_full["ttft_s"]
     # memory reported for the batch counts the windows
     assert one["memory_per_gpu_bytes"] < one_full["memory_per_gpu_bytes"]
+
+
+# ---- chunked local attention (Llama 4) ------------------------------------------------------
+CHUNKED = dataclasses.replace(
+    FULL, name="chunked", attention_chunk=1024, full_attention_interval=3
+)  # 2 of 6 layers global, 4 attend within chunks of 1,024 tokens
+
+
+def test_chunked_pairs_are_a_causal_square_per_chunk():
+    sh = shard(CHUNKED, Layout(), PRECISIONS["bf16"])
+    for s, c in ((500, 0), (3000, 0), (700, 900), (2048, 4096)):
+        # position i (1-based) of a chunked layer sees the (i-1) mod C earlier keys of its
+        # chunk plus itself; the continuous count is the area under x mod C
+        x = np.arange(c, c + s, dtype=float)
+        lo, hi = x, x + 1
+        local = np.where(np.floor(hi / 1024) > np.floor(lo / 1024), 0.5, np.mod(lo, 1024) + 0.5)
+        expected = (2 * _brute_pairs(s, c, None) + 4 * local.sum()) / 6
+        assert float(sh.causal_pairs(s, c)) == pytest.approx(expected, rel=2e-3)
+    assert sh.kv_window == 1024.0 and sh.chunk == 1024.0 and sh.window is None
+
+
+def test_a_chunked_decode_reads_the_open_chunk():
+    sh = shard(CHUNKED, Layout(), PRECISIONS["bf16"])
+    assert float(sh.attended_ctx(1500)) == pytest.approx((2 * 1500 + 4 * (1500 - 1024)) / 6)
+    assert float(sh.attended_ctx(800)) == 800
+    # averaged over a request's decode from 1,024 to 2,048: the open chunk grows 0 -> 1,024
+    assert float(sh.attended_ctx(1536, 512)) == pytest.approx((2 * 1536 + 4 * 512) / 6)
+    ctxs = np.arange(900, 1900)
+    brute = np.mean([(2 * c + 4 * (c if c <= 1024 else c % 1024)) / 6 for c in ctxs])
+    assert float(sh.attended_ctx(1400, 500)) == pytest.approx(brute, rel=2e-3)
+
+
+def test_chunked_training_flops_count_each_chunk():
+    s = 3000.0
+    keys = float(CHUNKED.attention_keys_per_query(s))
+    # 2 full layers at s, 4 chunked at 2 P(s) / s with P = 2 x 1024^2/2 + 952^2/2
+    p = 2 * 1024**2 / 2 + 952**2 / 2
+    assert keys == pytest.approx((2 * s + 4 * 2 * p / s) / 6)
+    assert float(CHUNKED.attention_keys_per_query(800)) == 800
+
+
+def test_llama4_keeps_a_chunk_of_kv_in_three_of_four_layers():
+    arch = arch_from_catalog(get_catalog().model("llama4-scout"))
+    sh = shard(arch, Layout(tp=4), PRECISIONS["fp8"])
+    per_layer = 2 * (8 // 4) * 128 * 1.0
+    assert sh.kv_bytes_per_token_per_gpu() == 12 * per_layer
+    assert sh.window_kv_bytes_per_seq_gpu() == 36 * per_layer * 8192
+
+
+def test_step_cost_model_prices_chunks_like_the_passes():
+    rates, _ = rates_for(arch=CHUNKED)
+    p = OverheadParams(roofline_sharpness=3.0)
+    cost = StepCostModel.build(rates, p, max_tokens=9000, typical_prompt=2048)
+    for b, m in ((4, 300), (16, 3000)):
+        # the cost model takes the rows' contexts as spread evenly over [0, 2m]
+        exact = combine(decode_pass(rates, b, m, m)[0], p).total_s[VALUE]
+        assert float(cost.time(b, b, b * m)) == pytest.approx(exact, rel=0.03)
+    coef = float(rates.sharded.attention_flops_prefill(1.0)) * 2
+    for s in (700, 5000):
+        _, pf = cost.windowed(1, 0.0, coef * s * s / 2, s)
+        assert float(pf) == pytest.approx(float(rates.sharded.attention_flops_prefill(s)))
+
+
+GPT_OSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "vocab_size": 201088,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "attention_bias": True,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+}
+LLAMA4_SCOUT_CONFIG = {
+    "model_type": "llama4",
+    "text_config": {
+        "model_type": "llama4_text",
+        "hidden_size": 5120,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+        "vocab_size": 202048,
+        "attention_chunk_size": 8192,
+        "no_rope_layers": [1, 1, 1, 0] * 12,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def _read(cfg: dict) -> dict:
+    from gpuplan.cli._model import _hf_to_model
+
+    return _hf_to_model(dict(cfg), "config.json")
+
+
+def test_config_json_local_attention_reads_as_the_record():
+    rec = _read(GPT_OSS_CONFIG)
+    assert (rec["sliding_window"], rec["full_attention_interval"]) == (128, 2)
+    rec = _read(LLAMA4_SCOUT_CONFIG)
+    assert (rec["attention_chunk"], rec["full_attention_interval"]) == (8192, 4)
+    rec.pop("extra")
+    scout = arch_from_catalog(get_catalog().model("llama4-scout"))
+    assert ModelArch(**rec).params_total() == scout.params_total()  # the shared expert read
+    assert ModelArch(**rec).params_active() == scout.params_active()
+    newer = {**LLAMA4_SCOUT_CONFIG["text_config"], "no_rope_layers": None}
+    newer["layer_types"] = ["chunked_attention"] * 3 + ["full_attention"]
+    newer["layer_types"] *= 12
+    assert _read(newer)["attention_chunk"] == 8192
+    # Qwen2's config carries a sliding_window it does not use
+    qwen = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+            "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+            "vocab_size": 151936, "sliding_window": 32768, "use_sliding_window": False}  # fmt: skip
+    assert "sliding_window" not in _read(qwen)
+
+
+def test_irregular_global_layers_are_refused():
+    cfg = dict(GPT_OSS_CONFIG)
+    cfg["layer_types"] = ["sliding_attention"] * 35 + ["full_attention"]
+    cfg["layer_types"][3] = "full_attention"
+    with pytest.raises(InputError, match="every N-th layer"):
+        _read(cfg)
