@@ -806,12 +806,12 @@ class ModelArch(Row):
             " within its block of this many tokens"
         ),
     )
-    released_precision: Literal["fp8"] | None = Field(
+    released_precision: Literal["fp8", "mxfp4"] | None = Field(
         None,
         description=(
             "the weight precision of the checkpoint its makers released, where it is not 16-bit"
-            " (DeepSeek-V3/R1: block-scaled fp8, config.json quantization_config); a forecast"
-            " at another precision says so"
+            " (DeepSeek-V3/R1: block-scaled fp8; gpt-oss: MXFP4 experts; config.json"
+            " quantization_config); a forecast at another precision says so"
         ),
     )
     mamba_layers: int = Field(
@@ -979,9 +979,23 @@ class ModelArch(Row):
         takes 16 H200 in two nodes, the released fp8 model one node of 8.
         """
         released = self.released_precision
-        if released is None or released == precision.strip().lower():
+        asked = precision.strip().lower()
+        if released is None or released == asked:
+            return None
+        if released == "mxfp4" and asked in ("fp4", "int4"):
+            # an FP4 run of it, or its 4-bit weights dequantised into 16-bit GEMMs where the
+            # GPU has no FP4 math (vLLM's and TensorRT-LLM's Hopper path for gpt-oss)
             return None
         return f"{self.name} was released with {released} weights; forecasting {precision}"
+
+    def released_precision_hint(self, how: str) -> str:
+        """How to forecast the released checkpoint, ``how`` naming the setting ("--precision"
+        or "precision:"): its own precision, and for an MXFP4 release the W4A16 stand-in
+        where the GPU has no FP4 tensor cores."""
+        out = f"{how} {self.released_precision} to match"
+        if self.released_precision == "mxfp4":
+            out += f"; {how} int4 on a GPU without FP4 tensor cores (4-bit weights, 16-bit math)"
+        return out
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """KV-cache bytes per token, by the one formula

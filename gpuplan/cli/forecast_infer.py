@@ -66,7 +66,7 @@ def _warn_released_precision(model: str, precision: str) -> None:
         return  # the forecast itself reports the unknown name
     said = row.released_precision_note(precision)
     if said is not None:
-        warn(f"{said} (pass --precision {row.released_precision} to match)")
+        warn(f"{said} (pass {row.released_precision_hint('--precision')})")
 
 
 def _default_lengths(

@@ -449,8 +449,8 @@ def build_plan(
         said = row.released_precision_note(svc.precision)
         if said is not None:
             cand_notes.append(
-                f"{svc.name}: {said} (set precision: {row.released_precision} on the workload "
-                "to plan the released model)"
+                f"{svc.name}: {said} (on the workload, set "
+                f"{row.released_precision_hint('precision:')})"
             )
     # rows the forecasts read (architecture, accelerator specs): cited even where the plan's
     # own arithmetic does not touch them

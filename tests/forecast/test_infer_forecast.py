@@ -237,6 +237,21 @@ def test_a_model_released_in_fp8_warns_at_bf16(run_cli):
     assert p.returncode == 0 and "released with" not in p.stderr
 
 
+def test_gpt_oss_released_in_mxfp4_runs_as_4_bit_weights_on_hopper(run_cli):
+    """gpt-oss ships its experts in MXFP4 (config.json quantization_config): at the bf16
+    default the CLI says so and names both flags; at int4 (4-bit weights, 16-bit math: the
+    Hopper path) it says nothing and the 120B model serves on one 80 GB H100."""
+    base = ("forecast", "infer", "--model", "gpt-oss-120b", "--gpu", "h100", "--format", "json")
+    p = run_cli(*base)
+    assert p.returncode == 0, p.stderr
+    assert "released with mxfp4 weights" in p.stderr and "--precision int4" in p.stderr
+    assert json.loads(p.stdout)["gpus_per_replica"] > 1
+    p = run_cli(*base, "--precision", "int4")
+    assert p.returncode == 0, p.stderr
+    assert "released with" not in p.stderr
+    assert json.loads(p.stdout)["gpus_per_replica"] == 1
+
+
 def test_equal_cost_layouts_prefer_the_one_with_more_capacity(run_cli):
     """Llama 3.1 8B at 5 req/s on PCIe L40S: one TP 2 replica and two TP 1 replicas both take
     two cards. The two replicas serve more at the SLOs (no all-reduce over PCIe, two queues),
