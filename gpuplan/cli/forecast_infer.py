@@ -193,7 +193,7 @@ def _table(r: dict[str, Any]):
                 f"{fmt_bytes(r['kv_cache_bytes_per_token'])} (model), {fmt_bytes(r['kv_cache_bytes_per_token_per_gpu'])} per GPU"
                 + (
                     f", + {fmt_bytes(r['kv_cache_window_bytes_per_sequence'])} per sequence "
-                    "in the sliding-window layers (model)"
+                    "at most in the local (sliding-window or chunked) layers (model)"
                     if r.get("kv_cache_window_bytes_per_sequence")
                     else ""
                 ),

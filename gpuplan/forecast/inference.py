@@ -287,7 +287,8 @@ class LayoutResult(_ReplicaExtras):
     batch_note: str | None
     max_batch: int
     kv_cache_bytes_per_token: float
-    #: a sliding-window model's window of KV per sequence, whole model (0 for others)
+    #: a sliding-window or chunked model's local layers' KV per sequence at most, whole
+    #: model (0 for others)
     kv_cache_window_bytes_per_sequence: float
     kv_cache_bytes_per_token_per_gpu: float
     memory_per_gpu_bytes: float
@@ -376,7 +377,8 @@ class FleetResult(BaseInfo, _FleetExtras):
     batch: int
     max_batch: int
     kv_cache_bytes_per_token: float
-    #: a sliding-window model's window of KV per sequence, whole model (0 for others)
+    #: a sliding-window or chunked model's local layers' KV per sequence at most, whole
+    #: model (0 for others)
     kv_cache_window_bytes_per_sequence: float
     kv_cache_bytes_per_token_per_gpu: float
     memory_per_gpu_bytes: float

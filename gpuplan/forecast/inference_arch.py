@@ -421,7 +421,7 @@ class Sharded:
     def window_kv_bytes_per_seq_gpu(self, tokens: Num | None = None) -> Num:
         """KV bytes the sliding-window layers of the largest stage hold for one sequence of
         ``tokens`` tokens (default: the whole window, what an engine keeps for a sequence
-        longer than it); 0 without :attr:`window`."""
+        longer than it); 0 without :attr:`kv_window`."""
         w = self.kv_window
         if w is None:
             return 0.0
@@ -445,7 +445,8 @@ class Sharded:
 
     def model_kv_bytes_per_token(self) -> float:
         """KV bytes one more token of a sequence adds to the whole model (all GPUs): every
-        attention layer, or with :attr:`window` the full-attention ones."""
+        attention layer, or with :attr:`kv_window` the full-attention ones (DSA: and its
+        indexer keys)."""
         layers = None
         if self.kv_window is not None:
             layers = self.arch.num_attention_blocks - self.arch.num_local_attention_layers
@@ -456,7 +457,7 @@ class Sharded:
 
     def model_window_kv_bytes_per_seq(self) -> float:
         """KV bytes the sliding-window layers hold for one sequence at the full window, whole
-        model; 0 without :attr:`window`."""
+        model; 0 without :attr:`kv_window`."""
         if self.kv_window is None:
             return 0.0
         local = self.arch.num_local_attention_layers

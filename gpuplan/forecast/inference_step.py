@@ -1359,8 +1359,9 @@ class StepCostModel:
     hop_s: np.ndarray  # (3,)
     max_tokens: float
     pp: int
-    #: a sliding-window model's window and the share of its attention layers that have it
-    #: (:attr:`Sharded.window`), with the prefill attention FLOPs of one query-key pair
+    #: local attention: a sliding window or DSA top-k (:attr:`Sharded.window`) or a chunk
+    #: (:attr:`Sharded.chunk`), the share of the attention layers that have it, and the
+    #: prefill attention FLOPs of one query-key pair
     window: float | None = None
     chunk: float | None = None
     local_fraction: float = 0.0
@@ -1464,16 +1465,19 @@ class StepCostModel:
         self, rows: Num, ctx_tokens: Num, prefill_flops: Num, prefill_tokens: Num
     ) -> tuple[FloatArray, FloatArray]:
         """The decode context read and the prefill attention FLOPs of an iteration once its
-        sliding-window layers attend to at most :attr:`window` keys.
+        local layers attend to at most :attr:`window` keys (sliding window, DSA top-k) or
+        within their :attr:`chunk`.
 
         The callers give the iteration's totals as if every layer attended to the whole
         context (``ctx_tokens`` over ``rows`` sequences; ``prefill_flops`` =
         ``pair_flops * (s * c + s**2 / 2)`` summed over the chunks). A window layer reads
-        ``min(ctx, w)`` per sequence, taken at the mean context; a chunk's tokens at mean
-        position ``p`` are counted as a prompt of ``2p`` tokens from the start, whose
-        window layer sees ``p`` keys per token up to ``p = w/2`` and ``w - w**2 / (4p)``
-        beyond (exact for a whole prompt; a later chunk of a long prompt is undercounted
-        by at most a quarter of its window layers' share). Unchanged without a window."""
+        ``min(ctx, w)`` per sequence, taken at the mean context; a chunked layer the open
+        chunk, with the rows' contexts taken as spread evenly over ``[0, 2 x mean]``. A
+        prefill chunk's tokens at mean position ``p`` are counted as a prompt of ``2p``
+        tokens from the start, whose window layer sees ``p`` keys per token up to
+        ``p = w/2`` and ``w - w**2 / (4p)`` beyond, whose chunked layer ``P(2p) / 2p``
+        (exact for a whole prompt; a later chunk of a long prompt is undercounted by at
+        most a quarter of its window layers' share). Unchanged without local layers."""
         ctx = np.asarray(ctx_tokens, dtype=float)
         pf = np.asarray(prefill_flops, dtype=float)
         w, ch = self.window, self.chunk

@@ -132,6 +132,10 @@ def block_shape_from_catalog(row: Any) -> tuple[BlockShape, list[str]]:
         notes.append("hybrid model: only its attention + MLP block shapes run (no Mamba-2 mixer)")
     if getattr(row, "sliding_window", None):
         notes.append("sliding-window layers run with full causal attention")
+    if getattr(row, "attention_chunk", None):
+        notes.append("chunked-attention layers run with full causal attention")
+    if getattr(row, "dsa", None) is not None:
+        notes.append("DeepSeek sparse attention run dense (no indexer, every key attended)")
     notes.append("no rotary embedding, QK-norm or biases (elementwise, a few % of a block)")
     shape = BlockShape(
         hidden=int(row.hidden),
