@@ -178,6 +178,14 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
     ]
     if data.get("is_encoder_decoder"):
         unmodelled.append("is_encoder_decoder")
+    # Gemma 4 / 3n: global layers of another head shape, K shared with V, KV shared across
+    # layers, per-layer input embeddings (one head shape per model is what gpuplan prices)
+    global_dim = data.get("global_head_dim")
+    if global_dim not in (None, 0, data.get("head_dim")):
+        unmodelled.append("global_head_dim (global layers of another head size)")
+    for key in ("attention_k_eq_v", "num_kv_shared_layers", "hidden_size_per_layer_input"):
+        if data.get(key) not in (None, 0, False):
+            unmodelled.append(key)
     layer_types = data.get("layer_types")
     modelled = {"full_attention", "linear_attention"} if hybrid else set(_HF_LAYER_KINDS)
     if isinstance(layer_types, list) and any(t not in modelled for t in layer_types):

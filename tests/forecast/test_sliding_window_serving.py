@@ -298,3 +298,15 @@ def test_irregular_global_layers_are_refused():
     cfg["layer_types"][3] = "full_attention"
     with pytest.raises(InputError, match="every N-th layer"):
         _read(cfg)
+
+
+def test_gemma4_global_layers_of_another_shape_are_refused():
+    """Gemma 4 31B's global layers have 4 KV heads of 512 with K shared as V, its local ones
+    16 of 256: one head shape per model is what the forecast prices, so it says so."""
+    cfg = {"model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504,
+           "num_hidden_layers": 60, "num_attention_heads": 32, "num_key_value_heads": 16,
+           "head_dim": 256, "global_head_dim": 512, "num_global_key_value_heads": 4,
+           "attention_k_eq_v": True, "vocab_size": 262144, "sliding_window": 1024,
+           "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 10}  # fmt: skip
+    with pytest.raises(InputError, match=r"global_head_dim.*attention_k_eq_v"):
+        _read(cfg)
