@@ -40,7 +40,12 @@ import numpy as np
 
 from gpuplan.catalogs.schema import Accelerator
 from gpuplan.errors import InputError
-from gpuplan.forecast.model import ModelArch, chunked_pairs, kv_cache_bytes_per_token
+from gpuplan.forecast.model import (
+    ModelArch,
+    chunked_pairs,
+    kv_cache_bytes_per_token,
+    window_pairs,
+)
 from gpuplan.numeric import BoolArray, FloatArray, Num
 
 
@@ -130,7 +135,8 @@ FP4_BY_VENDOR = {"nvidia": "fp4"}
 KV_PRECISIONS: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 
 
-def _peak(gpu: Accelerator, dtype: str) -> float | None:
+def dtype_peak(gpu: Accelerator, dtype: str) -> float | None:
+    """The catalog's dense tensor-core peak of ``gpu`` for ``dtype`` (None: not supported)."""
     fn = getattr(gpu, "peak_flops_per_s", None)
     if fn is None:
         return None
@@ -159,8 +165,8 @@ def resolve_precision(
         key = FP4_BY_VENDOR.get(vendor, "mxfp4")
     spec = PRECISIONS[key]
     gpu_name = getattr(gpu, "id", str(gpu))
-    ok = [p for p in PRECISIONS.values() if all(_peak(gpu, d) for d in p.requires)]
-    missing = [d for d in spec.requires if not _peak(gpu, d)]
+    ok = [p for p in PRECISIONS.values() if all(dtype_peak(gpu, d) for d in p.requires)]
+    missing = [d for d in spec.requires if not dtype_peak(gpu, d)]
     if missing:
         hint = f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU"
         if spec.gemm_dtype == "fp4" and any(p.name == "int4" for p in ok):
@@ -182,7 +188,7 @@ def resolve_precision(
                 f"unknown KV-cache precision {kv_precision!r}",
                 hint=f"use one of {', '.join(KV_PRECISIONS)}",
             )
-        if kv == "fp8" and not _peak(gpu, "fp8"):
+        if kv == "fp8" and not dtype_peak(gpu, "fp8"):
             raise InputError(
                 f"{gpu_name} has no FP8 support in the catalog, so an FP8 KV cache cannot run",
                 hint="use --kv-precision int8 or bf16",
@@ -552,7 +558,7 @@ class Sharded:
         if w is None:
             out: FloatArray = v * v / 2.0
             return out
-        return np.asarray(np.where(v <= w, v * v / 2.0, w * w / 2.0 + w * (v - w)), float)
+        return window_pairs(v, w)
 
     def causal_pairs(self, seq_len: Num, prefix: Num = 0) -> FloatArray:
         """Query-key pairs of a causal prefill chunk of ``s`` tokens after ``c`` cached ones,

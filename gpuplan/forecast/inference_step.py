@@ -40,8 +40,8 @@ from gpuplan.forecast.comm import (
     serving_collective_time3,
 )
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
-from gpuplan.forecast.inference_arch import Gemms, Sharded
-from gpuplan.forecast.model import chunked_pairs
+from gpuplan.forecast.inference_arch import Gemms, Sharded, dtype_peak
+from gpuplan.forecast.model import chunked_pairs, window_pairs
 from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
 
 if TYPE_CHECKING:
@@ -505,15 +505,6 @@ def _worst(*bases: str) -> str:
     return max(known, key=_BASIS_ORDER.__getitem__) if known else "spec"
 
 
-def _has_peak(gpu: Accelerator, dtype: str) -> bool:
-    """Whether the catalog lists a tensor-core peak for ``dtype`` on ``gpu``."""
-    fn = getattr(gpu, "peak_flops_per_s", None)
-    try:
-        return bool(fn and fn(dtype))
-    except Exception:  # a dtype this catalog version does not know
-        return False
-
-
 def rate3(est: Estimate) -> FloatArray:
     """``[value, low, high]`` of a rate Estimate: dividing work by it gives [value, slow, fast]."""
     return np.stack(
@@ -887,7 +878,7 @@ class DeviceRates:
         if d is None:
             raise ValueError("index_rate needs a DSA model")
         dtype = self.sharded.precision.activation_dtype
-        if _has_peak(self.gpu, "fp8"):
+        if dtype_peak(self.gpu, "fp8"):
             dtype = "fp8"
         est = self.perf.matmul_flops_per_s(
             d.indexer_heads * np.maximum(np.asarray(queries, float), 1.0),
@@ -1488,22 +1479,19 @@ class StepCostModel:
         per_row = ctx / np.maximum(r, 1e-12)
         t = np.asarray(prefill_tokens, dtype=float)
         pos = pf / self.pair_flops / np.maximum(t, 1e-12)
-        if ch is not None:
-            # the rows' contexts taken as spread evenly over [0, 2 x mean]: their chunk
-            # phases average P(2m) / 2m (m up to C/2, then towards C/2); a chunk's tokens
-            # likewise from the start of a prompt of 2p
-            size = ch
+        # a prompt of 2p tokens from the start: P(2p) / 2p keys per token
+        size = float(ch if ch is not None else w or 0.0)
+        pairs = chunked_pairs if ch is not None else window_pairs
 
-            def per_token(m: FloatArray) -> FloatArray:
-                x = 2.0 * m
-                out: FloatArray = chunked_pairs(x, size) / np.maximum(x, 1e-12)
-                return out
+        def per_token(m: FloatArray) -> FloatArray:
+            x = 2.0 * m
+            out: FloatArray = pairs(x, size) / np.maximum(x, 1e-12)
+            return out
 
-            read, keys = per_token(per_row), per_token(pos)
-        else:
-            wv = float(w or 0.0)
-            read = np.minimum(per_row, wv)
-            keys = np.where(pos <= wv / 2.0, pos, wv - wv * wv / (4.0 * np.maximum(pos, 1e-12)))
+        keys = per_token(pos)
+        # a window layer reads min(ctx, w) at the mean context; a chunked one the open
+        # chunk, the rows' contexts taken as spread evenly over [0, 2 x mean]
+        read = per_token(per_row) if ch is not None else np.minimum(per_row, size)
         ctx_w = (1.0 - f) * ctx + f * r * read
         pf_w = (1.0 - f) * pf + f * self.pair_flops * t * keys
         return ctx_w, pf_w

@@ -469,8 +469,11 @@ class ModelArch:
             # a chunk is a full causal layer of its length: 2 P(s) / s in either unit
             local = 2.0 * chunked_pairs(s, float(self.attention_chunk)) / np.maximum(s, 1e-12)
             return ((self.layers - n_local) * s + n_local * local) / self.layers
-        w = np.minimum(float(window or 0), s)
-        local = np.where(w < s, 2.0 * w - w * w / s, s) if executed else w
+        w = float(window or 0)
+        if executed:  # 2 P(s) / s: 2w - w^2/s past the window, s within it
+            local = 2.0 * window_pairs(s, w) / np.maximum(s, 1e-12)
+        else:
+            local = np.minimum(w, s)
         return ((self.layers - n_local) * s + n_local * local) / self.layers
 
     # ---------------------------------------------------------------- parameter counts
@@ -716,6 +719,21 @@ def kv_cache_bytes_per_token(
 
 
 # ------------------------------------------------------------------------ FLOP counts
+def window_pairs(x: Num, window: float) -> FloatArray:
+    """Causal query-key pairs of the first ``x`` positions of a sliding-window layer: each
+    position ``i`` sees ``min(i, w)`` keys, so ``x**2 / 2`` up to ``w`` and
+    ``w**2 / 2 + w * (x - w)`` beyond (Beltagy et al. 2020, "Longformer", section 3.1).
+
+    >>> float(window_pairs(100, 128)), float(window_pairs(1024, 128))
+    (5000.0, 122880.0)
+    """
+    v = np.asarray(x, dtype=np.float64)
+    out: FloatArray = np.where(
+        v <= window, v * v / 2.0, window * window / 2.0 + window * (v - window)
+    )
+    return out
+
+
 def chunked_pairs(x: Num, chunk: float) -> FloatArray:
     """Causal query-key pairs of the first ``x`` positions of a chunked-attention layer: each
     whole chunk of ``C`` is a causal square (``C**2 / 2``, FlashAttention's count) and the
