@@ -48,8 +48,10 @@ Examples:
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8     # 2 nodes, PP 2
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --nodes 4
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --ep 16  # wide EP
-  gpuplan forecast infer --model llama3.3-70b --gpu h100 --qps 20 --ttft-slo-s 1 \
+  gpuplan forecast infer --model llama3.3-70b --gpu h100 --qps 20 --ttft-slo-s 1 \\
       --tpot-slo-s 0.05 --disaggregate
+  gpuplan forecast infer --model deepseek-r1 --gpu b200 --tp 8 --precision fp8 --concurrency 16 \\
+      --spec-tokens 3 --spec-acceptance 2.6        # MTP, your server's acceptance length
 """
 
 
@@ -179,6 +181,21 @@ def _table(r: dict[str, Any]):
             )
             rows.append(("TTFT", with_iv("ttft_s", fmt_duration)))
             rows.append(("TPOT", with_iv("tpot_s", fmt_duration)))
+        sp = r.get("speculative")
+        if sp:
+            step = (
+                f"; a step {fmt_duration(sp['step_s'])} (verify {fmt_duration(sp['verify_pass_s'])}"
+                f", draft {fmt_duration(sp['draft_pass_s'])} each)"
+                if sp.get("step_s")
+                else ""
+            )
+            rows.append(
+                (
+                    "speculative decoding",
+                    f"{sp['draft_tokens']} draft tokens, {sp['acceptance_length']:.2f} tokens "
+                    f"per step{step}",
+                )
+            )
         rows += [
             (
                 "output tokens/s (replica)",
@@ -431,6 +448,30 @@ def register(app: typer.Typer) -> None:
                 "with the KV transfer between them, and compare with the co-located fleet."
             ),
         ),
+        spec_tokens: int | None = number_option(
+            None,
+            "--spec-tokens",
+            help=(
+                "Speculative decoding: draft tokens per step (SGLang --speculative-num-steps, "
+                "vLLM num_speculative_tokens, TensorRT-LLM num_nextn_predict_layers), from an "
+                "MTP or EAGLE head; TPOT and throughput per emitted token."
+            ),
+            maximum=16,
+        ),
+        spec_acceptance: float | None = number_option(
+            None,
+            "--spec-acceptance",
+            help=(
+                "Tokens a speculative step emits on average, the bonus token included (the "
+                "acceptance length your engine logs: SGLang 'accept len', vLLM 'Mean "
+                "acceptance length'). Default: a DeepSeek MTP head's published acceptance."
+            ),
+        ),
+        spec_draft_layers: float | None = number_option(
+            None,
+            "--spec-draft-layers",
+            help="Depth of the draft head in target layers (default 1: MTP, EAGLE).",
+        ),
         seed: int = number_option(
             0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
         ),
@@ -444,7 +485,9 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         from gpuplan.forecast.inference import forecast_inference
+        from gpuplan.forecast.speculative import speculation
 
+        spec = speculation(spec_tokens, spec_acceptance, spec_draft_layers)
         arch = {
             "layers": layers,
             "hidden": hidden,
@@ -517,6 +560,7 @@ def register(app: typer.Typer) -> None:
             num_requests=requests,
             progress=tick,
             concurrency=concurrency,
+            speculation=spec,
         )
         for said in result.get("caveats") or ():
             warn(said)

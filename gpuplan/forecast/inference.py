@@ -71,6 +71,7 @@ from gpuplan.forecast.inference_step import (
     SLOW,
     VALUE,
     DeviceRates,
+    SpeculativeStep,
     StepCostModel,
     collective3,
     combine,
@@ -79,6 +80,7 @@ from gpuplan.forecast.inference_step import (
     pass_parts,
     prefill_chunks,
     prompts_per_iteration,
+    speculative_iteration,
     static_run_parts,
     static_run_time,
 )
@@ -96,6 +98,7 @@ from gpuplan.forecast.serving import (
     size_fleet,
 )
 from gpuplan.forecast.serving_deviations import serving_caveats
+from gpuplan.forecast.speculative import Speculation
 from gpuplan.numeric import JSONDict
 
 if TYPE_CHECKING:
@@ -250,6 +253,9 @@ class _ReplicaExtras(TypedDict, total=False):
     serving_calibration: ServingFactors | ServingCalibration
     #: published runs known to be slower than this forecast (:mod:`.serving_deviations`)
     caveats: list[str]
+    #: speculative decoding: draft tokens, acceptance length and, for one replica, the
+    #: step's passes (:mod:`gpuplan.forecast.speculative`)
+    speculative: JSONDict
 
 
 class _FleetExtras(_ReplicaExtras, total=False):
@@ -784,10 +790,12 @@ def _single_layout(
     chunk_tokens: int,
     utilization: float,
     engine: str = "modern",
+    speculation: Speculation | None = None,
 ) -> LayoutResult:
     params = fitted.params_for(engine, arch.is_moe)
     sh = shard(arch, layout, prec)
-    rates = DeviceRates(perf, gpu, sh, engine=engine)
+    rates = DeviceRates(perf, gpu, sh, engine=engine, speculation=speculation)
+    spec_step: SpeculativeStep | None = None
     req = float(input_tokens + output_tokens)
     static = batching == "static"
     # memory: continuous batching prefills at most a chunk per iteration
@@ -854,9 +862,14 @@ def _single_layout(
         # fewer requests than stages a micro-batch is one request and stages idle (decode
         # pipeline bubble): TPOT = pp stage passes of max(b / pp, 1) rows + the hops
         mb_rows = max(b / pp, 1.0)
-        it, hop = continuous_iteration(
-            rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens
-        )
+        if speculation is not None:  # per emitted token: the step over its tokens
+            it, hop, spec_step = speculative_iteration(
+                rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens
+            )
+        else:
+            it, hop = continuous_iteration(
+                rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens
+            )
         tpot3 = pp * it.total_s + (pp - 1) * hop
         thr3 = b / tpot3
         # a new request: wait for the running iteration, then the iterations holding its
@@ -954,9 +967,25 @@ def _single_layout(
             "throughput_output_tokens_per_s": float(st.throughput_tokens_per_s[VALUE]),
             "request_latency_s": float(st.total_s[VALUE]),
         },
+        **_speculative(speculation, spec_step),
         "_rates": rates,
         "_memory": mp,
     }
+
+
+def _speculative(spec: Speculation | None, step: SpeculativeStep | None = None) -> _ReplicaExtras:
+    """``speculative`` of a forecast with speculative decoding (its settings and, for one
+    replica, the step's passes per GPU stage), else nothing."""
+    if spec is None:
+        return {}
+    out: JSONDict = spec.as_dict()
+    if step is not None:
+        out.update(step.as_dict())
+    out["method"] = (
+        "per emitted token: (verification pass over draft tokens + 1 per request + "
+        "draft passes) / acceptance length; Leviathan et al. 2023 (arXiv 2211.17192)"
+    )
+    return {"speculative": out}
 
 
 #: what the closed-loop client of ``forecast infer --concurrency`` is, in the benchmarks' terms
@@ -995,6 +1024,7 @@ def closed_loop(
     seed: int = 0,
     factors: tuple[float, float] = (1.0, 1.0),
     num_requests: int | None = None,
+    speculation: Speculation | None = None,
 ) -> ClosedLoop:
     """Simulate ``concurrency`` clients that each send their next request when the last one
     finishes, against one replica of ``layout`` (``simulate_requests`` with
@@ -1020,6 +1050,7 @@ def closed_loop(
         chunk_tokens=chunk_tokens,
         utilization=utilization,
         engine=engine,
+        speculation=speculation,
     )
     same = (layout.tp, layout.pp, layout.ep, layout.dp)
     cands = [c for c in cands if (c.tp, c.pp, c.ep, c.dp) == same]
@@ -1100,6 +1131,8 @@ class ServingDemand:
         GPUs per machine the fleet runs on (a cloud instance's count, an on-premises
         node's): tensor parallelism stays inside one (:func:`gpuplan.forecast.hardware.
         within_node`); None: the GPU's own server. ``plan`` passes each option's.
+    speculation:
+        Speculative decoding of every replica (:func:`gpuplan.forecast.speculative.speculation`).
     """
 
     model: ModelRef
@@ -1125,6 +1158,7 @@ class ServingDemand:
     nodes: int | None = None
     disaggregate: bool = False
     node_gpus: int | None = None
+    speculation: Speculation | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(_gpu_list(self.gpus)))
@@ -1372,6 +1406,7 @@ def size_serving_fleet(
         progress=progress,
         serving=factors,
         nodes=demand.nodes,
+        speculation=demand.speculation,
     )
     if demand.disaggregate:
         sized["disaggregated"] = size_disaggregated(
@@ -1390,6 +1425,8 @@ def size_serving_fleet(
         f"{demand.qps:g} requests/s, SLOs at {demand.slo_percentile}"
     )
     sized["sized_from"] = sized_from
+    if demand.speculation is not None:
+        sized["speculative"] = _speculative(demand.speculation)["speculative"]
     # the user's own serving calibration of a GPU replaces the shipped constants there
     caveats = serving_caveats(
         [g.id for g in gpus if g.id not in factors], arch.attention, arch.num_experts
@@ -1455,6 +1492,7 @@ def forecast_inference(
     concurrency: int | None = None,
     closed_loop_requests: int | None = None,
     node_gpus: int | None = None,
+    speculation: Speculation | None = None,
 ) -> InferenceResult | FleetResult:
     """Forecast serving ``model`` on ``gpu``; with ``qps``, size the fleet for the SLOs.
 
@@ -1512,6 +1550,9 @@ def forecast_inference(
     node_gpus:
         GPUs per machine the replica runs on (``--node-gpus``; :attr:`ServingDemand.node_gpus`):
         TP stays inside one; None: the GPU's own server.
+    speculation:
+        Speculative decoding (``--spec-tokens``; :func:`gpuplan.forecast.speculative.
+        speculation`): TPOT and throughput per emitted token; continuous batching only.
 
     Returns
     -------
@@ -1558,6 +1599,11 @@ def forecast_inference(
             )
         batch = concurrency
     chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
+    if speculation is not None and batching != "continuous":
+        raise InputError(
+            "speculative decoding is forecast for continuous batching only",
+            hint="drop --batching static or --spec-tokens",
+        )
     if not 0 < memory_utilization <= 1:
         raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
     engine_profile(engine)
@@ -1612,6 +1658,7 @@ def forecast_inference(
             nodes=nodes,
             disaggregate=disaggregate,
             node_gpus=node_gpus,
+            speculation=speculation,
         )
         sized = size_serving_fleet(
             demand,
@@ -1652,6 +1699,7 @@ def forecast_inference(
         chunk_tokens=chunk_tokens,
         utilization=memory_utilization,
         engine=engine,
+        speculation=speculation,
     )
     layout = _choose_layout(tp=tp, pp=pp, ep=ep, nodes=nodes, **common)
     check_serving_layout(arch, layout)
@@ -1702,6 +1750,7 @@ def forecast_inference(
             seed=seed,
             factors=_latency_factors(factors),
             num_requests=closed_loop_requests,
+            speculation=speculation,
         )
         with_loop: ClosedLoopResult = {**result, "closed_loop": loop}
         return with_loop
@@ -2008,6 +2057,7 @@ class _LayoutInputs(TypedDict):
     chunk_tokens: int
     utilization: float
     engine: str
+    speculation: Speculation | None
 
 
 class _FitArgs(TypedDict):
@@ -2087,6 +2137,7 @@ def _default_tp(
     chunk_tokens: int,
     utilization: float,
     engine: str,
+    speculation: Speculation | None = None,
 ) -> int:
     """TP when none is given: the smallest that holds the requested batch (batch 1 by
     default); with ``max_throughput`` the TP of the scale-up domain with the highest output
@@ -2252,6 +2303,7 @@ def build_candidates(
     utilization: float,
     engine: str = "modern",
     nodes: int | None = None,
+    speculation: Speculation | None = None,
 ) -> tuple[list[Candidate], list[DroppedLayout]]:
     """Every (GPU, layout, batch cap) that could serve, with a replica model each.
 
@@ -2309,7 +2361,7 @@ def build_candidates(
                 max_b = min(max_b, sched_cap)
             try:
                 perf = perf or get_perf(g.id)
-                rates = DeviceRates(perf, g, sh, engine=engine)
+                rates = DeviceRates(perf, g, sh, engine=engine, speculation=speculation)
                 cost = StepCostModel.build(
                     rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
                 )
@@ -2387,10 +2439,12 @@ def _size_for_load(
     progress: Progress | None,
     serving: dict[str, ServingFactors] | None = None,
     nodes: int | None = None,
+    speculation: Speculation | None = None,
 ) -> FleetResult:
     serving = serving or {}
     cands, dropped = build_candidates(
         nodes=nodes,
+        speculation=speculation,
         arch=arch,
         gpus=gpus,
         precision=precision,
@@ -2783,6 +2837,7 @@ def size_disaggregated(
         utilization=demand.memory_utilization,
         engine=demand.engine,
         nodes=demand.nodes,
+        speculation=demand.speculation,
     )
     if not cands:
         return {"num_gpus": None, "reason": f"no layout of {gpu_id} for separate pools"}

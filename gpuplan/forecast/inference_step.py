@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
@@ -47,6 +48,7 @@ from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
 if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf, Estimate
     from gpuplan.catalogs.schema import Accelerator
+    from gpuplan.forecast.speculative import Speculation
 
 #: Rows below which a GEMM's compute ceiling is read at this many rows. The calibrated rate
 #: of a thin GEMM already contains its weight traffic at the probe's element size; this model
@@ -777,6 +779,8 @@ class DeviceRates:
     gpu: Accelerator
     sharded: Sharded
     engine: str = "modern"
+    #: speculative decoding of the replica (:mod:`gpuplan.forecast.speculative`); None: off
+    speculation: Speculation | None = None
     bandwidth: np.ndarray = field(init=False)
     bandwidth_basis: str = field(init=False)
     bandwidth_cap: np.ndarray = field(init=False)
@@ -1068,24 +1072,26 @@ def prefill_pass(
 
 
 def decode_pass(
-    rates: DeviceRates, batch: float, ctx: float, spread: float = 0.0
+    rates: DeviceRates, batch: float, ctx: float, spread: float = 0.0, queries: float = 1.0
 ) -> tuple[PassParts, np.ndarray]:
     """Parts of one decode step of ``batch`` sequences with ``ctx`` cached tokens each, or
     averaged over contexts ``ctx +- spread`` (a local layer reads its window or the open
-    part of its chunk, :meth:`Sharded.attended_ctx`)."""
+    part of its chunk, :meth:`Sharded.attended_ctx`). ``queries`` > 1: a speculative
+    verification pass, that many tokens per sequence through the GEMMs and the attention's
+    compute over one read of the KV cache."""
     sh = rates.sharded
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
     return pass_parts(
         rates,
-        tokens=batch,
-        logit_rows=batch,
+        tokens=batch * queries,
+        logit_rows=batch * queries,
         attn_flops=0.0,
-        decode_attn_flops=sh.decode_attention_flops(batch, ctx, spread),
+        decode_attn_flops=queries * sh.decode_attention_flops(batch, ctx, spread),
         attn_bytes=0.0,
         kv_read_bytes=sh.decode_kv_read_bytes(batch, ctx, spread),
-        index_flops=batch * ctx * sh.index_flops_per_ctx_token(),
+        index_flops=queries * batch * ctx * sh.index_flops_per_ctx_token(),
         state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
-        attn_shape=(group, ctx, sh.arch.qk_head_dim),
+        attn_shape=(group * queries, ctx, sh.arch.qk_head_dim),
     )
 
 
@@ -1259,9 +1265,11 @@ def continuous_iteration(
     input_tokens: float,
     output_tokens: float,
     chunk_tokens: float,
+    queries: float = 1.0,
 ) -> tuple[PassTime, np.ndarray]:
     """Time of the average continuous-batching iteration with ``batch`` running requests
-    (and the mean PP hop).
+    (and the mean PP hop); ``queries`` tokens per decoding request in a speculative
+    verification pass (:func:`decode_pass`).
 
     In steady state (Orca, Yu et al. 2022; vLLM) each iteration decodes one token of every
     running request and, since ``batch / output_tokens`` requests finish per iteration and
@@ -1282,9 +1290,10 @@ def continuous_iteration(
     chunk_attn = float(sh.attention_flops_prefill(input_tokens)) / m
     chunk_index = float(sh.index_flops_prefill(input_tokens)) / m
     ks, w = prompts_per_iteration(batch / o * m)
+    rows = batch * queries
     # every pass's collectives, GEMM rates and attention rate in one call each
-    comm_s, hop_s, comm_basis = rates.comm(batch + ks * c)
-    g_all = [sh.gemms(float(batch + k * c), float(batch)) for k in ks]
+    comm_s, hop_s, comm_basis = rates.comm(rows + ks * c)
+    g_all = [sh.gemms(float(rows + k * c), float(rows)) for k in ks]
     n_g = len(g_all[0].names)
     rate_all, b_gemm = rates.gemm_rates(
         Gemms(
@@ -1295,21 +1304,21 @@ def continuous_iteration(
             ),
         )
     )
-    attn_shape = (max(group, 1), mean_ctx, sh.arch.qk_head_dim)
+    attn_shape = (max(group, 1) * queries, mean_ctx, sh.arch.qk_head_dim)
     attn_rate = rates.attention_rate(*attn_shape)
     times: list[PassTime] = []
     hops: list[np.ndarray] = []
     for j, k in enumerate(ks):
         parts, hop = pass_parts(
             rates,
-            tokens=batch + k * c,
-            logit_rows=batch,
+            tokens=rows + k * c,
+            logit_rows=rows,
             attn_flops=k * chunk_attn,
-            decode_attn_flops=sh.decode_attention_flops(batch, mean_ctx, o / 2.0),
+            decode_attn_flops=queries * sh.decode_attention_flops(batch, mean_ctx, o / 2.0),
             attn_bytes=k * c * kv,
             kv_read_bytes=sh.decode_kv_read_bytes(batch, mean_ctx, o / 2.0),
             state_bytes=batch * sh.state_traffic_bytes_per_seq_stage(),
-            index_flops=batch * mean_ctx * sh.index_flops_per_ctx_token(),
+            index_flops=queries * batch * mean_ctx * sh.index_flops_per_ctx_token(),
             index_prefill=(k * chunk_index, c),
             attn_shape=attn_shape,
             comm=(comm_s[:, j], hop_s[:, j], comm_basis),
@@ -1318,11 +1327,69 @@ def continuous_iteration(
         )
         times.append(combine(parts, params))
         hops.append(np.asarray(hop, dtype=float))
+    return weighted_time(w, times), sum(wk * h for wk, h in zip(w, hops, strict=True))
+
+
+def weighted_time(weights: Sequence[float] | FloatArray, times: Sequence[PassTime]) -> PassTime:
+    """``sum(w * t)`` of passes, part by part (an expectation, or a step made of passes)."""
     names = [f.name for f in fields(PassTime)]
-    mean_time = PassTime(
-        *[sum(wk * getattr(t, n) for wk, t in zip(w, times, strict=True)) for n in names]
+    return PassTime(
+        *[sum(wk * getattr(t, n) for wk, t in zip(weights, times, strict=True)) for n in names]
     )
-    return mean_time, sum(wk * h for wk, h in zip(w, hops, strict=True))
+
+
+def speculative_iteration(
+    rates: DeviceRates,
+    params: OverheadParams,
+    batch: float,
+    input_tokens: float,
+    output_tokens: float,
+    chunk_tokens: float,
+) -> tuple[PassTime, np.ndarray, SpeculativeStep]:
+    """:func:`continuous_iteration` with speculative decoding (:attr:`DeviceRates.speculation`),
+    per emitted token of every decoding request, as :meth:`StepCostModel.time` counts it:
+    the average step (verification over ``k + 1`` tokens per request, its share of prompt
+    chunks, ``k`` draft passes) less ``1 - 1/tau`` of its decode part."""
+    spec = rates.speculation
+    if spec is None:
+        raise ValueError("speculative_iteration needs DeviceRates.speculation")
+    q = float(spec.queries)
+    o = max(output_tokens, 1.0)
+    mean_ctx = input_tokens + o / 2.0
+    step, hop = continuous_iteration(
+        rates, params, batch, input_tokens, output_tokens, chunk_tokens, queries=q
+    )
+    one = combine(decode_pass(rates, batch, mean_ctx, o / 2.0)[0], params)
+    verify = combine(decode_pass(rates, batch, mean_ctx, o / 2.0, queries=q)[0], params)
+    d = spec.draft_tokens * spec.draft_layers / max(rates.sharded.arch.layers, 1)
+    keep = 1.0 - 1.0 / spec.acceptance_length
+    per_token = weighted_time([1.0, d, -keep, -keep * d], [step, one, verify, one])
+    detail = SpeculativeStep(
+        verify_s=verify.total_s,
+        draft_s=one.total_s * d / max(spec.draft_tokens, 1),
+        step_s=step.total_s + d * one.total_s,
+        tokens_per_step=spec.acceptance_length,
+    )
+    return per_token, hop, detail
+
+
+@dataclass(frozen=True)
+class SpeculativeStep:
+    """A speculative decode step's parts ``(3,)``: its verification pass (decode only), one
+    draft pass, the whole average step (with its prompt chunks) and the tokens it emits."""
+
+    verify_s: np.ndarray
+    draft_s: np.ndarray
+    step_s: np.ndarray
+    tokens_per_step: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "verify_pass_s": float(self.verify_s[VALUE]),
+            "draft_pass_s": float(self.draft_s[VALUE]),
+            "step_s": float(self.step_s[VALUE]),
+            "tokens_per_step": self.tokens_per_step,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1362,6 +1429,16 @@ class StepCostModel:
     #: decoding sequence
     index_s_per_pair: np.ndarray = field(default_factory=lambda: np.zeros(3))
     index_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    #: decode attention per cached token, compute and memory sides apart (time-scaled), and
+    #: the roofline sharpness that combines them: a verification pass of ``q`` queries per
+    #: sequence runs ``q`` times the compute over one read of the KV cache
+    attn_compute_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    attn_memory_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    sharpness: float = 1.0
+    #: speculative decoding (:attr:`DeviceRates.speculation`), and a draft pass's share of a
+    #: one-token decode pass of the target (draft layers over the model's layers)
+    speculation: Speculation | None = None
+    draft_fraction: float = 0.0
 
     @classmethod
     def build(
@@ -1418,6 +1495,7 @@ class StepCostModel:
         else:
             d_comp = dflops / drate / params.gemm_efficiency
         attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb) * ts
+        spec = rates.speculation
         index_ctx: FloatArray = np.zeros(3)
         index_pair: FloatArray = np.zeros(3)
         if sh.arch.dsa is not None:  # the indexer's scores over every cached key
@@ -1450,6 +1528,11 @@ class StepCostModel:
             pair_flops=float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0,
             index_s_per_pair=np.asarray(index_pair, float),
             index_s_per_ctx_token=np.asarray(index_ctx, float),
+            attn_compute_s_per_ctx_token=np.asarray(d_comp * ts, float) * np.ones(3),
+            attn_memory_s_per_ctx_token=np.asarray(kv_read / bwv * ts, float) * np.ones(3),
+            sharpness=float(pcomb),
+            speculation=spec,
+            draft_fraction=(spec.draft_layers / max(sh.arch.layers, 1)) if spec else 0.0,
         )
 
     def windowed(
@@ -1521,13 +1604,72 @@ class StepCostModel:
         With ``pp`` stages the iteration's work runs as ``pp`` micro-batches in flight, one
         per stage (vLLM's virtual engines; the micro-batch rows of
         :func:`gpuplan.forecast.inference.forecast_inference`): an iteration takes ``pp``
-        stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops."""
+        stage passes of ``1/pp`` of the work (at least one row) plus ``pp - 1`` hops.
+
+        With :attr:`speculation` (``k`` draft tokens, acceptance length ``tau``) an iteration
+        here is one *token* of every decoding row, as without it, so that the callers' token
+        accounting (context growth, answers' iterations, Little's law) stays as it is: a
+        physical step ``P`` (the verification pass over ``k + 1`` tokens per row plus ``k``
+        draft passes) emits ``tau`` tokens per row, and the decode rows' share of it is
+        spread over them: ``P_all - (1 - 1/tau) * P_decode``, where ``P_decode`` is the same
+        step without its prefill chunks. Summed over a request's life this gives the
+        physical time exactly in expectation (a mixed step's prefill is paid whole, its
+        decode share per token); a decode-only step is ``P / tau``."""
+        spec = self.speculation
+        if spec is None:
+            return self._pass_time(
+                tokens, rows, ctx_tokens, prefill_flops, prefill_tokens, scenario
+            )
+        q = float(spec.queries)
+        r = np.asarray(rows, dtype=float)
+        decoding = r > 0
+        draft = np.where(
+            decoding,
+            spec.draft_tokens
+            * self.draft_fraction
+            * self._pass_time(r, r, ctx_tokens, 0.0, 0.0, scenario),
+            0.0,
+        )
+        # every emitting row is one of the pass's tokens (the analytic callers' rows are
+        # at least one while their tokens may be a fraction)
+        verify = np.maximum(np.asarray(tokens, dtype=float), r) + (q - 1.0) * r
+        p_all = (
+            self._pass_time(verify, r, ctx_tokens, prefill_flops, prefill_tokens, scenario, q)
+            + draft
+        )
+        p_dec = np.where(
+            decoding, self._pass_time(q * r, r, ctx_tokens, 0.0, 0.0, scenario, q) + draft, 0.0
+        )
+        return np.asarray(p_all - (1.0 - 1.0 / spec.acceptance_length) * p_dec, float)
+
+    def _pass_time(
+        self,
+        tokens: Num,
+        rows: Num,
+        ctx_tokens: Num,
+        prefill_flops: Num = 0.0,
+        prefill_tokens: Num = 0.0,
+        scenario: int = VALUE,
+        queries: float = 1.0,
+    ) -> FloatArray:
+        """One physical pass (:meth:`time` without speculation); ``queries`` per decoding
+        row (a verification pass) multiply its logits and its decode attention's compute,
+        not its KV-cache read."""
         m = float(self.pp)
         index = 0.0
+        attn_ctx = self.attn_s_per_ctx_token[scenario]
+        lm_rows = np.asarray(rows, float)
+        if queries != 1.0:
+            attn_ctx = smooth_max(
+                queries * self.attn_compute_s_per_ctx_token[scenario],
+                self.attn_memory_s_per_ctx_token[scenario],
+                self.sharpness,
+            )
+            lm_rows = queries * lm_rows
         if self.window is not None or self.chunk is not None:
             # a DSA indexer over every cached key (decode) and every causal pair (prefill)
             index = (
-                np.asarray(ctx_tokens, float) * self.index_s_per_ctx_token[scenario]
+                np.asarray(ctx_tokens, float) * self.index_s_per_ctx_token[scenario] * queries
                 + np.asarray(prefill_flops, float)
                 / self.pair_flops
                 * self.index_s_per_pair[scenario]
@@ -1537,9 +1679,9 @@ class StepCostModel:
             )
         stage = (
             self.base(np.asarray(tokens, float) / m, scenario)
-            + self.lm(np.asarray(rows, float) / m, scenario)
+            + self.lm(lm_rows / m, scenario)
             + index
-            + np.asarray(ctx_tokens, float) / m * self.attn_s_per_ctx_token[scenario]
+            + np.asarray(ctx_tokens, float) / m * attn_ctx
             + np.asarray(rows, float) / m * self.state_s_per_row[scenario]
             + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]
             + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]

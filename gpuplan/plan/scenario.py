@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -30,6 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpuplan import limits
 from gpuplan.errors import SchemaError
 from gpuplan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
+
+if TYPE_CHECKING:
+    from gpuplan.forecast.speculative import Speculation
 
 SCENARIO_VERSION: Literal[1] = 1
 
@@ -148,6 +151,37 @@ def _as_distribution(v: object) -> object:
     return v
 
 
+class SpeculativeDecoding(_Strict):
+    """Speculative decoding of a serving workload (``forecast infer --spec-tokens``)."""
+
+    draft_tokens: int = Field(gt=0, le=16, description="draft tokens per step (MTP/EAGLE)")
+    acceptance_length: float | None = Field(
+        None,
+        ge=1,
+        description=(
+            "tokens a step emits on average, the bonus token included (the engine's logged "
+            "acceptance length); absent: a DeepSeek MTP head's published acceptance"
+        ),
+    )
+    draft_layers: float | None = Field(None, gt=0, le=64, description="draft head depth")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeculativeDecoding:
+        self.speculation()
+        return self
+
+    def speculation(self) -> Speculation:
+        from gpuplan.errors import GpuplanError
+        from gpuplan.forecast.speculative import speculation
+
+        try:
+            out = speculation(self.draft_tokens, self.acceptance_length, self.draft_layers)
+        except GpuplanError as exc:
+            raise ValueError(exc.one_line()) from None
+        assert out is not None  # draft_tokens > 0
+        return out
+
+
 class InferenceService(_Strict):
     """One serving workload."""
 
@@ -172,6 +206,7 @@ class InferenceService(_Strict):
     hours_per_month: float = Field(
         730.0, gt=0, le=744, description="hours served per month (730 = 8760/12, always on)"
     )
+    speculative: SpeculativeDecoding | None = None
 
     @field_validator("input_tokens", "output_tokens", mode="before")
     @classmethod

@@ -179,6 +179,7 @@ def serving_demand(s: InferenceService, gpu_id: str, node_gpus: int | None = Non
         pp=s.pp,
         engine=s.engine or DEFAULT_ENGINE,
         node_gpus=node_gpus,
+        speculation=s.speculative.speculation() if s.speculative else None,
     )
 
 

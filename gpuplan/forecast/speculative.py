@@ -1,0 +1,141 @@
+"""Speculative decoding in serving: a draft proposes tokens, the target verifies them in one
+pass (Leviathan, Kalman and Matias 2023, arXiv 2211.17192; Chen et al. 2023, arXiv
+2302.01318).
+
+One step of a sequence runs ``k`` draft passes of the draft head (DeepSeek's multi-token
+prediction module, arXiv 2412.19437 section 2.2, or an EAGLE head, Li et al. 2024, arXiv
+2401.15077: one transformer layer on the target's hidden state, reused for each draft token)
+and one verification pass of the target over ``k + 1`` query tokens, and emits ``tau``
+tokens on average (``1 <= tau <= k + 1``, the acceptance length the engines log). The
+verification pass is a decode pass whose GEMMs see ``k + 1`` rows per sequence and whose
+attention runs ``k + 1`` queries over one read of the sequence's KV cache; each draft pass
+costs ``draft_layers / layers`` of a one-token decode pass of the target
+(:meth:`gpuplan.forecast.inference_step.StepCostModel.time`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from scipy.optimize import brentq
+
+from gpuplan.errors import InputError
+from gpuplan.numeric import JSONDict
+
+SPECULATIVE_PATH = Path(__file__).parent / "data" / "speculative.yaml"
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding of one replica.
+
+    Attributes
+    ----------
+    draft_tokens:
+        ``k``: tokens the draft proposes per step (SGLang ``--speculative-num-steps``,
+        vLLM ``num_speculative_tokens``, TensorRT-LLM ``num_nextn_predict_layers``).
+    acceptance_length:
+        ``tau``: tokens a verification step emits on average, the bonus token included.
+    draft_layers:
+        The draft head's depth in target layers (1 for an MTP or EAGLE head).
+    basis:
+        Where ``tau`` comes from (the user, or :func:`default_acceptance_length`'s sources).
+    """
+
+    draft_tokens: int
+    acceptance_length: float
+    draft_layers: float = 1.0
+    basis: str = "given"
+
+    @property
+    def queries(self) -> int:
+        """Query tokens per sequence in the verification pass."""
+        return self.draft_tokens + 1
+
+    def as_dict(self) -> JSONDict:
+        return {
+            "draft_tokens": self.draft_tokens,
+            "acceptance_length": self.acceptance_length,
+            "draft_layers": self.draft_layers,
+            "acceptance_basis": self.basis,
+        }
+
+
+def acceptance_length(draft_tokens: int, first: float, later: float) -> float:
+    """``tau(k) = 1 + first * (1 - later**k) / (1 - later)``: tokens per verification step
+    when the first draft token is accepted with probability ``first`` and each later one,
+    the earlier accepted, with ``later`` (Leviathan et al. 2023, section 3.1, whose i.i.d.
+    case is ``first == later``).
+
+    >>> round(acceptance_length(3, 0.8, 0.8), 4)  # (1 - 0.8**4) / (1 - 0.8)
+    2.952
+    """
+    if draft_tokens <= 0:
+        return 1.0
+    if abs(1.0 - later) < 1e-12:
+        return 1.0 + first * draft_tokens
+    return 1.0 + first * (1.0 - later**draft_tokens) / (1.0 - later)
+
+
+@lru_cache(maxsize=1)
+def _mtp_rates() -> tuple[float, float, str]:
+    """``(first, later, sources)`` of ``data/speculative.yaml``'s MTP entry: ``later`` solves
+    ``tau(long.draft_tokens) = long.acceptance_length``."""
+    doc = yaml.safe_load(SPECULATIVE_PATH.read_text())["mtp"]
+    first = float(doc["first"])
+    k = int(doc["long"]["draft_tokens"])
+    tau = float(doc["long"]["acceptance_length"])
+    later = float(brentq(lambda r: acceptance_length(k, first, r) - tau, 1e-6, 1.0 - 1e-9))
+    sources = f"{doc['first_source'].strip()}; {doc['long']['source'].strip()}"
+    return first, later, sources
+
+
+def default_acceptance_length(draft_tokens: int) -> tuple[float, str]:
+    """Acceptance length of a one-layer draft head (DeepSeek MTP reused autoregressively)
+    proposing ``draft_tokens`` tokens, from ``data/speculative.yaml``, and its basis."""
+    first, later, sources = _mtp_rates()
+    tau = acceptance_length(draft_tokens, first, later)
+    basis = f"default: first draft token accepted {first:.1%}, each later {later:.1%} ({sources})"
+    return tau, basis
+
+
+def speculation(
+    draft_tokens: int | None,
+    acceptance: float | None = None,
+    draft_layers: float | None = None,
+) -> Speculation | None:
+    """The :class:`Speculation` of ``forecast infer --spec-tokens K [--spec-acceptance TAU]
+    [--spec-draft-layers D]``; None without draft tokens. Bad values raise
+    :class:`~gpuplan.errors.InputError`."""
+    if draft_tokens is None or draft_tokens == 0:
+        if acceptance is not None or draft_layers is not None:
+            raise InputError(
+                "--spec-acceptance and --spec-draft-layers need draft tokens",
+                hint="add --spec-tokens K (the draft tokens per step)",
+            )
+        return None
+    if draft_tokens < 0 or draft_tokens > 16:
+        raise InputError(
+            f"--spec-tokens must be between 1 and 16, got {draft_tokens}",
+            hint="engines run 1 to 7 draft tokens (SGLang --speculative-num-steps)",
+        )
+    layers = 1.0 if draft_layers is None else float(draft_layers)
+    if not 0.0 < layers <= 64.0:
+        raise InputError(
+            f"--spec-draft-layers must be in (0, 64], got {draft_layers}",
+            hint="1 for an MTP or EAGLE head",
+        )
+    if acceptance is None:
+        tau, basis = default_acceptance_length(draft_tokens)
+    else:
+        tau, basis = float(acceptance), "given"
+        if not 1.0 <= tau <= draft_tokens + 1:
+            raise InputError(
+                f"--spec-acceptance {acceptance} is outside [1, {draft_tokens + 1}]: a step "
+                f"emits at least one token and at most the {draft_tokens} drafted plus one",
+                hint="give the mean acceptance length your engine logs (SGLang 'accept len')",
+            )
+    return Speculation(int(draft_tokens), tau, layers, basis)
