@@ -28,9 +28,21 @@ scripts) and the prefill chunk 16,384 tokens (the srt-slurm recipes of the repos
 tokens/s: ``output_tput_per_gpu`` times the decode GPUs, the basis the snapshot divides by
 (conc / mean e2e latency x mean answer length agrees with it within a few percent).
 
-Usage: ``python scripts/import_inferencex.py benchmarks.json > .../inference_sweep_runs.csv``
-and ``python scripts/import_inferencex.py --disaggregated benchmarks.json >
-.../inference_disagg_runs.csv``
+Speculative runs (``--speculative``): the same snapshot's single-node aggregated DeepSeek-R1
+runs with MTP speculative decoding, written to ``inference_spec_runs.csv`` with the draft
+tokens of their launch scripts (``dsr1_*_mtp.sh``: SGLang ``--speculative-num-steps`` 2 on
+NVIDIA, 3 on AMD; TensorRT-LLM ``num_nextn_predict_layers`` 3, 1 with attention DP; ATOM
+``--num-speculative-tokens`` 3). Their prompts are random tokens (with the chat template),
+on which InferenceX says draft acceptance is low and not representative; the acceptance
+length is not in the snapshot. ATOM's FP4 MTP script gives no draft-token count: skipped.
+A run whose published output rate is more than 2x away from what its own median TTFT and
+TPOT give a closed loop of its concurrency is left out, and said on stderr (one MTP run:
+ATOM FP8 1k/1k at 512, 202 tokens/s published against 8,228).
+
+Usage: ``python scripts/import_inferencex.py benchmarks.json > .../inference_sweep_runs.csv``,
+``python scripts/import_inferencex.py --disaggregated benchmarks.json >
+.../inference_disagg_runs.csv`` and ``python scripts/import_inferencex.py --speculative
+benchmarks.json > .../inference_spec_runs.csv``
 """
 
 from __future__ import annotations
@@ -132,6 +144,46 @@ def launch(
     return Launch(script, "fp8", 32768, recv, 0.82, "total")
 
 
+def launch_mtp(
+    hw: str, fw: str, prec: str, tp: int, isl: int, osl: int, conc: int, dpa: bool
+) -> tuple[Launch, int] | None:
+    """The flags of an MTP run's launch script (``dsr1_{prec}_{hw}[_trt|_atom]_mtp.sh``) and
+    its draft tokens; None where the script does not say how many."""
+    base = launch(hw, fw, prec, tp, isl, osl, conc, dpa)
+    script = base.script.removesuffix(".sh") + "_mtp.sh"
+    if fw == "trt":
+        # MTP 3 (1 with attention DP); MAX_NUM_TOKENS = ((MTP+1) * MAX_BATCH_SIZE + ISL + 64
+        # + 63) / 64 * 64 with MAX_BATCH_SIZE = CONC (CONC / 8 on FP8, / 4 on FP4 with DP)
+        k = 1 if dpa else 3
+        per = (8 if prec == "fp8" else 4) if dpa else 1
+        batch = conc if conc < per else conc // per
+        chunk = (((k + 1) * batch + isl + 64 + 63) // 64) * 64
+        frac = 0.75 if hw == "h200" else (0.7 if dpa and prec == "fp8" else 0.8)
+        return Launch(script, "fp8", chunk, memory_fraction=frac, memory_fraction_of="free"), k
+    if fw == "atom":
+        if prec != "fp8":  # --method mtp without --num-speculative-tokens
+            return None
+        return Launch(script, "fp8", base.chunk), 3
+    if hw in ("mi325x", "mi355x"):  # EAGLE --speculative-num-steps 3
+        if hw == "mi355x" and prec == "fp4":  # 196608-token chunks, 32768 at 8k/1k above 32
+            chunk = 32768 if (isl == 8192 and osl == 1024 and conc > 32) else 196608
+            return Launch(script, "fp8", chunk, 1, 0.8, "total", decode_steps=4), 3
+        return Launch(
+            script, base.kv_precision, base.chunk, 1, 0.8, "total", decode_steps=base.decode_steps
+        ), 3
+    if hw in ("b200", "b300") and prec == "fp8":  # 16384-token chunks, 82% of memory
+        return Launch(script, "fp8", 16384, base.recv_interval, 0.82, "total"), 2
+    return Launch(
+        script,
+        base.kv_precision,
+        base.chunk,
+        base.recv_interval,
+        base.memory_fraction,
+        base.memory_fraction_of,
+        base.decode_steps,
+    ), 2
+
+
 def _provenance(r: dict, rid: str, framework: str) -> dict[str, object]:
     """The leading columns of a row: its id, where it comes from and what ran it."""
     return {
@@ -144,11 +196,12 @@ def _provenance(r: dict, rid: str, framework: str) -> dict[str, object]:
     }
 
 
-def rows(snapshot: list[dict]) -> list[dict[str, object]]:
+def rows(snapshot: list[dict], speculative: bool = False) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     seen: set[str] = set()
+    method = "mtp" if speculative else "none"
     for r in snapshot:
-        if r["model"] != "dsr1" or r["disagg"] or r["is_multinode"] or r["spec_method"] != "none":
+        if r["model"] != "dsr1" or r["disagg"] or r["is_multinode"] or r["spec_method"] != method:
             continue
         if r["hardware"] not in GPU or r["framework"] not in ENGINE:
             continue
@@ -167,8 +220,29 @@ def rows(snapshot: list[dict]) -> list[dict[str, object]]:
         if out_per_gpu is None:  # older runs: total tokens/s; both lengths are drawn alike
             out_per_gpu = m["tput_per_gpu"] * osl / (isl + osl)
             basis = "tput_per_gpu * osl / (isl + osl)"
-        fl = launch(hw, fw, prec, tp, isl, osl, conc, dpa)
+        draft = 0
+        if speculative:
+            got = launch_mtp(hw, fw, prec, tp, isl, osl, conc, dpa)
+            if got is None:
+                continue
+            fl, draft = got
+        else:
+            fl = launch(hw, fw, prec, tp, isl, osl, conc, dpa)
         rid = f"ix_{hw}_{fw}_{prec}_tp{tp}_ep{ep}{'_dpa' if dpa else ''}_{isl}-{osl}_c{conc}"
+        if speculative:
+            rid += "_mtp"
+        # a closed loop of conc slots emits about conc answers per answer's latency: a
+        # published rate far from that contradicts the run's own latencies (a recording
+        # error), so the row is left out and said
+        answer = osl * (1 + 0.8) / 2
+        expect = conc * answer / (m["median_ttft"] + (answer - 1) * m["median_tpot"])
+        if not 0.5 <= out_per_gpu * gpus / expect <= 2.0:
+            print(
+                f"left out {rid}: {out_per_gpu * gpus:.0f} output tokens/s published, "
+                f"{expect:.0f} from its own TTFT and TPOT",
+                file=sys.stderr,
+            )
+            continue
         if rid in seen:
             continue
         seen.add(rid)
@@ -194,6 +268,7 @@ def rows(snapshot: list[dict]) -> list[dict[str, object]]:
                 "memory_fraction": "" if fl.memory_fraction is None else fl.memory_fraction,
                 "memory_fraction_of": fl.memory_fraction_of,
                 "decode_steps_per_schedule": fl.decode_steps,
+                **({"spec_draft_tokens": draft} if speculative else {}),
                 "out_tokens_per_s_total": round(out_per_gpu * gpus, 3),
                 "tpot_median_ms": round(m["median_tpot"] * 1e3, 4),
                 "ttft_median_ms": round(m["median_ttft"] * 1e3, 3),
@@ -202,6 +277,12 @@ def rows(snapshot: list[dict]) -> list[dict[str, object]]:
                 "notes": (
                     f"DeepSeek-R1 (architecture of DeepSeek-V3); output tokens/s from {basis}; "
                     f"launch flags of {SCRIPTS}/{fl.script}"
+                    + (
+                        f"; MTP with {draft} draft tokens, prompts of random tokens (acceptance "
+                        "length not published)"
+                        if speculative
+                        else ""
+                    )
                 ),
             }
         )
@@ -288,12 +369,16 @@ def disagg_rows(snapshot: list[dict]) -> list[dict[str, object]]:
 
 def main(argv: list[str]) -> int:
     disagg = "--disaggregated" in argv
-    argv = [a for a in argv if a != "--disaggregated"]
-    if len(argv) != 1:
-        print("usage: import_inferencex.py [--disaggregated] benchmarks.json", file=sys.stderr)
+    spec = "--speculative" in argv
+    argv = [a for a in argv if a not in ("--disaggregated", "--speculative")]
+    if len(argv) != 1 or (disagg and spec):
+        print(
+            "usage: import_inferencex.py [--disaggregated | --speculative] benchmarks.json",
+            file=sys.stderr,
+        )
         return 2
     data = json.loads(Path(argv[0]).read_text())
-    out = disagg_rows(data) if disagg else rows(data)
+    out = disagg_rows(data) if disagg else rows(data, speculative=spec)
     w = csv.DictWriter(sys.stdout, fieldnames=list(out[0]), lineterminator="\n")
     w.writeheader()
     w.writerows(out)

@@ -182,6 +182,40 @@ def _table(result: dict[str, Any], show_rows: bool):
             "source: fitted on nothing (intervals from the other sources)",
             "Sweeps by GPU and engine profile (median |err| and bias)",
         )
+        spec = held_out_section(
+            "speculative",
+            "Speculative decoding (InferenceX MTP runs, DeepSeek-R1) at the default acceptance "
+            "length, held out by source: fitted on nothing",
+            "MTP runs by GPU and engine profile (median |err| and bias)",
+        )
+        if spec:
+            console.print(f"  {spec['note']}")
+            implied = [
+                (
+                    k,
+                    f"{v['median']:.2f}" if v["median"] is not None else "-",
+                    ", ".join(f"{g} {t:.2f}" for g, t in v["by_gpu_median"].items()),
+                    f"{v['solved']}/{v['rows']}",
+                )
+                for k, v in spec["implied_acceptance"].items()
+            ]
+            console.print(
+                simple_table(
+                    "Acceptance length the MTP runs imply (tokens per step that reproduce "
+                    "their throughput)",
+                    ["profile, draft tokens", "median", "by GPU", "solved"],
+                    implied,
+                )
+            )
+            logo = spec["held_out_gpu_at_implied_acceptance"]
+            console.print(
+                simple_table(
+                    "MTP throughput at the acceptance implied on the other GPUs (the step's "
+                    "physics across GPUs)",
+                    ["group", *cols[:-1]],
+                    [line(k, v)[:-1] for k, v in logo.items()],
+                )
+            )
         disagg = held_out_section(
             "disaggregated",
             "Disaggregated prefill/decode fleets (InferenceX: Dynamo, SGLang PD; "

@@ -505,13 +505,26 @@ def usd_per_gpu_hour(catalog: Catalog, gpu_id: str) -> tuple[float | None, str |
 
 
 def memory_plan(
-    sh: Sharded, gpu: Accelerator, *, tokens_in_pass: float, rows: float, utilization: float
+    sh: Sharded,
+    gpu: Accelerator,
+    *,
+    tokens_in_pass: float,
+    rows: float,
+    utilization: float,
+    speculation: Speculation | None = None,
 ) -> MemoryPlan:
+    """The replica's memory per GPU; with ``speculation``, the draft head's weights too
+    (``draft_layers`` of the stage's average transformer layer)."""
     cap = memory_capacity_bytes(gpu)
+    draft = 0.0
+    if speculation is not None:
+        wb = sh.weight_breakdown_bytes
+        per_layer = (wb.get("attention", 0.0) + wb.get("mlp", 0.0)) / max(sh.layers_per_stage, 1)
+        draft = speculation.draft_layers * per_layer
     return MemoryPlan(
         capacity_bytes=cap,
         usable_bytes=utilization * cap,
-        weights_bytes=sh.weight_bytes_per_gpu,
+        weights_bytes=sh.weight_bytes_per_gpu + draft,
         activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
         state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
@@ -805,6 +818,7 @@ def _single_layout(
         tokens_in_pass=min(chunk_tokens, input_tokens) if not static else input_tokens,
         rows=1,
         utilization=utilization,
+        speculation=speculation,
     )
     if mp1.kv_capacity_tokens < req:
         raise no_fit_error(arch, gpu, prec, layout, mp1, req, chunk_tokens, utilization)
@@ -818,7 +832,12 @@ def _single_layout(
         max_batch = int(budget // per_req)
     else:
         mp_chunk = memory_plan(
-            sh, gpu, tokens_in_pass=chunk_tokens, rows=chunk_tokens, utilization=utilization
+            sh,
+            gpu,
+            tokens_in_pass=chunk_tokens,
+            rows=chunk_tokens,
+            utilization=utilization,
+            speculation=speculation,
         )
         max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
     coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
@@ -903,7 +922,9 @@ def _single_layout(
         mem_pass = min(chunk_tokens, b + input_tokens)
         phase_ttft, phase_tpot = combine(new_parts, params), it
         hop_dec = hop
-    mp = memory_plan(sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization)
+    mp = memory_plan(
+        sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization, speculation=speculation
+    )
     kv_tokens = b * req
     mb = mp.breakdown(kv_tokens, b)
     fits = mb["total"] <= mp.usable_bytes and b_req <= b
@@ -2342,7 +2363,12 @@ def build_candidates(
                 continue
             sh = shard(arch, layout, prec)
             mp = memory_plan(
-                sh, g, tokens_in_pass=chunk_tokens, rows=chunk_tokens, utilization=utilization
+                sh,
+                g,
+                tokens_in_pass=chunk_tokens,
+                rows=chunk_tokens,
+                utilization=utilization,
+                speculation=speculation,
             )
             if mp.kv_capacity_tokens < req_max:
                 dropped.append(

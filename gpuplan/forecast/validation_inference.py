@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from gpuplan.forecast.inference import DroppedLayout
     from gpuplan.forecast.inference_step import DeviceRates
     from gpuplan.forecast.serving import Candidate, ReplicaModel
+    from gpuplan.forecast.speculative import Speculation
 
 PerfFor: TypeAlias = "Callable[[str], DevicePerf]"
 """Looks up the calibrated performance of a catalog GPU id (default:
@@ -289,6 +290,7 @@ class InferenceValidation(TypedDict):
     by_gpu: NotRequired[dict[str, Score]]
     rows: NotRequired[list[RowForecast]]
     sweeps: NotRequired[SweepValidation]
+    speculative: NotRequired[SpecValidation]
     disaggregated: NotRequired[DisaggValidation]
     offline: NotRequired[OfflineValidation]
     nim: NotRequired[NimValidation]
@@ -606,6 +608,7 @@ def validate_inference(
     result["engine_rows"] = engines["rows"]
     result["engine_skipped"] = engines["skipped"]
     result["sweeps"] = validate_sweeps(catalog=catalog, perf_for=perf_for)
+    result["speculative"] = validate_speculative(catalog=catalog, perf_for=perf_for)
     result["disaggregated"] = validate_disaggregated(catalog=catalog, perf_for=perf_for)
     result["offline"] = validate_offline(catalog=catalog, perf_for=perf_for)
     result["nim"] = validate_nim(catalog=catalog, perf_for=perf_for)
@@ -850,9 +853,10 @@ def _row_replica(
     perf_for: PerfFor | None,
     lin: np.ndarray,
     lout: np.ndarray,
+    speculation: Speculation | None = None,
 ) -> ReplicaModel:
     """The replica a published row's server ran (:func:`_row_candidate`)."""
-    return _row_candidate(row, engine, fitted, catalog, perf_for, lin, lout).replica
+    return _row_candidate(row, engine, fitted, catalog, perf_for, lin, lout, speculation).replica
 
 
 def _row_candidate(
@@ -863,6 +867,7 @@ def _row_candidate(
     perf_for: PerfFor | None,
     lin: np.ndarray,
     lout: np.ndarray,
+    speculation: Speculation | None = None,
 ) -> Candidate:
     """The candidate (replica with its layout's extras) a published row's server ran: the
     row's model, GPU, precisions, TP/EP and prefill chunk, with the engine's (or the row's
@@ -900,6 +905,7 @@ def _row_candidate(
             chunk_tokens=int(_num(row.get("max_num_batched_tokens")) or 8192),
             utilization=utilization,
             engine=engine,
+            speculation=speculation,
         )
 
     fraction = _num(row.get("memory_fraction"))
@@ -1778,20 +1784,33 @@ def _profile_overheads(
     return engine, FittedOverheads(fitted.params_for(engine, moe), fitted.quantiles, fitted.record)
 
 
+def row_speculation(row: dict[str, str], acceptance: float | None = None) -> Speculation | None:
+    """A row's speculative decoding: its ``spec_draft_tokens`` with ``acceptance`` (tokens
+    per step), else the default acceptance of that many draft tokens; None without."""
+    from gpuplan.forecast.speculative import speculation
+
+    k = int(_num(row.get("spec_draft_tokens")) or 0)
+    return speculation(k, acceptance) if k else None
+
+
 def simulate_sweep_row(
     row: dict[str, str],
     *,
     fitted: FittedOverheads | None = None,
     catalog: Catalog | None = None,
     perf_for: PerfFor | None = None,
+    acceptance: float | None = None,
+    scenarios: tuple[int, ...] = (VALUE, SLOW, FAST),
 ) -> dict[SweepMetric, FloatArray]:
     """One closed-loop sweep row replayed with its profile's shipped constants: the client's
     ``max_concurrency`` slots send the row's requests (:func:`sweep_requests`) to one replica
     (:func:`~gpuplan.forecast.serving.simulate_requests` with ``concurrency``). Returns
     ``[value, slow, fast]`` per metric: output tokens/s of the replica, median and p99 TPOT
     and TTFT (s), as ``benchmark_serving`` computes them. Data-parallel attention
-    (``dp_attention`` 1) runs as the wide-EP layout (tp 1, ep N)."""
-    from gpuplan.forecast.inference_step import FAST, SLOW
+    (``dp_attention`` 1) runs as the wide-EP layout (tp 1, ep N). A row with
+    ``spec_draft_tokens`` runs speculative decoding (:func:`row_speculation`, with
+    ``acceptance`` tokens per step when given). ``scenarios``: those simulated (the others
+    read NaN)."""
     from gpuplan.forecast.serving import simulate_requests
 
     catalog = _catalog_or_default(catalog)
@@ -1800,7 +1819,9 @@ def simulate_sweep_row(
     if int(_num(row.get("dp_attention")) or 0):
         run["tp"] = "1"
     lin, lout = sweep_requests(row)
-    rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
+    rep = _row_replica(
+        run, engine, own, catalog, perf_for, lin, lout, row_speculation(row, acceptance)
+    )
     # the scheduler takes requests every recv-th turn, and a turn runs `steps` decode passes
     recv = int(_num(row.get("scheduler_recv_interval")) or 1)
     steps = int(_num(row.get("decode_steps_per_schedule")) or 1)
@@ -1809,6 +1830,10 @@ def simulate_sweep_row(
     conc = int(_num(row.get("max_concurrency")) or 0) or None
     out: dict[SweepMetric, list[float]] = {}
     for scn in (VALUE, SLOW, FAST):
+        if scn not in scenarios:
+            for _, _, name in SWEEP_METRICS:
+                out.setdefault(name, []).append(math.nan)
+            continue
         sim = simulate_requests(
             rep,
             np.zeros(lin.size),
@@ -2040,6 +2065,196 @@ def validate_sweeps(
         "by_gpu_engine": held.by_gpu_engine(),
         "rows": per_row,
         "skipped": skipped,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Speculative decoding (InferenceX MTP runs): fitted on none, acceptance not published
+# ---------------------------------------------------------------------------------------------
+SPEC_CSV_PATH = DATA_DIR / "inference_spec_runs.csv"
+
+
+class SpecRow(SweepRow):
+    """One MTP row of :func:`validate_speculative`: the sweep row's scores at the default
+    acceptance, and the acceptance length at which the forecast meets its throughput."""
+
+    draft_tokens: int
+    default_acceptance: float
+    #: tokens per step that reproduce the published throughput (None: outside [1, k + 1],
+    #: then ``implied_bound`` says which end)
+    implied_acceptance: float | None
+    implied_bound: str | None
+
+
+class SpecValidation(SweepValidation):
+    """:func:`validate_speculative`: the MTP rows at the default acceptance, and the implied
+    acceptance lengths by engine profile and draft tokens."""
+
+    rows: list[SpecRow]  # type: ignore[misc]
+    implied_acceptance: dict[str, JSONDict]
+    #: throughput error of each row at the median acceptance its engine profile and draft
+    #: length imply on the other GPUs, by profile and draft length and over all
+    held_out_gpu_at_implied_acceptance: dict[str, Score]
+    note: str
+
+
+def load_spec_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the speculative-decoding runs (``inference_spec_runs.csv``)."""
+    return _read_rows(path, SPEC_CSV_PATH)
+
+
+class _Replay(TypedDict):
+    """What a row's replay is run with (:func:`simulate_sweep_row`)."""
+
+    fitted: FittedOverheads
+    catalog: Catalog
+    perf_for: PerfFor | None
+
+
+def _replay_throughput(row: dict[str, str], tau: float, kw: _Replay) -> float:
+    """The replayed row's output tokens/s (calibrated value) at ``tau`` tokens per step."""
+    sims = simulate_sweep_row(row, acceptance=tau, scenarios=(VALUE,), **kw)
+    return float(sims["throughput"][VALUE])
+
+
+def implied_acceptance(
+    row: dict[str, str], tau0: float, thr0: float, kw: _Replay
+) -> tuple[float | None, str | None]:
+    """The acceptance length (tokens per step) at which the replayed row's throughput
+    equals the published one, given its throughput ``thr0`` at ``tau0``: one more replay at
+    the end of ``[1, k + 1]`` on the published side, then linear interpolation of 1 /
+    throughput in 1 / tau (exact for decode-only steps, whose per-token time is the step's
+    over ``tau``). ``(None, "below 1")`` or ``(None, "above k+1")`` when no acceptance
+    reaches it."""
+    k = int(_num(row.get("spec_draft_tokens")) or 0)
+    pub = _num(row.get("out_tokens_per_s_total"))
+    if not k or not pub or not thr0 > 0:
+        return None, None
+    end = k + 1.0 if pub > thr0 else 1.0
+    thr1 = _replay_throughput(row, end, kw)
+    if (pub > thr1) if end > tau0 else (pub < thr1):
+        return None, f"above {k + 1}" if end > tau0 else "below 1"
+    y0, y1, yp = 1.0 / thr0, 1.0 / thr1, 1.0 / pub
+    if abs(y1 - y0) < 1e-15:
+        return tau0, None
+    x = 1.0 / tau0 + (yp - y0) * (1.0 / end - 1.0 / tau0) / (y1 - y0)
+    return float(min(max(1.0 / x, 1.0), k + 1.0)), None
+
+
+def validate_speculative(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> SpecValidation:
+    """Error of the shipped forecast with speculative decoding on InferenceX's MTP runs.
+
+    Every row is replayed as a sweep row (:func:`simulate_sweep_row`) with its launch
+    script's draft tokens and the *default* acceptance (:func:`~gpuplan.forecast.
+    speculative.default_acceptance_length`, from DeepSeek's and Nebius's published MTP
+    acceptance on real text). The runs' prompts are random tokens, on which InferenceX
+    says draft acceptance is low and not representative, and their acceptance is not
+    published: the errors at the default measure that gap as much as the step's physics.
+    So each row also gets the acceptance length that reproduces its throughput
+    (:func:`implied_acceptance`), summarised by engine profile and draft tokens: the same
+    engine and draft length should imply one acceptance on every GPU if the verification
+    and draft passes are priced right (acceptance depends on the model, the prompts and
+    the draft head, not on the hardware). Fitted on nothing.
+    """
+    catalog = _catalog_or_default(catalog)
+    fitted = fitted or load_overheads()
+    rows = load_spec_rows(data)
+    held = _HeldOutScores(fitted, SWEEP_SOURCE if data is None else None)
+    done, skipped = held.score_rows(
+        rows,
+        partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        SWEEP_METRICS,
+        catalog,
+    )
+    from gpuplan.forecast.speculative import default_acceptance_length
+
+    kw: _Replay = {"fitted": fitted, "catalog": catalog, "perf_for": perf_for}
+    per_row: list[SpecRow] = []
+    implied: dict[str, list[tuple[str, float | None, str | None]]] = {}
+    for row, engine, gpu, metrics in done:
+        k = int(_num(row.get("spec_draft_tokens")) or 0)
+        point = metrics.get("throughput")
+        tau, bound = implied_acceptance(
+            row, default_acceptance_length(k)[0], point["forecast_s"] if point else 0.0, kw
+        )
+        implied.setdefault(f"{engine} k={k}", []).append((gpu, tau, bound))
+        per_row.append(
+            {
+                "run_id": row.get("run_id", "?"),
+                "engine": engine,
+                "gpu": gpu,
+                "precision": row.get("precision") or "",
+                "tp": int(_num(row.get("tp")) or 1),
+                "ep": int(_num(row.get("ep")) or 1),
+                "concurrency": int(_num(row.get("max_concurrency")) or 0),
+                "input_len": int(_num(row.get("input_len")) or 0),
+                "output_len": int(_num(row.get("output_len")) or 0),
+                "metrics": metrics,
+                "draft_tokens": k,
+                "default_acceptance": default_acceptance_length(k)[0],
+                "implied_acceptance": tau,
+                "implied_bound": bound,
+            }
+        )
+    summary: dict[str, JSONDict] = {}
+    for key, vals in sorted(implied.items()):
+        taus = np.array([t for _, t, _ in vals if t is not None], dtype=float)
+        by_gpu: dict[str, list[float]] = {}
+        for g, t, _ in vals:
+            if t is not None:
+                by_gpu.setdefault(g, []).append(t)
+        summary[key] = {
+            "rows": len(vals),
+            "solved": int(taus.size),
+            "median": float(np.median(taus)) if taus.size else None,
+            "p10": float(np.percentile(taus, 10)) if taus.size else None,
+            "p90": float(np.percentile(taus, 90)) if taus.size else None,
+            "by_gpu_median": {g: float(np.median(v)) for g, v in sorted(by_gpu.items())},
+            "unsolved": [f"{g}: {b}" for g, t, b in vals if t is None],
+        }
+    # the step's physics across GPUs: each row at the acceptance its engine and draft length
+    # imply on the *other* GPUs (acceptance is the model's, the prompts' and the draft
+    # head's, not the hardware's)
+    logo: dict[str, list[_Point]] = {}
+    for (row, engine, gpu, _), r in zip(done, per_row, strict=True):
+        key = f"{engine} k={r['draft_tokens']}"
+        others = [t for g, t, _ in implied[key] if g != gpu and t is not None]
+        pub = _num(row.get("out_tokens_per_s_total"))
+        if not others or not pub:
+            continue
+        at = _replay_throughput(row, float(np.median(others)), kw)
+        logo.setdefault(key, []).append((pub, (at, at, at)))
+    logo_scores = {k: _score_points(v) for k, v in sorted(logo.items())}
+    every = [p for v in logo.values() for p in v]
+    if every:
+        logo_scores["all"] = _score_points(every)
+    return {
+        "data": str(Path(data) if data else SPEC_CSV_PATH.name),
+        "source": _sources(rows),
+        "convention": (
+            "closed loop as the sweeps (benchmark_serving, random prompts with the chat "
+            "template, --ignore-eos); MTP draft tokens of the launch scripts; forecast at "
+            "the default acceptance length; implied acceptance: the tokens per step at which "
+            "the forecast's throughput equals the published one"
+        ),
+        "fitted_on": "nothing (the default acceptance comes from other sources)",
+        "by_metric": held.by_metric(),
+        "by_gpu_engine": held.by_gpu_engine(),
+        "rows": per_row,
+        "skipped": skipped,
+        "implied_acceptance": summary,
+        "held_out_gpu_at_implied_acceptance": logo_scores,
+        "note": (
+            "the runs' prompts are random tokens, on which InferenceX says draft acceptance "
+            "is low and not representative, and their acceptance length is not published: "
+            "the default acceptance (real text) over-predicts them"
+        ),
     }
 
 

@@ -282,3 +282,13 @@ def test_step_cost_without_speculation_is_unchanged_by_the_new_fields():
     cost = StepCostModel.build(rates, SHARP, max_tokens=4096)
     args = (np.array([8.0, 2048.0]), np.array([8.0, 8.0]), np.array([8000.0, 8000.0]))
     assert np.array_equal(cost.time(*args), cost._pass_time(*args))
+
+
+def test_the_draft_head_weighs_one_layer():
+    kw = dict(gpu="h200", tp=8, precision="fp8", batch=8, input_tokens=1024, output_tokens=1024)
+    plain = forecast_inference("deepseek-v3", **kw)
+    spec = forecast_inference("deepseek-v3", speculation=speculation(2), **kw)
+    extra = spec["memory_breakdown_bytes"]["weights"] - plain["memory_breakdown_bytes"]["weights"]
+    # one of 61 layers of ~85 GB per GPU: ~1.4 GB (DeepSeek's MTP module is one MoE layer)
+    assert extra == pytest.approx(plain["memory_breakdown_bytes"]["weights"] / 61, rel=0.05)
+    assert spec["max_batch"] <= plain["max_batch"]
