@@ -2266,8 +2266,9 @@ def fleet_layouts(
             tp=tp,
         )
         return [lay] if lay is not None else []
-    if tp == 1 and ep > 1 and pp == 1:
-        # wide EP, as the single-replica forecast reads TP 1 with EP (_single_layout)
+    if ep > 1 and pp == 1 and (tp == 1 or (tp is None and ep > domain)):
+        # wide EP, as the single-replica forecast reads TP 1 with EP, or an EP larger than
+        # the scale-up domain without a TP (_choose_layout)
         return [wide_ep_layout(ep)]
     layouts = [
         Layout(t, pp, ep) for t in ([tp] if tp is not None else tp_options(arch, gpu, ep, pp))

@@ -183,6 +183,27 @@ def test_fleet_compares_pp_and_wide_ep_replicas():
     assert f.num_gpus == min(c["num_gpus"] for c in rows)
 
 
+def test_an_ep_larger_than_a_node_sizes_a_wide_ep_fleet_as_it_forecasts_one_replica():
+    """--ep 16 without --tp is wide EP for one replica; the fleet search reads it the same
+    way (it refused it once: '--ep 16 must divide both --tp 1 ...')."""
+    d = ServingDemand(
+        model="deepseek-v3",
+        gpus=("h200",),
+        qps=2.0,
+        inputs=LengthDist(2048.0),
+        outputs=LengthDist(256.0),
+        tpot_slo_s=0.1,
+        precision="fp8",
+        ep=16,
+        num_requests=300,
+    )
+    f = size_serving_fleet(d)
+    assert (f.tp, f.ep, f.gpus_per_replica) == (1, 16, 16)
+    assert f.result["dp_attention"] == 16
+    one = forecast_inference("deepseek-v3", "h200", precision="fp8", ep=16, batch=8)
+    assert (one["tp"], one["ep"], one["dp_attention"]) == (1, 16, 16)
+
+
 def test_a_model_larger_than_a_pcie_gpu_is_served_inside_its_pcie_server():
     """A GPU without a scale-up fabric (L40S: PCIe only, domain 1) serves a model larger
     than one card on the cards of its server (8 on PCIe): TP by default, or pipeline stages
