@@ -8,7 +8,9 @@
         "points": [{"run_id", "catalog_model", "served_model", "tp", "precision",
                     "concurrency", "input_tokens", "output_tokens", "completed",
                     "ttft_s": {"p10", "p50", "p90"}, "tpot_s": {"p10", "p50", "p90"},
-                    "output_throughput_tokens_per_s"}, ...]}}}
+                    "output_throughput_tokens_per_s",
+                    "speculative": {"draft_tokens", "acceptance_length"} (when the server
+                    ran speculative decoding and said so)}, ...]}}}
 
 ``<device>`` is the run's ``--device-id`` when it was given, else the device the probe ran
 on (:func:`gpuplan.calibration.dataset.device_of`); ``<engine>`` the engine profile the run
@@ -69,6 +71,17 @@ def serving_points(docs: Iterable[Any], catalog: Any = None) -> dict[str, dict[s
                 )
                 if doc.run_id not in entry["inputs"]:
                     entry["inputs"].append(doc.run_id)
+                spec = m.get("speculative")
+                extra = (
+                    {
+                        "speculative": {
+                            "draft_tokens": int(spec["draft_tokens"]),
+                            "acceptance_length": float(spec["acceptance_length"]),
+                        }
+                    }
+                    if isinstance(spec, dict) and spec.get("draft_tokens")
+                    else {}
+                )
                 entry["points"].append(
                     {
                         "run_id": doc.run_id,
@@ -85,6 +98,7 @@ def serving_points(docs: Iterable[Any], catalog: Any = None) -> dict[str, dict[s
                         "output_throughput_tokens_per_s": float(
                             m["output_throughput_tokens_per_s"]
                         ),
+                        **extra,
                     }
                 )
     for engines in out.values():
@@ -110,6 +124,21 @@ def validate_serving(section: Any, *, where: str = "artifact") -> dict[str, Any]
                     v = p.get(key) if isinstance(p, dict) else None
                     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                         raise SchemaError(f"{at}.points[{i}].{key} must be a positive integer")
+                spec = p.get("speculative")
+                if spec is not None:
+                    k = spec.get("draft_tokens") if isinstance(spec, dict) else None
+                    tau = spec.get("acceptance_length") if isinstance(spec, dict) else None
+                    if (
+                        not isinstance(k, int)
+                        or isinstance(k, bool)
+                        or k <= 0
+                        or not isinstance(tau, (int, float))
+                        or not 1.0 <= tau <= k + 1
+                    ):
+                        raise SchemaError(
+                            f"{at}.points[{i}].speculative needs draft_tokens (a positive "
+                            "integer) and acceptance_length in [1, draft_tokens + 1]"
+                        )
                 for key in ("ttft_s", "tpot_s"):
                     q = p.get(key)
                     if not isinstance(q, dict) or not all(

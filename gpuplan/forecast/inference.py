@@ -98,7 +98,7 @@ from gpuplan.forecast.serving import (
     size_fleet,
 )
 from gpuplan.forecast.serving_deviations import serving_caveats
-from gpuplan.forecast.speculative import Speculation
+from gpuplan.forecast.speculative import Speculation, speculation
 from gpuplan.numeric import JSONDict
 
 if TYPE_CHECKING:
@@ -166,6 +166,16 @@ class ServingPoint(TypedDict):
     run_id: NotRequired[str | None]
     #: requests of the level that completed (the closed loop's request count)
     completed: NotRequired[int]
+    #: the server's speculative decoding over the level (its Prometheus counters)
+    speculative: NotRequired[SpecPoint]
+
+
+class SpecPoint(TypedDict):
+    """Speculative decoding a ``serve`` level measured: draft tokens per step and tokens
+    emitted per step (:func:`gpuplan.probes.serve.speculative_summary`)."""
+
+    draft_tokens: int
+    acceptance_length: float
 
 
 class ServingEntry(TypedDict):
@@ -196,6 +206,8 @@ class FactorPoint(TypedDict):
     forecast_tpot_s: float
     ttft_ratio: dict[str, float]
     tpot_ratio: dict[str, float]
+    #: the level's speculative decoding, forecast with it
+    speculative: NotRequired[SpecPoint]
 
 
 class ServingFactors(TypedDict):
@@ -1863,10 +1875,14 @@ def _fit_factors(
         if not model_id:
             skipped.append(f"c={p['concurrency']}: no catalog model (probe with --catalog-model)")
             continue
+        spec = p.get("speculative")
         try:
             raw = forecast_inference(
                 model_id,
                 gpu_id,
+                speculation=(
+                    speculation(spec["draft_tokens"], spec["acceptance_length"]) if spec else None
+                ),
                 tp=int(p.get("tp") or 1),
                 precision=str(p.get("precision") or "bf16"),
                 input_tokens=int(p["input_tokens"]),
@@ -1899,19 +1915,20 @@ def _fit_factors(
             q: {k: float(measured[k]) / float(fc) for k in ("p10", "p50", "p90")}
             for q, (measured, fc) in measured_vs_raw.items()
         }
-        points.append(
-            {
-                "run_id": p.get("run_id"),
-                "catalog_model": p["catalog_model"],
-                "concurrency": p["concurrency"],
-                "measured_ttft_p50_s": p["ttft_s"]["p50"],
-                "forecast_ttft_s": loop["ttft_p50_s"],
-                "measured_tpot_p50_s": p["tpot_s"]["p50"],
-                "forecast_tpot_s": loop["tpot_p50_s"],
-                "ttft_ratio": ratios["ttft"],
-                "tpot_ratio": ratios["tpot"],
-            }
-        )
+        point: FactorPoint = {
+            "run_id": p.get("run_id"),
+            "catalog_model": p["catalog_model"],
+            "concurrency": p["concurrency"],
+            "measured_ttft_p50_s": p["ttft_s"]["p50"],
+            "forecast_ttft_s": loop["ttft_p50_s"],
+            "measured_tpot_p50_s": p["tpot_s"]["p50"],
+            "forecast_tpot_s": loop["tpot_p50_s"],
+            "ttft_ratio": ratios["ttft"],
+            "tpot_ratio": ratios["tpot"],
+        }
+        if spec:
+            point["speculative"] = spec
+        points.append(point)
     out: ServingFactors = {
         "device": gpu_id,
         "engine": engine,

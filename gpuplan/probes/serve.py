@@ -25,6 +25,15 @@ of integers), so its length is exact without the server's tokenizer: seeded rand
 ``ignore_eos`` (vLLM, SGLang) keeps every answer at ``output_tokens``; servers that ignore
 it may stop earlier, and the recorded ``output_tokens`` says so.
 
+Speculative decoding: when the server exposes vLLM's Prometheus counters at ``GET /metrics``
+(``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
+``..._num_accepted_tokens_total``), they are read before and after each level, and the level
+records ``speculative``: draft tokens per step (draft tokens over drafts) and the acceptance
+length, ``1 + accepted / drafts`` (the bonus token included, as vLLM's docs define it), over
+exactly that level's requests. ``gpuplan calibrate`` then forecasts the level with that
+speculation before it takes the measured-over-forecast factors. A server without the
+counters (SGLang, TensorRT-LLM) records none.
+
 Ctrl-C stops the sweep: finished levels are kept, and a level stopped part-way is kept with
 ``interrupted: true`` and the requests that finished (calibration leaves it out).
 """
@@ -194,6 +203,78 @@ def check_endpoint(options: ServeOptions) -> list[str]:
             hint=f"it serves: {', '.join(ids[:10])}",
         )
     return ids
+
+
+#: vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py SpecDecodingProm)
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+
+def parse_counters(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    r"""Sum each named sample over its label sets in a Prometheus text exposition (``name``
+    or ``name{labels}`` then the value); names absent are left out.
+
+    >>> parse_counters('# TYPE a counter\na_total{e="0"} 2.0\na_total{e="1"} 3\nb 1', ("a_total",))
+    {'a_total': 5.0}
+    """
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name = head.split("{", 1)[0].strip()
+        if name in names:
+            try:
+                out[name] = out.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def spec_counters(client: Any, options: ServeOptions) -> dict[str, float] | None:
+    """The server's speculative-decoding counters now, or None when it has none."""
+    import httpx
+
+    try:
+        resp = client.get(
+            _base_url(options.endpoint)[1] + "/metrics",
+            headers=_headers(),
+            timeout=min(options.timeout_s, 10.0),
+        )
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    got = parse_counters(resp.text, tuple(SPEC_COUNTERS.values()))
+    if len(got) < len(SPEC_COUNTERS):
+        return None
+    return {k: got[v] for k, v in SPEC_COUNTERS.items()}
+
+
+def speculative_summary(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> dict[str, Any] | None:
+    """A level's speculation from the counters around it: draft tokens per step and the
+    acceptance length ``1 + accepted / drafts``; None without drafts.
+
+    >>> speculative_summary({"drafts": 10, "draft_tokens": 30, "accepted": 5},
+    ...                     {"drafts": 110, "draft_tokens": 330, "accepted": 125})["acceptance_length"]
+    2.2
+    """
+    if before is None or after is None:
+        return None
+    drafts = after["drafts"] - before["drafts"]
+    if drafts <= 0:
+        return None
+    return {
+        "draft_tokens": round((after["draft_tokens"] - before["draft_tokens"]) / drafts),
+        "acceptance_length": 1.0 + (after["accepted"] - before["accepted"]) / drafts,
+        "drafts": int(drafts),
+        "source": "GET /metrics: " + ", ".join(SPEC_COUNTERS.values()) + ", over the level",
+    }
 
 
 def prompt_tokens(rng: random.Random, n: int) -> list[int]:
@@ -408,6 +489,7 @@ def run(ctx: ProbeContext) -> None:
             return
         for c in options.concurrency:
             done: list[dict[str, Any]] = []
+            counters = spec_counters(client, options)
             start = time.perf_counter()
             try:
                 duration = run_level(ctx, client, options, c, rng, done)
@@ -419,6 +501,9 @@ def run(ctx: ProbeContext) -> None:
                     rec.add({**m, "interrupted": True})
                 raise
             m = level_summary(done, c, options, duration)
+            spec = speculative_summary(counters, spec_counters(client, options))
+            if spec is not None:
+                m["speculative"] = spec
             if m["completed"] == 0:
                 rec.warn(f"concurrency {c}: every request failed ({done[0]['error']})")
                 continue

@@ -8,6 +8,14 @@ server-sent events in the OpenAI format, one chunk per token, then a usage chunk
 ``stream_options.include_usage`` is set, then ``data: [DONE]``; ``GET /v1/models`` lists the
 one model; ``GET /stats`` says how many requests were answered to the end. Each request runs in its own thread, so concurrent requests share the CPU.
 
+``--speculative K`` runs real speculative decoding with prompt-lookup drafts (vLLM's
+``ngram`` method): each step proposes the K tokens that followed the last earlier occurrence
+of the sequence's last token (or repeats the last token when there is none), one forward
+pass verifies them against the greedy choice, and the longest matching prefix plus the
+model's next token are emitted, so the output is the same as without speculation. ``GET
+/metrics`` then exposes vLLM's Prometheus counters ``vllm:spec_decode_num_drafts_total``,
+``vllm:spec_decode_num_draft_tokens_total`` and ``vllm:spec_decode_num_accepted_tokens_total``.
+
 Run ``python tests/probes/serve_server.py --port 0 --model tiny``: it prints
 ``PORT <n>`` on stdout once it listens on 127.0.0.1 (only), then serves until killed.
 """
@@ -53,11 +61,26 @@ def build_model(seed: int = 0) -> Any:
     return Tiny().eval()
 
 
+def draft_tokens(seq: list[int], k: int) -> list[int]:
+    """Prompt-lookup draft: the ``k`` tokens after the last earlier occurrence of the last
+    token, padded with the last token."""
+    last = seq[-1]
+    for i in range(len(seq) - 2, -1, -1):
+        if seq[i] == last:
+            out = seq[i + 1 : i + 1 + k]
+            return out + [last] * (k - len(out))
+    return [last] * k
+
+
 class Handler(BaseHTTPRequestHandler):
     model: Any = None
     model_name = "tiny"
     completed = 0  # requests answered to the end (GET /stats), so a test can time a signal
     lock = threading.Lock()
+    speculative = 0  # draft tokens per step (0: none)
+    drafts = 0
+    draft_tokens = 0
+    accepted = 0
 
     def log_message(self, *args: Any) -> None:  # quiet: tests read stdout for the port
         return None
@@ -71,7 +94,23 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/stats":
+        if self.path.rstrip("/") == "/metrics" and Handler.speculative:
+            label = f'{{engine="0",model_name="{self.model_name}"}}'
+            body = "".join(
+                f"# TYPE vllm:spec_decode_num_{name} counter\n"
+                f"vllm:spec_decode_num_{name}_total{label} {float(value)}\n"
+                for name, value in (
+                    ("drafts", Handler.drafts),
+                    ("draft_tokens", Handler.draft_tokens),
+                    ("accepted_tokens", Handler.accepted),
+                )
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.rstrip("/") == "/stats":
             self._json(200, {"completed": Handler.completed})
         elif self.path.rstrip("/") == "/v1/models":
             self._json(
@@ -101,12 +140,28 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        seq = torch.tensor([ids])
+        seq = list(ids)
+        k = Handler.speculative
+        sent = 0
         with torch.inference_mode():
-            for _ in range(max_tokens):
-                nxt = int(self.model(seq)[0, -1].argmax())
-                seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
-                chunk = {"object": "text_completion", "choices": [{"index": 0, "text": f" t{nxt}"}]}
+            while sent < max_tokens:
+                draft = draft_tokens(seq, k) if k else []
+                logits = self.model(torch.tensor([seq + draft]))[0]
+                # greedy choice after the sequence and after each draft token
+                greedy = [int(t) for t in logits[len(seq) - 1 :].argmax(dim=-1)]
+                n_ok = 0
+                while n_ok < len(draft) and draft[n_ok] == greedy[n_ok]:
+                    n_ok += 1
+                new = [*draft[:n_ok], greedy[n_ok]][: max_tokens - sent]
+                if k:
+                    with Handler.lock:
+                        Handler.drafts += 1
+                        Handler.draft_tokens += k
+                        Handler.accepted += n_ok
+                seq += new
+                sent += len(new)
+                text = "".join(f" t{t}" for t in new)
+                chunk = {"object": "text_completion", "choices": [{"index": 0, "text": text}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
         if include_usage:
@@ -126,9 +181,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--model", default="tiny")
+    ap.add_argument("--speculative", type=int, default=0)
     args = ap.parse_args()
     Handler.model = build_model()
     Handler.model_name = args.model
+    Handler.speculative = args.speculative
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)
@@ -136,10 +193,19 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def running_server(model: str = "tiny") -> Iterator[str]:
+def running_server(model: str = "tiny", speculative: int = 0) -> Iterator[str]:
     """Start the server in a subprocess; yield its base URL; stop it on exit."""
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--port", "0", "--model", model],
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--port",
+            "0",
+            "--model",
+            model,
+            "--speculative",
+            str(speculative),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
