@@ -11,6 +11,11 @@ loaded once per process; their cold start is printed apart):
   for Llama-3.1-8B at 20 req/s with TTFT <= 1 s and TPOT <= 50 ms p99. Target < 1 s.
 * ``sizing``: the full sizing of the issue's example (analytic search, then the
   discrete-event simulation of the cheapest layouts), for information.
+* ``forecast_spec``: the one forecast with speculative decoding (3 draft tokens, the
+  default acceptance), whose per-token iteration prices three passes: the same < 5 ms.
+* ``search_spec``: the search with speculative decoding, for information (its cost grid
+  reaches k + 1 times the tokens, where the plain search's clamps, and the steady state's
+  fixed point then takes more iterations to settle or to be found overloaded).
 
 Run::
 
@@ -52,7 +57,11 @@ def run() -> dict[str, float]:
             gpus = [x for x in gpus if x.id != g.id]
     cold_s = time.perf_counter() - t0
 
-    def one() -> None:
+    from gpuplan.forecast.speculative import speculation
+
+    spec = speculation(3)
+
+    def one(speculative: bool = False) -> None:
         inf.forecast_inference(
             "llama3.3-70b",
             gpu="h100",
@@ -60,17 +69,21 @@ def run() -> dict[str, float]:
             batch=16,
             input_tokens=2048,
             output_tokens=256,
+            speculation=spec if speculative else None,
         )
 
     one()
     forecast_s = _median_time(one, 50)
+    one(True)
+    forecast_spec_s = _median_time(lambda: one(True), 50)
 
     arch, _ = inf.model_with_provenance("llama3.1-8b", cat)
     fitted = inf.load_overheads()
     i, o = LengthDist(1024), LengthDist(256)
 
-    def search() -> int:
+    def search(speculative: bool = False) -> int:
         cands, _ = inf.build_candidates(
+            speculation=spec if speculative else None,
             arch=arch,
             gpus=gpus,
             precision="bf16",
@@ -92,6 +105,7 @@ def run() -> dict[str, float]:
 
     n_cands = search()
     search_s = _median_time(search, 3)
+    search_spec_s = _median_time(lambda: search(True), 3)
 
     t0 = time.perf_counter()
     r = inf.forecast_inference(
@@ -108,6 +122,8 @@ def run() -> dict[str, float]:
         "cold_start_s": cold_s,
         "forecast_s": forecast_s,
         "search_s": search_s,
+        "forecast_spec_s": forecast_spec_s,
+        "search_spec_s": search_spec_s,
         "search_candidates": n_cands,
         "search_gpus": len(gpus),
         "sizing_s": sizing_s,
@@ -118,7 +134,7 @@ def run() -> dict[str, float]:
 def main() -> int:
     r = run()
     print(json.dumps(r, indent=2), file=sys.stderr)
-    ok_f = r["forecast_s"] < TARGET_FORECAST_S
+    ok_f = max(r["forecast_s"], r["forecast_spec_s"]) < TARGET_FORECAST_S
     ok_s = r["search_s"] < TARGET_SEARCH_S
     print(
         f"cold start (catalog + calibration of {r['search_gpus']} GPUs): {r['cold_start_s']:.2f} s"
@@ -129,6 +145,11 @@ def main() -> int:
     print(
         f"sizing search:  {r['search_s']:.3f} s over {r['search_candidates']} GPU x TP x batch-cap "
         f"candidates on {r['search_gpus']} GPUs  (target < {TARGET_SEARCH_S:.0f} s) {'OK' if ok_s else 'MISSED'}"
+    )
+    print(
+        f"with speculative decoding (3 draft tokens): one forecast "
+        f"{r['forecast_spec_s'] * 1e3:.2f} ms (target < {TARGET_FORECAST_S * 1e3:.0f} ms), "
+        f"sizing search {r['search_spec_s']:.3f} s (for information)"
     )
     print(
         f"full sizing of the issue example (search + simulation): {r['sizing_s']:.2f} s -> {r['sizing_num_gpus']} GPUs"

@@ -1439,6 +1439,8 @@ class StepCostModel:
     #: one-token decode pass of the target (draft layers over the model's layers)
     speculation: Speculation | None = None
     draft_fraction: float = 0.0
+    #: decode attention per cached token of a verification pass (its ``k + 1`` queries)
+    attn_s_per_ctx_token_verify: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
     @classmethod
     def build(
@@ -1451,6 +1453,11 @@ class StepCostModel:
         points: int = 48,
     ) -> StepCostModel:
         sh = rates.sharded
+        spec = rates.speculation
+        if spec is not None:  # a verification pass runs k + 1 tokens per decoding row
+            top = max(max_tokens, 2.0)
+            points = int(np.ceil(points * np.log(top * spec.queries) / np.log(top)))
+            max_tokens = top * spec.queries
         grid = np.unique(np.round(np.geomspace(1.0, max(max_tokens, 2.0), points)))
         g_all = [sh.gemms(float(t), float(t)) for t in grid]
         # one calibration call per dtype for the whole grid
@@ -1495,7 +1502,6 @@ class StepCostModel:
         else:
             d_comp = dflops / drate / params.gemm_efficiency
         attn_ctx = smooth_max(d_comp, kv_read / bwv, pcomb) * ts
-        spec = rates.speculation
         index_ctx: FloatArray = np.zeros(3)
         index_pair: FloatArray = np.zeros(3)
         if sh.arch.dsa is not None:  # the indexer's scores over every cached key
@@ -1533,7 +1539,40 @@ class StepCostModel:
             sharpness=float(pcomb),
             speculation=spec,
             draft_fraction=(spec.draft_layers / max(sh.arch.layers, 1)) if spec else 0.0,
+            attn_s_per_ctx_token_verify=np.asarray(
+                smooth_max(spec.queries * d_comp, kv_read / bwv, pcomb) * ts if spec else attn_ctx,
+                float,
+            )
+            * np.ones(3),
         )
+
+    def _spec_decode(self, r: FloatArray, ctx: Num, scenario: int) -> tuple[FloatArray, FloatArray]:
+        """``(decode part with its drafts, the drafts)`` of a speculative step over ``r``
+        rows holding ``ctx`` cached tokens (:meth:`time`): the two passes of
+        :meth:`_pass_time`, written out on one stage without local attention (the same
+        sums without its general terms: the analytic search calls this most)."""
+        spec = self.speculation
+        assert spec is not None
+        d = spec.draft_tokens * self.draft_fraction
+        q = float(spec.queries)
+        if self.pp == 1 and self.window is None and self.chunk is None:
+            c = np.asarray(ctx, dtype=float)
+            state = r * self.state_s_per_row[scenario]
+            one = (
+                self.base(r, scenario)
+                + self.lm(r, scenario)
+                + c * self.attn_s_per_ctx_token[scenario]
+                + state
+            )
+            dec = (
+                self.base(q * r, scenario)
+                + self.lm(q * r, scenario)
+                + c * self.attn_s_per_ctx_token_verify[scenario]
+                + state
+            )
+            return np.asarray(dec + d * one, float), np.asarray(d * one, float)
+        draft = d * self._pass_time(r, r, ctx, 0.0, 0.0, scenario)
+        return self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q) + draft, draft
 
     def windowed(
         self, rows: Num, ctx_tokens: Num, prefill_flops: Num, prefill_tokens: Num
@@ -1623,23 +1662,16 @@ class StepCostModel:
         q = float(spec.queries)
         r = np.asarray(rows, dtype=float)
         decoding = r > 0
-        draft = np.where(
-            decoding,
-            spec.draft_tokens
-            * self.draft_fraction
-            * self._pass_time(r, r, ctx_tokens, 0.0, 0.0, scenario),
-            0.0,
-        )
+        # the decode part and the drafts depend on the rows and their context only (small
+        # arrays in the analytic callers); the step also on its prompt chunks
+        dec, draft = self._spec_decode(r, ctx_tokens, scenario)
         # every emitting row is one of the pass's tokens (the analytic callers' rows are
         # at least one while their tokens may be a fraction)
         verify = np.maximum(np.asarray(tokens, dtype=float), r) + (q - 1.0) * r
-        p_all = (
-            self._pass_time(verify, r, ctx_tokens, prefill_flops, prefill_tokens, scenario, q)
-            + draft
-        )
-        p_dec = np.where(
-            decoding, self._pass_time(q * r, r, ctx_tokens, 0.0, 0.0, scenario, q) + draft, 0.0
-        )
+        p_all = self._pass_time(
+            verify, r, ctx_tokens, prefill_flops, prefill_tokens, scenario, q
+        ) + np.where(decoding, draft, 0.0)
+        p_dec = np.where(decoding, dec, 0.0)
         return np.asarray(p_all - (1.0 - 1.0 / spec.acceptance_length) * p_dec, float)
 
     def _pass_time(
@@ -1656,14 +1688,18 @@ class StepCostModel:
         row (a verification pass) multiply its logits and its decode attention's compute,
         not its KV-cache read."""
         m = float(self.pp)
-        index = 0.0
+        index: Num = 0.0
         attn_ctx = self.attn_s_per_ctx_token[scenario]
         lm_rows = np.asarray(rows, float)
         if queries != 1.0:
-            attn_ctx = smooth_max(
-                queries * self.attn_compute_s_per_ctx_token[scenario],
-                self.attn_memory_s_per_ctx_token[scenario],
-                self.sharpness,
+            attn_ctx = (
+                self.attn_s_per_ctx_token_verify[scenario]
+                if self.speculation is not None and queries == self.speculation.queries
+                else smooth_max(
+                    queries * self.attn_compute_s_per_ctx_token[scenario],
+                    self.attn_memory_s_per_ctx_token[scenario],
+                    self.sharpness,
+                )
             )
             lm_rows = queries * lm_rows
         if self.window is not None or self.chunk is not None:
