@@ -445,6 +445,14 @@ def build_plan(
                 f"{svc.name}: {THROUGHPUT_ONLY_NOTE} (set ttft_slo_s and tpot_slo_s on the "
                 "workload to size for latency)"
             )
+        if svc.speculative is not None:
+            sp = svc.speculative.speculation()
+            cand_notes.append(
+                f"{svc.name}: sized with speculative decoding, {sp.draft_tokens} draft tokens "
+                f"emitting {sp.acceptance_length:.2f} tokens per step ("
+                + ("given" if sp.basis == "given" else "a DeepSeek MTP head's published rate")
+                + "); TPOT and throughput are per emitted token"
+            )
         row = catalog.model(svc.model)
         said = row.released_precision_note(svc.precision)
         if said is not None:

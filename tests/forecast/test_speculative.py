@@ -244,6 +244,9 @@ candidates:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert s["gpus_for_load"]["value"] == json.loads(r.stdout)["num_gpus"]
+    # the plan says what it assumed
+    summary = json.loads(plan.stdout)["summary"]
+    assert any("3 draft tokens emitting 2.50 tokens per step" in n for n in summary["notes"])
 
 
 def test_plan_scenario_refuses_an_impossible_acceptance(run_cli, tmp_path):
