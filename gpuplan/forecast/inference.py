@@ -2932,7 +2932,12 @@ def size_disaggregated(
     def size_prefill(budget: float | None) -> _Sized | None:
         best: _Sized | None = None
         for c in pf_cands:
-            rep = dc_replace(c.replica, label=c.replica.label + " prefill")
+            # a prefill replica verifies no drafts: its passes are the model's alone
+            rep = dc_replace(
+                c.replica,
+                label=c.replica.label + " prefill",
+                cost=dc_replace(c.replica.cost, speculation=None),
+            )
 
             def ok(r: int, rep: ReplicaModel = rep) -> bool:
                 sim = simulate(rep, qps / r, demand.inputs, one, num_requests=n_req, seed=seed)

@@ -295,3 +295,27 @@ def test_the_draft_head_weighs_one_layer():
     # one of 61 layers of ~85 GB per GPU: ~1.4 GB (DeepSeek's MTP module is one MoE layer)
     assert extra == pytest.approx(plain["memory_breakdown_bytes"]["weights"] / 61, rel=0.05)
     assert spec["max_batch"] <= plain["max_batch"]
+
+
+def test_disaggregated_pools_speculate_in_decode_only():
+    """The decode pool verifies drafts (fewer GPUs for the TPOT target); the prefill pool
+    runs the model's passes alone."""
+
+    def pools(spec: Speculation | None) -> dict:
+        r = forecast_inference(
+            "llama3.3-70b",
+            gpu="h100",
+            qps=20,
+            ttft_slo_s=1.0,
+            tpot_slo_s=0.05,
+            disaggregate=True,
+            num_requests=600,
+            speculation=spec,
+        )
+        return r["disaggregated"]
+
+    plain, spec = pools(None), pools(speculation(3, 2.5))
+    assert spec["decode"]["replicas"] * spec["decode"]["gpus_per_replica"] <= (
+        plain["decode"]["replicas"] * plain["decode"]["gpus_per_replica"]
+    )
+    assert spec["prefill"]["gpus_per_replica"] >= 1 and spec["num_gpus"] <= plain["num_gpus"]
