@@ -1999,6 +1999,24 @@ class SweepValidation(TypedDict):
     skipped: list[Skipped]
 
 
+def _sweep_row(
+    row: dict[str, str], engine: str, gpu: str, metrics: dict[str, LatencyPoint]
+) -> SweepRow:
+    """A scored sweep row: its configuration and its points."""
+    return {
+        "run_id": row.get("run_id", "?"),
+        "engine": engine,
+        "gpu": gpu,
+        "precision": row.get("precision") or "",
+        "tp": int(_num(row.get("tp")) or 1),
+        "ep": int(_num(row.get("ep")) or 1),
+        "concurrency": int(_num(row.get("max_concurrency")) or 0),
+        "input_len": int(_num(row.get("input_len")) or 0),
+        "output_len": int(_num(row.get("output_len")) or 0),
+        "metrics": metrics,
+    }
+
+
 def load_sweep_rows(path: str | Path | None = None) -> list[dict[str, str]]:
     """Rows of the closed-loop concurrency sweeps (``inference_sweep_runs.csv``)."""
     return _read_rows(path, SWEEP_CSV_PATH)
@@ -2031,22 +2049,7 @@ def validate_sweeps(
         SWEEP_METRICS,
         catalog,
     )
-    per_row: list[SweepRow] = []
-    for row, engine, gpu, metrics in done:
-        per_row.append(
-            {
-                "run_id": row.get("run_id", "?"),
-                "engine": engine,
-                "gpu": gpu,
-                "precision": row.get("precision") or "",
-                "tp": int(_num(row.get("tp")) or 1),
-                "ep": int(_num(row.get("ep")) or 1),
-                "concurrency": int(_num(row.get("max_concurrency")) or 0),
-                "input_len": int(_num(row.get("input_len")) or 0),
-                "output_len": int(_num(row.get("output_len")) or 0),
-                "metrics": metrics,
-            }
-        )
+    per_row = [_sweep_row(row, engine, gpu, metrics) for row, engine, gpu, metrics in done]
 
     return {
         "data": str(Path(data) if data else SWEEP_CSV_PATH.name),
@@ -2186,16 +2189,7 @@ def validate_speculative(
         implied.setdefault(f"{engine} k={k}", []).append((gpu, tau, bound))
         per_row.append(
             {
-                "run_id": row.get("run_id", "?"),
-                "engine": engine,
-                "gpu": gpu,
-                "precision": row.get("precision") or "",
-                "tp": int(_num(row.get("tp")) or 1),
-                "ep": int(_num(row.get("ep")) or 1),
-                "concurrency": int(_num(row.get("max_concurrency")) or 0),
-                "input_len": int(_num(row.get("input_len")) or 0),
-                "output_len": int(_num(row.get("output_len")) or 0),
-                "metrics": metrics,
+                **_sweep_row(row, engine, gpu, metrics),
                 "draft_tokens": k,
                 "default_acceptance": default_acceptance_length(k)[0],
                 "implied_acceptance": tau,
