@@ -1429,17 +1429,12 @@ class StepCostModel:
     #: decoding sequence
     index_s_per_pair: np.ndarray = field(default_factory=lambda: np.zeros(3))
     index_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    #: decode attention per cached token, compute and memory sides apart (time-scaled), and
-    #: the roofline sharpness that combines them: a verification pass of ``q`` queries per
-    #: sequence runs ``q`` times the compute over one read of the KV cache
-    attn_compute_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    attn_memory_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    sharpness: float = 1.0
     #: speculative decoding (:attr:`DeviceRates.speculation`), and a draft pass's share of a
     #: one-token decode pass of the target (draft layers over the model's layers)
     speculation: Speculation | None = None
     draft_fraction: float = 0.0
-    #: decode attention per cached token of a verification pass (its ``k + 1`` queries)
+    #: decode attention per cached token of a verification pass: its ``k + 1`` queries run
+    #: ``k + 1`` times the compute over one read of the KV cache
     attn_s_per_ctx_token_verify: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
     @classmethod
@@ -1534,9 +1529,6 @@ class StepCostModel:
             pair_flops=float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0,
             index_s_per_pair=np.asarray(index_pair, float),
             index_s_per_ctx_token=np.asarray(index_ctx, float),
-            attn_compute_s_per_ctx_token=np.asarray(d_comp * ts, float) * np.ones(3),
-            attn_memory_s_per_ctx_token=np.asarray(kv_read / bwv * ts, float) * np.ones(3),
-            sharpness=float(pcomb),
             speculation=spec,
             draft_fraction=(spec.draft_layers / max(sh.arch.layers, 1)) if spec else 0.0,
             attn_s_per_ctx_token_verify=np.asarray(
@@ -1685,22 +1677,16 @@ class StepCostModel:
         queries: float = 1.0,
     ) -> FloatArray:
         """One physical pass (:meth:`time` without speculation); ``queries`` per decoding
-        row (a verification pass) multiply its logits and its decode attention's compute,
-        not its KV-cache read."""
+        row, 1 or a verification pass's ``k + 1``, multiply its logits and its decode
+        attention's compute, not its KV-cache read."""
         m = float(self.pp)
         index: Num = 0.0
         attn_ctx = self.attn_s_per_ctx_token[scenario]
         lm_rows = np.asarray(rows, float)
         if queries != 1.0:
-            attn_ctx = (
-                self.attn_s_per_ctx_token_verify[scenario]
-                if self.speculation is not None and queries == self.speculation.queries
-                else smooth_max(
-                    queries * self.attn_compute_s_per_ctx_token[scenario],
-                    self.attn_memory_s_per_ctx_token[scenario],
-                    self.sharpness,
-                )
-            )
+            if self.speculation is None or queries != self.speculation.queries:
+                raise ValueError(f"a pass of {queries} queries needs that speculation")
+            attn_ctx = self.attn_s_per_ctx_token_verify[scenario]
             lm_rows = queries * lm_rows
         if self.window is not None or self.chunk is not None:
             # a DSA indexer over every cached key (decode) and every causal pair (prefill)
