@@ -98,7 +98,8 @@ from gpuplan.forecast.serving import (
     size_fleet,
 )
 from gpuplan.forecast.serving_deviations import serving_caveats
-from gpuplan.forecast.speculative import Speculation, speculation
+from gpuplan.forecast.speculative import Speculation
+from gpuplan.forecast.speculative import speculation as measured_speculation
 from gpuplan.numeric import JSONDict
 
 if TYPE_CHECKING:
@@ -1881,7 +1882,9 @@ def _fit_factors(
                 model_id,
                 gpu_id,
                 speculation=(
-                    speculation(spec["draft_tokens"], spec["acceptance_length"]) if spec else None
+                    measured_speculation(spec["draft_tokens"], spec["acceptance_length"])
+                    if spec
+                    else None
                 ),
                 tp=int(p.get("tp") or 1),
                 precision=str(p.get("precision") or "bf16"),
