@@ -32,8 +32,9 @@ TensorRT-LLM 0.17's offline maximum-throughput tables (trtllm-bench: Llama 3.1 8
 Mistral 7B, Mixtral 8x7B/8x22B on H200, H100, L40S and A100 at TP 1-8, fitted on
 nothing); and NVIDIA NIM 1.8.0's published concurrency sweeps (Llama 3.3 70B on 2 H100 and
 Llama 3.1 8B on one, fp8, 200/200 to 20,000/2,000 tokens, 1-250 requests in flight: mean
-TTFT, inter-token latency and output tokens/s, fitted on nothing) and compare
-like with like. Prints
+TTFT, inter-token latency and output tokens/s, fitted on nothing); and InferenceX's runs
+with MTP speculative decoding, at the default acceptance length and by the acceptance each
+run implies (fitted on nothing) and compare like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
 interval contains the published value, per source, per table, per metric, per engine
 profile and overall.
