@@ -1361,7 +1361,7 @@ def speculative_iteration(
     )
     one = combine(decode_pass(rates, batch, mean_ctx, o / 2.0)[0], params)
     verify = combine(decode_pass(rates, batch, mean_ctx, o / 2.0, queries=q)[0], params)
-    d = spec.draft_tokens * spec.draft_layers / max(rates.sharded.arch.layers, 1)
+    d = spec.draft_share(rates.sharded.arch.layers)
     keep = 1.0 - 1.0 / spec.acceptance_length
     per_token = weighted_time([1.0, d, -keep, -keep * d], [step, one, verify, one])
     detail = SpeculativeStep(
@@ -1429,10 +1429,10 @@ class StepCostModel:
     #: decoding sequence
     index_s_per_pair: np.ndarray = field(default_factory=lambda: np.zeros(3))
     index_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    #: speculative decoding (:attr:`DeviceRates.speculation`), and a draft pass's share of a
-    #: one-token decode pass of the target (draft layers over the model's layers)
+    #: speculative decoding (:attr:`DeviceRates.speculation`), and its draft passes' share
+    #: of a one-token decode pass of the target (:meth:`Speculation.draft_share`)
     speculation: Speculation | None = None
-    draft_fraction: float = 0.0
+    draft_share: float = 0.0
     #: decode attention per cached token of a verification pass: its ``k + 1`` queries run
     #: ``k + 1`` times the compute over one read of the KV cache
     attn_s_per_ctx_token_verify: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -1530,7 +1530,7 @@ class StepCostModel:
             index_s_per_pair=np.asarray(index_pair, float),
             index_s_per_ctx_token=np.asarray(index_ctx, float),
             speculation=spec,
-            draft_fraction=(spec.draft_layers / max(sh.arch.layers, 1)) if spec else 0.0,
+            draft_share=spec.draft_share(sh.arch.layers) if spec else 0.0,
             attn_s_per_ctx_token_verify=np.asarray(
                 smooth_max(spec.queries * d_comp, kv_read / bwv, pcomb) * ts if spec else attn_ctx,
                 float,
@@ -1545,7 +1545,7 @@ class StepCostModel:
         sums without its general terms: the analytic search calls this most)."""
         spec = self.speculation
         assert spec is not None
-        d = spec.draft_tokens * self.draft_fraction
+        d = self.draft_share
         q = float(spec.queries)
         if self.pp == 1 and self.window is None and self.chunk is None:
             c = np.asarray(ctx, dtype=float)

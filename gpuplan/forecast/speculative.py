@@ -55,6 +55,11 @@ class Speculation:
         """Query tokens per sequence in the verification pass."""
         return self.draft_tokens + 1
 
+    def draft_share(self, layers: int) -> float:
+        """The step's ``k`` draft passes as a share of one one-token decode pass of a
+        target of ``layers`` layers: ``k * draft_layers / layers``."""
+        return self.draft_tokens * self.draft_layers / max(layers, 1)
+
     def as_dict(self) -> JSONDict:
         return {
             "draft_tokens": self.draft_tokens,

@@ -1999,6 +1999,29 @@ class SweepValidation(TypedDict):
     skipped: list[Skipped]
 
 
+def _score_sweep_rows(
+    rows: list[dict[str, str]],
+    shipped: bool,
+    catalog: Catalog,
+    fitted: FittedOverheads,
+    perf_for: PerfFor | None,
+) -> tuple[
+    _HeldOutScores,
+    list[tuple[dict[str, str], str, str, dict[str, LatencyPoint]]],
+    list[Skipped],
+]:
+    """Replay and score closed-loop rows (:func:`simulate_sweep_row`); the ``shipped`` rows
+    (InferenceX's) with intervals measured without their source."""
+    held = _HeldOutScores(fitted, SWEEP_SOURCE if shipped else None)
+    done, skipped = held.score_rows(
+        rows,
+        partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        SWEEP_METRICS,
+        catalog,
+    )
+    return held, done, skipped
+
+
 def _sweep_row(
     row: dict[str, str], engine: str, gpu: str, metrics: dict[str, LatencyPoint]
 ) -> SweepRow:
@@ -2041,14 +2064,7 @@ def validate_sweeps(
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_sweep_rows(data)
-    # the shipped rows are scored with intervals measured without them
-    held = _HeldOutScores(fitted, SWEEP_SOURCE if data is None else None)
-    done, skipped = held.score_rows(
-        rows,
-        partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
-        SWEEP_METRICS,
-        catalog,
-    )
+    held, done, skipped = _score_sweep_rows(rows, data is None, catalog, fitted, perf_for)
     per_row = [_sweep_row(row, engine, gpu, metrics) for row, engine, gpu, metrics in done]
 
     return {
@@ -2168,13 +2184,7 @@ def validate_speculative(
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
     rows = load_spec_rows(data)
-    held = _HeldOutScores(fitted, SWEEP_SOURCE if data is None else None)
-    done, skipped = held.score_rows(
-        rows,
-        partial(simulate_sweep_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
-        SWEEP_METRICS,
-        catalog,
-    )
+    held, done, skipped = _score_sweep_rows(rows, data is None, catalog, fitted, perf_for)
     from gpuplan.forecast.speculative import default_acceptance_length
 
     kw: _Replay = {"fitted": fitted, "catalog": catalog, "perf_for": perf_for}
