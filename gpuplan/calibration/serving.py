@@ -14,7 +14,9 @@
 
 ``<device>`` is the run's ``--device-id`` when it was given, else the device the probe ran
 on (:func:`gpuplan.calibration.dataset.device_of`); ``<engine>`` the engine profile the run
-named (``vllm@0.6.0`` ...). Levels stopped part-way by Ctrl-C are left out.
+named (``vllm@0.6.0`` ...). Levels stopped part-way by Ctrl-C are left out, and so are
+levels that ran speculative decoding of a draft length the server did not name (the probe
+warned and said to pass ``--spec-tokens``).
 
 The *factors* -- measured over forecast TTFT and TPOT at each measured concurrency,
 summarised with an interval -- are computed where the forecast is
@@ -66,12 +68,15 @@ def serving_points(docs: Iterable[Any], catalog: Any = None) -> dict[str, dict[s
                 tpot = _percentiles([r["tpot_s"] for r in good if r.get("tpot_s") is not None])
                 if ttft is None or tpot is None:
                     continue
+                spec = m.get("speculative")
+                if isinstance(spec, dict) and not spec.get("draft_tokens"):
+                    # speculative, but the draft length unknown: no forecast to compare with
+                    continue
                 entry = out.setdefault(device, {}).setdefault(
                     engine, {"basis": "measured", "inputs": [], "points": []}
                 )
                 if doc.run_id not in entry["inputs"]:
                     entry["inputs"].append(doc.run_id)
-                spec = m.get("speculative")
                 extra = (
                     {
                         "speculative": {

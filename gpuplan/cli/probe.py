@@ -324,6 +324,13 @@ def probe(
     requests_per_level: int = typer.Option(
         16, "--requests-per-level", help="With --workload serve: requests at each level."
     ),
+    spec_tokens: int = typer.Option(
+        None,
+        "--spec-tokens",
+        help="With --workload serve: draft tokens per step of a server that runs speculative "
+        "decoding but does not name it in its metrics (read from vLLM, SGLang and "
+        "TensorRT-LLM metrics otherwise).",
+    ),
     engine: str = typer.Option(
         "modern",
         "--engine",
@@ -427,6 +434,7 @@ def probe(
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             requests_per_level=requests_per_level,
+            spec_tokens=spec_tokens,
             engine=engine,
             catalog_model=catalog_model,
             device_id=device_id,
@@ -748,6 +756,7 @@ def _serve(
     input_tokens: int,
     output_tokens: int,
     requests_per_level: int,
+    spec_tokens: int | None,
     engine: str,
     catalog_model: str | None,
     device_id: str | None,
@@ -784,6 +793,7 @@ def _serve(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         requests_per_level=requests_per_level,
+        spec_tokens=spec_tokens,
     )
     catalog = get_catalog()
     labels: dict[str, Any] = {

@@ -25,14 +25,15 @@ of integers), so its length is exact without the server's tokenizer: seeded rand
 ``ignore_eos`` (vLLM, SGLang) keeps every answer at ``output_tokens``; servers that ignore
 it may stop earlier, and the recorded ``output_tokens`` says so.
 
-Speculative decoding: when the server exposes vLLM's Prometheus counters at ``GET /metrics``
-(``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
-``..._num_accepted_tokens_total``), they are read before and after each level, and the level
-records ``speculative``: draft tokens per step (draft tokens over drafts) and the acceptance
-length, ``1 + accepted / drafts`` (the bonus token included, as vLLM's docs define it), over
-exactly that level's requests. ``gpuplan calibrate`` then forecasts the level with that
-speculation before it takes the measured-over-forecast factors. A server without the
-counters (SGLang, TensorRT-LLM) records none.
+Speculative decoding: the server's Prometheus metrics (vLLM's and SGLang's ``GET /metrics``,
+TensorRT-LLM's ``GET /prometheus/metrics``) are read before and after each level, and during
+it where the engine gives a gauge, and the level records ``speculative``: draft tokens per
+step and the acceptance length, tokens a verification step emits with the bonus token
+(:mod:`gpuplan.probes.serve_spec` says how, per engine: counted exactly over the level for
+vLLM and TensorRT-LLM, the gauge's mean for SGLang). ``gpuplan calibrate`` then forecasts the
+level with that speculation before it takes the measured-over-forecast factors. A server
+without such metrics records none; one that does not name its draft length takes
+``--spec-tokens K``.
 
 Ctrl-C stops the sweep: finished levels are kept, and a level stopped part-way is kept with
 ``interrupted: true`` and the requests that finished (calibration leaves it out).
@@ -41,17 +42,26 @@ Ctrl-C stops the sweep: finished levels are kept, and a level stopped part-way i
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gpuplan.errors import InputError
 from gpuplan.probes.base import ProbeContext
+from gpuplan.probes.serve_spec import (
+    METRICS_PATHS,
+    SAMPLE_INTERVAL_S,
+    SpecReading,
+    read_spec,
+    speculative_summary,
+)
 
 PROBE_VERSION = 1
 CONVENTION = (
@@ -87,6 +97,9 @@ class ServeOptions:
         Per-request time limit (seconds).
     seed:
         Seed of the prompts.
+    spec_tokens:
+        Draft tokens per step of a server that runs speculative decoding without saying so in
+        its metrics (``--spec-tokens``); None to take it from the server.
     """
 
     endpoint: str
@@ -97,6 +110,7 @@ class ServeOptions:
     requests_per_level: int = 16
     timeout_s: float = 300.0
     seed: int = 0
+    spec_tokens: int | None = None
 
     def __post_init__(self) -> None:
         completions_url(self.endpoint)
@@ -113,6 +127,11 @@ class ServeOptions:
                 raise InputError(f"{flag} must be positive (got {getattr(self, name)})")
         if self.timeout_s <= 0:
             raise InputError(f"the request timeout must be positive (got {self.timeout_s:g})")
+        if self.spec_tokens is not None and not 1 <= self.spec_tokens <= 16:
+            raise InputError(
+                f"--spec-tokens must be between 1 and 16 (got {self.spec_tokens})",
+                hint="the server's draft tokens per step (SGLang --speculative-num-steps)",
+            )
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
@@ -205,76 +224,60 @@ def check_endpoint(options: ServeOptions) -> list[str]:
     return ids
 
 
-#: vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py SpecDecodingProm)
-SPEC_COUNTERS = {
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-}
+class SpecMeter:
+    """Reads the server's speculative-decoding metrics (:mod:`gpuplan.probes.serve_spec`)
+    around each level and, for an engine that gives a gauge, every
+    :data:`~gpuplan.probes.serve_spec.SAMPLE_INTERVAL_S` during it."""
 
+    def __init__(self, client: Any, options: ServeOptions) -> None:
+        self.client = client
+        self.base = _base_url(options.endpoint)[1]
+        self.timeout = min(options.timeout_s, 10.0)
+        self.spec_tokens = options.spec_tokens
+        self.path: str | None = None  # the metrics path that answered
 
-def parse_counters(text: str, names: tuple[str, ...]) -> dict[str, float]:
-    r"""Sum each named sample over its label sets in a Prometheus text exposition (``name``
-    or ``name{labels}`` then the value); names absent are left out.
+    def read(self) -> SpecReading | None:
+        import httpx
 
-    >>> parse_counters('# TYPE a counter\na_total{e="0"} 2.0\na_total{e="1"} 3\nb 1', ("a_total",))
-    {'a_total': 5.0}
-    """
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        if name in names:
+        for path in (self.path,) if self.path else METRICS_PATHS:
             try:
-                out[name] = out.get(name, 0.0) + float(value)
-            except ValueError:
+                resp = self.client.get(self.base + path, headers=_headers(), timeout=self.timeout)
+            except httpx.HTTPError:
                 continue
-    return out
-
-
-def spec_counters(client: Any, options: ServeOptions) -> dict[str, float] | None:
-    """The server's speculative-decoding counters now, or None when it has none."""
-    import httpx
-
-    try:
-        resp = client.get(
-            _base_url(options.endpoint)[1] + "/metrics",
-            headers=_headers(),
-            timeout=min(options.timeout_s, 10.0),
-        )
-    except httpx.HTTPError:
+            got = read_spec(resp.text) if resp.status_code == 200 else None
+            if got is not None:
+                self.path = path
+                return got
         return None
-    if resp.status_code != 200:
-        return None
-    got = parse_counters(resp.text, tuple(SPEC_COUNTERS.values()))
-    if len(got) < len(SPEC_COUNTERS):
-        return None
-    return {k: got[v] for k, v in SPEC_COUNTERS.items()}
 
+    def needs_samples(self, before: SpecReading | None) -> bool:
+        """Whether the level's acceptance comes from the gauge (read during the level)."""
+        if before is None or before.engine == "vllm":
+            return False
+        return not (before.counted and (before.draft_tokens or self.spec_tokens))
 
-def speculative_summary(
-    before: dict[str, float] | None, after: dict[str, float] | None
-) -> dict[str, Any] | None:
-    """A level's speculation from the counters around it: draft tokens per step and the
-    acceptance length ``1 + accepted / drafts``; None without drafts.
+    @contextlib.contextmanager
+    def sampling(self, before: SpecReading | None) -> Iterator[list[SpecReading]]:
+        """Read the gauge in a background thread while the block runs; yields the reads."""
+        reads: list[SpecReading] = []
+        if not self.needs_samples(before):
+            yield reads
+            return
+        stop = threading.Event()
 
-    >>> speculative_summary({"drafts": 10, "draft_tokens": 30, "accepted": 5},
-    ...                     {"drafts": 110, "draft_tokens": 330, "accepted": 125})["acceptance_length"]
-    2.2
-    """
-    if before is None or after is None:
-        return None
-    drafts = after["drafts"] - before["drafts"]
-    if drafts <= 0:
-        return None
-    return {
-        "draft_tokens": round((after["draft_tokens"] - before["draft_tokens"]) / drafts),
-        "acceptance_length": 1.0 + (after["accepted"] - before["accepted"]) / drafts,
-        "drafts": int(drafts),
-        "source": "GET /metrics: " + ", ".join(SPEC_COUNTERS.values()) + ", over the level",
-    }
+        def loop() -> None:
+            while not stop.wait(SAMPLE_INTERVAL_S):
+                got = self.read()
+                if got is not None:
+                    reads.append(got)
+
+        thread = threading.Thread(target=loop, name="gpuplan-serve-metrics", daemon=True)
+        thread.start()
+        try:
+            yield reads
+        finally:
+            stop.set()
+            thread.join(timeout=self.timeout + 1.0)
 
 
 def prompt_tokens(rng: random.Random, n: int) -> list[int]:
@@ -470,6 +473,7 @@ def run(ctx: ProbeContext) -> None:
         requests_per_level=options.requests_per_level,
         seed=options.seed,
         convention=CONVENTION,
+        **({"spec_tokens": options.spec_tokens} if options.spec_tokens else {}),
         **{k: v for k, v in labels.items() if v is not None},
     )
     rng = random.Random(options.seed)
@@ -487,12 +491,15 @@ def run(ctx: ProbeContext) -> None:
         if not warm["ok"]:
             rec.fail(f"the warmup request failed: {warm['error']}")
             return
+        meter = SpecMeter(client, options)
+        unnamed = False
         for c in options.concurrency:
             done: list[dict[str, Any]] = []
-            counters = spec_counters(client, options)
+            before = meter.read()
             start = time.perf_counter()
             try:
-                duration = run_level(ctx, client, options, c, rng, done)
+                with meter.sampling(before) as reads:
+                    duration = run_level(ctx, client, options, c, rng, done)
             except BaseException:
                 # Ctrl-C or the time budget: keep what this level finished, then stop
                 partial = [r for r in done if r["ok"]]
@@ -501,8 +508,22 @@ def run(ctx: ProbeContext) -> None:
                     rec.add({**m, "interrupted": True})
                 raise
             m = level_summary(done, c, options, duration)
-            spec = speculative_summary(counters, spec_counters(client, options))
+            spec = speculative_summary(before, meter.read(), reads, options.spec_tokens)
             if spec is not None:
+                k, tau = spec["draft_tokens"], spec["acceptance_length"]
+                if k is not None and not 1.0 <= tau <= k + 1:
+                    rec.warn(
+                        f"concurrency {c}: the server's acceptance length {tau:.3g} is outside "
+                        f"[1, {k + 1}] for {k} draft tokens; the level is kept without them"
+                    )
+                    spec["draft_tokens"] = None
+                elif k is None and not unnamed:
+                    unnamed = True
+                    rec.warn(
+                        f"the server runs speculative decoding (acceptance length {tau:.3g}) "
+                        "but its metrics do not name the draft length: rerun with "
+                        "--spec-tokens K, or calibrate leaves these levels out"
+                    )
                 m["speculative"] = spec
             if m["completed"] == 0:
                 rec.warn(f"concurrency {c}: every request failed ({done[0]['error']})")

@@ -12,9 +12,23 @@ one model; ``GET /stats`` says how many requests were answered to the end. Each 
 ``ngram`` method): each step proposes the K tokens that followed the last earlier occurrence
 of the sequence's last token (or repeats the last token when there is none), one forward
 pass verifies them against the greedy choice, and the longest matching prefix plus the
-model's next token are emitted, so the output is the same as without speculation. ``GET
-/metrics`` then exposes vLLM's Prometheus counters ``vllm:spec_decode_num_drafts_total``,
-``vllm:spec_decode_num_draft_tokens_total`` and ``vllm:spec_decode_num_accepted_tokens_total``.
+model's next token are emitted, so the output is the same as without speculation. The
+server then exposes the speculation as the engine named by ``--metrics`` does:
+
+* ``vllm`` (the default): ``GET /metrics``, the counters ``vllm:spec_decode_num_drafts_total``,
+  ``vllm:spec_decode_num_draft_tokens_total`` and ``vllm:spec_decode_num_accepted_tokens_total``;
+* ``sglang``: ``GET /metrics``, the gauge ``sglang:spec_accept_length`` (accepted drafts plus
+  one per step over the last :data:`LOG_INTERVAL` verification steps, per step, as SGLang's
+  scheduler logs it) and ``sglang:speculative_config_info{spec_num_steps="K"}``;
+* ``trtllm``: ``GET /prometheus/metrics`` (``/metrics`` is 404, as on ``trtllm-serve``), the
+  counters ``trtllm_spec_decode_num_draft_tokens_total`` and
+  ``trtllm_spec_decode_num_accepted_tokens_total``, the last step's
+  ``trtllm_spec_decode_acceptance_length`` and
+  ``trtllm_speculative_config_info{spec_num_tokens="K"}``.
+
+``--no-spec-config`` leaves the config info out (a server that does not name its draft
+length). ``GET /stats`` also gives the true totals (drafts, draft tokens, accepted) and
+every value the SGLang-style gauge took.
 
 Run ``python tests/probes/serve_server.py --port 0 --model tiny``: it prints
 ``PORT <n>`` on stdout once it listens on 127.0.0.1 (only), then serves until killed.
@@ -33,9 +47,11 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 VOCAB = 1024
+#: verification steps per logging interval of the SGLang-style gauge
+LOG_INTERVAL = 8
 
 
 def build_model(seed: int = 0) -> Any:
@@ -81,6 +97,14 @@ class Handler(BaseHTTPRequestHandler):
     drafts = 0
     draft_tokens = 0
     accepted = 0
+    metrics = "vllm"
+    spec_config = True
+    interval: ClassVar[list[int]] = [
+        0,
+        0,
+    ]  # SGLang-style: steps and accepted drafts in the open interval
+    gauge = 0.0  # acceptance length of the last closed interval (SGLang) or step (TRT-LLM)
+    gauges: ClassVar[list[float]] = []  # every value the gauge took (GET /stats)
 
     def log_message(self, *args: Any) -> None:  # quiet: tests read stdout for the port
         return None
@@ -93,25 +117,66 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/metrics" and Handler.speculative:
-            label = f'{{engine="0",model_name="{self.model_name}"}}'
-            body = "".join(
-                f"# TYPE vllm:spec_decode_num_{name} counter\n"
-                f"vllm:spec_decode_num_{name}_total{label} {float(value)}\n"
-                for name, value in (
-                    ("drafts", Handler.drafts),
-                    ("draft_tokens", Handler.draft_tokens),
-                    ("accepted_tokens", Handler.accepted),
+    def _text(self, body: str) -> None:
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _metrics(self) -> str:
+        k = Handler.speculative
+        label = f'model_name="{self.model_name}"'
+        if Handler.metrics == "sglang":
+            body = (
+                "# TYPE sglang:spec_accept_length gauge\n"
+                f'sglang:spec_accept_length{{{label},tp_rank="0",dp_rank="0"}} {Handler.gauge}\n'
+            )
+            if Handler.spec_config:
+                body += (
+                    f'sglang:speculative_config_info{{{label},spec_enabled="true",'
+                    f'spec_algorithm="NGRAM",spec_num_draft_tokens="{k + 1}",'
+                    f'spec_num_steps="{k}",spec_eagle_topk="1"}} 1.0\n'
                 )
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            return body
+        if Handler.metrics == "trtllm":
+            body = (
+                f"trtllm_spec_decode_num_draft_tokens_total{{{label}}} {float(Handler.draft_tokens)}\n"
+                f"trtllm_spec_decode_num_accepted_tokens_total{{{label}}} {float(Handler.accepted)}\n"
+                f"trtllm_spec_decode_acceptance_length{{{label}}} {Handler.gauge}\n"
+            )
+            if Handler.spec_config:
+                body += (
+                    f'trtllm_speculative_config_info{{{label},spec_enabled="true",'
+                    f'spec_method="NGram",spec_num_tokens="{k}"}} 1.0\n'
+                )
+            return body
+        return "".join(
+            f"# TYPE vllm:spec_decode_num_{name} counter\n"
+            f'vllm:spec_decode_num_{name}_total{{engine="0",{label}}} {float(value)}\n'
+            for name, value in (
+                ("drafts", Handler.drafts),
+                ("draft_tokens", Handler.draft_tokens),
+                ("accepted_tokens", Handler.accepted),
+            )
+        )
+
+    def do_GET(self) -> None:
+        path = self.path.rstrip("/")
+        metrics_path = "/prometheus/metrics" if Handler.metrics == "trtllm" else "/metrics"
+        if path == metrics_path and Handler.speculative:
+            self._text(self._metrics())
         elif self.path.rstrip("/") == "/stats":
-            self._json(200, {"completed": Handler.completed})
+            with Handler.lock:
+                stats = {
+                    "completed": Handler.completed,
+                    "drafts": Handler.drafts,
+                    "draft_tokens": Handler.draft_tokens,
+                    "accepted": Handler.accepted,
+                    "gauges": list(Handler.gauges),
+                }
+            self._json(200, stats)
         elif self.path.rstrip("/") == "/v1/models":
             self._json(
                 200, {"object": "list", "data": [{"id": self.model_name, "object": "model"}]}
@@ -158,6 +223,15 @@ class Handler(BaseHTTPRequestHandler):
                         Handler.drafts += 1
                         Handler.draft_tokens += k
                         Handler.accepted += n_ok
+                        if Handler.metrics == "trtllm":
+                            Handler.gauge = float(n_ok + 1)
+                        Handler.interval[0] += 1
+                        Handler.interval[1] += n_ok
+                        if Handler.metrics == "sglang" and Handler.interval[0] >= LOG_INTERVAL:
+                            steps, ok = Handler.interval
+                            Handler.gauge = (ok + steps) / steps
+                            Handler.gauges.append(Handler.gauge)
+                            Handler.interval = [0, 0]
                 seq += new
                 sent += len(new)
                 text = "".join(f" t{t}" for t in new)
@@ -182,10 +256,14 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--speculative", type=int, default=0)
+    ap.add_argument("--metrics", choices=("vllm", "sglang", "trtllm"), default="vllm")
+    ap.add_argument("--no-spec-config", action="store_true")
     args = ap.parse_args()
     Handler.model = build_model()
     Handler.model_name = args.model
     Handler.speculative = args.speculative
+    Handler.metrics = args.metrics
+    Handler.spec_config = not args.no_spec_config
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)
@@ -193,7 +271,9 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def running_server(model: str = "tiny", speculative: int = 0) -> Iterator[str]:
+def running_server(
+    model: str = "tiny", speculative: int = 0, metrics: str = "vllm", spec_config: bool = True
+) -> Iterator[str]:
     """Start the server in a subprocess; yield its base URL; stop it on exit."""
     proc = subprocess.Popen(
         [
@@ -205,6 +285,9 @@ def running_server(model: str = "tiny", speculative: int = 0) -> Iterator[str]:
             model,
             "--speculative",
             str(speculative),
+            "--metrics",
+            metrics,
+            *([] if spec_config else ["--no-spec-config"]),
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -6,11 +6,11 @@ import doctest
 
 import pytest
 
-from gpuplan.probes import collectives, membw
+from gpuplan.probes import collectives, membw, serve, serve_spec
 from gpuplan.results import privacy
 
 
-@pytest.mark.parametrize("module", [collectives, membw, privacy])
+@pytest.mark.parametrize("module", [collectives, membw, privacy, serve, serve_spec])
 def test_docstring_examples(module):
     failures, tried = doctest.testmod(module, verbose=False)
     assert tried > 0 and failures == 0

@@ -17,7 +17,12 @@ import pytest
 from gpuplan.forecast.inference import forecast_inference
 from gpuplan.forecast.speculative import speculation
 from gpuplan.paths import results_dir
-from gpuplan.probes.serve import SPEC_COUNTERS, parse_counters, speculative_summary
+from gpuplan.probes.serve_spec import (
+    SPEC_COUNTERS,
+    SpecReading,
+    parse_counters,
+    speculative_summary,
+)
 from gpuplan.results.schema import ResultDocument
 from tests.probes.serve_server import running_server
 
@@ -39,8 +44,8 @@ def test_parse_counters_sums_label_sets_and_skips_others():
 
 
 def test_speculative_summary_is_vllms_mean_acceptance_length():
-    before = {"drafts": 100.0, "draft_tokens": 300.0, "accepted": 150.0}
-    after = {"drafts": 300.0, "draft_tokens": 900.0, "accepted": 450.0}
+    before = SpecReading("vllm", {"drafts": 100.0, "draft_tokens": 300.0, "accepted": 150.0})
+    after = SpecReading("vllm", {"drafts": 300.0, "draft_tokens": 900.0, "accepted": 450.0})
     s = speculative_summary(before, after)
     assert s is not None
     assert s["draft_tokens"] == 3 and s["drafts"] == 200
