@@ -52,6 +52,8 @@ Examples:
       --tpot-slo-s 0.05 --disaggregate
   gpuplan forecast infer --model deepseek-r1 --gpu b200 --tp 8 --precision fp8 --concurrency 16 \\
       --spec-tokens 3 --spec-acceptance 2.6        # MTP, your server's acceptance length
+  gpuplan forecast infer --model llama3.3-70b --gpu h100 --tp 4 --batch 8 --spec-tokens 4 \\
+      --spec-acceptance 2.4 --spec-draft-model llama3.2-1b       # a separate draft model
 """
 
 
@@ -189,11 +191,18 @@ def _table(r: dict[str, Any]):
                 if sp.get("step_s")
                 else ""
             )
+            by = f" from {sp['draft_model']}" if sp.get("draft_model") else ""
+            if sp.get("draft_weights_bytes_per_gpu") is not None:
+                by += (
+                    f" (TP {sp['draft_tp']}: {fmt_bytes(sp['draft_weights_bytes_per_gpu'])} "
+                    f"weights and {fmt_bytes(sp['draft_kv_cache_bytes_per_token_per_gpu'])} "
+                    "KV per token on each GPU)"
+                )
             rows.append(
                 (
                     "speculative decoding",
-                    f"{sp['draft_tokens']} draft tokens, {sp['acceptance_length']:.2f} tokens "
-                    f"per step{step}",
+                    f"{sp['draft_tokens']} draft tokens{by}, {sp['acceptance_length']:.2f} "
+                    f"tokens per step{step}",
                 )
             )
         rows += [
@@ -472,6 +481,15 @@ def register(app: typer.Typer) -> None:
             "--spec-draft-layers",
             help="Depth of the draft head in target layers (default 1: MTP, EAGLE).",
         ),
+        spec_draft_model: str | None = typer.Option(
+            None,
+            "--spec-draft-model",
+            help=(
+                "A separate draft model instead of a draft head (catalog id, e.g. "
+                "llama3.2-1b for Llama 3.x; vLLM's draft_model method): its passes, prompt "
+                "pass, weights and KV cache are priced; needs --spec-acceptance."
+            ),
+        ),
         seed: int = number_option(
             0, "--seed", help="Seed of the simulated request stream.", bound="non_negative"
         ),
@@ -487,7 +505,7 @@ def register(app: typer.Typer) -> None:
         from gpuplan.forecast.inference import forecast_inference
         from gpuplan.forecast.speculative import speculation
 
-        spec = speculation(spec_tokens, spec_acceptance, spec_draft_layers)
+        spec = speculation(spec_tokens, spec_acceptance, spec_draft_layers, spec_draft_model)
         arch = {
             "layers": layers,
             "hidden": hidden,

@@ -71,6 +71,7 @@ from gpuplan.forecast.inference_step import (
     SLOW,
     VALUE,
     DeviceRates,
+    PassTime,
     SpeculativeStep,
     StepCostModel,
     collective3,
@@ -98,7 +99,7 @@ from gpuplan.forecast.serving import (
     size_fleet,
 )
 from gpuplan.forecast.serving_deviations import serving_caveats
-from gpuplan.forecast.speculative import Speculation
+from gpuplan.forecast.speculative import Speculation, draft_sharded
 from gpuplan.forecast.speculative import speculation as measured_speculation
 from gpuplan.numeric import JSONDict
 
@@ -527,10 +528,16 @@ def memory_plan(
     speculation: Speculation | None = None,
 ) -> MemoryPlan:
     """The replica's memory per GPU; with ``speculation``, the draft head's weights too
-    (``draft_layers`` of the stage's average transformer layer)."""
+    (``draft_layers`` of the stage's average transformer layer), or a separate draft
+    model's weights and KV cache (:func:`~gpuplan.forecast.speculative.draft_sharded`; its
+    KV per token joins the target's, since every sequence is cached in both)."""
     cap = memory_capacity_bytes(gpu)
-    draft = 0.0
-    if speculation is not None:
+    draft = draft_kv = 0.0
+    dsh = draft_sharded(sh, speculation)
+    if dsh is not None:
+        draft = dsh.weight_bytes_per_gpu
+        draft_kv = dsh.kv_bytes_per_token_per_gpu()
+    elif speculation is not None:
         wb = sh.weight_breakdown_bytes
         per_layer = (wb.get("attention", 0.0) + wb.get("mlp", 0.0)) / max(sh.layers_per_stage, 1)
         draft = speculation.draft_layers * per_layer
@@ -539,7 +546,7 @@ def memory_plan(
         usable_bytes=utilization * cap,
         weights_bytes=sh.weight_bytes_per_gpu + draft,
         activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
-        kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu(),
+        kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu() + draft_kv,
         state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
         window_kv_bytes_per_token=sh.window_kv_bytes_per_token_gpu(),
         kv_window=sh.kv_window or 0.0,
@@ -910,30 +917,39 @@ def _single_layout(
         # counts), so each carries 1/chunks of it and of the KV written, not all of it.
         chunks = math.ceil(input_tokens / chunk_tokens)
         mean_ctx = input_tokens + output_tokens / 2
-        new_parts, _ = pass_parts(
-            rates,
-            tokens=mb_rows + min(input_tokens, chunk_tokens),
-            logit_rows=mb_rows + 1,
-            attn_flops=float(
-                sh.attention_flops_prefill(input_tokens) / chunks
-                + sh.decode_attention_flops(mb_rows, mean_ctx, output_tokens / 2)
-            ),
-            attn_bytes=input_tokens / chunks * sh.kv_bytes_per_ctx_token_stage(),
-            kv_read_bytes=sh.decode_kv_read_bytes(mb_rows, mean_ctx, output_tokens / 2),
-            index_flops=mb_rows * mean_ctx * sh.index_flops_per_ctx_token(),
-            index_prefill=(
-                float(sh.index_flops_prefill(input_tokens)) / chunks,
-                min(input_tokens, chunk_tokens),
-            ),
-            attn_shape=(input_tokens, input_tokens, arch.qk_head_dim),
-        )
+
+        def prompt_pass(r: DeviceRates) -> PassTime:
+            """The iteration holding one chunk of the new prompt, on ``r``'s model."""
+            s = r.sharded
+            parts, _ = pass_parts(
+                r,
+                tokens=mb_rows + min(input_tokens, chunk_tokens),
+                logit_rows=mb_rows + 1,
+                attn_flops=float(
+                    s.attention_flops_prefill(input_tokens) / chunks
+                    + s.decode_attention_flops(mb_rows, mean_ctx, output_tokens / 2)
+                ),
+                attn_bytes=input_tokens / chunks * s.kv_bytes_per_ctx_token_stage(),
+                kv_read_bytes=s.decode_kv_read_bytes(mb_rows, mean_ctx, output_tokens / 2),
+                index_flops=mb_rows * mean_ctx * s.index_flops_per_ctx_token(),
+                index_prefill=(
+                    float(s.index_flops_prefill(input_tokens)) / chunks,
+                    min(input_tokens, chunk_tokens),
+                ),
+                attn_shape=(input_tokens, input_tokens, s.arch.qk_head_dim),
+            )
+            return combine(parts, params)
+
+        first = prompt_pass(rates)
+        # a separate draft model runs over the prompt too (its own KV cache)
+        draft_first = prompt_pass(rates.draft).total_s if rates.draft is not None else 0.0
         ttft3 = (
             0.5 * tpot3
-            + chunks * (pp * combine(new_parts, params).total_s + (pp - 1) * hop)
+            + chunks * (pp * first.total_s + (pp - 1) * hop + draft_first)
             + params.frontend_s_per_request
         )
         mem_pass = min(chunk_tokens, b + input_tokens)
-        phase_ttft, phase_tpot = combine(new_parts, params), it
+        phase_ttft, phase_tpot = first, it
         hop_dec = hop
     mp = memory_plan(
         sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization, speculation=speculation
@@ -1001,20 +1017,28 @@ def _single_layout(
             "throughput_output_tokens_per_s": float(st.throughput_tokens_per_s[VALUE]),
             "request_latency_s": float(st.total_s[VALUE]),
         },
-        **_speculative(speculation, spec_step),
+        **_speculative(speculation, spec_step, sh),
         "_rates": rates,
         "_memory": mp,
     }
 
 
-def _speculative(spec: Speculation | None, step: SpeculativeStep | None = None) -> _ReplicaExtras:
+def _speculative(
+    spec: Speculation | None, step: SpeculativeStep | None = None, sh: Sharded | None = None
+) -> _ReplicaExtras:
     """``speculative`` of a forecast with speculative decoding (its settings and, for one
-    replica, the step's passes per GPU stage), else nothing."""
+    replica, the step's passes per GPU stage, and a separate draft model's split and memory
+    per GPU), else nothing."""
     if spec is None:
         return {}
     out: JSONDict = spec.as_dict()
     if step is not None:
         out.update(step.as_dict())
+    dsh = draft_sharded(sh, spec) if sh is not None else None
+    if dsh is not None:
+        out["draft_tp"] = dsh.layout.tp
+        out["draft_weights_bytes_per_gpu"] = dsh.weight_bytes_per_gpu
+        out["draft_kv_cache_bytes_per_token_per_gpu"] = dsh.kv_bytes_per_token_per_gpu()
     out["method"] = (
         "per emitted token: (verification pass over draft tokens + 1 per request + "
         "draft passes) / acceptance length; Leviathan et al. 2023 (arXiv 2211.17192)"
@@ -1641,6 +1665,14 @@ def forecast_inference(
     if not 0 < memory_utilization <= 1:
         raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
     engine_profile(engine)
+    if speculation is not None and speculation.draft_model is not None:
+        d = speculation.draft_model
+        if d.vocab != arch.vocab:
+            raise InputError(
+                f"the draft model {d.name} has a vocabulary of {d.vocab} tokens and "
+                f"{arch.name} of {arch.vocab}: a draft must share the target's tokenizer",
+                hint="pick a smaller model of the same family (Llama 3.2 1B for Llama 3.x)",
+            )
     if batching not in BATCHING_MODES:
         raise InputError(f"unknown batching {batching!r}", hint="use continuous or static")
     if slo_percentile not in PERCENTILES:

@@ -43,6 +43,7 @@ from gpuplan.forecast.comm import (
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import Gemms, Sharded, dtype_peak
 from gpuplan.forecast.model import chunked_pairs, window_pairs
+from gpuplan.forecast.speculative import draft_sharded
 from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
 
 if TYPE_CHECKING:
@@ -791,8 +792,14 @@ class DeviceRates:
     custom_allreduce_limits: tuple[float, float] = field(init=False)
     #: the engine runs routed-expert GEMMs in FP8 when the precision does (EngineProfile)
     fp8_moe: bool = field(init=False)
+    #: the rates of a separate draft model (:func:`gpuplan.forecast.speculative.draft_sharded`)
+    draft: DeviceRates | None = field(init=False)
 
     def __post_init__(self) -> None:
+        dsh = draft_sharded(self.sharded, self.speculation)
+        self.draft = (
+            DeviceRates(self.perf, self.gpu, dsh, engine=self.engine) if dsh is not None else None
+        )
         profile = engine_profile(self.engine)
         self.latency = library_latency(self.gpu)
         self.custom_allreduce = profile.custom_allreduce
@@ -1354,20 +1361,34 @@ def speculative_iteration(
     if spec is None:
         raise ValueError("speculative_iteration needs DeviceRates.speculation")
     q = float(spec.queries)
+    k = float(spec.draft_tokens)
     o = max(output_tokens, 1.0)
     mean_ctx = input_tokens + o / 2.0
     step, hop = continuous_iteration(
         rates, params, batch, input_tokens, output_tokens, chunk_tokens, queries=q
     )
-    one = combine(decode_pass(rates, batch, mean_ctx, o / 2.0)[0], params)
     verify = combine(decode_pass(rates, batch, mean_ctx, o / 2.0, queries=q)[0], params)
-    d = spec.draft_share(rates.sharded.arch.layers)
     keep = 1.0 - 1.0 / spec.acceptance_length
-    per_token = weighted_time([1.0, d, -keep, -keep * d], [step, one, verify, one])
+    if rates.draft is not None:
+        # a separate draft model: k decode passes of its own, its first over the prompt
+        # chunks too (it keeps a KV cache of every prompt)
+        one = combine(decode_pass(rates.draft, batch, mean_ctx, o / 2.0)[0], params)
+        first, _ = continuous_iteration(
+            rates.draft, params, batch, input_tokens, output_tokens, chunk_tokens
+        )
+        per_token = weighted_time(
+            [1.0, 1.0, k - 1.0, -keep, -keep * k], [step, first, one, verify, one]
+        )
+        draft_one, drafts = one.total_s, first.total_s + (k - 1.0) * one.total_s
+    else:
+        one = combine(decode_pass(rates, batch, mean_ctx, o / 2.0)[0], params)
+        d = spec.draft_share(rates.sharded.arch.layers)
+        per_token = weighted_time([1.0, d, -keep, -keep * d], [step, one, verify, one])
+        draft_one, drafts = one.total_s * d / max(k, 1.0), d * one.total_s
     detail = SpeculativeStep(
         verify_s=verify.total_s,
-        draft_s=one.total_s * d / max(spec.draft_tokens, 1),
-        step_s=step.total_s + d * one.total_s,
+        draft_s=draft_one,
+        step_s=step.total_s + drafts,
         tokens_per_step=spec.acceptance_length,
     )
     return per_token, hop, detail
@@ -1433,6 +1454,8 @@ class StepCostModel:
     #: of a one-token decode pass of the target (:meth:`Speculation.draft_share`)
     speculation: Speculation | None = None
     draft_share: float = 0.0
+    #: a separate draft model's own cost model (one token per pass, no speculation)
+    draft: StepCostModel | None = None
     #: decode attention per cached token of a verification pass: its ``k + 1`` queries run
     #: ``k + 1`` times the compute over one read of the KV cache
     attn_s_per_ctx_token_verify: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -1449,6 +1472,11 @@ class StepCostModel:
     ) -> StepCostModel:
         sh = rates.sharded
         spec = rates.speculation
+        draft = (
+            cls.build(rates.draft, params, max_tokens=max_tokens, typical_prompt=typical_prompt)
+            if rates.draft is not None
+            else None
+        )
         if spec is not None:  # a verification pass runs k + 1 tokens per decoding row
             top = max(max_tokens, 2.0)
             points = int(np.ceil(points * np.log(top * spec.queries) / np.log(top)))
@@ -1531,6 +1559,7 @@ class StepCostModel:
             index_s_per_ctx_token=np.asarray(index_ctx, float),
             speculation=spec,
             draft_share=spec.draft_share(sh.arch.layers) if spec else 0.0,
+            draft=draft,
             attn_s_per_ctx_token_verify=np.asarray(
                 smooth_max(spec.queries * d_comp, kv_read / bwv, pcomb) * ts if spec else attn_ctx,
                 float,
@@ -1547,6 +1576,10 @@ class StepCostModel:
         assert spec is not None
         d = self.draft_share
         q = float(spec.queries)
+        if self.draft is not None:  # k decode passes of the draft model
+            drafts = spec.draft_tokens * self.draft._pass_time(r, r, ctx, 0.0, 0.0, scenario)
+            verify = self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q)
+            return np.asarray(verify + drafts, float), np.asarray(drafts, float)
         if self.pp == 1 and self.window is None and self.chunk is None:
             c = np.asarray(ctx, dtype=float)
             state = r * self.state_s_per_row[scenario]
@@ -1663,6 +1696,24 @@ class StepCostModel:
         p_all = self._pass_time(
             verify, r, ctx_tokens, prefill_flops, prefill_tokens, scenario, q
         ) + np.where(decoding, draft, 0.0)
+        if self.draft is not None:
+            # the draft model's first pass also runs the prompt chunks (its own KV cache):
+            # the iteration's tokens instead of one per decoding row
+            pf = np.asarray(prefill_flops, float) * (self.draft.pair_flops / self.pair_flops)
+            p_all = (
+                p_all
+                + self.draft._pass_time(
+                    np.maximum(np.asarray(tokens, float), r),
+                    r,
+                    ctx_tokens,
+                    pf,
+                    prefill_tokens,
+                    scenario,
+                )
+                - np.where(
+                    decoding, self.draft._pass_time(r, r, ctx_tokens, 0.0, 0.0, scenario), 0.0
+                )
+            )
         p_dec = np.where(decoding, dec, 0.0)
         return np.asarray(p_all - (1.0 - 1.0 / spec.acceptance_length) * p_dec, float)
 

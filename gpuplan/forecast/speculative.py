@@ -11,6 +11,12 @@ verification pass is a decode pass whose GEMMs see ``k + 1`` rows per sequence a
 attention runs ``k + 1`` queries over one read of the sequence's KV cache; each draft pass
 costs ``draft_layers / layers`` of a one-token decode pass of the target
 (:meth:`gpuplan.forecast.inference_step.StepCostModel.time`).
+
+With a separate draft model (``draft_model``: a small model of the target's vocabulary, vLLM's
+``draft_model`` method, TensorRT-LLM's draft-target), each draft pass is a decode pass of that
+model over the same rows and context, on the replica's GPUs at its tensor parallelism; the
+draft model also runs over every prompt to build its own KV cache, and its weights and KV
+cache take memory from the target's (:func:`draft_sharded`).
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from scipy.optimize import brentq
 
 from gpuplan.errors import InputError
 from gpuplan.numeric import JSONDict
+
+if TYPE_CHECKING:
+    from gpuplan.forecast.inference_arch import Sharded
+    from gpuplan.forecast.model import ModelArch
 
 SPECULATIVE_PATH = Path(__file__).parent / "data" / "speculative.yaml"
 
@@ -40,15 +51,19 @@ class Speculation:
     acceptance_length:
         ``tau``: tokens a verification step emits on average, the bonus token included.
     draft_layers:
-        The draft head's depth in target layers (1 for an MTP or EAGLE head).
+        The draft head's depth in target layers (1 for an MTP or EAGLE head); unused with a
+        ``draft_model``.
     basis:
         Where ``tau`` comes from (the user, or :func:`default_acceptance_length`'s sources).
+    draft_model:
+        A separate draft model (its architecture), or None for a draft head.
     """
 
     draft_tokens: int
     acceptance_length: float
     draft_layers: float = 1.0
     basis: str = "given"
+    draft_model: ModelArch | None = None
 
     @property
     def queries(self) -> int:
@@ -57,16 +72,38 @@ class Speculation:
 
     def draft_share(self, layers: int) -> float:
         """The step's ``k`` draft passes as a share of one one-token decode pass of a
-        target of ``layers`` layers: ``k * draft_layers / layers``."""
+        target of ``layers`` layers: ``k * draft_layers / layers`` (0 with a separate draft
+        model, whose passes are its own)."""
+        if self.draft_model is not None:
+            return 0.0
         return self.draft_tokens * self.draft_layers / max(layers, 1)
 
     def as_dict(self) -> JSONDict:
-        return {
+        out: JSONDict = {
             "draft_tokens": self.draft_tokens,
             "acceptance_length": self.acceptance_length,
-            "draft_layers": self.draft_layers,
+            "draft_layers": self.draft_layers if self.draft_model is None else None,
             "acceptance_basis": self.basis,
         }
+        if self.draft_model is not None:
+            out["draft_model"] = self.draft_model.name
+        return out
+
+
+def draft_sharded(target: Sharded, spec: Speculation | None) -> Sharded | None:
+    """The separate draft model of ``spec`` split as the engines run it beside ``target``:
+    the target's tensor parallelism when the draft's heads divide by it, else on one GPU
+    (vLLM ``draft_tensor_parallel_size``, which takes the target's or 1), no pipeline or
+    expert parallelism, at the target's precision. None for a draft head."""
+    from gpuplan.forecast.inference_arch import Layout, shard
+
+    if spec is None or spec.draft_model is None:
+        return None
+    d = spec.draft_model
+    tp = target.layout.tp
+    if d.heads % tp:
+        tp = 1
+    return shard(d, Layout(tp=tp), target.precision)
 
 
 def acceptance_length(draft_tokens: int, first: float, later: float) -> float:
@@ -111,14 +148,16 @@ def speculation(
     draft_tokens: int | None,
     acceptance: float | None = None,
     draft_layers: float | None = None,
+    draft_model: ModelArch | str | None = None,
 ) -> Speculation | None:
     """The :class:`Speculation` of ``forecast infer --spec-tokens K [--spec-acceptance TAU]
-    [--spec-draft-layers D]``; None without draft tokens. Bad values raise
-    :class:`~gpuplan.errors.InputError`."""
+    [--spec-draft-layers D | --spec-draft-model MODEL]``; None without draft tokens. Bad
+    values raise :class:`~gpuplan.errors.InputError`; a draft model that is not in the
+    catalog, :class:`~gpuplan.errors.NotFoundError`."""
     if draft_tokens is None or draft_tokens == 0:
-        if acceptance is not None or draft_layers is not None:
+        if acceptance is not None or draft_layers is not None or draft_model is not None:
             raise InputError(
-                "--spec-acceptance and --spec-draft-layers need draft tokens",
+                "--spec-acceptance, --spec-draft-layers and --spec-draft-model need draft tokens",
                 hint="add --spec-tokens K (the draft tokens per step)",
             )
         return None
@@ -126,6 +165,20 @@ def speculation(
         raise InputError(
             f"--spec-tokens must be between 1 and 16, got {draft_tokens}",
             hint="engines run 1 to 7 draft tokens (SGLang --speculative-num-steps)",
+        )
+    if draft_model is not None and draft_layers is not None:
+        raise InputError(
+            "give --spec-draft-layers (a draft head) or --spec-draft-model (a separate draft "
+            "model), not both"
+        )
+    if draft_model is not None and acceptance is None:
+        raise InputError(
+            "a separate draft model needs --spec-acceptance TAU: how many tokens a step "
+            "emits depends on the pair of models and the traffic, and gpuplan has no "
+            "published default for it",
+            hint="take the mean acceptance length your engine logs for this pair "
+            "(vLLM: 1 + accepted / drafts at /metrics; `gpuplan probe --workload serve` "
+            "records it)",
         )
     layers = 1.0 if draft_layers is None else float(draft_layers)
     if not 0.0 < layers <= 64.0:
@@ -143,4 +196,9 @@ def speculation(
                 f"emits at least one token and at most the {draft_tokens} drafted plus one",
                 hint="give the mean acceptance length your engine logs (SGLang 'accept len')",
             )
-    return Speculation(int(draft_tokens), tau, layers, basis)
+    arch = None
+    if draft_model is not None:
+        from gpuplan.forecast.model import arch_from
+
+        arch = arch_from(draft_model)
+    return Speculation(int(draft_tokens), tau, layers, basis, arch)

@@ -449,7 +449,8 @@ def build_plan(
             sp = svc.speculative.speculation()
             cand_notes.append(
                 f"{svc.name}: sized with speculative decoding, {sp.draft_tokens} draft tokens "
-                f"emitting {sp.acceptance_length:.2f} tokens per step ("
+                + (f"from {sp.draft_model.name} " if sp.draft_model is not None else "")
+                + f"emitting {sp.acceptance_length:.2f} tokens per step ("
                 + ("given" if sp.basis == "given" else "a DeepSeek MTP head's published rate")
                 + "); TPOT and throughput are per emitted token"
             )

@@ -164,6 +164,13 @@ class SpeculativeDecoding(_Strict):
         ),
     )
     draft_layers: float | None = Field(None, gt=0, le=64, description="draft head depth")
+    draft_model: str | None = Field(
+        None,
+        description=(
+            "a separate draft model (catalog id, e.g. llama3.2-1b) instead of a draft head; "
+            "needs acceptance_length"
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeDecoding:
@@ -175,7 +182,9 @@ class SpeculativeDecoding(_Strict):
         from gpuplan.forecast.speculative import speculation
 
         try:
-            out = speculation(self.draft_tokens, self.acceptance_length, self.draft_layers)
+            out = speculation(
+                self.draft_tokens, self.acceptance_length, self.draft_layers, self.draft_model
+            )
         except GpuplanError as exc:
             raise ValueError(exc.one_line()) from None
         assert out is not None  # draft_tokens > 0
