@@ -727,24 +727,49 @@ def analytic_latency(
     lam = np.atleast_1d(lam)
     tau0 = float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario))
     tau = np.full_like(lam, tau0)
-    # smallest fixed point of tau = F(tau), F increasing: Newton on g = F(tau) - tau from
-    # below (monotone while g is convex); where F' >= 1 with g > 0 there is no fixed point
-    # (the replica is overloaded). Only unsettled rates are evaluated again.
+    # the longest iteration the cost model describes at each rate: its running requests
+    # (``lam * O * tau``) within its token grid, and at most 1e4 one-token steps
+    top = np.maximum(
+        np.minimum(1e4 * tau0, cost.max_tokens / np.maximum(lam * o_mean, 1e-12)), tau0
+    )
+    # smallest fixed point of tau = F(tau), F increasing, by a safeguarded Newton on
+    # g = F(tau) - tau from below (Press et al., Numerical Recipes, 3rd ed., section 9.4,
+    # rtsafe): the last point with g > 0 (``lo``) and the first with g < 0 (``hi``) bracket
+    # the fixed point, and a step that leaves the bracket is a bisection. Where F is convex
+    # (a plain step) the Newton steps never leave it. Where F' >= 1 with g > 0 and nothing
+    # bracketed yet -- overloaded if F is convex, not if a speculative step's per-token cost
+    # bends it -- the next point is ``top``: g > 0 there too is overload. Only unsettled
+    # rates are evaluated again.
     active = np.ones(lam.shape, bool)
+    lo = np.full_like(lam, tau0)
+    hi = np.full_like(lam, np.inf)
     for _ in range(iterations):
         idx = np.flatnonzero(active)
         if idx.size == 0:
             break
-        t, lm = tau[idx], lam[idx]
+        t, lm, t_top = tau[idx], lam[idx], top[idx]
         h = 1e-4 * t
         # F at tau and at tau + h in one evaluation (half the calls of two)
         both = mean_iteration(np.concatenate([t, t + h]), np.concatenate([lm, lm]))
         f, f_h = both[: idx.size], both[idx.size :]
-        done = np.abs(f - t) <= 1e-7 * t
         slope = (f_h - f) / h
-        diverged = ~done & ((slope >= 1.0) | (t > 1e4 * tau0))
-        step = np.where(slope < 1.0, (f - t) / np.maximum(1.0 - slope, 1e-12), 0.0)
-        tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(t + step, tau0)))
+        below = f > t
+        lo_i = np.where(below, t, lo[idx])
+        hi_i = np.where(below, hi[idx], t)
+        lo[idx], hi[idx] = lo_i, hi_i
+        bracketed = np.isfinite(hi_i)
+        done = (np.abs(f - t) <= 1e-7 * t) | (bracketed & (hi_i - lo_i <= 1e-7 * t))
+        at_top = t >= t_top * (1.0 - 1e-9)
+        diverged = ~done & ~bracketed & at_top
+        newton = t + (f - t) / np.maximum(1.0 - slope, 1e-12)
+        inside = (slope < 1.0) & (newton > lo_i) & (newton < hi_i)
+        mid = 0.5 * (lo_i + np.where(bracketed, hi_i, 0.0))
+        nxt = np.where(
+            bracketed,
+            np.where(inside, newton, mid),
+            np.where(slope < 1.0, np.minimum(newton, t_top), t_top),
+        )
+        tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(nxt, tau0)))
         active[idx[done | diverged]] = False
     tau = np.where(np.isfinite(tau), tau, 1e6)
     n = lam * o_mean * tau
