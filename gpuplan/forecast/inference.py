@@ -909,7 +909,9 @@ def _single_layout(
             it, hop = continuous_iteration(
                 rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens
             )
-        tpot3 = pp * it.total_s + (pp - 1) * hop
+        # a speculative step's hops carry its tau tokens: per emitted token, 1/tau of them
+        hop_per_token = hop / speculation.acceptance_length if speculation is not None else hop
+        tpot3 = pp * it.total_s + (pp - 1) * hop_per_token
         thr3 = b / tpot3
         # a new request: wait for the running iteration, then the iterations holding its
         # prompt, one chunk each. The chunks' causal attention adds up to the whole prompt's

@@ -359,3 +359,22 @@ def test_the_steady_state_finds_the_fixed_point_where_the_step_cost_is_concave()
     assert served.size > 0 and np.all(ok[: served[-1] + 1])
     assert np.all(np.diff(tpot[ok]) > 0)  # TPOT grows with the load
     assert ok[np.searchsorted(rates, 26.154)]
+
+
+def test_pipeline_hops_are_shared_by_a_steps_tokens():
+    """With PP across two nodes, a verification step's stage hops carry its tau tokens: the
+    steady state (per emitted token) and the simulation agree, with and without drafts."""
+    for spec in (None, speculation(2, 2.0)):
+        r = forecast_inference(
+            "deepseek-v3",
+            gpu="h100",
+            precision="fp8",
+            tp=8,
+            pp=2,
+            input_tokens=1024,
+            output_tokens=512,
+            concurrency=16,
+            closed_loop_requests=96,
+            speculation=spec,
+        )
+        assert r["closed_loop"]["tpot_p50_s"] == pytest.approx(r["tpot_s"], rel=0.08)
