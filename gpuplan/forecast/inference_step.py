@@ -1337,6 +1337,23 @@ def continuous_iteration(
     return weighted_time(w, times), sum(wk * h for wk, h in zip(w, hops, strict=True))
 
 
+def lm_head_time(parts: PassParts, params: OverheadParams) -> PassTime:
+    """The output projection (the ``lm_head`` GEMM) of a pass alone, as :func:`combine`
+    prices it (a GEMM: its compute and memory sides, the time scale)."""
+    is_lm = np.array([n == "lm_head" for n in parts.names])
+    em = np.minimum(params.bandwidth_efficiency, np.asarray(parts.bandwidth_cap, dtype=float))
+    em = np.broadcast_to(em, parts.attn_memory_s.shape)
+    cnt = parts.gemm_count * is_lm
+    gc = parts.gemm_compute_s / params.gemm_efficiency
+    gm = parts.gemm_memory_s / em[..., None]
+    k = params.time_scale
+    gemm = (cnt * smooth_max(gc, gm, params.roofline_sharpness)).sum(axis=-1) * k
+    zero = np.zeros_like(gemm)
+    comp = (cnt * gc).sum(axis=-1) * k
+    mem = (cnt * gm).sum(axis=-1) * k
+    return PassTime(gemm, gemm, zero, zero, zero, zero, comp, mem)
+
+
 def weighted_time(weights: Sequence[float] | FloatArray, times: Sequence[PassTime]) -> PassTime:
     """``sum(w * t)`` of passes, part by part (an expectation, or a step made of passes)."""
     names = [f.name for f in fields(PassTime)]
@@ -1381,10 +1398,16 @@ def speculative_iteration(
         )
         draft_one, drafts = one.total_s, first.total_s + (k - 1.0) * one.total_s
     else:
-        one = combine(decode_pass(rates, batch, mean_ctx, o / 2.0)[0], params)
+        # a head's pass: draft_layers / layers of a decode pass and the whole LM head
+        one_parts = decode_pass(rates, batch, mean_ctx, o / 2.0)[0]
+        one, lm = combine(one_parts, params), lm_head_time(one_parts, params)
         d = spec.draft_share(rates.sharded.arch.layers)
-        per_token = weighted_time([1.0, d, -keep, -keep * d], [step, one, verify, one])
-        draft_one, drafts = one.total_s * d / max(k, 1.0), d * one.total_s
+        e = spec.draft_lm_passes(rates.sharded.arch.layers)
+        per_token = weighted_time(
+            [1.0, d, e, -keep, -keep * d, -keep * e], [step, one, lm, verify, one, lm]
+        )
+        drafts = d * one.total_s + e * lm.total_s
+        draft_one = drafts / max(k, 1.0)
     detail = SpeculativeStep(
         verify_s=verify.total_s,
         draft_s=draft_one,
@@ -1454,6 +1477,8 @@ class StepCostModel:
     #: of a one-token decode pass of the target (:meth:`Speculation.draft_share`)
     speculation: Speculation | None = None
     draft_share: float = 0.0
+    #: the drafts' LM-head passes beyond that share (:meth:`Speculation.draft_lm_passes`)
+    draft_lm_passes: float = 0.0
     #: a separate draft model's own cost model (one token per pass, no speculation)
     draft: StepCostModel | None = None
     #: decode attention per cached token of a verification pass: its ``k + 1`` queries run
@@ -1559,6 +1584,7 @@ class StepCostModel:
             index_s_per_ctx_token=np.asarray(index_ctx, float),
             speculation=spec,
             draft_share=spec.draft_share(sh.arch.layers) if spec else 0.0,
+            draft_lm_passes=spec.draft_lm_passes(sh.arch.layers) if spec else 0.0,
             draft=draft,
             attn_s_per_ctx_token_verify=np.asarray(
                 smooth_max(spec.queries * d_comp, kv_read / bwv, pcomb) * ts if spec else attn_ctx,
@@ -1580,14 +1606,13 @@ class StepCostModel:
             drafts = spec.draft_tokens * self.draft._pass_time(r, r, ctx, 0.0, 0.0, scenario)
             verify = self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q)
             return np.asarray(verify + drafts, float), np.asarray(drafts, float)
+        # each head pass also runs the whole LM head over the rows
+        lm_r = self.lm(r, scenario)
         if self.pp == 1 and self.window is None and self.chunk is None:
             c = np.asarray(ctx, dtype=float)
             state = r * self.state_s_per_row[scenario]
             one = (
-                self.base(r, scenario)
-                + self.lm(r, scenario)
-                + c * self.attn_s_per_ctx_token[scenario]
-                + state
+                self.base(r, scenario) + lm_r + c * self.attn_s_per_ctx_token[scenario] + state
             )
             dec = (
                 self.base(q * r, scenario)
@@ -1595,8 +1620,9 @@ class StepCostModel:
                 + c * self.attn_s_per_ctx_token_verify[scenario]
                 + state
             )
-            return np.asarray(dec + d * one, float), np.asarray(d * one, float)
-        draft = d * self._pass_time(r, r, ctx, 0.0, 0.0, scenario)
+            drafts = d * one + self.draft_lm_passes * lm_r
+            return np.asarray(dec + drafts, float), np.asarray(drafts, float)
+        draft = d * self._pass_time(r, r, ctx, 0.0, 0.0, scenario) + self.draft_lm_passes * lm_r
         return self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q) + draft, draft
 
     def windowed(

@@ -9,7 +9,10 @@ and one verification pass of the target over ``k + 1`` query tokens, and emits `
 tokens on average (``1 <= tau <= k + 1``, the acceptance length the engines log). The
 verification pass is a decode pass whose GEMMs see ``k + 1`` rows per sequence and whose
 attention runs ``k + 1`` queries over one read of the sequence's KV cache; each draft pass
-costs ``draft_layers / layers`` of a one-token decode pass of the target
+costs ``draft_layers / layers`` of a one-token decode pass of the target plus the rest of
+its output projection, since a head's pass ends in the whole LM head (the MTP module and
+EAGLE share the target's; EAGLE-3's 32K-token draft vocabulary makes its own about a
+quarter of a Llama 3 head: priced as the whole one)
 (:meth:`gpuplan.forecast.inference_step.StepCostModel.time`).
 
 With a separate draft model (``draft_model``: a small model of the target's vocabulary, vLLM's
@@ -77,6 +80,15 @@ class Speculation:
         if self.draft_model is not None:
             return 0.0
         return self.draft_tokens * self.draft_layers / max(layers, 1)
+
+    def draft_lm_passes(self, layers: int) -> float:
+        """LM-head passes a step's drafts add beyond :meth:`draft_share` of a decode pass:
+        each draft pass of a head ends in the whole output projection (DeepSeek's MTP module
+        and EAGLE share the target's), of which ``draft_layers / layers`` of a decode pass
+        holds only that share: ``k * (1 - draft_layers / layers)``. 0 with a draft model."""
+        if self.draft_model is not None:
+            return 0.0
+        return self.draft_tokens * max(0.0, 1.0 - self.draft_layers / max(layers, 1))
 
     def as_dict(self) -> JSONDict:
         out: JSONDict = {
