@@ -1611,9 +1611,7 @@ class StepCostModel:
         if self.pp == 1 and self.window is None and self.chunk is None:
             c = np.asarray(ctx, dtype=float)
             state = r * self.state_s_per_row[scenario]
-            one = (
-                self.base(r, scenario) + lm_r + c * self.attn_s_per_ctx_token[scenario] + state
-            )
+            one = self.base(r, scenario) + lm_r + c * self.attn_s_per_ctx_token[scenario] + state
             dec = (
                 self.base(q * r, scenario)
                 + self.lm(q * r, scenario)
