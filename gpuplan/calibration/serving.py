@@ -9,8 +9,9 @@
                     "concurrency", "input_tokens", "output_tokens", "completed",
                     "ttft_s": {"p10", "p50", "p90"}, "tpot_s": {"p10", "p50", "p90"},
                     "output_throughput_tokens_per_s",
-                    "speculative": {"draft_tokens", "acceptance_length"} (when the server
-                    ran speculative decoding and said so)}, ...]}}}
+                    "speculative": {"draft_tokens", "acceptance_length", and for a draft
+                    tree "tree_width", "verify_tokens"} (when the server ran speculative
+                    decoding and said so)}, ...]}}}
 
 ``<device>`` is the run's ``--device-id`` when it was given, else the device the probe ran
 on (:func:`gpuplan.calibration.dataset.device_of`); ``<engine>`` the engine profile the run
@@ -82,6 +83,12 @@ def serving_points(docs: Iterable[Any], catalog: Any = None) -> dict[str, dict[s
                         "speculative": {
                             "draft_tokens": int(spec["draft_tokens"]),
                             "acceptance_length": float(spec["acceptance_length"]),
+                            # a draft tree's shape (SGLang), when the server ran one
+                            **{
+                                key: int(spec[key])
+                                for key in ("tree_width", "verify_tokens")
+                                if spec.get(key) and (spec.get("tree_width") or 1) > 1
+                            },
                         }
                     }
                     if isinstance(spec, dict) and spec.get("draft_tokens")
@@ -144,6 +151,14 @@ def validate_serving(section: Any, *, where: str = "artifact") -> dict[str, Any]
                             f"{at}.points[{i}].speculative needs draft_tokens (a positive "
                             "integer) and acceptance_length in [1, draft_tokens + 1]"
                         )
+                    for key in ("tree_width", "verify_tokens"):
+                        v = spec.get(key)
+                        if v is not None and (
+                            isinstance(v, bool) or not isinstance(v, int) or v < 1
+                        ):
+                            raise SchemaError(
+                                f"{at}.points[{i}].speculative.{key} must be a positive integer"
+                            )
                 for key in ("ttft_s", "tpot_s"):
                     q = p.get(key)
                     if not isinstance(q, dict) or not all(

@@ -192,6 +192,11 @@ def _table(r: dict[str, Any]):
                 else ""
             )
             by = f" from {sp['draft_model']}" if sp.get("draft_model") else ""
+            if sp.get("tree_width"):
+                by += (
+                    f" in a tree {sp['tree_width']} wide, {sp['verify_tokens']} verified per "
+                    "sequence"
+                )
             if sp.get("draft_weights_bytes_per_gpu") is not None:
                 by += (
                     f" (TP {sp['draft_tp']}: {fmt_bytes(sp['draft_weights_bytes_per_gpu'])} "
@@ -481,6 +486,25 @@ def register(app: typer.Typer) -> None:
             "--spec-draft-layers",
             help="Depth of the draft head in target layers (default 1: MTP, EAGLE).",
         ),
+        spec_tree_width: int | None = number_option(
+            None,
+            "--spec-tree-width",
+            help=(
+                "A draft tree: tokens kept per sequence at each draft step after the first "
+                "(SGLang --speculative-eagle-topk; default 1, a chain); needs "
+                "--spec-verify-tokens and --spec-acceptance."
+            ),
+            maximum=16,
+        ),
+        spec_verify_tokens: int | None = number_option(
+            None,
+            "--spec-verify-tokens",
+            help=(
+                "Tokens per sequence the verification pass checks (SGLang "
+                "--speculative-num-draft-tokens; default --spec-tokens + 1)."
+            ),
+            maximum=257,
+        ),
         spec_draft_model: str | None = typer.Option(
             None,
             "--spec-draft-model",
@@ -505,7 +529,14 @@ def register(app: typer.Typer) -> None:
         from gpuplan.forecast.inference import forecast_inference
         from gpuplan.forecast.speculative import speculation
 
-        spec = speculation(spec_tokens, spec_acceptance, spec_draft_layers, spec_draft_model)
+        spec = speculation(
+            spec_tokens,
+            spec_acceptance,
+            spec_draft_layers,
+            spec_draft_model,
+            spec_tree_width,
+            spec_verify_tokens,
+        )
         arch = {
             "layers": layers,
             "hidden": hidden,

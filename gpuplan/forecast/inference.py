@@ -174,10 +174,13 @@ class ServingPoint(TypedDict):
 
 class SpecPoint(TypedDict):
     """Speculative decoding a ``serve`` level measured: draft tokens per step and tokens
-    emitted per step (:func:`gpuplan.probes.serve.speculative_summary`)."""
+    emitted per step, and a draft tree's shape where the server ran one
+    (:func:`gpuplan.probes.serve_spec.speculative_summary`)."""
 
     draft_tokens: int
     acceptance_length: float
+    tree_width: NotRequired[int]
+    verify_tokens: NotRequired[int]
 
 
 class ServingEntry(TypedDict):
@@ -1916,7 +1919,12 @@ def _fit_factors(
                 model_id,
                 gpu_id,
                 speculation=(
-                    measured_speculation(spec["draft_tokens"], spec["acceptance_length"])
+                    measured_speculation(
+                        spec["draft_tokens"],
+                        spec["acceptance_length"],
+                        tree_width=spec.get("tree_width"),
+                        verify_tokens=spec.get("verify_tokens"),
+                    )
                     if spec
                     else None
                 ),

@@ -1379,6 +1379,7 @@ def speculative_iteration(
         raise ValueError("speculative_iteration needs DeviceRates.speculation")
     q = float(spec.queries)
     k = float(spec.draft_tokens)
+    w = float(spec.tree_width)
     o = max(output_tokens, 1.0)
     mean_ctx = input_tokens + o / 2.0
     step, hop = continuous_iteration(
@@ -1386,28 +1387,42 @@ def speculative_iteration(
     )
     verify = combine(decode_pass(rates, batch, mean_ctx, o / 2.0, queries=q)[0], params)
     keep = 1.0 - 1.0 / spec.acceptance_length
+    # a step's draft passes: the first over one token per request, the k - 1 others over the
+    # tree's w kept tokens per request (w queries over one read of the context)
     if rates.draft is not None:
-        # a separate draft model: k decode passes of its own, its first over the prompt
-        # chunks too (it keeps a KV cache of every prompt)
+        # a separate draft model: passes of its own, its first over the prompt chunks too (it
+        # keeps a KV cache of every prompt)
         one = combine(decode_pass(rates.draft, batch, mean_ctx, o / 2.0)[0], params)
+        wide = (
+            combine(decode_pass(rates.draft, batch, mean_ctx, o / 2.0, queries=w)[0], params)
+            if w > 1
+            else one
+        )
         first, _ = continuous_iteration(
             rates.draft, params, batch, input_tokens, output_tokens, chunk_tokens
         )
         per_token = weighted_time(
-            [1.0, 1.0, k - 1.0, -keep, -keep * k], [step, first, one, verify, one]
+            [1.0, 1.0, k - 1.0, -keep, -keep, -keep * (k - 1.0)],
+            [step, first, wide, verify, one, wide],
         )
-        draft_one, drafts = one.total_s, first.total_s + (k - 1.0) * one.total_s
+        drafts = one.total_s + (k - 1.0) * wide.total_s
     else:
         # a head's pass: draft_layers / layers of a decode pass and the whole LM head
-        one_parts = decode_pass(rates, batch, mean_ctx, o / 2.0)[0]
-        one, lm = combine(one_parts, params), lm_head_time(one_parts, params)
-        d = spec.draft_share(rates.sharded.arch.layers)
-        e = spec.draft_lm_passes(rates.sharded.arch.layers)
+        d = spec.head_share(rates.sharded.arch.layers)
+        one_p = decode_pass(rates, batch, mean_ctx, o / 2.0)[0]
+        wide_p = decode_pass(rates, batch, mean_ctx, o / 2.0, queries=w)[0] if w > 1 else one_p
+        passes = [
+            combine(one_p, params),
+            lm_head_time(one_p, params),
+            combine(wide_p, params),
+            lm_head_time(wide_p, params),
+        ]
+        head = [d, 1.0 - d, (k - 1.0) * d, (k - 1.0) * (1.0 - d)]
         per_token = weighted_time(
-            [1.0, d, e, -keep, -keep * d, -keep * e], [step, one, lm, verify, one, lm]
+            [1.0, *head, -keep, *(-keep * x for x in head)], [step, *passes, verify, *passes]
         )
-        drafts = d * one.total_s + e * lm.total_s
-        draft_one = drafts / max(k, 1.0)
+        drafts = weighted_time(head, passes).total_s
+    draft_one = drafts / max(k, 1.0)
     detail = SpeculativeStep(
         verify_s=verify.total_s,
         draft_s=draft_one,
@@ -1473,12 +1488,11 @@ class StepCostModel:
     #: decoding sequence
     index_s_per_pair: np.ndarray = field(default_factory=lambda: np.zeros(3))
     index_s_per_ctx_token: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    #: speculative decoding (:attr:`DeviceRates.speculation`), and its draft passes' share
-    #: of a one-token decode pass of the target (:meth:`Speculation.draft_share`)
+    #: speculative decoding (:attr:`DeviceRates.speculation`), and one draft-head pass as a
+    #: share of a one-token decode pass of the target, its LM head aside
+    #: (:meth:`Speculation.head_share`)
     speculation: Speculation | None = None
-    draft_share: float = 0.0
-    #: the drafts' LM-head passes beyond that share (:meth:`Speculation.draft_lm_passes`)
-    draft_lm_passes: float = 0.0
+    head_share: float = 0.0
     #: a separate draft model's own cost model (one token per pass, no speculation)
     draft: StepCostModel | None = None
     #: decode attention per cached token of a verification pass: its ``k + 1`` queries run
@@ -1497,15 +1511,21 @@ class StepCostModel:
     ) -> StepCostModel:
         sh = rates.sharded
         spec = rates.speculation
+        wide = float(max(spec.queries, spec.tree_width)) if spec is not None else 1.0
         draft = (
-            cls.build(rates.draft, params, max_tokens=max_tokens, typical_prompt=typical_prompt)
-            if rates.draft is not None
+            cls.build(
+                rates.draft,
+                params,
+                max_tokens=max_tokens * spec.tree_width,
+                typical_prompt=typical_prompt,
+            )
+            if rates.draft is not None and spec is not None
             else None
         )
         if spec is not None:  # a verification pass runs k + 1 tokens per decoding row
             top = max(max_tokens, 2.0)
-            points = int(np.ceil(points * np.log(top * spec.queries) / np.log(top)))
-            max_tokens = top * spec.queries
+            points = int(np.ceil(points * np.log(top * wide) / np.log(top)))
+            max_tokens = top * wide
         grid = np.unique(np.round(np.geomspace(1.0, max(max_tokens, 2.0), points)))
         g_all = [sh.gemms(float(t), float(t)) for t in grid]
         # one calibration call per dtype for the whole grid
@@ -1583,8 +1603,7 @@ class StepCostModel:
             index_s_per_pair=np.asarray(index_pair, float),
             index_s_per_ctx_token=np.asarray(index_ctx, float),
             speculation=spec,
-            draft_share=spec.draft_share(sh.arch.layers) if spec else 0.0,
-            draft_lm_passes=spec.draft_lm_passes(sh.arch.layers) if spec else 0.0,
+            head_share=spec.head_share(sh.arch.layers) if spec else 0.0,
             draft=draft,
             attn_s_per_ctx_token_verify=np.asarray(
                 smooth_max(spec.queries * d_comp, kv_read / bwv, pcomb) * ts if spec else attn_ctx,
@@ -1600,28 +1619,43 @@ class StepCostModel:
         sums without its general terms: the analytic search calls this most)."""
         spec = self.speculation
         assert spec is not None
-        d = self.draft_share
         q = float(spec.queries)
-        if self.draft is not None:  # k decode passes of the draft model
-            drafts = spec.draft_tokens * self.draft._pass_time(r, r, ctx, 0.0, 0.0, scenario)
+        k = float(spec.draft_tokens)
+        w = float(spec.tree_width)
+        wr = w * r
+        if self.draft is not None:  # the draft model's passes: one row, then w per sequence
+            one = self.draft._pass_time(r, r, ctx, 0.0, 0.0, scenario)
+            wide = self.draft._pass_time(wr, wr, ctx, 0.0, 0.0, scenario) if w > 1 else one
+            drafts = one + (k - 1.0) * wide
             verify = self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q)
             return np.asarray(verify + drafts, float), np.asarray(drafts, float)
-        # each head pass also runs the whole LM head over the rows
-        lm_r = self.lm(r, scenario)
+        # a head's pass: head_share of a decode pass over its rows and the whole LM head
+        d = self.head_share
         if self.pp == 1 and self.window is None and self.chunk is None:
             c = np.asarray(ctx, dtype=float)
             state = r * self.state_s_per_row[scenario]
-            one = self.base(r, scenario) + lm_r + c * self.attn_s_per_ctx_token[scenario] + state
+
+            def head(x: FloatArray) -> FloatArray:
+                lm = self.lm(x, scenario)
+                body = self.base(x, scenario) + c * self.attn_s_per_ctx_token[scenario] + state
+                return np.asarray(d * body + lm, float)
+
             dec = (
                 self.base(q * r, scenario)
                 + self.lm(q * r, scenario)
                 + c * self.attn_s_per_ctx_token_verify[scenario]
                 + state
             )
-            drafts = d * one + self.draft_lm_passes * lm_r
-            return np.asarray(dec + drafts, float), np.asarray(drafts, float)
-        draft = d * self._pass_time(r, r, ctx, 0.0, 0.0, scenario) + self.draft_lm_passes * lm_r
-        return self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q) + draft, draft
+        else:
+
+            def head(x: FloatArray) -> FloatArray:
+                body = self._pass_time(x, x, ctx, 0.0, 0.0, scenario)
+                lm = self.lm(x, scenario)
+                return np.asarray(d * body + (1.0 - d) * lm, float)
+
+            dec = self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q)
+        drafts = head(r) + (k - 1.0) * (head(wr) if w > 1 else head(r))
+        return np.asarray(dec + drafts, float), np.asarray(drafts, float)
 
     def windowed(
         self, rows: Num, ctx_tokens: Num, prefill_flops: Num, prefill_tokens: Num

@@ -15,6 +15,12 @@ EAGLE share the target's; EAGLE-3's 32K-token draft vocabulary makes its own abo
 quarter of a Llama 3 head: priced as the whole one)
 (:meth:`gpuplan.forecast.inference_step.StepCostModel.time`).
 
+A draft tree (SGLang's EAGLE ``--speculative-eagle-topk W --speculative-num-draft-tokens N``;
+Li et al. 2024, arXiv 2406.16858, EAGLE-2) keeps ``W`` tokens per sequence at every draft
+step after the first, so those passes run ``W`` rows per sequence (their attention ``W``
+queries over one read of the context), and verifies ``N`` of the tree's tokens in one pass
+(tree attention: ``N`` queries over one read); a step still emits at most ``k + 1``.
+
 With a separate draft model (``draft_model``: a small model of the target's vocabulary, vLLM's
 ``draft_model`` method, TensorRT-LLM's draft-target), each draft pass is a decode pass of that
 model over the same rows and context, on the replica's GPUs at its tensor parallelism; the
@@ -60,6 +66,12 @@ class Speculation:
         Where ``tau`` comes from (the user, or :func:`default_acceptance_length`'s sources).
     draft_model:
         A separate draft model (its architecture), or None for a draft head.
+    tree_width:
+        Draft tokens kept per sequence at each draft step after the first (SGLang
+        ``--speculative-eagle-topk``; 1: a chain, as vLLM and TensorRT-LLM draft).
+    verify_tokens:
+        Tokens per sequence the verification pass checks (SGLang
+        ``--speculative-num-draft-tokens``; None: ``k + 1``, the chain and its bonus).
     """
 
     draft_tokens: int
@@ -67,28 +79,23 @@ class Speculation:
     draft_layers: float = 1.0
     basis: str = "given"
     draft_model: ModelArch | None = None
+    tree_width: int = 1
+    verify_tokens: int | None = None
 
     @property
     def queries(self) -> int:
         """Query tokens per sequence in the verification pass."""
-        return self.draft_tokens + 1
+        return self.verify_tokens if self.verify_tokens is not None else self.draft_tokens + 1
 
-    def draft_share(self, layers: int) -> float:
-        """The step's ``k`` draft passes as a share of one one-token decode pass of a
-        target of ``layers`` layers: ``k * draft_layers / layers`` (0 with a separate draft
-        model, whose passes are its own)."""
+    def head_share(self, layers: int) -> float:
+        """One pass of a draft head as a share of a one-token decode pass of a target of
+        ``layers`` layers, its LM head aside: ``draft_layers / layers``. A head's pass also
+        ends in the whole output projection (DeepSeek's MTP module and EAGLE share the
+        target's), priced whole (:func:`gpuplan.forecast.inference_step.lm_head_time`).
+        0 with a separate draft model, whose passes are its own."""
         if self.draft_model is not None:
             return 0.0
-        return self.draft_tokens * self.draft_layers / max(layers, 1)
-
-    def draft_lm_passes(self, layers: int) -> float:
-        """LM-head passes a step's drafts add beyond :meth:`draft_share` of a decode pass:
-        each draft pass of a head ends in the whole output projection (DeepSeek's MTP module
-        and EAGLE share the target's), of which ``draft_layers / layers`` of a decode pass
-        holds only that share: ``k * (1 - draft_layers / layers)``. 0 with a draft model."""
-        if self.draft_model is not None:
-            return 0.0
-        return self.draft_tokens * max(0.0, 1.0 - self.draft_layers / max(layers, 1))
+        return min(self.draft_layers / max(layers, 1), 1.0)
 
     def as_dict(self) -> JSONDict:
         out: JSONDict = {
@@ -99,6 +106,9 @@ class Speculation:
         }
         if self.draft_model is not None:
             out["draft_model"] = self.draft_model.name
+        if self.tree_width > 1 or self.verify_tokens is not None:
+            out["tree_width"] = self.tree_width
+            out["verify_tokens"] = self.queries
         return out
 
 
@@ -161,15 +171,20 @@ def speculation(
     acceptance: float | None = None,
     draft_layers: float | None = None,
     draft_model: ModelArch | str | None = None,
+    tree_width: int | None = None,
+    verify_tokens: int | None = None,
 ) -> Speculation | None:
     """The :class:`Speculation` of ``forecast infer --spec-tokens K [--spec-acceptance TAU]
-    [--spec-draft-layers D | --spec-draft-model MODEL]``; None without draft tokens. Bad
-    values raise :class:`~gpuplan.errors.InputError`; a draft model that is not in the
-    catalog, :class:`~gpuplan.errors.NotFoundError`."""
+    [--spec-draft-layers D | --spec-draft-model MODEL] [--spec-tree-width W
+    --spec-verify-tokens N]``; None without draft tokens. Bad values raise
+    :class:`~gpuplan.errors.InputError`; a draft model that is not in the catalog,
+    :class:`~gpuplan.errors.NotFoundError`."""
+    given = (acceptance, draft_layers, draft_model, tree_width, verify_tokens)
     if draft_tokens is None or draft_tokens == 0:
-        if acceptance is not None or draft_layers is not None or draft_model is not None:
+        if any(v is not None for v in given):
             raise InputError(
-                "--spec-acceptance, --spec-draft-layers and --spec-draft-model need draft tokens",
+                "--spec-acceptance, --spec-draft-layers, --spec-draft-model, "
+                "--spec-tree-width and --spec-verify-tokens need draft tokens",
                 hint="add --spec-tokens K (the draft tokens per step)",
             )
         return None
@@ -192,6 +207,36 @@ def speculation(
             "(vLLM: 1 + accepted / drafts at /metrics; `gpuplan probe --workload serve` "
             "records it)",
         )
+    width = 1 if tree_width is None else int(tree_width)
+    if not 1 <= width <= 16:
+        raise InputError(
+            f"--spec-tree-width must be between 1 and 16, got {tree_width}",
+            hint="SGLang's --speculative-eagle-topk (1: a chain)",
+        )
+    widest = 1 + draft_tokens * width  # the root and every kept draft token
+    if verify_tokens is not None and not 2 <= verify_tokens <= widest:
+        raise InputError(
+            f"--spec-verify-tokens must be between 2 and {widest} (1 + {draft_tokens} steps x "
+            f"{width} kept per step), got {verify_tokens}",
+            hint="SGLang's --speculative-num-draft-tokens",
+        )
+    if width > 1 and verify_tokens is None:
+        raise InputError(
+            "a draft tree (--spec-tree-width > 1) needs --spec-verify-tokens N, the tokens "
+            "its verification pass checks",
+            hint="SGLang's --speculative-num-draft-tokens, e.g. 8 with --speculative-eagle-topk 4",
+        )
+    if width == 1 and verify_tokens is not None and verify_tokens != draft_tokens + 1:
+        raise InputError(
+            f"a chain of {draft_tokens} draft tokens verifies {draft_tokens + 1} tokens, "
+            f"not {verify_tokens}",
+            hint="drop --spec-verify-tokens, or give --spec-tree-width > 1 for a tree",
+        )
+    if width > 1 and acceptance is None:
+        raise InputError(
+            "a draft tree needs --spec-acceptance TAU: the default is a chain's",
+            hint="take the mean acceptance length SGLang logs ('accept len')",
+        )
     layers = 1.0 if draft_layers is None else float(draft_layers)
     if not 0.0 < layers <= 64.0:
         raise InputError(
@@ -202,10 +247,11 @@ def speculation(
         tau, basis = default_acceptance_length(draft_tokens)
     else:
         tau, basis = float(acceptance), "given"
-        if not 1.0 <= tau <= draft_tokens + 1:
+        top = min(draft_tokens + 1, verify_tokens or draft_tokens + 1)
+        if not 1.0 <= tau <= top:
             raise InputError(
-                f"--spec-acceptance {acceptance} is outside [1, {draft_tokens + 1}]: a step "
-                f"emits at least one token and at most the {draft_tokens} drafted plus one",
+                f"--spec-acceptance {acceptance} is outside [1, {top}]: a step emits at least "
+                f"one token and at most the {top - 1} drafted on one path plus one",
                 hint="give the mean acceptance length your engine logs (SGLang 'accept len')",
             )
     arch = None
@@ -213,4 +259,4 @@ def speculation(
         from gpuplan.forecast.model import arch_from
 
         arch = arch_from(draft_model)
-    return Speculation(int(draft_tokens), tau, layers, basis, arch)
+    return Speculation(int(draft_tokens), tau, layers, basis, arch, width, verify_tokens)

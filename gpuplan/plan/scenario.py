@@ -171,6 +171,12 @@ class SpeculativeDecoding(_Strict):
             "needs acceptance_length"
         ),
     )
+    tree_width: int | None = Field(
+        None, ge=1, le=16, description="a draft tree's tokens per step (SGLang eagle topk)"
+    )
+    verify_tokens: int | None = Field(
+        None, ge=2, description="tokens verified per sequence (SGLang num draft tokens)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeDecoding:
@@ -183,7 +189,12 @@ class SpeculativeDecoding(_Strict):
 
         try:
             out = speculation(
-                self.draft_tokens, self.acceptance_length, self.draft_layers, self.draft_model
+                self.draft_tokens,
+                self.acceptance_length,
+                self.draft_layers,
+                self.draft_model,
+                self.tree_width,
+                self.verify_tokens,
             )
         except GpuplanError as exc:
             raise ValueError(exc.one_line()) from None

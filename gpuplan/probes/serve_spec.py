@@ -19,7 +19,8 @@ speculation it ran. Each engine exposes it differently:
 * **SGLang** (``GET /metrics`` with ``--enable-metrics``; ``python/sglang/srt/metrics/
   collector.py``): a gauge, ``sglang:spec_accept_length``, the acceptance length (bonus token
   included) of the scheduler's last logging interval on each rank, and the draft steps as the
-  ``spec_num_steps`` label of ``speculative_config_info``. The level's ``tau`` is the mean of
+  ``spec_num_steps`` label of ``speculative_config_info`` (with a draft tree, its width
+  ``spec_eagle_topk`` and the tokens it verifies, ``spec_num_draft_tokens``, recorded too). The level's ``tau`` is the mean of
   the gauge sampled during the level (the ranks averaged; the first sample, which may still
   hold the previous level's interval, dropped) and at its end: an estimate, not a count.
 
@@ -60,6 +61,10 @@ TRTLLM_DRAFT_LABEL = "spec_num_tokens"
 SGLANG_GAUGE = "sglang:spec_accept_length"
 SGLANG_INFO = ("sglang:speculative_config_info", "speculative_config_info")
 SGLANG_DRAFT_LABEL = "spec_num_steps"
+#: a draft tree's width and the tokens it verifies (``--speculative-eagle-topk``,
+#: ``--speculative-num-draft-tokens``)
+SGLANG_TREE_LABEL = "spec_eagle_topk"
+SGLANG_VERIFY_LABEL = "spec_num_draft_tokens"
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -119,12 +124,17 @@ class SpecReading:
     draft_tokens:
         The draft length the server's config info names (SGLang ``spec_num_steps``,
         TensorRT-LLM ``spec_num_tokens``), else None.
+    tree_width, verify_tokens:
+        A draft tree's shape where the config info names one wider than a chain (SGLang
+        ``spec_eagle_topk`` > 1 and ``spec_num_draft_tokens``), else None.
     """
 
     engine: str
     counters: dict[str, float] = field(default_factory=dict)
     gauge: float | None = None
     draft_tokens: int | None = None
+    tree_width: int | None = None
+    verify_tokens: int | None = None
 
     @property
     def counted(self) -> bool:
@@ -175,11 +185,15 @@ def read_spec(text: str) -> SpecReading | None:
             _info_label(samples, TRTLLM_INFO, TRTLLM_DRAFT_LABEL),
         )
     if SGLANG_GAUGE in names:
+        width = _info_label(samples, SGLANG_INFO, SGLANG_TREE_LABEL)
+        tree = width is not None and width > 1
         return SpecReading(
             "sglang",
             {},
             _mean_gauge(samples, SGLANG_GAUGE),
             _info_label(samples, SGLANG_INFO, SGLANG_DRAFT_LABEL),
+            width if tree else None,
+            _info_label(samples, SGLANG_INFO, SGLANG_VERIFY_LABEL) if tree else None,
         )
     return None
 
@@ -251,8 +265,14 @@ def speculative_summary(
         reads.append(after.gauge)
     if not reads:
         return None
+    tree = (
+        {"tree_width": after.tree_width, "verify_tokens": after.verify_tokens}
+        if after.tree_width and after.verify_tokens
+        else {}
+    )
     return {
         "draft_tokens": int(k) if k else None,
         "acceptance_length": statistics.fmean(reads),
+        **tree,
         "source": _source(after.engine, False),
     }

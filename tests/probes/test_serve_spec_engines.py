@@ -165,3 +165,44 @@ def test_an_unnamed_draft_length_is_said_and_left_out_of_calibration(run_cli, tm
         assert m["speculative"]["draft_tokens"] == 3
         assert "trtllm_spec_decode_num_draft_tokens_total" in m["speculative"]["source"]
         assert doc.probe("serve")[0].params["spec_tokens"] == 3
+
+
+def test_an_sglang_draft_tree_is_recorded_with_its_shape():
+    text = SGLANG.replace('spec_eagle_topk="1"', 'spec_eagle_topk="8"').replace(
+        'spec_num_draft_tokens="4"', 'spec_num_draft_tokens="32"'
+    )
+    tree = read_spec(text)
+    assert tree is not None and (tree.tree_width, tree.verify_tokens) == (8, 32)
+    s = speculative_summary(tree, tree, [tree, tree])
+    assert s is not None
+    assert (s["draft_tokens"], s["tree_width"], s["verify_tokens"]) == (3, 8, 32)
+    # a chain (top-k 1) records no tree
+    chain = read_spec(SGLANG)
+    assert chain is not None and chain.tree_width is None
+    assert "tree_width" not in speculative_summary(chain, chain, [chain, chain])
+
+
+def test_calibration_keeps_a_trees_shape_and_forecasts_with_it():
+    from gpuplan.calibration.serving import validate_serving
+    from gpuplan.errors import SchemaError
+    from gpuplan.forecast.speculative import speculation
+
+    point = {
+        "concurrency": 1,
+        "input_tokens": 16,
+        "output_tokens": 8,
+        "ttft_s": {"p10": 0.1, "p50": 0.1, "p90": 0.1},
+        "tpot_s": {"p10": 0.01, "p50": 0.01, "p90": 0.01},
+        "speculative": {
+            "draft_tokens": 3,
+            "acceptance_length": 2.5,
+            "tree_width": 8,
+            "verify_tokens": 16,
+        },
+    }
+    validate_serving({"h100": {"sglang@0.5": {"points": [point]}}})
+    bad = {**point, "speculative": {**point["speculative"], "tree_width": "wide"}}
+    with pytest.raises(SchemaError, match="tree_width must be a positive integer"):
+        validate_serving({"h100": {"sglang@0.5": {"points": [bad]}}})
+    sp = speculation(3, 2.5, tree_width=8, verify_tokens=16)
+    assert sp is not None and sp.queries == 16
