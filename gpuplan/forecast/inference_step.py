@@ -1654,7 +1654,8 @@ class StepCostModel:
                 return np.asarray(d * body + (1.0 - d) * lm, float)
 
             dec = self._pass_time(q * r, r, ctx, 0.0, 0.0, scenario, q)
-        drafts = head(r) + (k - 1.0) * (head(wr) if w > 1 else head(r))
+        first = head(r)
+        drafts = first + (k - 1.0) * (head(wr) if w > 1 else first)
         return np.asarray(dec + drafts, float), np.asarray(drafts, float)
 
     def windowed(
