@@ -739,8 +739,10 @@ def no_fit_error(
     request_tokens: float,
     chunk: float,
     utilization: float,
+    draft: Sharded | None = None,
 ) -> InputError:
-    """The one-line error for a model that does not fit even at batch 1."""
+    """The one-line error for a model that does not fit even at batch 1 (``draft``: a
+    separate draft model's split, whose weights and KV the plan holds too)."""
     need = mp.weights_bytes + mp.activation_bytes + request_tokens * mp.kv_bytes_per_token
     smallest = smallest_fitting_tp(
         arch,
@@ -762,9 +764,16 @@ def no_fit_error(
         hint = f"the smallest TP that fits is {smallest} (more than the {domain}-GPU scale-up domain); consider --pp or a smaller --precision"
     else:
         hint = f"the smallest TP that fits is --tp {smallest}"
+    if draft is not None:
+        hint = f"a smaller draft model (without one: {hint})"
+    with_draft = (
+        f" (with the draft model {draft.arch.name}'s {_fmt_gib(draft.weight_bytes_per_gpu)})"
+        if draft is not None
+        else ""
+    )
     return InputError(
         f"{arch.name} at {prec.name} does not fit on {getattr(gpu, 'id', gpu)} with "
-        f"tp={layout.tp} pp={layout.pp} even at batch 1: per GPU weights {_fmt_gib(mp.weights_bytes)} + "
+        f"tp={layout.tp} pp={layout.pp} even at batch 1: per GPU weights {_fmt_gib(mp.weights_bytes)}{with_draft} + "
         f"activations {_fmt_gib(mp.activation_bytes)} + KV of one {int(request_tokens)}-token request "
         f"{_fmt_gib(request_tokens * mp.kv_bytes_per_token)} = {_fmt_gib(need)} > usable "
         f"{_fmt_gib(mp.usable_bytes)} ({utilization:.0%} of {_fmt_gib(mp.capacity_bytes)})",
@@ -844,7 +853,17 @@ def _single_layout(
         speculation=speculation,
     )
     if mp1.kv_capacity_tokens < req:
-        raise no_fit_error(arch, gpu, prec, layout, mp1, req, chunk_tokens, utilization)
+        raise no_fit_error(
+            arch,
+            gpu,
+            prec,
+            layout,
+            mp1,
+            req,
+            chunk_tokens,
+            utilization,
+            draft_sharded(sh, speculation),
+        )
     if static:
         per_req = (
             float(sh.kv_bytes_per_seq_gpu(req))

@@ -147,3 +147,17 @@ candidates:
     assert r.returncode == 0, r.stderr
     assert s["gpus_for_load"]["value"] == json.loads(r.stdout)["num_gpus"]
     assert any("4 draft tokens from llama3.2-1b" in n for n in doc["summary"]["notes"])
+
+
+def test_a_draft_that_does_not_fit_is_named_in_the_refusal():
+    with pytest.raises(InputError) as exc:
+        forecast_inference(
+            "llama3.3-70b",
+            gpu="l40s",
+            precision="fp8",
+            tp=2,
+            batch=1,
+            speculation=speculation(3, 2.0, draft_model="llama3.1-70b"),
+        )
+    line = exc.value.one_line()
+    assert "with the draft model llama3.1-70b's" in line and "a smaller draft model" in line
