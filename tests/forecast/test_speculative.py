@@ -19,6 +19,7 @@ from gpuplan.forecast.speculative import (
     default_acceptance_length,
     speculation,
 )
+from tests.forecast._spec_plan import plan_and_forecast_agree
 
 
 def test_acceptance_length_is_leviathans_expectation_when_every_position_is_alike():
@@ -212,43 +213,16 @@ def test_cli_bad_speculation_exits_2_in_one_line(run_cli, extra, words):
 
 
 def test_plan_scenario_speculation_sizes_as_forecast_infer(run_cli, tmp_path):
-    scenario = tmp_path / "spec.yaml"
-    scenario.write_text(
-        """
-name: mtp-serving
-workloads:
-  inference:
-    - name: chat
-      model: llama3.3-70b
-      qps: 20
-      input_tokens: {mean: 1024, p99: 4096}
-      output_tokens: {mean: 256, p99: 1024}
-      ttft_slo_s: 2.0
-      tpot_slo_s: 0.05
-      speculative: {draft_tokens: 3, acceptance_length: 2.5}
-candidates:
-  gpus: [h100]
-  clouds: [aws]
-  onprem_nodes: []
-"""
+    notes = plan_and_forecast_agree(
+        run_cli,
+        tmp_path,
+        qps=20,
+        tpot=0.05,
+        speculative="{draft_tokens: 3, acceptance_length: 2.5}",
+        flags=["--spec-tokens", "3", "--spec-acceptance", "2.5"],
     )
-    plan = run_cli("plan", str(scenario), "--out", str(tmp_path / "out"), "--format", "json")
-    assert plan.returncode == 0, plan.stderr[-2000:]
-    opts = [o for o in json.loads(plan.stdout)["options"] if o["inference"]]
-    s = opts[0]["inference"][0]
-    gpn = opts[0]["gpus_per_node"]["value"]
-    r = run_cli(
-        "forecast", "infer", "--model", "llama3.3-70b", "--gpu", opts[0]["gpu"], "--qps", "20",
-        "--input-tokens", "1024", "--input-tokens-p99", "4096", "--output-tokens", "256",
-        "--output-tokens-p99", "1024", "--ttft-slo-s", "2", "--tpot-slo-s", "0.05",
-        "--spec-tokens", "3", "--spec-acceptance", "2.5", "--node-gpus", str(gpn),
-        "--format", "json",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert s["gpus_for_load"]["value"] == json.loads(r.stdout)["num_gpus"]
     # the plan says what it assumed
-    summary = json.loads(plan.stdout)["summary"]
-    assert any("3 draft tokens emitting 2.50 tokens per step" in n for n in summary["notes"])
+    assert any("3 draft tokens emitting 2.50 tokens per step" in n for n in notes)
 
 
 def test_plan_scenario_refuses_an_impossible_acceptance(run_cli, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from gpuplan.errors import InputError, NotFoundError
 from gpuplan.forecast.inference import forecast_inference
 from gpuplan.forecast.speculative import speculation
+from tests.forecast._spec_plan import plan_and_forecast_agree
 
 TARGET = "llama3.1-70b"
 KW = dict(gpu="h100", tp=4, input_tokens=4096, output_tokens=256)
@@ -112,41 +113,22 @@ def test_cli_json_names_the_draft_model(run_cli):
 
 
 def test_plan_scenario_with_a_draft_model_sizes_as_forecast_infer(run_cli, tmp_path):
-    scenario = tmp_path / "draft.yaml"
-    scenario.write_text(
-        """
-name: draft-serving
-workloads:
-  inference:
-    - name: chat
-      model: llama3.3-70b
-      qps: 10
-      input_tokens: {mean: 1024, p99: 4096}
-      output_tokens: {mean: 256, p99: 1024}
-      ttft_slo_s: 2.0
-      tpot_slo_s: 0.03
-      speculative: {draft_tokens: 4, acceptance_length: 2.4, draft_model: llama3.2-1b}
-candidates:
-  gpus: [h100]
-  clouds: [aws]
-  onprem_nodes: []
-"""
+    notes = plan_and_forecast_agree(
+        run_cli,
+        tmp_path,
+        qps=10,
+        tpot=0.03,
+        speculative="{draft_tokens: 4, acceptance_length: 2.4, draft_model: llama3.2-1b}",
+        flags=[
+            "--spec-tokens",
+            "4",
+            "--spec-acceptance",
+            "2.4",
+            "--spec-draft-model",
+            "llama3.2-1b",
+        ],
     )
-    plan = run_cli("plan", str(scenario), "--out", str(tmp_path / "out"), "--format", "json")
-    assert plan.returncode == 0, plan.stderr[-2000:]
-    doc = json.loads(plan.stdout)
-    opts = [o for o in doc["options"] if o["inference"]]
-    s = opts[0]["inference"][0]
-    r = run_cli(
-        "forecast", "infer", "--model", "llama3.3-70b", "--gpu", opts[0]["gpu"], "--qps", "10",
-        "--input-tokens", "1024", "--input-tokens-p99", "4096", "--output-tokens", "256",
-        "--output-tokens-p99", "1024", "--ttft-slo-s", "2", "--tpot-slo-s", "0.03",
-        "--spec-tokens", "4", "--spec-acceptance", "2.4", "--spec-draft-model", "llama3.2-1b",
-        "--node-gpus", str(opts[0]["gpus_per_node"]["value"]), "--format", "json",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert s["gpus_for_load"]["value"] == json.loads(r.stdout)["num_gpus"]
-    assert any("4 draft tokens from llama3.2-1b" in n for n in doc["summary"]["notes"])
+    assert any("4 draft tokens from llama3.2-1b" in n for n in notes)
 
 
 def test_a_draft_that_does_not_fit_is_named_in_the_refusal():
