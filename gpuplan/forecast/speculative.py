@@ -97,6 +97,19 @@ class Speculation:
             return 0.0
         return min(self.draft_layers / max(layers, 1), 1.0)
 
+    def describe(self) -> str:
+        """One phrase for notes and ledgers.
+
+        >>> Speculation(3, 2.5).describe()
+        '3 draft tokens emitting 2.50 tokens per step'
+        """
+        out = f"{self.draft_tokens} draft tokens"
+        if self.draft_model is not None:
+            out += f" from {self.draft_model.name}"
+        if self.tree_width > 1:
+            out += f" in a tree {self.tree_width} wide, {self.queries} verified per sequence,"
+        return out + f" emitting {self.acceptance_length:.2f} tokens per step"
+
     def as_dict(self) -> JSONDict:
         out: JSONDict = {
             "draft_tokens": self.draft_tokens,

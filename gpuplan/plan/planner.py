@@ -448,9 +448,7 @@ def build_plan(
         if svc.speculative is not None:
             sp = svc.speculative.speculation()
             cand_notes.append(
-                f"{svc.name}: sized with speculative decoding, {sp.draft_tokens} draft tokens "
-                + (f"from {sp.draft_model.name} " if sp.draft_model is not None else "")
-                + f"emitting {sp.acceptance_length:.2f} tokens per step ("
+                f"{svc.name}: sized with speculative decoding, {sp.describe()} ("
                 + ("given" if sp.basis == "given" else "a DeepSeek MTP head's published rate")
                 + "); TPOT and throughput are per emitted token"
             )

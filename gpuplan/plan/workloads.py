@@ -208,12 +208,7 @@ def size_serving_cached(
         f"ttft_slo_s={s.ttft_slo_s}, tpot_slo_s={s.tpot_slo_s}, "
         f"slo_percentile={s.slo_percentile}, precision={s.precision}, tp={s.tp}, pp={s.pp}, "
         f"engine={demand.engine}, node_gpus={node_gpus}"
-        + (
-            f", speculation={demand.speculation.draft_tokens} draft tokens at "
-            f"{demand.speculation.acceptance_length:.2f} tokens per step"
-            if demand.speculation
-            else ""
-        )
+        + (f", speculation={demand.speculation.describe()}" if demand.speculation else "")
         + ")"
     )
     note = engine_resolution(demand.engine)

@@ -372,3 +372,12 @@ def test_a_draft_head_pass_reads_the_whole_lm_head():
     # the calibrated streaming rate is near the spec (a fitted time scale may shave a few
     # per cent); without the LM head the extra was 0
     assert 0.9 * floor < extra < 2 * floor
+
+
+def test_docstring_examples():
+    import doctest
+
+    from gpuplan.forecast import speculative
+
+    failures, tried = doctest.testmod(speculative, verbose=False)
+    assert tried > 0 and failures == 0

@@ -96,3 +96,26 @@ def test_cli_flags_and_json(run_cli):
         "--spec-tokens", "5", "--spec-tree-width", "8",
     )  # fmt: skip
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_plan_scenario_with_a_tree_sizes_as_forecast_infer(run_cli, tmp_path):
+    from tests.forecast._spec_plan import plan_and_forecast_agree
+
+    notes = plan_and_forecast_agree(
+        run_cli,
+        tmp_path,
+        qps=10,
+        tpot=0.02,
+        speculative=("{draft_tokens: 4, acceptance_length: 3.4, tree_width: 4, verify_tokens: 12}"),
+        flags=[
+            "--spec-tokens",
+            "4",
+            "--spec-acceptance",
+            "3.4",
+            "--spec-tree-width",
+            "4",
+            "--spec-verify-tokens",
+            "12",
+        ],
+    )
+    assert any("in a tree 4 wide, 12 verified per sequence" in n for n in notes)
