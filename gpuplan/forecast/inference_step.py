@@ -1522,7 +1522,8 @@ class StepCostModel:
             if rates.draft is not None and spec is not None
             else None
         )
-        if spec is not None:  # a verification pass runs k + 1 tokens per decoding row
+        if spec is not None:  # a verification pass runs its tokens per decoding row, a tree's
+            # draft passes their width
             top = max(max_tokens, 2.0)
             points = int(np.ceil(points * np.log(top * wide) / np.log(top)))
             max_tokens = top * wide

@@ -33,17 +33,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 from scipy.optimize import brentq
 
 from gpuplan.errors import InputError
+from gpuplan.forecast.inference_arch import Layout, Sharded, shard
+from gpuplan.forecast.model import ModelArch, arch_from
 from gpuplan.numeric import JSONDict
-
-if TYPE_CHECKING:
-    from gpuplan.forecast.inference_arch import Sharded
-    from gpuplan.forecast.model import ModelArch
 
 SPECULATIVE_PATH = Path(__file__).parent / "data" / "speculative.yaml"
 
@@ -130,8 +127,6 @@ def draft_sharded(target: Sharded, spec: Speculation | None) -> Sharded | None:
     the target's tensor parallelism when the draft's heads divide by it, else on one GPU
     (vLLM ``draft_tensor_parallel_size``, which takes the target's or 1), no pipeline or
     expert parallelism, at the target's precision. None for a draft head."""
-    from gpuplan.forecast.inference_arch import Layout, shard
-
     if spec is None or spec.draft_model is None:
         return None
     d = spec.draft_model
@@ -267,9 +262,5 @@ def speculation(
                 f"one token and at most the {top - 1} drafted on one path plus one",
                 hint="give the mean acceptance length your engine logs (SGLang 'accept len')",
             )
-    arch = None
-    if draft_model is not None:
-        from gpuplan.forecast.model import arch_from
-
-        arch = arch_from(draft_model)
+    arch = arch_from(draft_model) if draft_model is not None else None
     return Speculation(int(draft_tokens), tau, layers, basis, arch, width, verify_tokens)

@@ -22,6 +22,7 @@ from gpuplan.probes.serve_spec import (
     speculative_summary,
 )
 from gpuplan.results.schema import ResultDocument
+from tests.probes._points import serving_point
 from tests.probes.serve_server import running_server
 
 MODEL = "llama3.1-8b"
@@ -182,24 +183,14 @@ def test_an_sglang_draft_tree_is_recorded_with_its_shape():
     assert "tree_width" not in speculative_summary(chain, chain, [chain, chain])
 
 
-def test_calibration_keeps_a_trees_shape_and_forecasts_with_it():
+def test_the_artifact_keeps_a_trees_shape():
     from gpuplan.calibration.serving import validate_serving
     from gpuplan.errors import SchemaError
     from gpuplan.forecast.speculative import speculation
 
-    point = {
-        "concurrency": 1,
-        "input_tokens": 16,
-        "output_tokens": 8,
-        "ttft_s": {"p10": 0.1, "p50": 0.1, "p90": 0.1},
-        "tpot_s": {"p10": 0.01, "p50": 0.01, "p90": 0.01},
-        "speculative": {
-            "draft_tokens": 3,
-            "acceptance_length": 2.5,
-            "tree_width": 8,
-            "verify_tokens": 16,
-        },
-    }
+    point = serving_point(
+        {"draft_tokens": 3, "acceptance_length": 2.5, "tree_width": 8, "verify_tokens": 16}
+    )
     validate_serving({"h100": {"sglang@0.5": {"points": [point]}}})
     bad = {**point, "speculative": {**point["speculative"], "tree_width": "wide"}}
     with pytest.raises(SchemaError, match="tree_width must be a positive integer"):

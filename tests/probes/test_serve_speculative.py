@@ -24,6 +24,7 @@ from gpuplan.probes.serve_spec import (
     speculative_summary,
 )
 from gpuplan.results.schema import ResultDocument
+from tests.probes._points import serving_point
 from tests.probes.serve_server import running_server
 
 MODEL = "llama3.1-8b"
@@ -151,13 +152,6 @@ def test_the_artifact_refuses_an_impossible_speculation(spec):
     from gpuplan.calibration.serving import validate_serving
     from gpuplan.errors import SchemaError
 
-    point = {
-        "concurrency": 1,
-        "input_tokens": 16,
-        "output_tokens": 8,
-        "ttft_s": {"p10": 0.1, "p50": 0.1, "p90": 0.1},
-        "tpot_s": {"p10": 0.01, "p50": 0.01, "p90": 0.01},
-        "speculative": spec,
-    }
+    point = serving_point(spec)
     with pytest.raises(SchemaError, match="speculative needs draft_tokens"):
         validate_serving({"h100": {"vllm@0.6.0": {"points": [point]}}})
