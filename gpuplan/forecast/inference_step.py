@@ -410,6 +410,36 @@ ENGINE_FAMILY_ALIASES = {
     "sgl": "sglang",
 }
 
+#: Serving stacks without a profile of their own, and what to name instead: a front end or
+#: orchestrator forecasts as the engine it runs; a separate engine as the default ``modern``
+#: profile, or as its own server measured by ``gpuplan probe --workload serve``.
+_CALIBRATE_IT = (
+    "no published runs of it are fitted here: the default engine, 'modern', assumes a current "
+    "engine (CUDA graphs, vendor kernels); to use its own speed, run 'gpuplan probe --workload "
+    "serve --endpoint URL --model NAME' against it and 'gpuplan calibrate', then forecast with "
+    "the default engine"
+)
+_BACKEND_OF = "name the engine it runs (trtllm@<release>, vllm@<release> or sglang@<release>)"
+UNPROFILED_ENGINES = {
+    "nim": f"NVIDIA NIM serves through TensorRT-LLM, vLLM or SGLang: {_BACKEND_OF}",
+    "dynamo": f"NVIDIA Dynamo orchestrates TensorRT-LLM, vLLM or SGLang workers: {_BACKEND_OF}, "
+    "with --disaggregate for its prefill/decode split",
+    "triton": f"Triton Inference Server runs a backend: {_BACKEND_OF}",
+    "tritonserver": f"Triton Inference Server runs a backend: {_BACKEND_OF}",
+    "llm-d": f"llm-d schedules vLLM servers: {_BACKEND_OF}",
+    "kserve": f"KServe hosts a serving runtime: {_BACKEND_OF}",
+    "ray": f"Ray Serve LLM runs vLLM: {_BACKEND_OF}",
+    "tgi": f"Text Generation Inference: {_CALIBRATE_IT}",
+    "text-generation-inference": f"Text Generation Inference: {_CALIBRATE_IT}",
+    "lmdeploy": f"LMDeploy: {_CALIBRATE_IT}",
+    "llama.cpp": f"llama.cpp: {_CALIBRATE_IT}",
+    "llamacpp": f"llama.cpp: {_CALIBRATE_IT}",
+    "ollama": f"Ollama (llama.cpp): {_CALIBRATE_IT}",
+    "mlc-llm": f"MLC LLM: {_CALIBRATE_IT}",
+    "deepspeed-mii": f"DeepSpeed-MII: {_CALIBRATE_IT}",
+    "mii": f"DeepSpeed-MII: {_CALIBRATE_IT}",
+}
+
 _ENGINE_NAME = re.compile(
     r"^(?P<family>[a-z_/\-]+?)(?:\s*(?:@|==|\s|:|-)\s*v?(?P<version>\d+(?:\.\d+)*)\S*)?$"
 )
@@ -438,9 +468,11 @@ def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
         key=lambda p: _version_key(p.covers_from or p.version),
     )
     if not known:
+        hint = UNPROFILED_ENGINES.get(family) or UNPROFILED_ENGINES.get(key)
         raise InputError(
-            f"unknown engine {name!r}",
-            hint=f"use one of {', '.join([*ENGINE_ALIASES, *ENGINES])}",
+            f"unknown engine {name!r}" + (" (no profile of its own)" if hint else ""),
+            hint=(f"{hint}; " if hint else "")
+            + f"profiles: {', '.join([*ENGINE_ALIASES, *ENGINES])}",
         )
     if version is None:
         alias = ENGINE_ALIASES.get(family)

@@ -77,6 +77,26 @@ def test_an_unknown_family_names_the_known_ones() -> None:
         engine_profile("tgi@2.0")
 
 
+@pytest.mark.parametrize(
+    ("name", "advice"),
+    [
+        ("nim", "name the engine it runs"),
+        ("NIM@1.8.0", "name the engine it runs"),
+        ("dynamo", "--disaggregate"),
+        ("tgi@3.0", "gpuplan probe --workload serve"),
+        ("llama.cpp", "gpuplan probe --workload serve"),
+    ],
+)
+def test_a_known_stack_without_a_profile_says_what_to_name_instead(name, advice) -> None:
+    with pytest.raises(InputError, match="no profile of its own") as exc:
+        engine_profile(name)
+    assert advice in (exc.value.hint or "")
+    with pytest.raises(InputError) as other:
+        engine_profile("nosuch")
+    assert "no profile of its own" not in str(other.value)
+    assert "gpuplan probe" not in (other.value.hint or "")
+
+
 def test_the_forecast_says_which_profile_a_release_runs_on() -> None:
     r = forecast_inference("llama3.1-8b", "h100", batch=8, engine="vllm@0.10.1")
     assert r["engine"] == "vllm@0.10.1"
