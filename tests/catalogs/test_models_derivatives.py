@@ -37,6 +37,19 @@ DERIVATIVES = {
     "moonshotai/Kimi-K2-Thinking": "kimi-k2-0905",
     "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2-0905",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    "zai-org/GLM-4.7": "glm4.7",
+    "zai-org/GLM-4.7-FP8": "glm4.7",
+    "zai-org/GLM-4.7-Flash": "glm4.7-flash",
+    "zai-org/GLM-5-FP8": "glm5",
+    "Qwen/Qwen2.5-Coder-32B-Instruct": "qwen2.5-32b",
+    "Qwen/Qwen3-VL-235B-A22B-Thinking": "qwen3-vl-235b-a22b",
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": "qwen3-vl-30b-a3b",
+    "mistralai/Devstral-Small-2507": "devstral-small-24b",
+    "mistralai/Mistral-Large-3-675B-Instruct-2512": "mistral-large-3",
+    "ByteDance-Seed/Seed-OSS-36B-Instruct": "seed-oss-36b",
+    "baidu/ERNIE-4.5-300B-A47B-PT": "ernie4.5-300b-a47b",
+    "baidu/ERNIE-4.5-21B-A3B-PT": "ernie4.5-21b-a3b",
 }
 
 
@@ -49,12 +62,15 @@ def test_derivative_checkpoints_resolve_to_their_architecture(name, expected):
     "name",
     [
         "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
-        "Qwen/Qwen3-VL-235B-A22B-Thinking",  # a vision model: dropping "Thinking" leaves "VL"
+        "Qwen/Qwen3-VL-8B-Instruct",  # a vision model without a row: "VL" stays in the name
+        "XiaomiMiMo/MiMo-V2-Flash",  # two KV-head counts and a V head narrower than Q/K
     ],
 )
 def test_checkpoints_of_another_architecture_are_not_aliased(name):
     """The 14B distill is not an alias of qwen2.5-14b (no copy of its config was found to check
-    its shape against). (DeepSeek-V3.2 adds sparse attention: its own row, not V3's.)"""
+    its shape against); a Qwen3-VL checkpoint without a row of its own is not the text model of
+    its size; MiMo-V2-Flash's hybrid attention does not fit the schema. (DeepSeek-V3.2 adds
+    sparse attention: its own row, not V3's.)"""
     with pytest.raises(NotFoundError):
         CAT.model(name)
 
@@ -65,6 +81,11 @@ RELEASES = {
     "qwen3-235b-a22b-2507": ("qwen3-235b-a22b", 262144),
     "kimi-k2-0905": ("kimi-k2", 262144),
     "glm4.6": ("glm4.5", 202752),
+    "glm4.7": ("glm4.5", 202752),
+    "kimi-k2.5": ("kimi-k2", 262144),
+    "qwen3-vl-235b-a22b": ("qwen3-235b-a22b", 262144),
+    "qwen3-vl-30b-a3b": ("qwen3-30b-a3b", 262144),
+    "devstral-small-24b": ("mistral-small-24b", 131072),
 }
 ARCH_FIELDS = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "attention",
@@ -88,7 +109,18 @@ def test_release_rows_keep_the_architecture_and_lengthen_the_context(release, ba
 
 
 @pytest.mark.parametrize(
-    "model_id", ["qwen3-coder-480b-a35b", "minimax-m2", "phi-4", "mistral-small-24b"]
+    "model_id",
+    [
+        "qwen3-coder-480b-a35b",
+        "minimax-m2",
+        "phi-4",
+        "mistral-small-24b",
+        "glm4.7-flash",
+        "glm5",
+        "mistral-large-3",
+        "seed-oss-36b",
+        "ernie4.5-300b-a47b",
+    ],
 )
 def test_new_rows_count_the_published_parameters(model_id):
     m = CAT.model(model_id)
@@ -97,7 +129,8 @@ def test_new_rows_count_the_published_parameters(model_id):
 
 
 @pytest.mark.parametrize(
-    ("model_id", "embeddings_counted"), [("qwen3-coder-480b-a35b", 2), ("minimax-m2", 0)]
+    ("model_id", "embeddings_counted"),
+    [("qwen3-coder-480b-a35b", 2), ("minimax-m2", 0), ("glm5", 0)],
 )
 def test_new_moe_rows_count_the_published_active_parameters(model_id, embeddings_counted):
     m = CAT.model(model_id)
