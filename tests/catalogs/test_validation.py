@@ -103,7 +103,7 @@ def test_duplicate_alias_across_rows(catalog_copy: Path) -> None:
 
 
 def test_bad_id_reported_by_index(catalog_copy: Path) -> None:
-    _edit(catalog_copy / "fabrics.yaml", "- id: nvlink3\n", "- id: NVLink_3\n")
+    _edit(catalog_copy / "fabrics.yaml", "- id: nvlink2\n", "- id: NVLink_2\n")
     problems = validate_catalog(catalog_copy)
     assert any(
         p.file == "fabrics.yaml" and p.field == "id" and p.row.startswith("0") for p in problems
