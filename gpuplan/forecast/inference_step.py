@@ -408,6 +408,11 @@ ENGINE_FAMILY_ALIASES = {
     "rocm-vllm": "vllm",
     "rocm/vllm": "vllm",
     "sgl": "sglang",
+    # stacks without a profile (UNPROFILED_ENGINES), other spellings
+    "tritonserver": "triton",
+    "text-generation-inference": "tgi",
+    "llamacpp": "llama.cpp",
+    "deepspeed-mii": "mii",
 }
 
 #: Serving stacks without a profile of their own, and what to name instead: a front end or
@@ -425,18 +430,14 @@ UNPROFILED_ENGINES = {
     "dynamo": f"NVIDIA Dynamo orchestrates TensorRT-LLM, vLLM or SGLang workers: {_BACKEND_OF}, "
     "with --disaggregate for its prefill/decode split",
     "triton": f"Triton Inference Server runs a backend: {_BACKEND_OF}",
-    "tritonserver": f"Triton Inference Server runs a backend: {_BACKEND_OF}",
     "llm-d": f"llm-d schedules vLLM servers: {_BACKEND_OF}",
     "kserve": f"KServe hosts a serving runtime: {_BACKEND_OF}",
     "ray": f"Ray Serve LLM runs vLLM: {_BACKEND_OF}",
     "tgi": f"Text Generation Inference: {_CALIBRATE_IT}",
-    "text-generation-inference": f"Text Generation Inference: {_CALIBRATE_IT}",
     "lmdeploy": f"LMDeploy: {_CALIBRATE_IT}",
     "llama.cpp": f"llama.cpp: {_CALIBRATE_IT}",
-    "llamacpp": f"llama.cpp: {_CALIBRATE_IT}",
     "ollama": f"Ollama (llama.cpp): {_CALIBRATE_IT}",
     "mlc-llm": f"MLC LLM: {_CALIBRATE_IT}",
-    "deepspeed-mii": f"DeepSpeed-MII: {_CALIBRATE_IT}",
     "mii": f"DeepSpeed-MII: {_CALIBRATE_IT}",
 }
 
@@ -468,7 +469,7 @@ def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
         key=lambda p: _version_key(p.covers_from or p.version),
     )
     if not known:
-        hint = UNPROFILED_ENGINES.get(family) or UNPROFILED_ENGINES.get(key)
+        hint = UNPROFILED_ENGINES.get(family)
         raise InputError(
             f"unknown engine {name!r}" + (" (no profile of its own)" if hint else ""),
             hint=(f"{hint}; " if hint else "")
