@@ -129,11 +129,22 @@ class Catalog:
         except NotFoundError as exc:
             if kind != "accelerator" or "ambiguous" in exc.message:
                 raise
-            row = self._configured_part(name, ids)
+            row = self._configured_part(name, ids) or self._instance_part(name)
             if row is None:
                 raise
             return row
         return self._by_id[rid]
+
+    def _instance_part(self, name: str) -> Row | None:
+        """Rule 6 of :mod:`gpuplan.catalogs.names`: the accelerator of the cloud instance
+        type or TPU slice ``name`` names (``p5.48xlarge``: the H100 SXM)."""
+        ids = [r.id for r in self._by_kind["instance"]]
+        try:
+            rid = resolve(name, self._index["instance"], what="instance", all_ids=ids)
+        except NotFoundError:
+            return None
+        inst = self._by_id[rid]
+        return self._by_id.get(getattr(inst, "accelerator_id", ""))
 
     def _configured_part(self, name: str, ids: list[str]) -> Row | None:
         """Rule 5 of :mod:`gpuplan.catalogs.names`: the part a benchmark system's

@@ -31,6 +31,10 @@ Rule, applied in order until something matches:
    cloud VM's ROCm reports (``"AMD Instinct MI300X VF"``). They are dropped; then, if nothing matched, the memory size too, and the
    part found must hold within 7% of the memory the name states
    (``"MI300X-NPS1-SPX-192GB-750W"`` -> ``mi300x``; ``"H200-SXM-141GB-CTS"`` -> the H200 SXM).
+   A TPU slice's size is dropped the same way (``"v5p-1024"`` -> ``tpu-v5p``).
+6. **Instances** (accelerators only): a cloud instance type or TPU slice from the instance
+   catalog names its accelerator (``"p5.48xlarge"`` -> the H100 SXM, ``"trn1.32xlarge"`` ->
+   Trainium).
 
 An unknown or ambiguous name raises :class:`gpuplan.errors.NotFoundError` listing the
 closest ids (difflib).
@@ -65,6 +69,10 @@ _NOISE = {
     "instinct",
     "tesla",
     "habana",
+    # the system a part is sold in: "DGX B200", "HGX H100", "Trn2 UltraServer"
+    "dgx",
+    "hgx",
+    "ultraserver",
 }
 _COUNT = re.compile(r"^(\d+x|x\d+)$")
 #: words of a checkpoint name that say how the weights were tuned, quantised or released,
@@ -179,6 +187,9 @@ _CONFIG_WORD = re.compile(
 )
 _MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
 _GLUED_COUNT = re.compile(r"^\d+x(?=[a-z])")
+#: a TPU generation as a slice names it (``v5p-1024``, ``v5litepod-256``, ``tpu7x-64``): the
+#: count after it is the slice's size, not part of the chip's name
+_TPU_GENERATION = re.compile(r"^(v\d+[a-z]*|v5litepod|tpu\d+x?)$")
 
 
 def configuration_stripped(name: str) -> tuple[str, str, float | None]:
@@ -192,6 +203,12 @@ def configuration_stripped(name: str) -> tuple[str, str, float | None]:
     # a count glued to the part (8xH100, 8xMI300X)
     words = [_GLUED_COUNT.sub("", w) for w in words]
     kept = [w for w in words if w and not _CONFIG_WORD.match(w)]
+    # a TPU slice's size (v5p-1024, v6e-256)
+    kept = [
+        w
+        for i, w in enumerate(kept)
+        if not (w.isdigit() and i > 0 and _TPU_GENERATION.match(kept[i - 1]))
+    ]
     mem = [float(m.group(1)) for w in kept if (m := _MEMORY_WORD.match(w))]
     bare = [w for w in kept if not _MEMORY_WORD.match(w)]
     return " ".join(kept), " ".join(bare), (mem[0] if mem else None)

@@ -224,3 +224,34 @@ class _NullProgress:
 
     def advance(self, *_: Any, **__: Any) -> None:
         return None
+
+
+def sixteen_bit_default(precision: str | None, gpu: str) -> str:
+    """``--precision`` when given; else bf16, or fp16 when a named GPU has no bf16 tensor
+    cores but has fp16 ones (V100, T4), said on stderr. Serving engines pick the same way:
+    vLLM's ``--dtype auto`` casts a bf16 checkpoint to fp16 on GPUs of compute capability
+    below 8.0. A name the catalog does not know is left to the forecast's own lookup,
+    which says what is wrong."""
+    if precision is not None:
+        return precision
+    from gpuplan.catalogs.catalog import get_catalog
+    from gpuplan.errors import NotFoundError
+    from gpuplan.forecast.inference_arch import dtype_peak
+
+    lacking: list[str] = []
+    for name in (g.strip() for g in str(gpu).split(",")):
+        if not name:
+            continue
+        try:
+            row = get_catalog().gpu(name)
+        except NotFoundError:
+            return "bf16"
+        if not dtype_peak(row, "bf16") and dtype_peak(row, "fp16"):
+            lacking.append(row.id)
+    if not lacking:
+        return "bf16"
+    warn(
+        f"{', '.join(lacking)} has no bf16 tensor cores; forecasting fp16 "
+        "(pass --precision to choose)"
+    )
+    return "fp16"

@@ -20,6 +20,7 @@ from gpuplan.cli._common import (
     info,
     number_option,
     simple_table,
+    sixteen_bit_default,
     warn,
 )
 
@@ -361,8 +362,14 @@ def register(app: typer.Typer) -> None:
                 "larger than a node: wide EP, attention data-parallel on every GPU."
             ),
         ),
-        precision: str = typer.Option(
-            "bf16", "--precision", "-p", help="bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows)."
+        precision: str | None = typer.Option(
+            None,
+            "--precision",
+            "-p",
+            help=(
+                "bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows). Default bf16, fp16 on a "
+                "GPU without bf16 (V100, T4)."
+            ),
         ),
         kv_precision: str | None = typer.Option(
             None, "--kv-precision", help="KV-cache dtype override: bf16|fp16|fp8|int8."
@@ -552,6 +559,7 @@ def register(app: typer.Typer) -> None:
         from gpuplan.cli._model import model_argument
 
         m = model_argument(model, model_file, arch, gated_mlp=gated_mlp)
+        precision = sixteen_bit_default(precision, gpu)
         if model:
             from gpuplan.catalogs.names import checkpoint_precision
 

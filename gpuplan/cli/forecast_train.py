@@ -19,6 +19,7 @@ from gpuplan.cli._common import (
     fmt_si,
     number_option,
     simple_table,
+    sixteen_bit_default,
     warn,
 )
 
@@ -378,10 +379,13 @@ def register(app: typer.Typer) -> None:
                 "default) | contiguous (the last rank sets the pace)."
             ),
         ),
-        precision: str = typer.Option(
-            "bf16",
+        precision: str | None = typer.Option(
+            None,
             "--precision",
-            help="bf16|fp16|fp8|mxfp8|fp4 (nvfp4/mxfp4)|int8, where the chip has it.",
+            help=(
+                "bf16|fp16|fp8|mxfp8|fp4 (nvfp4/mxfp4)|int8, where the chip has it. Default "
+                "bf16, fp16 on a GPU without bf16 (V100, T4)."
+            ),
         ),
         tokens: float | None = number_option(
             None,
@@ -427,6 +431,7 @@ def register(app: typer.Typer) -> None:
             model, model_file, arch, gated_mlp=gated_mlp, tied_embeddings=tied_embeddings
         )
         _check_platform(gpu, node=node, instance=instance)
+        precision = sixteen_bit_default(precision, gpu)
         par = {
             k: v
             for k, v in dict(

@@ -226,3 +226,38 @@ def test_a_stated_memory_the_part_does_not_hold_does_not_resolve(name: str) -> N
     states: an H100 SXM has 80 GB, not 94 (that is the H100 NVL)."""
     with pytest.raises(NotFoundError, match="unknown GPU"):
         get_catalog().gpu(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # the system a part ships in (rule 2's noise words)
+        ("DGX B200", "b200-sxm-180gb"),
+        ("HGX H100", "h100-sxm5-80gb"),
+        ("NVIDIA DGX GB200", "gb200-gpu-186gb"),
+        ("Trn2 UltraServer", "trainium2"),
+        # a TPU slice's size after its generation (rule 5)
+        ("v5p-1024", "tpu-v5p"),
+        ("TPU v6e-64", "tpu-v6e"),
+        ("v5litepod-16", "tpu-v5e"),
+        # a cloud instance type names its accelerator (rule 6)
+        ("p5.48xlarge", "h100-sxm5-80gb"),
+        ("trn1.32xlarge", "trainium1"),
+        ("Standard_ND96isr_MI300X_v5", "mi300x"),
+        ("a3-megagpu-8g", "h100-sxm5-80gb"),
+        # part numbers
+        ("HL-325L", "gaudi3"),
+        ("HL-225H", "gaudi2"),
+        ("GH200 480GB", "gh200-96gb"),
+    ],
+)
+def test_system_slice_and_instance_names_resolve(name: str, expected: str) -> None:
+    assert get_catalog().gpu(name).id == expected
+
+
+@pytest.mark.parametrize("name", ["MI300X-8", "H100-8", "p9.48xlarge"])
+def test_a_count_counts_only_after_a_tpu_generation(name: str) -> None:
+    """The slice size is dropped after a TPU generation only; elsewhere a number stays
+    part of the name, and an instance type outside the catalog is not guessed."""
+    with pytest.raises(NotFoundError):
+        get_catalog().gpu(name)
