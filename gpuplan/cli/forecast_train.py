@@ -488,6 +488,8 @@ def register(app: typer.Typer) -> None:
                 instance=instance,
                 progress=tick,
             )
+        for note in result.get("notes") or []:
+            warn(note)
         if not result["fits_in_memory"]:
             warn(
                 "the layout does not fit in GPU memory; to fit: "

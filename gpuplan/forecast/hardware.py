@@ -105,6 +105,8 @@ class Hardware:
     """Scale-out bandwidth per GPU, per direction; None = the calibration's default."""
     generation: str | None = None
     """Architecture generation (``ampere``, ``hopper``...): selects the attention kernel."""
+    vendor: str | None = None
+    """The catalog's vendor (``nvidia``, ``amd``, ``aws``...)."""
     cluster_unit: int | None = None
     """Accelerators in the smallest unit a cluster is built from (an HGX node, an NVL72
     compute tray, a TPU host); None = ``node_size``. Sizing scans whole units."""
@@ -220,6 +222,7 @@ def resolve_hardware(
     peaks = {d: float(v) for d, v in row.dense_flops_per_s.items() if v}
     return Hardware(
         generation=row.generation,
+        vendor=str(row.vendor) if getattr(row, "vendor", None) else None,
         peaks_flops_per_s=peaks,
         cluster_unit=int(row.cluster_unit) if row.cluster_unit else None,
         purchase_unit=int(row.purchase_unit) if row.purchase_unit else None,

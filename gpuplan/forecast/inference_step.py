@@ -457,7 +457,8 @@ def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
     why this one stands for it (None when it names a profile or an alias)."""
     from gpuplan.errors import InputError
 
-    key = str(name).strip().lower()
+    # a parenthesised note names the build, not the engine: "vLLM (ROCm) 0.9.2"
+    key = " ".join(re.sub(r"\([^)]*\)", " ", str(name)).split()).lower()
     key = ENGINE_ALIASES.get(key, key)
     if key in ENGINES:
         return ENGINES[key], None
@@ -526,6 +527,8 @@ def engine_profile(name: str) -> EngineProfile:
     'vllm@0.8.4'
     >>> engine_profile("tensorrt-llm@1.1.0rc2").name
     'trtllm@1.2'
+    >>> engine_profile("vLLM (ROCm) 0.9.2").name
+    'vllm@0.8.4'
     """
     return _resolve_engine(name)[0]
 

@@ -669,6 +669,19 @@ def forecast_training(
             f"{out['num_gpus']} GPUs divides {gbs} (data parallelism x micro-batch must)"
         )
     out["global_batch"] = used
+    tp_used = int(out["parallelism"]["tp"])
+    if tp_used > hw.node_size:
+        domains = -(-tp_used // int(hw.node_size))
+        note = (
+            f"tensor parallelism {tp_used} spans {domains} scale-up domains of {hw.node_size} "
+            f"{hw.gpu_id}: its all-reduces cross the scale-out network"
+        )
+        if hw.vendor == "aws":
+            note += (
+                "; Neuron configurations count NeuronCores, several per chip (TP=32 on a "
+                "trn1.32xlarge is its 16 chips): give --tp and --gpus in chips"
+            )
+        out.setdefault("notes", []).append(note)
     out["global_batch_tokens"] = used * int(seq_len)
     out["tokens"] = float(tokens) if tokens is not None else None
     out["target_days"] = float(target_days) if target_days is not None else None
