@@ -409,25 +409,59 @@ def simulate(
 
     Returns per-request TTFT (arrival to first token) and TPOT ((last token - first token) /
     (answer length - 1)) of the requests after the warm-up fraction.
+
+    The latencies are those of the steady state a fleet serving the load for hours sees.
+    A request stays about ``R = TTFT + mean answer x TPOT`` in the replica, and the running
+    requests settle at ``qps x R`` (Little's law) only after the first arrivals' lifetimes;
+    when ``num_requests`` arrive in less than a few lifetimes (long answers at a high rate:
+    1,000 requests at 100/s end before a 500-token answer at 30 ms does), the measured
+    requests would see the ramp-up and the final drain instead. The run is then extended:
+    arrivals over two mean lifetimes before the measured requests (warm-up) and over a p99
+    lifetime after them (they finish under load), the lifetimes estimated from a first run
+    and refined once (Kleinrock 1975, 'Queueing Systems' vol. 1, Sec. 2.1, Little's law;
+    the warm-up deletion of Law & Kelton, 'Simulation Modeling and Analysis', Sec. 9.5.1).
     """
     if qps <= 0:
         raise InputError(f"--qps must be positive, got {qps}")
     n_req = check_num_requests(num_requests)
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / qps, n_req))
-    lin = inputs.sample(rng, n_req)
-    lout = outputs.sample(rng, n_req)
-    return simulate_requests(
-        replica,
-        arrivals,
-        lin,
-        lout,
-        qps=qps,
-        warmup_fraction=warmup_fraction,
-        scenario=scenario,
-        max_queue=max_queue,
-        skip=skip,
-    )
+    n_warm = int(n_req * warmup_fraction)
+    n_meas = n_req - n_warm
+    warm_more, cool = 0, 0
+    res: SimResult | None = None
+    for _ in range(3):
+        total = n_warm + warm_more + n_meas + cool
+        rng = np.random.default_rng(seed)
+        arrivals = np.cumsum(rng.exponential(1.0 / qps, total))
+        lin = inputs.sample(rng, total)
+        lout = outputs.sample(rng, total)
+        res = simulate_requests(
+            replica,
+            arrivals,
+            lin,
+            lout,
+            qps=qps,
+            warmup_fraction=(n_warm + warm_more) / total,
+            scenario=scenario,
+            max_queue=max_queue,
+            skip=skip,
+            measure_until=n_warm + warm_more + n_meas if cool else None,
+        )
+        if res.saturated or res.tpot_s.size == 0:
+            return res
+        # request lifetimes at the load measured so far (under-estimates while ramping)
+        tpot = float(np.mean(res.tpot_s))
+        life = float(np.mean(res.ttft_s)) + outputs.mean * tpot
+        life_tail = float(np.percentile(res.ttft_s, 99)) + outputs.quantile(0.99) * tpot
+        need_warm = math.ceil(qps * 2.0 * life)
+        need_cool = math.ceil(qps * life_tail)
+        if need_warm + need_cool <= max(n_warm, 1) and not cool:
+            return res  # the lifetimes are short against the run: already a steady state
+        if need_warm <= n_warm + warm_more and need_cool <= cool:
+            return res
+        warm_more = max(warm_more, need_warm - n_warm, 0)
+        cool = max(cool, need_cool, 1)
+    assert res is not None
+    return res
 
 
 def frontend_entries(arrivals: np.ndarray, c: float) -> np.ndarray:
@@ -457,6 +491,7 @@ def simulate_requests(
     max_queue: int | None = None,
     skip: bool = True,
     concurrency: int | None = None,
+    measure_until: int | None = None,
 ) -> SimResult:
     """The simulation of :func:`simulate` for given requests: arrival times (s, sorted) and
     prompt / answer lengths (tokens, answers >= 1). All arrivals at 0 is the burst of a
@@ -470,6 +505,12 @@ def simulate_requests(
     ``replica.recv_interval`` N > 1: requests that reached the front end wait for the
     scheduler's next poll, which comes after every N-th decode-only iteration, after an
     iteration that prefilled, or at once when the replica is idle.
+
+    ``measure_until``: only the requests before this index (and from the warm-up fraction
+    on) are measured; the later ones keep the load on while the measured ones finish, and
+    throughput and mean running requests are those of the measured requests' arrival window
+    (a steady state; :func:`simulate`). None: every request from the warm-up on, with the
+    queue's drain at the end (a finite benchmark run).
     """
     lin = np.asarray(lin, dtype=np.int64)
     lout = np.maximum(np.asarray(lout, dtype=np.int64), 1)
@@ -519,6 +560,16 @@ def simulate_requests(
     running = 0
     busy_time = 0.0
     area_running = 0.0
+    # the measured requests' arrival window (steady-state runs): the running requests' area
+    # inside it
+    m_start = int(n_req * warmup_fraction)
+    m_end = n_req if measure_until is None else max(min(int(measure_until), n_req), m_start + 1)
+    w0, w1 = (
+        (float(arrived[m_start]), float(arrived[m_end - 1]))
+        if measure_until is not None and not closed
+        else (math.inf, -math.inf)
+    )
+    area_win = 0.0
     saturated = False
 
     def base_time(
@@ -585,6 +636,7 @@ def simulate_requests(
             t += dt
             busy_time += dt
             area_running += running * dt
+            area_win += running * max(0.0, min(t, w1) - max(t - dt, w0))
             it += 1
             since_poll = recv_every  # a pass that prefilled: the next one takes requests
             for _ in done_now:
@@ -636,6 +688,7 @@ def simulate_requests(
             t += dt
             busy_time += dt
             area_running += running * dt
+            area_win += running * max(0.0, min(t, w1) - max(t - dt, w0))
             it += k
             since_poll += k
             while heap and heap[0][0] <= it:
@@ -651,8 +704,9 @@ def simulate_requests(
         else:
             break
 
-    start = int(n_req * warmup_fraction)
-    sel = np.arange(n_req) >= start
+    start = m_start
+    idx = np.arange(n_req)
+    sel = (idx >= start) & (idx < m_end)
     done = sel & ~np.isnan(finish)
     if saturated or not done.any():
         return SimResult(np.array([]), np.array([]), qps, t, 0, 0.0, True, n_req)
@@ -662,15 +716,20 @@ def simulate_requests(
         growth = float(np.polyfit(arrived[done], ttft, 1)[0])
     multi = done & (lout > 1)
     tpot = ((finish - first) / np.maximum(lout - 1, 1))[multi]
-    window = finish[done].max() - arrived[start]
     out_tokens = int(lout[done].sum())
+    if w1 > w0:  # steady state: the measured requests' arrival window
+        window = w1 - w0
+        mean_running = area_win / window
+    else:
+        window = finish[done].max() - arrived[start]
+        mean_running = area_running / t if t > 0 else 0.0
     return SimResult(
         ttft_s=ttft,
         tpot_s=tpot,
         qps=qps,
         duration_s=float(window),
         output_tokens=out_tokens,
-        mean_running=area_running / t if t > 0 else 0.0,
+        mean_running=mean_running,
         saturated=False,
         requests=int(done.sum()),
         ttft_growth=growth,

@@ -19,6 +19,7 @@ from gpuplan.forecast.serving import (
     max_rate_meeting,
     poisson_quantile,
     simulate,
+    simulate_requests,
     size_fleet,
 )
 
@@ -101,6 +102,33 @@ def test_des_conserves_load_and_littles_law(llama_replica):
     # Little: requests in the system = rate x time in system (TTFT + 255 x TPOT)
     w = res.ttft_s.mean() + 255 * res.tpot_s.mean()
     assert res.mean_running == pytest.approx(qps * w, rel=0.1)
+
+
+def test_long_lifetimes_are_measured_in_the_steady_state(llama_replica):
+    """400 requests at 4/s arrive in 100 s, about one lifetime of a 2,000-token answer:
+    measured as they come, they would see the ramp-up and the drain (a third fewer running
+    requests and output tokens/s than the load's). The run is extended until the measured
+    requests see the steady state: the offered output rate is served and Little's law holds
+    over them. At 6/s the batch cap cannot keep up, which only the steady state shows."""
+    out = 2000
+    kw = dict(num_requests=400, seed=4)
+    res = simulate(llama_replica, 4.0, LengthDist(512), LengthDist(out), **kw)
+    assert not res.overloaded and res.requests == 360
+    life = res.ttft_s.mean() + (out - 1) * res.tpot_s.mean()
+    assert 4.0 * life > 400 / 4  # lifetimes long against the run: it needed the extension
+    assert res.output_tokens / res.duration_s == pytest.approx(4.0 * out, rel=0.05)
+    assert res.mean_running == pytest.approx(4.0 * life, rel=0.05)
+    over = simulate(llama_replica, 6.0, LengthDist(512), LengthDist(out), **kw)
+    # 256 running x 1 token per ~25 ms step is below the 12,000 tokens/s offered
+    assert over.overloaded
+    # a run already long against the lifetimes is measured as it is: the same requests
+    # simulated without the steady-state check give the same latencies
+    short = simulate(llama_replica, 2.0, LengthDist(512), LengthDist(64), num_requests=800, seed=4)
+    rng = np.random.default_rng(4)
+    arrivals = np.cumsum(rng.exponential(1 / 2.0, 800))
+    lin, lout = LengthDist(512).sample(rng, 800), LengthDist(64).sample(rng, 800)
+    plain = simulate_requests(llama_replica, arrivals, lin, lout, qps=2.0, warmup_fraction=0.1)
+    assert np.array_equal(short.ttft_s, plain.ttft_s) and short.requests == 720
 
 
 def test_latency_grows_with_load(llama_replica):
