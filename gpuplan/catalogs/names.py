@@ -189,7 +189,7 @@ _MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
 _GLUED_COUNT = re.compile(r"^\d+x(?=[a-z])")
 #: a TPU generation as a slice names it (``v5p-1024``, ``v5litepod-256``, ``tpu7x-64``): the
 #: count after it is the slice's size, not part of the chip's name
-_TPU_GENERATION = re.compile(r"^(v\d+[a-z]*|v5litepod|tpu\d+x?)$")
+_TPU_GENERATION = re.compile(r"^(v[2-7][a-z]*|v5litepod|tpu\d+x?)$")  # not v100
 
 
 def configuration_stripped(name: str) -> tuple[str, str, float | None]:

@@ -222,7 +222,7 @@ def resolve_hardware(
     peaks = {d: float(v) for d, v in row.dense_flops_per_s.items() if v}
     return Hardware(
         generation=row.generation,
-        vendor=str(row.vendor) if getattr(row, "vendor", None) else None,
+        vendor=row.vendor,
         peaks_flops_per_s=peaks,
         cluster_unit=int(row.cluster_unit) if row.cluster_unit else None,
         purchase_unit=int(row.purchase_unit) if row.purchase_unit else None,

@@ -440,7 +440,9 @@ def simulate(
             lin,
             lout,
             qps=qps,
-            warmup_fraction=(n_warm + warm_more) / total,
+            # the caller's fraction while unextended (the same requests measured as before);
+            # extended, half a request over the count so int(total x fraction) is exact
+            warmup_fraction=warmup_fraction if not cool else (n_warm + warm_more + 0.5) / total,
             scenario=scenario,
             max_queue=max_queue,
             skip=skip,
