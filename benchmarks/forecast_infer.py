@@ -13,12 +13,10 @@ loaded once per process; their cold start is printed apart):
   discrete-event simulation of the cheapest layouts), for information.
 * ``forecast_spec``: the one forecast with speculative decoding (3 draft tokens, the
   default acceptance), whose per-token iteration prices three passes: the same < 5 ms.
-* ``search_spec``: the search with speculative decoding, for information: 0.96-0.98 s here
-  since the steady state's fixed point is a safeguarded Newton (1.1-1.3 s before, when plain
-  Newton cycled on the rates where a step's per-token cost bends the iteration time); its
-  cost grid reaches k + 1 times the tokens, where the plain search's clamps, and it takes
-  about 1.7 times the plain search's fixed-point iterations, so it sits at the 1 s line and
-  is not gated.
+* ``search_spec``: the search with speculative decoding, for information: a speculative
+  step's cost model does not stack (:class:`gpuplan.forecast.inference_step.CostStack`), so
+  each layout solves its steady state alone (1.7-1.9 s on the 2-core machine on 2026-12-06,
+  where the plain search, every layout stacked in one solve, takes 0.60-0.66 s); not gated.
 
 Run::
 

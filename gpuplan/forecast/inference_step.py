@@ -830,6 +830,15 @@ class DeviceRates:
     fp8_moe: bool = field(init=False)
     #: the rates of a separate draft model (:func:`gpuplan.forecast.speculative.draft_sharded`)
     draft: DeviceRates | None = field(init=False)
+    #: passes of one forecast recur (a static run's decode step and a speculative step's
+    #: draft pass over the same rows): their GEMM rates and collectives at a scalar token
+    #: count are kept, read-only
+    _gemm_memo: dict[tuple[float, float], tuple[Gemms, np.ndarray, str]] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
+    _comm_memo: dict[float, tuple[FloatArray, FloatArray, str]] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         dsh = draft_sharded(self.sharded, self.speculation)
@@ -859,6 +868,17 @@ class DeviceRates:
             if not peak:
                 raise
             return np.full(3, float(peak)), "spec"
+
+    def rated_gemms(self, tokens: float, logit_rows: float) -> tuple[Gemms, np.ndarray, str]:
+        """``sh.gemms(tokens, logit_rows)`` and their :meth:`gemm_rates`, kept per count."""
+        key = (float(tokens), float(logit_rows))
+        hit = self._gemm_memo.get(key)
+        if hit is None:
+            g = self.sharded.gemms(tokens, logit_rows)
+            rate, basis = self.gemm_rates(g)
+            rate.setflags(write=False)
+            hit = self._gemm_memo[key] = (g, rate, basis)
+        return hit
 
     def gemm_rates(self, g: Gemms) -> tuple[np.ndarray, str]:
         """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype.
@@ -959,6 +979,18 @@ class DeviceRates:
         """Per-pass collective time of the stage and the time of one PP hop, ``(3, *shape)``
         for ``tokens`` of any shape. A TP group larger than the scale-up domain spans
         ``tp / domain`` nodes (the hierarchical model, and the library's network steps)."""
+        if np.ndim(tokens) == 0:
+            key = float(tokens)
+            hit = self._comm_memo.get(key)
+            if hit is None:
+                t, hop, basis = self._comm(tokens)
+                t.setflags(write=False)
+                hop.setflags(write=False)
+                hit = self._comm_memo[key] = (t, hop, basis)
+            return hit
+        return self._comm(tokens)
+
+    def _comm(self, tokens: Num) -> tuple[FloatArray, FloatArray, str]:
         sh = self.sharded
         a, lay = sh.arch, sh.layout
         ab = sh.precision.activation_bytes
@@ -1044,8 +1076,7 @@ def pass_parts(
     """
     sh = rates.sharded
     if gemm_rates is None:
-        g = sh.gemms(tokens, logit_rows)
-        rate, b_gemm = rates.gemm_rates(g)
+        g, rate, b_gemm = rates.rated_gemms(tokens, logit_rows)
     else:
         g, rate, b_gemm = gemm_rates
     flops = 2.0 * g.m * g.n * g.k
@@ -1249,7 +1280,9 @@ def _poisson_table() -> tuple[FloatArray, FloatArray, FloatArray]:
 _POISSON_LOG_MU, _POISSON_W, _POISSON_U = _poisson_table()
 
 
-def prompts_per_iteration(mean: Num, tail: float = 1e-4) -> tuple[FloatArray, FloatArray]:
+def prompts_per_iteration(
+    mean: Num, tail: float = 1e-4, *, per_row: bool = False
+) -> tuple[FloatArray, FloatArray]:
     """Counts of prompts (or prompt chunks) landing in one iteration and their weights,
     both ``mean.shape + (K,)``, the weights of each row summing to one.
 
@@ -1267,7 +1300,9 @@ def prompts_per_iteration(mean: Num, tail: float = 1e-4) -> tuple[FloatArray, Fl
     interpolated from a table of means (the mean stays exact, the variance within 1%);
     means under 1e-4 take the counts 0 and 1, means over 1e6 the normal limit. Nodes that
     no row gives a weight, or a share of its mean, above ``tail`` are dropped (and the rest
-    renormalised).
+    renormalised); with ``per_row`` each row also zeroes its own such nodes, so that a row's
+    expectation does not depend on the other rows of the call (the fleet search solves
+    every layout's rates in one call: a layout's answer must not depend on the others').
     """
     mu = np.maximum(np.asarray(mean, dtype=float), 0.0)
     flat = mu.reshape(-1)
@@ -1290,6 +1325,8 @@ def prompts_per_iteration(mean: Num, tail: float = 1e-4) -> tuple[FloatArray, Fl
     # a node stays while some row gives it a weight, or a share of its mean, above tail
     weighty = (w > tail) | (w * counts > tail * mu[..., None])
     keep = weighty.reshape(-1, _POISSON_NODES).any(axis=0)
+    if per_row:
+        w = np.where(weighty, w, 0.0)
     w = w[..., keep]
     return counts[..., keep], w / w.sum(axis=-1, keepdims=True)
 
@@ -1447,12 +1484,10 @@ def speculative_iteration(
         d = spec.head_share(rates.sharded.arch.layers)
         one_p = decode_pass(rates, batch, mean_ctx, o / 2.0)[0]
         wide_p = decode_pass(rates, batch, mean_ctx, o / 2.0, queries=w)[0] if w > 1 else one_p
-        passes = [
-            combine(one_p, params),
-            lm_head_time(one_p, params),
-            combine(wide_p, params),
-            lm_head_time(wide_p, params),
-        ]
+        passes = [combine(one_p, params), lm_head_time(one_p, params)]
+        passes += (
+            [combine(wide_p, params), lm_head_time(wide_p, params)] if w > 1 else passes[:2]
+        )
         head = [d, 1.0 - d, (k - 1.0) * d, (k - 1.0) * (1.0 - d)]
         per_token = weighted_time(
             [1.0, *head, -keep, *(-keep * x for x in head)], [step, *passes, verify, *passes]
@@ -1846,13 +1881,155 @@ class StepCostModel:
             ctx_tokens, prefill_flops = self.windowed(
                 rows, ctx_tokens, prefill_flops, prefill_tokens
             )
-        stage = (
-            self.base(np.asarray(tokens, float) / m, scenario)
-            + self.lm(lm_rows / m, scenario)
-            + index
-            + np.asarray(ctx_tokens, float) / m * attn_ctx
-            + np.asarray(rows, float) / m * self.state_s_per_row[scenario]
-            + np.asarray(prefill_flops, float) / m * self.attn_s_per_prefill_flop[scenario]
-            + np.asarray(prefill_tokens, float) / m * self.kv_s_per_prefill_token[scenario]
+        return stage_sum(
+            self.base(np.asarray(tokens, float) / m, scenario),
+            self.lm(lm_rows / m, scenario),
+            index,
+            rows,
+            ctx_tokens,
+            prefill_flops,
+            prefill_tokens,
+            m=m,
+            attn_ctx=attn_ctx,
+            state=self.state_s_per_row[scenario],
+            attn_pf=self.attn_s_per_prefill_flop[scenario],
+            kv_pf=self.kv_s_per_prefill_token[scenario],
+            stage_factor=self.stage_factor,
+            hop=self.hop_s[scenario],
         )
-        return np.asarray(self.stage_factor * stage + (self.pp - 1) * self.hop_s[scenario], float)
+
+
+def stage_sum(
+    base: Num,
+    lm: Num,
+    index: Num,
+    rows: Num,
+    ctx_tokens: Num,
+    prefill_flops: Num,
+    prefill_tokens: Num,
+    *,
+    m: Num,
+    attn_ctx: Num,
+    state: Num,
+    attn_pf: Num,
+    kv_pf: Num,
+    stage_factor: Num,
+    hop: Num,
+) -> FloatArray:
+    """One pass of :class:`StepCostModel` from its parts: the tabulated GEMM + element-wise +
+    communication time (``base``) and LM head (``lm``) of a stage's tokens and rows, a DSA
+    indexer's time (``index``), and the terms linear in what the pass holds (decode context,
+    recurrent state per row, prefill attention FLOPs and KV written), each a ``1/m`` share
+    per stage; ``stage_factor`` stage passes plus ``m - 1`` hops
+    (:meth:`StepCostModel._pass_time`, :meth:`CostStack.time`)."""
+    stage = (
+        np.asarray(base, float)
+        + lm
+        + index
+        + np.asarray(ctx_tokens, float) / m * attn_ctx
+        + np.asarray(rows, float) / m * state
+        + np.asarray(prefill_flops, float) / m * attn_pf
+        + np.asarray(prefill_tokens, float) / m * kv_pf
+    )
+    return np.asarray(stage_factor * stage + (np.asarray(m, float) - 1) * hop, float)
+
+
+@dataclass
+class CostStack:
+    """Several plain :class:`StepCostModel` evaluated in one vectorised call: element ``i``
+    of every argument of :meth:`time` is priced by model ``which[i]``.
+
+    The analytic fleet search solves one steady state per layout; stacked, the layouts of
+    every GPU and TP solve theirs together (numpy's cost per call, not per element, is most
+    of a small solve). A model's grid is shifted by its own offset along one concatenated
+    axis, so one ``np.interp`` interpolates every element in its own model's table
+    (clamped to that table's ends, as :meth:`StepCostModel.base` is). Plain: no
+    speculation, no draft model, no local attention (:meth:`stackable`).
+    """
+
+    offsets: FloatArray  # (G,) shift of each model's log grid on the common axis
+    log_lo: FloatArray  # (G,) its ends, before the shift
+    log_hi: FloatArray
+    axis: FloatArray  # the shifted log grids, concatenated
+    base_s: FloatArray  # (3, len(axis))
+    lm_s: FloatArray  # (3, len(axis))
+    attn_s_per_ctx_token: FloatArray  # (3, G)
+    state_s_per_row: FloatArray
+    attn_s_per_prefill_flop: FloatArray
+    kv_s_per_prefill_token: FloatArray
+    hop_s: FloatArray
+    pp: FloatArray  # (G,)
+    stage_factor: FloatArray  # (G,)
+    max_tokens: FloatArray  # (G,)
+
+    @staticmethod
+    def stackable(model: StepCostModel) -> bool:
+        return (
+            model.speculation is None
+            and model.draft is None
+            and model.window is None
+            and model.chunk is None
+        )
+
+    @classmethod
+    def of(cls, models: Sequence[StepCostModel]) -> CostStack:
+        if not models or not all(cls.stackable(c) for c in models):
+            raise ValueError("only plain cost models (no speculation or local attention) stack")
+        lo = np.array([c.log_grid[0] for c in models])
+        hi = np.array([c.log_grid[-1] for c in models])
+        span = float((hi - lo).max()) + 1.0
+        offsets = np.arange(len(models)) * span - lo
+
+        def col(name: str) -> FloatArray:
+            return np.stack([np.asarray(getattr(c, name), float) for c in models], axis=1)
+
+        return cls(
+            offsets=offsets,
+            log_lo=lo,
+            log_hi=hi,
+            axis=np.concatenate([c.log_grid + o for c, o in zip(models, offsets, strict=True)]),
+            base_s=np.concatenate([c.base_s for c in models], axis=1),
+            lm_s=np.concatenate([c.lm_s for c in models], axis=1),
+            attn_s_per_ctx_token=col("attn_s_per_ctx_token"),
+            state_s_per_row=col("state_s_per_row"),
+            attn_s_per_prefill_flop=col("attn_s_per_prefill_flop"),
+            kv_s_per_prefill_token=col("kv_s_per_prefill_token"),
+            hop_s=col("hop_s"),
+            pp=np.array([float(c.pp) for c in models]),
+            stage_factor=np.array([c.stage_factor for c in models]),
+            max_tokens=np.array([c.max_tokens for c in models]),
+        )
+
+    def _interp(self, table: FloatArray, x: Num, which: np.ndarray) -> FloatArray:
+        lx = np.log(np.maximum(np.asarray(x, dtype=float), 1.0))
+        shifted = np.clip(lx, self.log_lo[which], self.log_hi[which]) + self.offsets[which]
+        return np.asarray(np.interp(shifted, self.axis, table), float)
+
+    def time(
+        self,
+        tokens: Num,
+        rows: Num,
+        ctx_tokens: Num,
+        prefill_flops: Num,
+        prefill_tokens: Num,
+        scenario: int,
+        which: np.ndarray,
+    ) -> FloatArray:
+        """:meth:`StepCostModel.time` of model ``which`` (broadcast with the arguments)."""
+        m = self.pp[which]
+        return stage_sum(
+            self._interp(self.base_s[scenario], np.asarray(tokens, float) / m, which),
+            self._interp(self.lm_s[scenario], np.asarray(rows, float) / m, which),
+            0.0,
+            rows,
+            ctx_tokens,
+            prefill_flops,
+            prefill_tokens,
+            m=m,
+            attn_ctx=self.attn_s_per_ctx_token[scenario][which],
+            state=self.state_s_per_row[scenario][which],
+            attn_pf=self.attn_s_per_prefill_flop[scenario][which],
+            kv_pf=self.kv_s_per_prefill_token[scenario][which],
+            stage_factor=self.stage_factor[which],
+            hop=self.hop_s[scenario][which],
+        )

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from gpuplan.errors import InputError
-from gpuplan.forecast.inference_step import VALUE, StepCostModel, prompts_per_iteration
+from gpuplan.forecast.inference_step import (
+    VALUE,
+    CostStack,
+    StepCostModel,
+    prompts_per_iteration,
+)
 from gpuplan.numeric import BoolArray, FloatArray, IntArray, JSONDict, Num
 
 if TYPE_CHECKING:
@@ -741,6 +746,43 @@ def simulate_requests(
 # ---------------------------------------------------------------------------------------------
 # Analytic steady state (for the fast search)
 # ---------------------------------------------------------------------------------------------
+class _Replicas:
+    """The analytic model's view of one replica, or of several solved at once: element ``i``
+    of a call's arrays is served by replica ``which[i]``, whose parameters are gathered per
+    element (:class:`CostStack` prices the iterations of several)."""
+
+    def __init__(self, replicas: Sequence[ReplicaModel]) -> None:
+        self.replicas = list(replicas)
+        self.one: StepCostModel | None = replicas[0].cost if len(replicas) == 1 else None
+        self.stack = None if self.one is not None else CostStack.of([r.cost for r in replicas])
+        self.coef = np.array([r.prefill_flops_coef for r in replicas], dtype=float)
+        self.chunk = np.array([float(r.chunk_tokens) for r in replicas])
+        self.kv_capacity = np.array([r.kv_capacity_tokens for r in replicas], dtype=float)
+        self.max_batch = np.array([float(r.max_batch) for r in replicas])
+        self.max_tokens = np.array([r.cost.max_tokens for r in replicas], dtype=float)
+
+    def __len__(self) -> int:
+        return len(self.replicas)
+
+    def pool_tokens(self, lengths: float) -> FloatArray:
+        return np.array([float(r.pool_tokens(lengths)) for r in self.replicas])
+
+    def time(
+        self,
+        which: np.ndarray,
+        tokens: Num,
+        rows: Num,
+        ctx: Num,
+        pf_flops: Num,
+        pf_tokens: Num,
+        scenario: int,
+    ) -> FloatArray:
+        if self.one is not None:
+            return np.asarray(self.one.time(tokens, rows, ctx, pf_flops, pf_tokens, scenario))
+        assert self.stack is not None
+        return self.stack.time(tokens, rows, ctx, pf_flops, pf_tokens, scenario, which)
+
+
 def analytic_latency(
     replica: ReplicaModel,
     rate: Num,
@@ -763,35 +805,61 @@ def analytic_latency(
     budget); the percentile uses the quantile of the prompt length. Infeasible: no fixed
     point, more running requests than batch slots, or KV cache overflow.
     """
-    lam = np.asarray(rate, dtype=float)
+    lam = np.atleast_1d(np.asarray(rate, dtype=float))
+    return _analytic_latency(
+        _Replicas([replica]),
+        lam,
+        np.zeros(lam.shape, dtype=int),
+        inputs,
+        outputs,
+        percentile,
+        scenario,
+        iterations,
+        ignore_batch_cap=ignore_batch_cap,
+    )
+
+
+def _analytic_latency(
+    reps: _Replicas,
+    lam: FloatArray,
+    which: np.ndarray,
+    inputs: LengthDist,
+    outputs: LengthDist,
+    percentile: str,
+    scenario: int,
+    iterations: int = 60,
+    *,
+    ignore_batch_cap: bool = False,
+) -> tuple[FloatArray, FloatArray, BoolArray]:
+    """:func:`analytic_latency` of rate ``lam[i]`` on replica ``which[i]`` of ``reps``,
+    elementwise (an element's answer does not depend on the others)."""
     i_mean, o_mean = inputs.mean, outputs.mean
     q = PERCENTILES[percentile] / 100.0
     i_q = inputs.quantile(q) if q > 0.5 else inputs.quantile(0.5)
-    coef = replica.prefill_flops_coef
-    cost = replica.cost
+    coef = reps.coef[which]
     # prompts per iteration are Poisson(lam * tau); the iteration time is convex in the
     # tokens it holds, so the mean is taken over that count, not at its mean (Jensen)
 
-    def mean_iteration(tau: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    def mean_iteration(tau: np.ndarray, lam: np.ndarray, at: np.ndarray) -> np.ndarray:
         n = (lam * o_mean * tau)[:, None]
-        ks, w = prompts_per_iteration(lam * tau)
-        t = cost.time(
+        ks, w = prompts_per_iteration(lam * tau, per_row=True)
+        t = reps.time(
+            at[:, None],
             n + ks * i_mean,
             np.maximum(n, 1.0),
             n * (i_mean + o_mean / 2.0),
-            ks * coef * i_mean**2 / 2.0,
+            ks * reps.coef[at][:, None] * i_mean**2 / 2.0,
             ks * i_mean,
             scenario,
         )
         return np.asarray((w * t).sum(axis=1), dtype=float)
 
-    lam = np.atleast_1d(lam)
-    tau0 = float(cost.time(1.0, 1.0, 0.0, 0.0, 0.0, scenario))
-    tau = np.full_like(lam, tau0)
+    tau0 = reps.time(which, 1.0, 1.0, 0.0, 0.0, 0.0, scenario) * np.ones(lam.shape)
+    tau = tau0.copy()
     # the longest iteration the cost model describes at each rate: its running requests
     # (``lam * O * tau``) within its token grid, and at most 1e4 one-token steps
     top = np.maximum(
-        np.minimum(1e4 * tau0, cost.max_tokens / np.maximum(lam * o_mean, 1e-12)), tau0
+        np.minimum(1e4 * tau0, reps.max_tokens[which] / np.maximum(lam * o_mean, 1e-12)), tau0
     )
     # smallest fixed point of tau = F(tau), F increasing, by a safeguarded Newton on
     # g = F(tau) - tau from below (Press et al., Numerical Recipes, 3rd ed., section 9.4,
@@ -802,16 +870,19 @@ def analytic_latency(
     # bends it -- the next point is ``top``: g > 0 there too is overload. Only unsettled
     # rates are evaluated again.
     active = np.ones(lam.shape, bool)
-    lo = np.full_like(lam, tau0)
+    lo = tau0.copy()
     hi = np.full_like(lam, np.inf)
     for _ in range(iterations):
         idx = np.flatnonzero(active)
         if idx.size == 0:
             break
-        t, lm, t_top = tau[idx], lam[idx], top[idx]
+        t, lm, t_top, t_0 = tau[idx], lam[idx], top[idx], tau0[idx]
         h = 1e-4 * t
         # F at tau and at tau + h in one evaluation (half the calls of two)
-        both = mean_iteration(np.concatenate([t, t + h]), np.concatenate([lm, lm]))
+        at = which[idx]
+        both = mean_iteration(
+            np.concatenate([t, t + h]), np.concatenate([lm, lm]), np.concatenate([at, at])
+        )
         f, f_h = both[: idx.size], both[idx.size :]
         slope = (f_h - f) / h
         below = f > t
@@ -830,18 +901,18 @@ def analytic_latency(
             np.where(inside, newton, mid),
             np.where(slope < 1.0, np.minimum(newton, t_top), t_top),
         )
-        tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(nxt, tau0)))
+        tau[idx] = np.where(done, t, np.where(diverged, np.inf, np.maximum(nxt, t_0)))
         active[idx[done | diverged]] = False
     tau = np.where(np.isfinite(tau), tau, 1e6)
     n = lam * o_mean * tau
     pf = lam * i_mean * tau
-    check = mean_iteration(tau, lam)
+    check = mean_iteration(tau, lam, which)
     converged = np.abs(check - tau) <= 1e-3 * tau + 1e-9
-    per_request = replica.pool_tokens(i_mean + o_mean)
-    feasible = converged & (n * per_request <= replica.kv_capacity_tokens) & (tau < 1e5)
+    per_request = reps.pool_tokens(i_mean + o_mean)[which]
+    feasible = converged & (n * per_request <= reps.kv_capacity[which]) & (tau < 1e5)
     if not ignore_batch_cap:
-        feasible &= n <= replica.max_batch
-    budget = np.maximum(replica.chunk_tokens - n, 1.0)
+        feasible &= n <= reps.max_batch[which]
+    budget = np.maximum(reps.chunk[which] - n, 1.0)
     rho = np.minimum(pf / budget, 0.999)
     # the prompts sharing the request's iteration: itself plus those that arrived during the
     # previous one, Poisson(lam * tau), at the percentile; the prompt's own tokens at the
@@ -853,7 +924,8 @@ def analytic_latency(
     others = np.minimum(k_q * i_mean, np.maximum(budget - np.minimum(i_q, budget), 0.0))
     own = np.minimum(i_q, budget)
     own_chunks = np.ceil(i_q / budget)
-    t_own = cost.time(
+    t_own = reps.time(
+        which,
         n + own + others,
         np.maximum(n, 1.0) + 1 + k_q,
         n * (i_mean + o_mean / 2.0),
@@ -861,7 +933,8 @@ def analytic_latency(
         own + others,
         scenario,
     )
-    t_running = cost.time(
+    t_running = reps.time(
+        which,
         n + np.minimum(k_q * i_mean, budget),
         np.maximum(n, 1.0),
         n * (i_mean + o_mean / 2.0),
@@ -876,8 +949,14 @@ def analytic_latency(
     # TPOT of one request averages its ``O`` iterations; ``lam*O*tau`` prompts (Poisson)
     # land in them, each adding ``t_pf`` to its iteration: the percentile of that count
     # (normal approximation) gives the percentile TPOT.
-    base_dec = cost.time(
-        np.maximum(n, 1.0), np.maximum(n, 1.0), n * (i_mean + o_mean / 2.0), 0.0, 0.0, scenario
+    base_dec = reps.time(
+        which,
+        np.maximum(n, 1.0),
+        np.maximum(n, 1.0),
+        n * (i_mean + o_mean / 2.0),
+        0.0,
+        0.0,
+        scenario,
     )
     t_pf = np.maximum(tau - base_dec, 0.0) / np.maximum(lam * tau, 1e-12)  # per prompt
     z = NormalDist().inv_cdf(q) if q > 0.5 else 0.0
@@ -898,12 +977,23 @@ def poisson_quantile(mu: Num, q: float) -> FloatArray:
 
     mu = np.asarray(mu, dtype=float)
     m = np.maximum(mu, 1e-300)
-    # the continuous inverse of the Poisson CDF rounded up, then one step down where the
-    # count below already reaches q: what scipy.stats.poisson.ppf computes, without the
-    # argument checks of its generic wrapper (about 4% of the sizing search's time)
-    k = np.ceil(special.pdtrik(q, m))
-    below = np.maximum(k - 1.0, 0.0)
-    k = np.where(special.pdtr(below, m) >= q, below, k)
+    # the Cornish-Fisher start (normal quantile with its skewness term, Johnson, Kemp and
+    # Kotz, Univariate Discrete Distributions, 3rd ed., section 4.5), then unit steps up
+    # while the CDF is below q and down while the count below reaches it: the smallest k
+    # exactly, with a few evaluations of the CDF (scipy.special.pdtr) instead of its
+    # continuous inverse (pdtrik, twenty times the cost)
+    z = NormalDist().inv_cdf(q)
+    k = np.maximum(np.floor(m + z * np.sqrt(m) + (z * z - 1.0) / 6.0), 0.0)
+    for _ in range(1000):
+        up = special.pdtr(k, m) < q
+        if not up.any():
+            break
+        k = k + up
+    for _ in range(1000):
+        down = (k > 0) & (special.pdtr(np.maximum(k - 1.0, 0.0), m) >= q)
+        if not down.any():
+            break
+        k = k - down
     return np.where(mu > 0, k, 0.0)
 
 
@@ -925,41 +1015,82 @@ def max_rates_for_caps(
     it), so one curve over a geometric grid of rates serves every cap; the bracket of each
     cap is then refined on a finer grid in one more vectorised call.
     """
-    caps = np.asarray(caps, dtype=float)
-    top = float(caps.max())
-    t1 = float(replica.cost.time(top, top, top * (inputs.mean + outputs.mean / 2), 0, 0, scenario))
-    hi = top / max(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
-    grid = np.geomspace(hi * 1e-4, hi, points)
+    return _max_rates(
+        _Replicas([replica]),
+        [np.asarray(caps, dtype=float)],
+        inputs,
+        outputs,
+        [(ttft_slo_s, tpot_slo_s)],
+        percentile,
+        scenario,
+        points,
+        refine,
+    )[0]
 
-    def passing(rates: FloatArray) -> tuple[BoolArray, FloatArray]:
-        ttft, tpot, feas = analytic_latency(
-            replica, rates, inputs, outputs, percentile, scenario, ignore_batch_cap=True
+
+def _max_rates(
+    reps: _Replicas,
+    caps: Sequence[FloatArray],
+    inputs: LengthDist,
+    outputs: LengthDist,
+    slos: Sequence[tuple[float | None, float | None]],
+    percentile: str,
+    scenario: int = VALUE,
+    points: int = 160,
+    refine: int = 24,
+) -> list[FloatArray]:
+    """:func:`max_rates_for_caps` of every replica of ``reps`` at once: replica ``g`` with
+    batch caps ``caps[g]`` and SLOs ``slos[g]`` (TTFT, TPOT; ``None``: no target). Caps
+    whose brackets coincide (those the SLOs limit, not their slots) share their refinement."""
+    n_rep = len(reps)
+    has_ttft = np.array([t is not None for t, _ in slos])
+    has_tpot = np.array([p is not None for _, p in slos])
+    ttft_slo = np.array([np.inf if t is None else t for t, _ in slos])
+    tpot_slo = np.array([np.inf if p is None else p for _, p in slos])
+    top = np.array([float(np.max(c)) for c in caps])
+    reps_idx = np.arange(n_rep)
+    t1 = reps.time(
+        reps_idx, top, top, top * (inputs.mean + outputs.mean / 2), 0.0, 0.0, scenario
+    ) * np.ones(n_rep)
+    hi = top / np.maximum(t1, 1e-9) / max(outputs.mean, 1.0) * 2.0 + 1e-6
+    grid = np.geomspace(hi * 1e-4, hi, points, axis=1)  # (replicas, points)
+
+    def passing(rates: FloatArray, which: IntArray) -> tuple[BoolArray, FloatArray]:
+        ttft, tpot, feas = _analytic_latency(
+            reps, rates, which, inputs, outputs, percentile, scenario, ignore_batch_cap=True
         )
-        ok = feas.copy()
-        if ttft_slo_s is not None:
-            ok &= ttft <= ttft_slo_s
-        if tpot_slo_s is not None:
-            ok &= tpot <= tpot_slo_s
+        ok = feas & ((ttft <= ttft_slo[which]) | ~has_ttft[which])
+        ok &= (tpot <= tpot_slo[which]) | ~has_tpot[which]
         tau = np.where(np.isfinite(tpot), tpot, np.inf)
         return ok, rates * outputs.mean * tau  # running requests ~ rate x O x TPOT
 
-    ok, n = passing(grid)
-    okc = ok[None, :] & (n[None, :] <= caps[:, None])
+    ok, n = passing(grid.ravel(), np.repeat(reps_idx, points))
+    ok, n = ok.reshape(grid.shape), n.reshape(grid.shape)
+    # every cap of every replica, flat
+    cap = np.concatenate([np.asarray(c, dtype=float) for c in caps])
+    owner = np.repeat(reps_idx, [len(c) for c in caps])
+    okc = ok[owner] & (n[owner] <= cap[:, None])
     # largest contiguous passing index from the low end, per cap
-    first_fail = np.where(okc.all(axis=1), len(grid), np.argmin(okc, axis=1))
+    first_fail = np.where(okc.all(axis=1), points, np.argmin(okc, axis=1))
     idx = first_fail - 1
-    out = np.zeros(len(caps))
-    live = idx >= 0
-    if not live.any():
-        return out
-    lo_r = grid[np.maximum(idx, 0)]
-    hi_r = grid[np.minimum(idx + 1, len(grid) - 1)]
-    fine = np.geomspace(lo_r, np.maximum(hi_r, lo_r * (1 + 1e-9)), refine, axis=1)
-    ok_f, n_f = passing(fine.ravel())
-    ok_f = ok_f.reshape(fine.shape) & (n_f.reshape(fine.shape) <= caps[:, None])
-    best = np.where(ok_f, fine, 0.0).max(axis=1)
-    out[live] = np.maximum(best, lo_r)[live]
-    return out
+    out = np.zeros(len(cap))
+    live = np.flatnonzero(idx >= 0)
+    if live.size:
+        lo_r = grid[owner[live], idx[live]]
+        hi_r = grid[owner[live], np.minimum(idx[live] + 1, points - 1)]
+        # one refinement per distinct bracket (replica, grid step)
+        key = owner[live] * (points + 1) + idx[live]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        fine = np.geomspace(
+            lo_r[first], np.maximum(hi_r[first], lo_r[first] * (1 + 1e-9)), refine, axis=1
+        )
+        ok_u, n_u = passing(fine.ravel(), np.repeat(owner[live][first], refine))
+        ok_f = ok_u.reshape(fine.shape)[inverse] & (
+            n_u.reshape(fine.shape)[inverse] <= cap[live][:, None]
+        )
+        best = np.where(ok_f, fine[inverse], 0.0).max(axis=1)
+        out[live] = np.maximum(best, lo_r)
+    return list(np.split(out, np.cumsum([len(c) for c in caps])[:-1]))
 
 
 def max_rate_meeting(
@@ -1144,22 +1275,27 @@ def analytic_rates(
     percentile: str,
 ) -> None:
     """Set ``max_rate`` of every candidate; candidates sharing a replica cost model (one
-    layout, several batch caps) and latency factors share one analytic curve."""
+    layout, several batch caps) and latency factors share one analytic curve, and the
+    curves of every plain cost model (:meth:`CostStack.stackable`) are solved together."""
     groups: dict[tuple[int, tuple[float, float]], list[Candidate]] = {}
     for c in candidates:
         if not c.reason:
             groups.setdefault((id(c.replica.cost), c.latency_factors), []).append(c)
-    for group in groups.values():
-        rates = max_rates_for_caps(
-            group[0].replica,
-            [c.replica.max_batch for c in group],
+    plain = [g for g in groups.values() if CostStack.stackable(g[0].replica.cost)]
+    batches = [plain] if len(plain) > 1 else [[g] for g in plain]
+    batches += [[g] for g in groups.values() if not CostStack.stackable(g[0].replica.cost)]
+    for batch in batches:
+        rates = _max_rates(
+            _Replicas([g[0].replica for g in batch]),
+            [np.array([float(c.replica.max_batch) for c in g]) for g in batch],
             inputs,
             outputs,
-            *group[0].slos(ttft_slo_s, tpot_slo_s),
+            [g[0].slos(ttft_slo_s, tpot_slo_s) for g in batch],
             percentile,
         )
-        for c, r in zip(group, rates, strict=True):
-            c.max_rate = float(r)
+        for g, r in zip(batch, rates, strict=True):
+            for c, x in zip(g, r, strict=True):
+                c.max_rate = float(x)
 
 
 def size_fleet(
