@@ -1485,9 +1485,7 @@ def speculative_iteration(
         one_p = decode_pass(rates, batch, mean_ctx, o / 2.0)[0]
         wide_p = decode_pass(rates, batch, mean_ctx, o / 2.0, queries=w)[0] if w > 1 else one_p
         passes = [combine(one_p, params), lm_head_time(one_p, params)]
-        passes += (
-            [combine(wide_p, params), lm_head_time(wide_p, params)] if w > 1 else passes[:2]
-        )
+        passes += [combine(wide_p, params), lm_head_time(wide_p, params)] if w > 1 else passes[:2]
         head = [d, 1.0 - d, (k - 1.0) * d, (k - 1.0) * (1.0 - d)]
         per_token = weighted_time(
             [1.0, *head, -keep, *(-keep * x for x in head)], [step, *passes, verify, *passes]
