@@ -320,6 +320,12 @@ def _table(r: dict[str, Any]):
                     ],
                 )
             )
+            if r.get("unpriced_gpus"):
+                console.print(
+                    f"no catalog price for {', '.join(r['unpriced_gpus'])}: ranked after the "
+                    "priced layouts, by GPU count (add an instance price with "
+                    "'gpuplan catalog import-prices FILE.csv')"
+                )
 
     return draw
 

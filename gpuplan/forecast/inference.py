@@ -422,6 +422,9 @@ class FleetResult(BaseInfo, _FleetExtras):
     load: dict[str, float | str | None]
     simulation: Mapping[str, object]
     ranked_by: str
+    #: GPUs of the comparison without a catalog price when others have one: their layouts
+    #: rank after every priced one, by GPU count (empty otherwise)
+    unpriced_gpus: list[str]
     #: one row per (GPU, layout): :meth:`Candidate.as_dict` with its cost, or a dropped layout
     candidates: list[dict[str, object]]
 
@@ -2656,13 +2659,16 @@ def _size_for_load(
         d["usd_per_million_output_tokens"] = per_mtok
         d["cost_derivation"] = how
     cand_rows += [{k: v for k, v in d.items() if k != "memory_breakdown_bytes"} for d in dropped]
-    priced = [d for d in cand_rows if d.get("num_gpus") is not None]
-    by_price = bool(priced) and all(d.get("usd_per_hour") for d in priced)
+    sized = [d for d in cand_rows if d.get("num_gpus") is not None]
+    # as size_fleet ranks them: by cost where a layout has a price, the unpriced after
+    by_price = any(d.get("usd_per_hour") for d in sized)
     rank = "usd_per_hour" if by_price else "num_gpus"
+    unpriced = sorted({str(d["gpu"]) for d in sized if by_price and not d.get("usd_per_hour")})
     cand_rows.sort(
         key=lambda d: (
             d.get("num_gpus") is None,
-            d.get(rank) or 0,
+            by_price and not d.get("usd_per_hour"),
+            d.get(rank) or d.get("num_gpus") or 0,
             d.get("num_gpus") or 0,
             d.get("gpu"),
             d.get("tp", 0),
@@ -2815,6 +2821,7 @@ def _size_for_load(
             **sv,
         },
         "ranked_by": rank,
+        "unpriced_gpus": unpriced,
         "candidates": cand_rows,
     }
     if best.gpu in serving:

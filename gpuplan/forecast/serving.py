@@ -1329,17 +1329,21 @@ def size_fleet(
             continue
         c.replicas_analytic = max(1, math.ceil(qps / c.max_rate))
     live = [c for c in candidates if not c.reason and c.replicas_analytic]
-    by_price = all(c.usd_per_gpu_hour for c in live) and bool(live)
+    # by cost where a layout has a price; a layout without one (a GPU the catalog prices no
+    # instance of) cannot be shown cheaper: it ranks after every priced one, by GPU count
+    by_price = any(c.usd_per_gpu_hour for c in live)
 
-    def key(c: Candidate, r: int | None) -> float:
+    def key(c: Candidate, r: int | None) -> tuple[int, float]:
         n = float(c.num_gpus(r) or math.inf)
-        return n * float(c.usd_per_gpu_hour or 0.0) if by_price else n
+        if not by_price:
+            return 0, n
+        return (0, n * float(c.usd_per_gpu_hour)) if c.usd_per_gpu_hour else (1, n)
 
-    def rank(c: Candidate, r: int | None) -> tuple[float, float]:
+    def rank(c: Candidate, r: int | None) -> tuple[int, float, float]:
         # equal cost: the fleet with more capacity left at the SLOs first (two TP 1 replicas
         # of an 8B model on PCIe L40S before one TP 2 replica of the same two cards, whose
         # all-reduces cross PCIe and whose one queue saturates sooner)
-        return key(c, r), -float(r or 0) * c.max_rate
+        return *key(c, r), -float(r or 0) * c.max_rate
 
     # one candidate per (gpu, tp, pp, ep): the batch cap with the fewest analytic replicas
     # (the largest such cap: it queues least)
@@ -1361,11 +1365,16 @@ def size_fleet(
     for c in order:
         if checked >= verify:
             break
-        if best is not None and key(c, c.replicas_analytic) > 1.5 * key(best, best.replicas):
-            break
+        if best is not None:
+            (kind_c, cost_c), (kind_b, cost_b) = (
+                key(c, c.replicas_analytic),
+                key(best, best.replicas),
+            )
+            if kind_c > kind_b or cost_c > 1.5 * cost_b:
+                break
         limit = None
         if best is not None and best.replicas is not None:
-            limit = math.ceil(key(best, best.replicas) / max(key(c, 1), 1e-12)) + 1
+            limit = math.ceil(key(best, best.replicas)[1] / max(key(c, 1)[1], 1e-12)) + 1
         r, sim = verify_replicas(
             c,
             qps,

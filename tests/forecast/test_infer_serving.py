@@ -212,3 +212,19 @@ def test_size_fleet_picks_the_cheapest_verified(llama_replica):
         )
         s = res.summary()
         assert res.saturated or s["ttft_p99_s"] > 2.0 or s["tpot_p99_s"] > 0.1
+
+
+def test_an_unpriced_layout_ranks_after_every_priced_one(llama_replica):
+    # the unpriced candidate needs no more GPUs than the priced one (same replica), yet a
+    # layout without a price cannot be shown cheaper: the priced one is chosen
+    i, o = LengthDist(1024), LengthDist(256)
+    unpriced = Candidate("no-price-gpu", 4, 1, 1, llama_replica, usd_per_gpu_hour=None)
+    priced = Candidate("priced-gpu", 4, 1, 1, llama_replica, usd_per_gpu_hour=5.0)
+    best, _ = size_fleet([unpriced, priced], 6.0, i, o, 2.0, 0.1, "p99", num_requests=400)
+    assert best is priced
+    # without any price the GPU count ranks them (the tie goes to the first listed)
+    priced.usd_per_gpu_hour = None
+    for c in (unpriced, priced):
+        c.replicas = c.sim = None
+    best, _ = size_fleet([unpriced, priced], 6.0, i, o, 2.0, 0.1, "p99", num_requests=400)
+    assert best is unpriced and best.replicas == priced.replicas

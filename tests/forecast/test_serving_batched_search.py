@@ -163,3 +163,25 @@ def test_recurring_passes_are_kept_read_only():
     g, rate, _ = rates.rated_gemms(16.0, 16.0)
     assert rates.rated_gemms(16.0, 16.0)[1] is rate
     np.testing.assert_array_equal(rate, rates.gemm_rates(g)[0])
+
+
+def test_a_comparison_with_unpriced_gpus_says_so():
+    from gpuplan.forecast.inference import forecast_inference
+
+    r = forecast_inference(
+        "llama3.1-8b",
+        gpu="h100,mi300x",
+        qps=4,
+        input_tokens=1024,
+        output_tokens=256,
+        ttft_slo_s=1.0,
+        tpot_slo_s=0.05,
+        num_requests=300,
+    )
+    assert r["ranked_by"] == "usd_per_hour" and r["gpu"].startswith("h100")
+    assert r["unpriced_gpus"] == ["mi300x"]
+    sized = [c for c in r["candidates"] if c.get("num_gpus") is not None]
+    kinds = [c.get("usd_per_hour") is None for c in sized]
+    assert kinds == sorted(kinds) and any(kinds) and not all(kinds)
+    prices = [c["usd_per_hour"] for c in sized if c.get("usd_per_hour") is not None]
+    assert prices == sorted(prices)
