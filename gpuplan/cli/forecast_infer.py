@@ -42,6 +42,8 @@ Examples:
       --output-tokens 256 --ttft-slo-s 1 --tpot-slo-s 0.05 --format json
   gpuplan forecast infer --model mixtral-8x7b --gpu h100,h200,a100 --qps 50 \\
       --input-tokens 1000 --input-tokens-p99 6000 --ttft-slo-s 2 --tpot-slo-s 0.1
+  gpuplan forecast infer --model llama3.1-8b --gpu all --qps 20 --ttft-slo-s 1 \
+      --tpot-slo-s 0.05                          # every catalog accelerator, cheapest first
   gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
   gpuplan forecast infer --model deepseek-r1 --gpu h200 --tp 8 --precision fp8 --engine sglang@0.5 \\
       --concurrency 64 --input-tokens 1024 --input-tokens-p99 1100 --output-tokens 1024 \\
@@ -352,7 +354,7 @@ def register(app: typer.Typer) -> None:
             "h100",
             "--gpu",
             "-g",
-            help="Catalog GPU; with --qps a comma list to compare (h100,h200,a100).",
+            help="Catalog GPU; with --qps a comma list to compare (h100,h200,a100), or 'all'.",
         ),
         tp: int | None = number_option(
             None,

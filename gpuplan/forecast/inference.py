@@ -485,6 +485,18 @@ def _gpu_list(gpu: str | Sequence[str]) -> list[str]:
     return names
 
 
+def _is_all(names: Sequence[str]) -> bool:
+    return [n.lower() for n in names] == ["all"]
+
+
+def _catalog_gpus(names: Sequence[str], catalog: Catalog) -> list[str]:
+    """``names``, or for ``all`` every catalog accelerator the serving model can price (its
+    memory and its bandwidth): a fleet comparison across the whole catalog."""
+    if not _is_all(names):
+        return list(names)
+    return [g.id for g in catalog.gpus if g.memory_bytes and g.memory_bandwidth_bytes_per_s]
+
+
 def _positive_int(name: str, value: float | str) -> int:
     try:
         f = float(value)
@@ -1725,7 +1737,13 @@ def forecast_inference(
             hint="shorten --input-tokens or --output-tokens",
         )
     fitted = overheads or load_overheads()
-    gpus = [within_node(catalog.gpu(g), node_gpus) for g in _gpu_list(gpu)]
+    names = _gpu_list(gpu)
+    if _is_all(names) and qps is None:
+        raise InputError(
+            "--gpu all compares the fleets every catalog accelerator needs for a load",
+            hint="add --qps and the SLOs, or name one GPU",
+        )
+    gpus = [within_node(catalog.gpu(g), node_gpus) for g in _catalog_gpus(names, catalog)]
     if qps is not None:
         demand = ServingDemand(
             model=arch,

@@ -498,3 +498,9 @@ def test_infer_defaults_unchanged_for_a_long_context(run_cli):
     doc = json.loads(proc.stdout)
     assert (doc["input_tokens"]["mean"], doc["output_tokens"]["mean"]) == (2048, 256)
     assert "defaults to" not in proc.stderr
+
+
+def test_gpu_all_without_a_load(run_cli):
+    cmd = ["forecast", "infer", "--model", "llama3.1-8b", "--gpu", "all"]
+    line = one_line_error(run_cli(*cmd))
+    assert "--gpu all" in line and "--qps" in line

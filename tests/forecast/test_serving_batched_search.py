@@ -185,3 +185,24 @@ def test_a_comparison_with_unpriced_gpus_says_so():
     assert kinds == sorted(kinds) and any(kinds) and not all(kinds)
     prices = [c["usd_per_hour"] for c in sized if c.get("usd_per_hour") is not None]
     assert prices == sorted(prices)
+
+
+def test_gpu_all_compares_every_catalog_accelerator():
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.forecast.inference import forecast_inference
+
+    r = forecast_inference(
+        "llama3.1-8b",
+        gpu="all",
+        qps=20,
+        input_tokens=1024,
+        output_tokens=256,
+        ttft_slo_s=1.0,
+        tpot_slo_s=0.05,
+        num_requests=300,
+    )
+    every = {g.id for g in get_catalog().gpus if g.memory_bytes and g.memory_bandwidth_bytes_per_s}
+    assert len(every) > 30
+    assert {str(c["gpu"]) for c in r["candidates"]} == every  # sized, or dropped with a reason
+    assert r["ranked_by"] == "usd_per_hour" and r["usd_per_hour"]  # a priced winner
+    assert set(r["unpriced_gpus"]) < every
