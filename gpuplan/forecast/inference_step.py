@@ -1958,7 +1958,6 @@ class CostStack:
     hop_s: FloatArray
     pp: FloatArray  # (G,)
     stage_factor: FloatArray  # (G,)
-    max_tokens: FloatArray  # (G,)
 
     @staticmethod
     def stackable(model: StepCostModel) -> bool:
@@ -1995,7 +1994,6 @@ class CostStack:
             hop_s=col("hop_s"),
             pp=np.array([float(c.pp) for c in models]),
             stage_factor=np.array([c.stage_factor for c in models]),
-            max_tokens=np.array([c.max_tokens for c in models]),
         )
 
     def _interp(self, table: FloatArray, x: Num, which: np.ndarray) -> FloatArray:

@@ -1282,7 +1282,7 @@ def analytic_rates(
         if not c.reason:
             groups.setdefault((id(c.replica.cost), c.latency_factors), []).append(c)
     plain = [g for g in groups.values() if CostStack.stackable(g[0].replica.cost)]
-    batches = [plain] if len(plain) > 1 else [[g] for g in plain]
+    batches = [plain] if plain else []
     batches += [[g] for g in groups.values() if not CostStack.stackable(g[0].replica.cost)]
     for batch in batches:
         rates = _max_rates(
