@@ -77,12 +77,14 @@ from gpuplan.forecast.inference_step import (
     collective3,
     combine,
     continuous_iteration,
+    continuous_passes,
     engine_profile,
     pass_parts,
     prefill_chunks,
     prompts_per_iteration,
     speculative_iteration,
     static_run_parts,
+    static_run_passes,
     static_run_time,
 )
 from gpuplan.forecast.model import ModelArch, ModelRef, arch_from
@@ -914,6 +916,21 @@ def _single_layout(
     # of the running batch; a static batch runs in waves.
     b_req = int(batch)
     b = min(b_req, max(int(max_batch), 1))
+    pp = layout.pp
+    # the running batch is split into pp micro-batches, one per stage in flight; with
+    # fewer requests than stages a micro-batch is one request and stages idle (decode
+    # pipeline bubble): TPOT = pp stage passes of max(b / pp, 1) rows + the hops
+    mb_rows = max(b / pp, 1.0)
+    # every pass this forecast prices, its GEMMs and collectives in one call each
+    passes = static_run_passes(pp, b, input_tokens)
+    if not static:
+        q = float(speculation.queries) if speculation is not None else 1.0
+        passes += continuous_passes(mb_rows, input_tokens, output_tokens, chunk_tokens, q)
+        passes.append((mb_rows + min(input_tokens, chunk_tokens), mb_rows + 1))  # prompt_pass
+        if speculation is not None:  # verification, draft passes (speculative_iteration)
+            w = float(speculation.tree_width)
+            passes += [(mb_rows * x, mb_rows * x) for x in (q, 1.0, w)]
+    rates.prime(passes)
     run = static_run_parts(rates, b, input_tokens, output_tokens)
     st = static_run_time(run, params)
     if static:
@@ -933,11 +950,6 @@ def _single_layout(
         phase_ttft, phase_tpot = st.prefill, st.decode
         hop_dec = run.hop_decode_s
     else:
-        pp = layout.pp
-        # the running batch is split into pp micro-batches, one per stage in flight; with
-        # fewer requests than stages a micro-batch is one request and stages idle (decode
-        # pipeline bubble): TPOT = pp stage passes of max(b / pp, 1) rows + the hops
-        mb_rows = max(b / pp, 1.0)
         if speculation is not None:  # per emitted token: the step over its tokens
             it, hop, spec_step = speculative_iteration(
                 rates, params, mb_rows, input_tokens, output_tokens, chunk_tokens

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
@@ -808,6 +808,22 @@ def compute_rows(g: Gemms) -> FloatArray:
 # ---------------------------------------------------------------------------------------------
 # Passes
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RatedGemms:
+    """The GEMMs of one pass priced on one device (:meth:`DeviceRates.rated_gemms`): their
+    rates and times ``(3, G)`` (compute side: 2 x computed rows x n x k FLOPs at the
+    calibrated rate; memory side: weights and activations at the calibrated bandwidth),
+    and their FLOPs and bytes summed over the pass. Arrays read-only."""
+
+    gemms: Gemms
+    rate: np.ndarray
+    basis: str
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    flops: float
+    bytes: float
+
+
 @dataclass
 class DeviceRates:
     """Calibrated rates of one device for one precision, cached for many passes."""
@@ -833,7 +849,7 @@ class DeviceRates:
     #: passes of one forecast recur (a static run's decode step and a speculative step's
     #: draft pass over the same rows): their GEMM rates and collectives at a scalar token
     #: count are kept, read-only
-    _gemm_memo: dict[tuple[float, float], tuple[Gemms, np.ndarray, str]] = field(
+    _gemm_memo: dict[tuple[float, float], RatedGemms] = field(
         init=False, default_factory=dict, repr=False, compare=False
     )
     _comm_memo: dict[float, tuple[FloatArray, FloatArray, str]] = field(
@@ -869,16 +885,60 @@ class DeviceRates:
                 raise
             return np.full(3, float(peak)), "spec"
 
-    def rated_gemms(self, tokens: float, logit_rows: float) -> tuple[Gemms, np.ndarray, str]:
-        """``sh.gemms(tokens, logit_rows)`` and their :meth:`gemm_rates`, kept per count."""
+    def rated_gemms(self, tokens: float, logit_rows: float) -> RatedGemms:
+        """``sh.gemms(tokens, logit_rows)`` priced (:meth:`gemm_rates`), kept per count."""
         key = (float(tokens), float(logit_rows))
-        hit = self._gemm_memo.get(key)
-        if hit is None:
-            g = self.sharded.gemms(tokens, logit_rows)
-            rate, basis = self.gemm_rates(g)
-            rate.setflags(write=False)
-            hit = self._gemm_memo[key] = (g, rate, basis)
-        return hit
+        if key not in self._gemm_memo:
+            self.prime([key])
+        return self._gemm_memo[key]
+
+    def prime(self, passes: Iterable[tuple[float, float]]) -> None:
+        """Price the GEMMs and collectives of several passes, ``(tokens, logit_rows)`` each
+        (scalar counts), in one vectorised call each, and keep them where
+        :meth:`rated_gemms` and :meth:`comm` look. A forecast knows its passes before it
+        prices them, and numpy's cost here is per call (~0.1 ms), not per element; the
+        values are the same element by element, and so is the basis (a matmul's or a
+        collective's basis does not depend on the shape)."""
+        todo = [p for p in dict.fromkeys((float(t), float(r)) for t, r in passes)]
+        new = [p for p in todo if p not in self._gemm_memo]
+        if new:
+            gs = [self.sharded.gemms(t, r) for t, r in new]
+            n_g = len(gs[0].names)
+            g_all = Gemms(
+                gs[0].names * len(gs),
+                *(
+                    np.concatenate([getattr(g, f) for g in gs])
+                    for f in ("m", "n", "k", "count", "weight_bytes_per_elem", "quantised")
+                ),
+            )
+            rate, basis = self.gemm_rates(g_all)
+            ab = self.sharded.precision.activation_bytes
+            flops = 2.0 * g_all.m * g_all.n * g_all.k
+            bytes_ = (
+                g_all.n * g_all.k * g_all.weight_bytes_per_elem + g_all.m * (g_all.k + g_all.n) * ab
+            )
+            comp = (2.0 * compute_rows(g_all) * g_all.n * g_all.k)[None, :] / rate
+            mem = bytes_[None, :] / self.bandwidth[:, None]
+            for a in (rate, comp, mem):
+                a.setflags(write=False)
+            for j, (p, g) in enumerate(zip(new, gs, strict=True)):
+                sl = slice(j * n_g, (j + 1) * n_g)
+                self._gemm_memo[p] = RatedGemms(
+                    g,
+                    rate[:, sl],
+                    basis,
+                    comp[:, sl],
+                    mem[:, sl],
+                    float((g.count * flops[sl]).sum()),
+                    float((g.count * bytes_[sl]).sum()),
+                )
+        toks = [t for t in dict.fromkeys(t for t, _ in todo) if t not in self._comm_memo]
+        if toks:
+            t3, hop, basis = self._comm(np.asarray(toks, dtype=float))
+            t3.setflags(write=False)
+            hop.setflags(write=False)
+            for j, tok in enumerate(toks):
+                self._comm_memo[tok] = (t3[:, j], hop[:, j], basis)
 
     def gemm_rates(self, g: Gemms) -> tuple[np.ndarray, str]:
         """Calibrated FLOP/s ``(3, G)`` of each GEMM at its shape and dtype.
@@ -1038,8 +1098,6 @@ def pass_parts(
     state_bytes: float = 0.0,
     index_flops: float = 0.0,
     index_prefill: tuple[float, float] | None = None,
-    comm: tuple[FloatArray, FloatArray, str] | None = None,
-    gemm_rates: tuple[Gemms, FloatArray, str] | None = None,
     attn_rate: tuple[FloatArray, str] | None = None,
 ) -> tuple[PassParts, np.ndarray]:
     """Parts of one forward pass over ``tokens`` tokens (and the PP hop time).
@@ -1067,24 +1125,15 @@ def pass_parts(
         sequences, whole stage: streamed element-wise, at the element-wise bandwidth.
     attn_shape:
         ``(m, n, k)`` of the attention matmuls, for the calibrated rate at that shape.
-    comm:
-        ``rates.comm(tokens)`` when the caller has it already (computed for several passes
-        in one vectorised call).
-    gemm_rates, attn_rate:
-        ``(sh.gemms(tokens, logit_rows), *rates.gemm_rates(those))`` and
-        ``rates.attention_rate(*attn_shape)`` when the caller has them already (likewise).
+    attn_rate:
+        ``rates.attention_rate(*attn_shape)`` when the caller has it already. The GEMM
+        rates and collectives come from ``rates`` (:meth:`DeviceRates.rated_gemms`,
+        :meth:`DeviceRates.comm`), which keep those of several passes priced in one
+        vectorised call (:meth:`DeviceRates.prime`).
     """
     sh = rates.sharded
-    if gemm_rates is None:
-        g, rate, b_gemm = rates.rated_gemms(tokens, logit_rows)
-    else:
-        g, rate, b_gemm = gemm_rates
-    flops = 2.0 * g.m * g.n * g.k
-    ab = sh.precision.activation_bytes
-    bytes_ = g.n * g.k * g.weight_bytes_per_elem + g.m * (g.k + g.n) * ab
-    bw = rates.bandwidth[:, None]
-    gemm_c = (2.0 * compute_rows(g) * g.n * g.k)[None, :] / rate
-    gemm_m = bytes_[None, :] / bw
+    rg = rates.rated_gemms(tokens, logit_rows)
+    g = rg.gemms
     arate, b_attn = attn_rate if attn_rate is not None else rates.attention_rate(*attn_shape)
     attn_v = np.zeros(3)
     if rates.vector_decode_attention:
@@ -1105,11 +1154,11 @@ def pass_parts(
         index_flops += index_prefill[0]
     attn_m = attn_bytes / rates.bandwidth
     ew = (tokens * sh.elementwise_bytes_per_token() + state_bytes) / rates.bandwidth
-    comm_s, hop, b_comm = comm if comm is not None else rates.comm(tokens)
+    comm_s, hop, b_comm = rates.comm(tokens)
     parts = PassParts(
         names=g.names,
-        gemm_compute_s=gemm_c,
-        gemm_memory_s=gemm_m,
+        gemm_compute_s=rg.compute_s,
+        gemm_memory_s=rg.memory_s,
         gemm_count=g.count,
         attn_compute_s=np.asarray(attn_c, float).reshape(3),
         attn_memory_s=np.asarray(attn_m, float).reshape(3),
@@ -1120,9 +1169,9 @@ def pass_parts(
         elementwise_s=np.asarray(ew, float).reshape(3),
         comm_s=comm_s,
         layers=sh.overhead_layers,
-        basis=_worst(b_gemm, b_attn, rates.bandwidth_basis, b_comm),
-        flops=float((g.count * flops).sum() + attn_flops + decode_attn_flops + index_flops),
-        bytes=float((g.count * bytes_).sum() + attn_bytes + kv_read_bytes + state_bytes),
+        basis=_worst(rg.basis, b_attn, rates.bandwidth_basis, b_comm),
+        flops=float(rg.flops + attn_flops + decode_attn_flops + index_flops),
+        bytes=float(rg.bytes + attn_bytes + kv_read_bytes + state_bytes),
     )
     return parts, hop
 
@@ -1196,6 +1245,19 @@ class StaticRunParts:
         return max(self.output_tokens - 1.0, 0.0)
 
 
+def _micro_batches(batch: float, pp: int) -> int:
+    """Micro-batches of a static batch through ``pp`` stages: ``min(batch, pp)`` (GPipe,
+    Huang et al. 2019)."""
+    return max(1, min(int(batch), pp))
+
+
+def static_run_passes(pp: int, batch: float, input_tokens: float) -> list[tuple[float, float]]:
+    """``(tokens, logit_rows)`` of the passes of :func:`static_run_parts` (its prefill, its
+    decode step), for :meth:`DeviceRates.prime`."""
+    b = batch / _micro_batches(batch, pp)
+    return [(b * input_tokens, b), (b, b)]
+
+
 def static_run_parts(
     rates: DeviceRates, batch: int, input_tokens: int, output_tokens: int
 ) -> StaticRunParts:
@@ -1204,7 +1266,7 @@ def static_run_parts(
     With PP the batch runs as ``min(batch, pp)`` micro-batches (GPipe, Huang et al. 2019).
     """
     pp = rates.sharded.layout.pp
-    mb = max(1, min(int(batch), pp))
+    mb = _micro_batches(batch, pp)
     pre, hop_p = prefill_pass(rates, batch / mb, input_tokens)
     mean_ctx = input_tokens + (output_tokens) / 2.0
     dec, hop_d = decode_pass(rates, batch / mb, mean_ctx, output_tokens / 2.0)
@@ -1338,6 +1400,30 @@ def prefill_chunks(input_tokens: float, chunk_tokens: float) -> tuple[int, float
     return m, max(input_tokens, 0.0) / m
 
 
+def _iteration_mix(
+    batch: float, input_tokens: float, output_tokens: float, chunk_tokens: float
+) -> tuple[int, float, FloatArray, FloatArray]:
+    """Chunks per prompt, tokens per chunk, and the counts of chunks an iteration holds
+    with their weights (:func:`prompts_per_iteration`), for :func:`continuous_iteration`."""
+    m, c = prefill_chunks(input_tokens, chunk_tokens)
+    ks, w = prompts_per_iteration(batch / max(output_tokens, 1.0) * m)
+    return m, c, ks, w
+
+
+def continuous_passes(
+    batch: float,
+    input_tokens: float,
+    output_tokens: float,
+    chunk_tokens: float,
+    queries: float = 1.0,
+) -> list[tuple[float, float]]:
+    """``(tokens, logit_rows)`` of the passes :func:`continuous_iteration` averages, for
+    :meth:`DeviceRates.prime`."""
+    _, c, ks, _ = _iteration_mix(batch, input_tokens, output_tokens, chunk_tokens)
+    rows = batch * queries
+    return [(rows + k * c, rows) for k in ks]
+
+
 def continuous_iteration(
     rates: DeviceRates,
     params: OverheadParams,
@@ -1361,7 +1447,7 @@ def continuous_iteration(
     """
     sh = rates.sharded
     o = max(output_tokens, 1.0)
-    m, c = prefill_chunks(input_tokens, chunk_tokens)
+    m, c, ks, w = _iteration_mix(batch, input_tokens, output_tokens, chunk_tokens)
     mean_ctx = input_tokens + o / 2.0
     kv = sh.kv_bytes_per_ctx_token_stage()
     group = max(1, sh.q_heads_per_gpu // max(1, sh.kv_heads_per_gpu))
@@ -1369,26 +1455,14 @@ def continuous_iteration(
     # before it: the sum over chunks is the whole prompt's)
     chunk_attn = float(sh.attention_flops_prefill(input_tokens)) / m
     chunk_index = float(sh.index_flops_prefill(input_tokens)) / m
-    ks, w = prompts_per_iteration(batch / o * m)
     rows = batch * queries
-    # every pass's collectives, GEMM rates and attention rate in one call each
-    comm_s, hop_s, comm_basis = rates.comm(rows + ks * c)
-    g_all = [sh.gemms(float(rows + k * c), float(rows)) for k in ks]
-    n_g = len(g_all[0].names)
-    rate_all, b_gemm = rates.gemm_rates(
-        Gemms(
-            g_all[0].names * len(g_all),
-            *(
-                np.concatenate([getattr(g, f) for g in g_all])
-                for f in ("m", "n", "k", "count", "weight_bytes_per_elem", "quantised")
-            ),
-        )
-    )
+    # every pass's collectives and GEMM rates in one call each
+    rates.prime((rows + k * c, rows) for k in ks)
     attn_shape = (max(group, 1) * queries, mean_ctx, sh.arch.qk_head_dim)
     attn_rate = rates.attention_rate(*attn_shape)
     times: list[PassTime] = []
     hops: list[np.ndarray] = []
-    for j, k in enumerate(ks):
+    for k in ks:
         parts, hop = pass_parts(
             rates,
             tokens=rows + k * c,
@@ -1401,8 +1475,6 @@ def continuous_iteration(
             index_flops=queries * batch * mean_ctx * sh.index_flops_per_ctx_token(),
             index_prefill=(k * chunk_index, c),
             attn_shape=attn_shape,
-            comm=(comm_s[:, j], hop_s[:, j], comm_basis),
-            gemm_rates=(g_all[j], rate_all[:, j * n_g : (j + 1) * n_g], b_gemm),
             attn_rate=attn_rate,
         )
         times.append(combine(parts, params))

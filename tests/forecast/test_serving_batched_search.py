@@ -160,9 +160,11 @@ def test_recurring_passes_are_kept_read_only():
     assert t.sum() > 0
     with pytest.raises(ValueError, match="read-only"):
         t[0] = 0.0
-    g, rate, _ = rates.rated_gemms(16.0, 16.0)
-    assert rates.rated_gemms(16.0, 16.0)[1] is rate
-    np.testing.assert_array_equal(rate, rates.gemm_rates(g)[0])
+    rg = rates.rated_gemms(16.0, 16.0)
+    assert rates.rated_gemms(16.0, 16.0) is rg
+    np.testing.assert_array_equal(rg.rate, rates.gemm_rates(rg.gemms)[0])
+    with pytest.raises(ValueError, match="read-only"):
+        rg.compute_s[0, 0] = 0.0
 
 
 def test_a_comparison_with_unpriced_gpus_says_so():
