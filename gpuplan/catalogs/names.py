@@ -120,6 +120,20 @@ _RELEASE = re.compile(r"^(v\d+(\.\d+)*|\d{4}|\d{6}|\d{8})$")
 _SIZE = re.compile(r"^(\d+x)?\d+(\.\d+)?[bm]$")
 
 
+#: The word that names every catalog accelerator in a comparison (``forecast infer --gpu
+#: all``, a scenario's ``candidates.gpus: all``)
+ALL_GPUS = "all"
+
+
+def names_every_gpu(names: Iterable[str]) -> bool:
+    """Whether a list of accelerator names is the one word :data:`ALL_GPUS`.
+
+    >>> names_every_gpu(["All"]), names_every_gpu(["h100", "all"])
+    (True, False)
+    """
+    return [n.strip().lower() for n in names] == [ALL_GPUS]
+
+
 def name_key(name: str) -> str:
     """Reduce a name to its lookup key.
 

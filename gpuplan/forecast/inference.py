@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict, cast
 
 import numpy as np
 
+from gpuplan.catalogs.names import names_every_gpu
 from gpuplan.catalogs.schema import ModelArch as CatalogModel
 from gpuplan.errors import GpuplanError, InputError
 from gpuplan.forecast.hardware import (
@@ -487,14 +488,10 @@ def _gpu_list(gpu: str | Sequence[str]) -> list[str]:
     return names
 
 
-def _is_all(names: Sequence[str]) -> bool:
-    return [n.lower() for n in names] == ["all"]
-
-
 def _catalog_gpus(names: Sequence[str], catalog: Catalog) -> list[str]:
     """``names``, or for ``all`` every catalog accelerator the serving model can price (its
     memory and its bandwidth): a fleet comparison across the whole catalog."""
-    if not _is_all(names):
+    if not names_every_gpu(names):
         return list(names)
     return [g.id for g in catalog.gpus if g.memory_bytes and g.memory_bandwidth_bytes_per_s]
 
@@ -1750,7 +1747,7 @@ def forecast_inference(
         )
     fitted = overheads or load_overheads()
     names = _gpu_list(gpu)
-    if _is_all(names) and qps is None:
+    if names_every_gpu(names) and qps is None:
         raise InputError(
             "--gpu all compares the fleets every catalog accelerator needs for a load",
             hint="add --qps and the SLOs, or name one GPU",

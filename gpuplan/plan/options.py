@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpuplan.catalogs.names import names_every_gpu
 from gpuplan.catalogs.schema import Instance, Node
 from gpuplan.errors import GpuplanError
 from gpuplan.plan import cost as costmod
@@ -182,7 +183,10 @@ def candidate_options(ctx: PlanContext) -> tuple[list[Option], list[str]]:
     """Options from the scenario's candidates; returns (options, notes on what was skipped)."""
     cat = ctx.catalog
     cand = ctx.scenario.candidates
-    gpus = [cat.gpu(g) for g in cand.gpus]  # NotFoundError lists the closest ids
+    if names_every_gpu(cand.gpus):  # the platforms below decide which are options
+        gpus = list(cat.gpus)
+    else:
+        gpus = [cat.gpu(g) for g in cand.gpus]  # NotFoundError lists the closest ids
     gpu_ids = {g.id: g for g in gpus}
     notes: list[str] = []
     options: list[Option] = []

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan import limits
+from gpuplan.catalogs.names import names_every_gpu
 from gpuplan.errors import SchemaError
 from gpuplan.scheduling.schema import SchedulingSpec, SharedClusterScenario, TeamSpec
 
@@ -264,12 +265,23 @@ class Workloads(_Strict):
 
 
 class Candidates(_Strict):
-    """Hardware to compare. ``None`` means every catalog row that fits; ``[]`` means none."""
+    """Hardware to compare. ``None`` means every catalog row that fits; ``[]`` means none.
 
-    gpus: list[str] = Field(min_length=1)
+    ``gpus: all`` takes every catalog accelerator: each instance of the candidate clouds and
+    each on-premises node (the listed ones, else every catalog row) is an option."""
+
+    gpus: list[str] = Field(
+        min_length=1,
+        description="catalog accelerator ids to compare (gpuplan catalog ls gpus), or 'all'",
+    )
     clouds: list[str] | None = None
     instances: list[str] | None = None
     onprem_nodes: list[str] | None = None
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _all(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) and names_every_gpu([v]) else v
 
 
 class Constraints(_Strict):

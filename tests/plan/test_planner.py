@@ -490,6 +490,49 @@ def test_named_platforms_without_a_candidate_gpu_are_noted_and_skipped():
     assert "aws/p5e.48xlarge" in {o.id for o in options}
 
 
+@pytest.mark.parametrize("spelling", ["all", "[ALL]"])
+def test_all_gpus_takes_every_platform_the_scenario_allows(spelling):
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.plan.context import PlanContext
+    from gpuplan.plan.options import candidate_options
+
+    cat = get_catalog()
+    text = (
+        (EXAMPLES / "llm-serving.yaml")
+        .read_text()
+        .replace("gpus: [h100, h200]", f"gpus: {spelling}")
+        .replace("clouds: [aws, gcp, azure]", "clouds: [gcp]")
+        .replace("onprem_nodes: []", "onprem_nodes: [dgx-h100, dgx-a100]")
+    )
+    options, notes = candidate_options(PlanContext(parse_scenario(text), cat))
+    gcp = {f"gcp/{i.id}" for i in cat.instances if i.cloud.lower() == "gcp"}
+    assert {o.id for o in options} == gcp | {"onprem/dgx-h100", "onprem/dgx-a100"}
+    assert notes == []
+    # more than the GPUs a scenario usually names: TPUs and every NVIDIA generation GCP rents
+    assert len({o.gpu.id for o in options}) >= 5
+    assert any(o.gpu.id.startswith("tpu") for o in options)
+
+
+def test_a_plan_over_all_gpus_ranks_every_priced_option():
+    text = (
+        (EXAMPLES / "llm-serving.yaml")
+        .read_text()
+        .replace("gpus: [h100, h200]", "gpus: all")
+        .replace("clouds: [aws, gcp, azure]", "clouds: [lambda, nebius]")
+    )
+    doc = build_plan(parse_scenario(text), results_paths=[]).to_json()
+    ids = {o["id"] for o in doc["options"]}
+    from gpuplan.catalogs import get_catalog
+
+    want = {f"{i.cloud}/{i.id}" for i in get_catalog().instances if i.cloud in ("lambda", "nebius")}
+    assert ids == want and len(want) >= 4
+    ranked = [r["option"] for r in doc["ranking"]]
+    assert set(ranked) | {u["option"] for u in doc["unranked"]} == ids
+    # GPU generations compete on one metric
+    gpus = {o["id"]: o["gpu"] for o in doc["options"]}
+    assert len({gpus[r] for r in ranked}) >= 2
+
+
 def test_a_curve_size_that_cannot_run_keeps_its_provenance(tmp_path):
     # 70B on one 8-GPU node does not fit: that curve point is an error, and its GPU count
     # must still say where it came from (the scenario's sizes)
