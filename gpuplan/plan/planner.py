@@ -314,7 +314,8 @@ def _headline(
         return join_texts(["No option meets all constraints. Binding: ", join_texts(parts)], sep="")
     if not options:
         return Text(
-            "No candidate option: the catalog has no instance or node with the candidate GPUs"
+            "No candidate option: the catalog has no instance in candidates.clouds (or "
+            "candidates.instances) and no node in candidates.onprem_nodes with a candidate GPU"
         )
     return Text("No option could be priced: see each option's missing prices")
 

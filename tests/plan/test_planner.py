@@ -513,6 +513,19 @@ def test_all_gpus_takes_every_platform_the_scenario_allows(spelling):
     assert any(o.gpu.id.startswith("tpu") for o in options)
 
 
+def test_all_gpus_without_a_platform_says_which_fields_left_none():
+    text = (
+        (EXAMPLES / "llm-serving.yaml")
+        .read_text()
+        .replace("gpus: [h100, h200]", "gpus: all")
+        .replace("clouds: [aws, gcp, azure]", "clouds: []")
+    )
+    doc = build_plan(parse_scenario(text), results_paths=[]).to_json()
+    assert doc["options"] == [] and not doc["summary"]["feasible"]
+    said = doc["summary"]["headline"]["text"]
+    assert "candidates.clouds" in said and "candidates.onprem_nodes" in said
+
+
 def test_a_plan_over_all_gpus_ranks_every_priced_option():
     text = (
         (EXAMPLES / "llm-serving.yaml")
