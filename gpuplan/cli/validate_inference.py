@@ -32,7 +32,9 @@ TensorRT-LLM 0.17's offline maximum-throughput tables (trtllm-bench: Llama 3.1 8
 Mistral 7B, Mixtral 8x7B/8x22B on H200, H100, L40S and A100 at TP 1-8, fitted on
 nothing); and NVIDIA NIM 1.8.0's published concurrency sweeps (Llama 3.3 70B on 2 H100 and
 Llama 3.1 8B on one, fp8, 200/200 to 20,000/2,000 tokens, 1-250 requests in flight: mean
-TTFT, inter-token latency and output tokens/s, fitted on nothing); and InferenceX's runs
+TTFT, inter-token latency and output tokens/s, fitted on nothing); and AWS's Trn1 latency
+table (Transformers NeuronX 2.18, Llama 2/3 and Mistral, one request at a time: the GPU-fitted
+default constants on Trainium, fitted on nothing); and InferenceX's runs
 with MTP speculative decoding, at the default acceptance length and by the acceptance each
 run implies (fitted on nothing) and compare like with like. Prints
 coverage, median and p90 absolute percentage error, signed bias and how often the forecast
@@ -239,6 +241,14 @@ def _table(result: dict[str, Any], show_rows: bool):
             "H100, fp8), held out by source: fitted on nothing",
             "NIM sweeps by GPU and engine profile (median |err| and bias)",
         )
+        neuron = held_out_section(
+            "neuron",
+            "AWS Trainium (trn1.32xlarge, Transformers NeuronX 2.18, one request at a time): "
+            "the default constants, fitted on GPU engines, on a Neuron stack: fitted on nothing",
+            "Neuron rows by accelerator and profile (median |err| and bias)",
+        )
+        if neuron and neuron["skipped"]:
+            console.print(f"  not forecast: {len(neuron['skipped'])} rows (see --format json)")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

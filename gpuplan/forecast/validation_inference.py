@@ -294,6 +294,7 @@ class InferenceValidation(TypedDict):
     disaggregated: NotRequired[DisaggValidation]
     offline: NotRequired[OfflineValidation]
     nim: NotRequired[NimValidation]
+    neuron: NotRequired[NimValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -612,6 +613,7 @@ def validate_inference(
     result["disaggregated"] = validate_disaggregated(catalog=catalog, perf_for=perf_for)
     result["offline"] = validate_offline(catalog=catalog, perf_for=perf_for)
     result["nim"] = validate_nim(catalog=catalog, perf_for=perf_for)
+    result["neuron"] = validate_neuron(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -2944,14 +2946,42 @@ def validate_nim(
     """Error of the shipped forecast on NVIDIA NIM's published concurrency sweeps (held
     out by source: no constant is fitted on them), by metric, GPU and profile, and model
     (throughput)."""
+    return _validate_closed_loop(
+        load_nim_rows(data),
+        str(Path(data) if data else NIM_CSV_PATH.name),
+        simulate_nim_row,
+        NIM_METRICS,
+        (
+            "closed loop (AIPerf / genai-perf --concurrency C, fixed input and output lengths, "
+            "ignore_eos): steady-state averages of TTFT and inter-token latency, output "
+            "tokens/s of the replica"
+        ),
+        catalog=catalog,
+        perf_for=perf_for,
+        fitted=fitted,
+    )
+
+
+def _validate_closed_loop(
+    rows: list[dict[str, str]],
+    data: str,
+    simulate: Callable[..., Mapping[_M, FloatArray]],
+    columns: Sequence[tuple[str, float, _M]],
+    convention: str,
+    *,
+    catalog: Catalog | None,
+    perf_for: PerfFor | None,
+    fitted: FittedOverheads | None,
+) -> NimValidation:
+    """Rows of closed-loop runs at fixed lengths (``max_concurrency`` in flight) scored with
+    the shipped constants, fitted on nothing: by metric, GPU and profile, and model."""
     catalog = _catalog_or_default(catalog)
     fitted = fitted or load_overheads()
-    rows = load_nim_rows(data)
     held = _HeldOutScores(fitted)
     done, skipped = held.score_rows(
         rows,
-        partial(simulate_nim_row, fitted=fitted, catalog=catalog, perf_for=perf_for),
-        NIM_METRICS,
+        partial(simulate, fitted=fitted, catalog=catalog, perf_for=perf_for),
+        columns,
         catalog,
     )
     per_row: list[NimRow] = []
@@ -2975,13 +3005,9 @@ def validate_nim(
         if p is not None:
             by_model.setdefault(model, []).append(p)
     return {
-        "data": str(Path(data) if data else NIM_CSV_PATH.name),
+        "data": data,
         "source": _sources(rows),
-        "convention": (
-            "closed loop (AIPerf / genai-perf --concurrency C, fixed input and output lengths, "
-            "ignore_eos): steady-state averages of TTFT and inter-token latency, output "
-            "tokens/s of the replica"
-        ),
+        "convention": convention,
         "fitted_on": "nothing: every constant comes from other sources (held out by source)",
         "by_metric": held.by_metric(),
         "by_gpu_engine": held.by_gpu_engine(),
@@ -2989,6 +3015,72 @@ def validate_nim(
         "rows": per_row,
         "skipped": skipped,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# AWS publishes the latency of Transformers NeuronX (Neuron SDK 2.18) on a trn1.32xlarge: one
+# request at a time (batch 1, the 'Real Time' table), Llama 2/3, Mistral and CodeLlama over
+# 32 NeuronCores (16 Trainium chips), P50 TTFT and TPOT at fixed lengths. There is no Neuron
+# engine profile: the rows are scored with the tool's default constants (``modern``, fitted
+# on GPU engines), which is what a user gets for ``forecast infer --gpu trn1``. Nothing is
+# fitted on them: they measure how far the GPU-fitted constants carry to Trainium.
+
+NEURON_CSV_PATH = DATA_DIR / "inference_neuron_runs.csv"
+NeuronMetric: TypeAlias = Literal["throughput", "tpot_median", "ttft_median"]
+#: (column, unit scale, metric) of a Neuron row
+NEURON_METRICS: tuple[tuple[str, float, NeuronMetric], ...] = (
+    ("out_tokens_per_s_total", 1.0, "throughput"),
+    ("tpot_p50_ms", 1e-3, "tpot_median"),
+    ("ttft_p50_ms", 1e-3, "ttft_median"),
+)
+
+
+def load_neuron_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of the Neuron latency table (``inference_neuron_runs.csv``)."""
+    return _read_rows(path, NEURON_CSV_PATH)
+
+
+def simulate_neuron_row(
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[NeuronMetric, FloatArray]:
+    """One Neuron row replayed as :func:`simulate_nim_row` replays a closed loop: requests of
+    the row's fixed lengths, ``max_concurrency`` (the batch, 1) in flight. With one request
+    at a time every request is the same, so the simulated mean is the median the table
+    publishes."""
+    out = simulate_nim_row(row, fitted=fitted, catalog=catalog, perf_for=perf_for)
+    return {
+        "throughput": out["throughput"],
+        "tpot_median": out["tpot_mean"],
+        "ttft_median": out["ttft_mean"],
+    }
+
+
+def validate_neuron(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> NimValidation:
+    """Error of the shipped forecast on AWS's Trn1 latency table (Transformers NeuronX),
+    fitted on nothing, by metric, GPU and profile, and model (throughput)."""
+    return _validate_closed_loop(
+        load_neuron_rows(data),
+        str(Path(data) if data else NEURON_CSV_PATH.name),
+        simulate_neuron_row,
+        NEURON_METRICS,
+        (
+            "one request at a time (batch 1), fixed input and output lengths: P50 TTFT and "
+            "TPOT, output tokens/s of one request"
+        ),
+        catalog=catalog,
+        perf_for=perf_for,
+        fitted=fitted,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - maintenance entry point
