@@ -84,6 +84,7 @@ from gpuplan.forecast.inference_step import (
     prefill_chunks,
     prompts_per_iteration,
     speculative_iteration,
+    speculative_passes,
     static_run_parts,
     static_run_passes,
     static_run_time,
@@ -921,12 +922,12 @@ def _single_layout(
     # every pass this forecast prices, its GEMMs and collectives in one call each
     passes = static_run_passes(pp, b, input_tokens)
     if not static:
-        q = float(speculation.queries) if speculation is not None else 1.0
-        passes += continuous_passes(mb_rows, input_tokens, output_tokens, chunk_tokens, q)
+        passes += (
+            speculative_passes(mb_rows, input_tokens, output_tokens, chunk_tokens, speculation)
+            if speculation is not None
+            else continuous_passes(mb_rows, input_tokens, output_tokens, chunk_tokens)
+        )
         passes.append((mb_rows + min(input_tokens, chunk_tokens), mb_rows + 1))  # prompt_pass
-        if speculation is not None:  # verification, draft passes (speculative_iteration)
-            w = float(speculation.tree_width)
-            passes += [(mb_rows * x, mb_rows * x) for x in (q, 1.0, w)]
     rates.prime(passes)
     run = static_run_parts(rates, b, input_tokens, output_tokens)
     st = static_run_time(run, params)

@@ -899,7 +899,7 @@ class DeviceRates:
         prices them, and numpy's cost here is per call (~0.1 ms), not per element; the
         values are the same element by element, and so is the basis (a matmul's or a
         collective's basis does not depend on the shape)."""
-        todo = [p for p in dict.fromkeys((float(t), float(r)) for t, r in passes)]
+        todo = list(dict.fromkeys((float(t), float(r)) for t, r in passes))
         new = [p for p in todo if p not in self._gemm_memo]
         if new:
             gs = [self.sharded.gemms(t, r) for t, r in new]
@@ -1400,13 +1400,18 @@ def prefill_chunks(input_tokens: float, chunk_tokens: float) -> tuple[int, float
     return m, max(input_tokens, 0.0) / m
 
 
+@lru_cache(maxsize=64)
 def _iteration_mix(
     batch: float, input_tokens: float, output_tokens: float, chunk_tokens: float
 ) -> tuple[int, float, FloatArray, FloatArray]:
     """Chunks per prompt, tokens per chunk, and the counts of chunks an iteration holds
-    with their weights (:func:`prompts_per_iteration`), for :func:`continuous_iteration`."""
+    with their weights (:func:`prompts_per_iteration`), for :func:`continuous_iteration`
+    and :func:`continuous_passes` (kept: a forecast asks for the same mix twice, to prime
+    its passes and to price them; the arrays are read-only)."""
     m, c = prefill_chunks(input_tokens, chunk_tokens)
     ks, w = prompts_per_iteration(batch / max(output_tokens, 1.0) * m)
+    ks.setflags(write=False)
+    w.setflags(write=False)
     return m, c, ks, w
 
 
@@ -1505,6 +1510,22 @@ def weighted_time(weights: Sequence[float] | FloatArray, times: Sequence[PassTim
     return PassTime(
         *[sum(wk * getattr(t, n) for wk, t in zip(weights, times, strict=True)) for n in names]
     )
+
+
+def speculative_passes(
+    batch: float,
+    input_tokens: float,
+    output_tokens: float,
+    chunk_tokens: float,
+    spec: Speculation,
+) -> list[tuple[float, float]]:
+    """``(tokens, logit_rows)`` of the passes :func:`speculative_iteration` prices on the
+    target's rates (its step over ``queries`` tokens a request, the verification, a draft
+    head's passes over one and over ``tree_width`` tokens a request), for
+    :meth:`DeviceRates.prime`."""
+    q = float(spec.queries)
+    passes = continuous_passes(batch, input_tokens, output_tokens, chunk_tokens, q)
+    return passes + [(batch * x, batch * x) for x in (q, 1.0, float(spec.tree_width))]
 
 
 def speculative_iteration(
