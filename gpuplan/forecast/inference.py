@@ -571,6 +571,27 @@ def memory_plan(
     )
 
 
+def continuous_memory_plan(
+    sh: Sharded,
+    gpu: Accelerator,
+    *,
+    chunk_tokens: float,
+    utilization: float,
+    speculation: Speculation | None = None,
+) -> MemoryPlan:
+    """The memory a continuous-batching replica plans for: the activations of a full
+    prefill chunk of ``chunk_tokens`` tokens, each row of which may need its logits (a
+    decode batch of that many sequences), beside the weights; the rest holds KV cache."""
+    return memory_plan(
+        sh,
+        gpu,
+        tokens_in_pass=chunk_tokens,
+        rows=chunk_tokens,
+        utilization=utilization,
+        speculation=speculation,
+    )
+
+
 def _fmt_gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
 
@@ -888,13 +909,8 @@ def _single_layout(
         budget = mp1.usable_bytes - mp1.weights_bytes
         max_batch = int(budget // per_req)
     else:
-        mp_chunk = memory_plan(
-            sh,
-            gpu,
-            tokens_in_pass=chunk_tokens,
-            rows=chunk_tokens,
-            utilization=utilization,
-            speculation=speculation,
+        mp_chunk = continuous_memory_plan(
+            sh, gpu, chunk_tokens=chunk_tokens, utilization=utilization, speculation=speculation
         )
         max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
     coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
@@ -1823,6 +1839,8 @@ def forecast_inference(
         speculation=speculation,
     )
     layout = _choose_layout(tp=tp, pp=pp, ep=ep, nodes=nodes, **common)
+    if concurrency is not None and tp is None and nodes is None:
+        layout = _closed_loop_layout(layout, inputs, outputs, **common)
     check_serving_layout(arch, layout)
     out = _single_layout(layout=layout, **common)
     mn = multi_node_info(layout, g, out["pp_hop_decode_s"])
@@ -2253,6 +2271,38 @@ def _choose_layout(
     return lay
 
 
+def _closed_loop_layout(
+    layout: Layout, inputs: LengthDist, outputs: LengthDist, **common: Unpack[_LayoutInputs]
+) -> Layout:
+    """The layout a closed-loop client (``--concurrency``) runs on when no TP was given:
+    ``layout`` when its replica can plan a continuous-batching pass for the longest requests
+    (:func:`continuous_memory_plan`, the rule :func:`build_candidates` keeps a replica by),
+    else the smallest larger TP inside the node that can, so that the single forecast and
+    the simulated client describe the same replica. ``layout`` itself where none can (the
+    client then says why) and for wide-EP layouts."""
+    arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
+    if layout.dp > 1:
+        return layout
+    req_max = inputs.quantile(0.999) + outputs.quantile(0.999)
+
+    def holds(lay: Layout) -> bool:
+        mp = continuous_memory_plan(
+            shard(arch, lay, prec),
+            gpu,
+            chunk_tokens=common["chunk_tokens"],
+            utilization=common["utilization"],
+            speculation=common["speculation"],
+        )
+        return mp.kv_capacity_tokens >= req_max
+
+    if holds(layout):
+        return layout
+    for t in tp_options(arch, gpu, layout.ep, layout.pp):
+        if t > layout.tp and holds(Layout(t, layout.pp, layout.ep)):
+            return Layout(t, layout.pp, layout.ep)
+    return layout
+
+
 def _default_tp(
     *,
     arch: ModelArch,
@@ -2391,12 +2441,8 @@ def fleet_layouts(
     def holds(lay: Layout) -> bool:
         if arch.heads % lay.tp:
             return False
-        mp = memory_plan(
-            shard(arch, lay, prec),
-            gpu,
-            tokens_in_pass=chunk_tokens,
-            rows=chunk_tokens,
-            utilization=utilization,
+        mp = continuous_memory_plan(
+            shard(arch, lay, prec), gpu, chunk_tokens=chunk_tokens, utilization=utilization
         )
         return mp.kv_capacity_tokens >= request_tokens
 
@@ -2475,13 +2521,8 @@ def build_candidates(
                 dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
                 continue
             sh = shard(arch, layout, prec)
-            mp = memory_plan(
-                sh,
-                g,
-                tokens_in_pass=chunk_tokens,
-                rows=chunk_tokens,
-                utilization=utilization,
-                speculation=speculation,
+            mp = continuous_memory_plan(
+                sh, g, chunk_tokens=chunk_tokens, utilization=utilization, speculation=speculation
             )
             if mp.kv_capacity_tokens < req_max:
                 dropped.append(
