@@ -128,6 +128,25 @@ PRECISIONS: dict[str, PrecisionSpec] = {
     ),
 }
 
+#: ``--precision int4`` on a GPU without bf16 tensor cores (V100, T4): the W4A16 kernels
+#: dequantise into fp16 GEMMs there (AWQ's kernels are fp16 ones, Lin et al. 2024; GPTQ's,
+#: Frantar et al. 2023, too), with an fp16 KV cache
+INT4_FP16 = PrecisionSpec(
+    "int4",
+    0.5 + 2.0 / 128,
+    2.0,
+    "fp16",
+    "fp16",
+    ("fp16",),
+    "W4A16 weight-only (AWQ/GPTQ, group 128): fp16 GEMMs (no bf16 on this GPU), fp16 KV cache",
+)
+
+
+def _int4_in_fp16(gpu: Accelerator) -> bool:
+    """Whether ``--precision int4`` runs on ``gpu`` with fp16 math (no bf16, fp16 present)."""
+    return not dtype_peak(gpu, "bf16") and bool(dtype_peak(gpu, "fp16"))
+
+
 #: ``--precision fp4`` means the vendor's FP4 format: NVFP4 on NVIDIA, MXFP4 (OCP
 #: Microscaling Formats v1.0, the format of AMD CDNA4's FP4 tensor cores) elsewhere.
 FP4_BY_VENDOR = {"nvidia": "fp4"}
@@ -164,8 +183,14 @@ def resolve_precision(
         vendor = str(getattr(gpu, "vendor", "nvidia") or "nvidia").lower()
         key = FP4_BY_VENDOR.get(vendor, "mxfp4")
     spec = PRECISIONS[key]
+    if key == "int4" and _int4_in_fp16(gpu):
+        spec = INT4_FP16
     gpu_name = getattr(gpu, "id", str(gpu))
-    ok = [p for p in PRECISIONS.values() if all(dtype_peak(gpu, d) for d in p.requires)]
+    ok = [
+        p
+        for p in PRECISIONS.values()
+        if all(dtype_peak(gpu, d) for d in p.requires) or (p.name == "int4" and _int4_in_fp16(gpu))
+    ]
     missing = [d for d in spec.requires if not dtype_peak(gpu, d)]
     if missing:
         hint = f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU"

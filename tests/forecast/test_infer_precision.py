@@ -62,3 +62,19 @@ def test_fp8_where_the_chip_has_none_names_no_4bit_fallback():
     with pytest.raises(InputError, match=r"no FP8") as e:
         _run("a100", "fp8")
     assert "4-bit checkpoint" not in e.value.one_line()
+
+
+@pytest.mark.parametrize("gpu", ["t4", "v100-sxm2-32gb"])
+def test_int4_without_bf16_runs_its_gemms_in_fp16(gpu):
+    """V100 and T4 have no bf16 tensor cores; AWQ/GPTQ's W4A16 kernels dequantise into
+    fp16 GEMMs there, so int4 runs (it was refused for want of bf16) at the fp16 rate."""
+    # TP 2 for both: 16 GB of fp16 weights do not fit one T4
+    i4 = forecast_inference("llama3.1-8b", gpu, tp=2, precision="int4", batch=1)
+    f16 = forecast_inference("llama3.1-8b", gpu, tp=2, precision="fp16", batch=1)
+    assert "fp16 GEMMs" in i4["precision_detail"]
+    assert i4["kv_cache_bytes_per_token"] == f16["kv_cache_bytes_per_token"]  # fp16 KV
+    w4, w16 = i4["memory_breakdown_bytes"]["weights"], f16["memory_breakdown_bytes"]["weights"]
+    assert w4 < 0.6 * w16
+    assert i4["tpot_s"] < f16["tpot_s"]  # a memory-bound decode reads fewer bytes
+    with pytest.raises(InputError, match="no BF16"):
+        forecast_inference("llama3.1-8b", gpu, precision="bf16", batch=1)
