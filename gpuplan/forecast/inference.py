@@ -592,6 +592,12 @@ def continuous_memory_plan(
     )
 
 
+def longest_request_tokens(inputs: LengthDist, outputs: LengthDist) -> float:
+    """The tokens of the longest request a replica must hold: prompt and answer at their
+    99.9th percentiles (a replica that cannot cache it is not kept)."""
+    return float(inputs.quantile(0.999) + outputs.quantile(0.999))
+
+
 def _fmt_gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
 
@@ -2283,7 +2289,7 @@ def _closed_loop_layout(
     arch, gpu, prec = common["arch"], common["gpu"], common["prec"]
     if layout.dp > 1:
         return layout
-    req_max = inputs.quantile(0.999) + outputs.quantile(0.999)
+    req_max = longest_request_tokens(inputs, outputs)
 
     def holds(lay: Layout) -> bool:
         mp = continuous_memory_plan(
@@ -2493,7 +2499,7 @@ def build_candidates(
     cands: list[Candidate] = []
     dropped: list[DroppedLayout] = []
     req_mean = inputs.mean + outputs.mean
-    req_max = inputs.quantile(0.999) + outputs.quantile(0.999)
+    req_max = longest_request_tokens(inputs, outputs)
     for g in gpus:
         try:
             prec = resolve_precision(precision, g, kv_precision)

@@ -34,7 +34,7 @@ Conventions
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -131,14 +131,13 @@ PRECISIONS: dict[str, PrecisionSpec] = {
 #: ``--precision int4`` on a GPU without bf16 tensor cores (V100, T4): the W4A16 kernels
 #: dequantise into fp16 GEMMs there (AWQ's kernels are fp16 ones, Lin et al. 2024; GPTQ's,
 #: Frantar et al. 2023, too), with an fp16 KV cache
-INT4_FP16 = PrecisionSpec(
-    "int4",
-    0.5 + 2.0 / 128,
-    2.0,
-    "fp16",
-    "fp16",
-    ("fp16",),
-    "W4A16 weight-only (AWQ/GPTQ, group 128): fp16 GEMMs (no bf16 on this GPU), fp16 KV cache",
+INT4_FP16 = replace(
+    PRECISIONS["int4"],
+    gemm_dtype="fp16",
+    activation_dtype="fp16",
+    requires=("fp16",),
+    description="W4A16 weight-only (AWQ/GPTQ, group 128): fp16 GEMMs (no bf16 on this GPU), "
+    "fp16 KV cache",
 )
 
 
