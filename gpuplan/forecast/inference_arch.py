@@ -128,22 +128,29 @@ PRECISIONS: dict[str, PrecisionSpec] = {
     ),
 }
 
-#: ``--precision int4`` on a GPU without bf16 tensor cores (V100, T4): the W4A16 kernels
-#: dequantise into fp16 GEMMs there (AWQ's kernels are fp16 ones, Lin et al. 2024; GPTQ's,
-#: Frantar et al. 2023, too), with an fp16 KV cache
-INT4_FP16 = replace(
-    PRECISIONS["int4"],
-    gemm_dtype="fp16",
-    activation_dtype="fp16",
-    requires=("fp16",),
-    description="W4A16 weight-only (AWQ/GPTQ, group 128): fp16 GEMMs (no bf16 on this GPU), "
-    "fp16 KV cache",
-)
 
+def _math_in_fp16(spec: PrecisionSpec, gpu: Accelerator) -> PrecisionSpec:
+    """``spec`` on ``gpu``: on a GPU without bf16 tensor cores but with fp16 ones (V100,
+    T4) the 16-bit GEMMs and activations of a quantised precision run in fp16, as the
+    engines cast there (vLLM's ``--dtype auto``; AWQ's and GPTQ's W4A16 kernels are fp16
+    ones, Lin et al. 2024, Frantar et al. 2023). ``--precision bf16`` itself is not
+    changed (it is refused there, naming fp16)."""
+    if spec.name == "bf16" or dtype_peak(gpu, "bf16") or not dtype_peak(gpu, "fp16"):
+        return spec
+    if "bf16" not in (spec.gemm_dtype, spec.activation_dtype, *spec.requires):
+        return spec
 
-def _int4_in_fp16(gpu: Accelerator) -> bool:
-    """Whether ``--precision int4`` runs on ``gpu`` with fp16 math (no bf16, fp16 present)."""
-    return not dtype_peak(gpu, "bf16") and bool(dtype_peak(gpu, "fp16"))
+    def swap(d: str) -> str:
+        return "fp16" if d == "bf16" else d
+
+    return replace(
+        spec,
+        gemm_dtype=swap(spec.gemm_dtype),
+        activation_dtype=swap(spec.activation_dtype),
+        requires=tuple(swap(d) for d in spec.requires),
+        description=f"{spec.description.replace('bf16', 'fp16')}; "
+        "16-bit math in fp16 (no bf16 on this GPU)",
+    )
 
 
 #: ``--precision fp4`` means the vendor's FP4 format: NVFP4 on NVIDIA, MXFP4 (OCP
@@ -181,14 +188,12 @@ def resolve_precision(
     if key == "fp4":
         vendor = str(getattr(gpu, "vendor", "nvidia") or "nvidia").lower()
         key = FP4_BY_VENDOR.get(vendor, "mxfp4")
-    spec = PRECISIONS[key]
-    if key == "int4" and _int4_in_fp16(gpu):
-        spec = INT4_FP16
+    spec = _math_in_fp16(PRECISIONS[key], gpu)
     gpu_name = getattr(gpu, "id", str(gpu))
     ok = [
         p
         for p in PRECISIONS.values()
-        if all(dtype_peak(gpu, d) for d in p.requires) or (p.name == "int4" and _int4_in_fp16(gpu))
+        if all(dtype_peak(gpu, d) for d in _math_in_fp16(p, gpu).requires)
     ]
     missing = [d for d in spec.requires if not dtype_peak(gpu, d)]
     if missing:

@@ -966,7 +966,7 @@ class DeviceRates:
 
         A dtype the calibration does not model (fp4, int8: ``gpuplan.calibration.specs.DTYPES``
         stops at fp8) scales the calibrated curve of the nearest modelled dtype (fp8, else
-        bf16) by the ratio of the catalog's dense peaks: the same fraction of peak at the
+        bf16, else fp16 on a GPU without bf16) by the ratio of the catalog's dense peaks: the same fraction of peak at the
         same shape, the rule the training forecast uses (``training.gemm_rates3``). Basis
         ``transferred``.
         """
@@ -977,7 +977,7 @@ class DeviceRates:
             return rate3(est), est.basis
         peak = getattr(self.gpu, "peak_flops_per_s", None)
         target = peak(dtype) if peak else None
-        for curve in ("fp8", "bf16"):
+        for curve in ("fp8", "bf16", "fp16"):
             base = peak(curve) if peak else None
             if not (target and base):
                 continue

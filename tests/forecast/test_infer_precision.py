@@ -78,3 +78,16 @@ def test_int4_without_bf16_runs_its_gemms_in_fp16(gpu):
     assert i4["tpot_s"] < f16["tpot_s"]  # a memory-bound decode reads fewer bytes
     with pytest.raises(InputError, match="no BF16"):
         forecast_inference("llama3.1-8b", gpu, precision="bf16", batch=1)
+
+
+def test_int8_without_bf16_scales_the_fp16_curve():
+    """T4 has INT8 tensor cores (130 TOPS) but neither FP8 nor BF16: W8A8 GEMMs scale its
+    calibrated fp16 curve by the peak ratio (it was refused: no curve to scale), and the
+    16-bit parts (attention, LM head) run in fp16."""
+    i8 = forecast_inference("llama3.1-8b", "t4", tp=2, precision="int8", batch=1, input_tokens=4096)
+    f16 = forecast_inference(
+        "llama3.1-8b", "t4", tp=2, precision="fp16", batch=1, input_tokens=4096
+    )
+    assert "16-bit math in fp16" in i8["precision_detail"]
+    assert i8["ttft_s"] < f16["ttft_s"]  # the compute-bound prefill at twice the peak
+    assert i8["kv_cache_bytes_per_token"] == pytest.approx(f16["kv_cache_bytes_per_token"] / 2)
