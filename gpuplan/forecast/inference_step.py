@@ -966,9 +966,9 @@ class DeviceRates:
 
         A dtype the calibration does not model (fp4, int8: ``gpuplan.calibration.specs.DTYPES``
         stops at fp8) scales the calibrated curve of the nearest modelled dtype (fp8, else
-        bf16, else fp16 on a GPU without bf16) by the ratio of the catalog's dense peaks: the same fraction of peak at the
-        same shape, the rule the training forecast uses (``training.gemm_rates3``). Basis
-        ``transferred``.
+        bf16, else fp16 on a GPU without bf16) by the ratio of the catalog's dense peaks:
+        the same fraction of peak at the same shape, the rule the training forecast uses
+        (``training.gemm_rates3``). Basis ``transferred``.
         """
         from gpuplan.calibration.specs import DTYPES
 
