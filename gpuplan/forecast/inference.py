@@ -578,15 +578,27 @@ def continuous_memory_plan(
     chunk_tokens: float,
     utilization: float,
     speculation: Speculation | None = None,
+    max_sequences: int | None = None,
 ) -> MemoryPlan:
     """The memory a continuous-batching replica plans for: the activations of a full
-    prefill chunk of ``chunk_tokens`` tokens, each row of which may need its logits (a
-    decode batch of that many sequences), beside the weights; the rest holds KV cache."""
+    prefill chunk of ``chunk_tokens`` tokens beside the weights; the rest holds KV cache.
+
+    A pass computes logits only for the last token of each sequence in it (each verified
+    position with ``speculation``), so the fp32 logits are for at most ``max_sequences``
+    sequences, the engine's running cap, as vLLM's memory profile samples them (V0
+    ``ModelRunner.profile_run`` with ``max_num_seqs`` sequences; V1 ``_dummy_sampler_run``
+    over one row per request, ``min(max_num_tokens, max_num_reqs)`` requests). Without a
+    cap (None) every token of the chunk may be a sequence of its own: a decode batch of
+    that many."""
+    rows = float(chunk_tokens)
+    if max_sequences is not None:
+        per_seq = speculation.queries if speculation is not None else 1
+        rows = min(rows, float(max_sequences * per_seq))
     return memory_plan(
         sh,
         gpu,
         tokens_in_pass=chunk_tokens,
-        rows=chunk_tokens,
+        rows=rows,
         utilization=utilization,
         speculation=speculation,
     )
@@ -916,7 +928,12 @@ def _single_layout(
         max_batch = int(budget // per_req)
     else:
         mp_chunk = continuous_memory_plan(
-            sh, gpu, chunk_tokens=chunk_tokens, utilization=utilization, speculation=speculation
+            sh,
+            gpu,
+            chunk_tokens=chunk_tokens,
+            utilization=utilization,
+            speculation=speculation,
+            max_sequences=engine_profile(engine).running_cap(gpu),
         )
         max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
     coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
@@ -2298,6 +2315,7 @@ def _closed_loop_layout(
             chunk_tokens=common["chunk_tokens"],
             utilization=common["utilization"],
             speculation=common["speculation"],
+            max_sequences=engine_profile(common["engine"]).running_cap(gpu),
         )
         return mp.kv_capacity_tokens >= req_max
 
@@ -2409,6 +2427,7 @@ def fleet_layouts(
     request_tokens: float,
     chunk_tokens: int,
     utilization: float,
+    max_sequences: int | None = None,
 ) -> list[Layout]:
     """Replica layouts the fleet search compares on one GPU type.
 
@@ -2448,7 +2467,11 @@ def fleet_layouts(
         if arch.heads % lay.tp:
             return False
         mp = continuous_memory_plan(
-            shard(arch, lay, prec), gpu, chunk_tokens=chunk_tokens, utilization=utilization
+            shard(arch, lay, prec),
+            gpu,
+            chunk_tokens=chunk_tokens,
+            utilization=utilization,
+            max_sequences=max_sequences,
         )
         return mp.kv_capacity_tokens >= request_tokens
 
@@ -2508,6 +2531,8 @@ def build_candidates(
             continue
         price, price_src = usd_per_gpu_hour(catalog, g.id)
         perf: DevicePerf | None = None
+        # a fleet's batch is its replicas' cap on running requests (max_num_seqs)
+        seqs = batch if batch is not None else engine_profile(engine).running_cap(g)
         for layout in fleet_layouts(
             arch,
             g,
@@ -2519,6 +2544,7 @@ def build_candidates(
             request_tokens=req_max,
             chunk_tokens=chunk_tokens,
             utilization=utilization,
+            max_sequences=seqs,
         ):
             t = layout.tp
             try:
@@ -2528,7 +2554,12 @@ def build_candidates(
                 continue
             sh = shard(arch, layout, prec)
             mp = continuous_memory_plan(
-                sh, g, chunk_tokens=chunk_tokens, utilization=utilization, speculation=speculation
+                sh,
+                g,
+                chunk_tokens=chunk_tokens,
+                utilization=utilization,
+                speculation=speculation,
+                max_sequences=seqs,
             )
             if mp.kv_capacity_tokens < req_max:
                 dropped.append(
@@ -2542,7 +2573,7 @@ def build_candidates(
                 )
                 continue
             max_b = max(mp.max_batch(req_mean), 1)
-            sched_cap = engine_profile(engine).max_running_requests
+            sched_cap = engine_profile(engine).running_cap(g)
             if sched_cap is not None:
                 max_b = min(max_b, sched_cap)
             try:

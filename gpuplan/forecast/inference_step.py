@@ -91,7 +91,10 @@ class EngineProfile:
         ``trtllm``, ``vllm`` or ``sglang`` (``modern``: any current engine), and its release.
     max_running_requests:
         The scheduler's cap on running requests by default (vLLM ``max_num_seqs``); the
-        sizing never plans a larger batch. None: memory decides.
+        sizing never plans a larger batch. None: memory decides (or ``running_cap_rule``).
+    running_cap_rule:
+        ``fixed``: the cap is ``max_running_requests`` on every accelerator. ``vllm-v1``:
+        vLLM V1's default by device (:meth:`running_cap`).
     fitted_on:
         The engine whose published rows fitted the framework constants this profile uses.
         Equal to ``name`` only when the profile has at least :data:`MIN_ROWS_CALIBRATED`
@@ -120,6 +123,7 @@ class EngineProfile:
     family: str = "modern"
     version: str | None = None
     max_running_requests: int | None = None
+    running_cap_rule: Literal["fixed", "vllm-v1"] = "fixed"
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
@@ -127,6 +131,24 @@ class EngineProfile:
     #: the oldest release this profile stands for when a version without a profile of its
     #: own is named (default: ``version``; :func:`engine_profile`)
     covers_from: str | None = None
+
+    def running_cap(self, gpu: Accelerator) -> int | None:
+        """The most requests the engine runs at once on ``gpu`` by default; None where
+        memory alone decides.
+
+        vLLM V1 (``running_cap_rule="vllm-v1"``) sets ``max_num_seqs`` by device
+        (vllm/engine/arg_utils.py, the usage-context defaults, and its test
+        ``test_defaults_with_usage_context``): 1024 on a GPU of at least 70 GiB other
+        than an A100 (vllm-project/vllm PR #17885 keeps A100 on the small defaults), 256
+        on smaller GPUs and on TPUs.
+        """
+        if self.running_cap_rule == "vllm-v1":
+            big = gpu.memory_bytes is not None and gpu.memory_bytes >= VLLM_V1_LARGE_GPU_BYTES
+            gpu_vendor = gpu.vendor in ("nvidia", "amd")
+            if big and gpu_vendor and "a100" not in gpu.name.lower():
+                return VLLM_V1_MAX_NUM_SEQS[1]
+            return VLLM_V1_MAX_NUM_SEQS[0]
+        return self.max_running_requests
 
     @property
     def pays_moe_factor(self) -> bool:
@@ -155,6 +177,7 @@ class EngineProfile:
             "custom_allreduce": self.custom_allreduce,
             "fp8_moe": self.fp8_moe,
             "max_running_requests": self.max_running_requests,
+            "running_cap_rule": self.running_cap_rule,
             "constants": self.basis,
             "calibrated": self.calibrated,
             "sources": list(self.sources),
@@ -180,6 +203,11 @@ POOLED_BASIS = (
 )
 
 _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_seqs 256)"
+#: vLLM V1's default ``max_num_seqs`` (small devices, large ones) and the device memory from
+#: which a GPU counts as large (``device_memory >= 70 * GiB_bytes``): vllm/engine/arg_utils.py
+#: usage-context defaults (:meth:`EngineProfile.running_cap`).
+VLLM_V1_MAX_NUM_SEQS = (256, 1024)
+VLLM_V1_LARGE_GPU_BYTES = 70 * 2**30
 
 #: Engine profiles (``family@version``). The shipped framework constants are fitted on the
 #: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``). A profile with at least MIN_ROWS_CALIBRATED
@@ -292,6 +320,7 @@ ENGINES: dict[str, EngineProfile] = {
         "chunked prefill, custom all-reduce; max_num_seqs by GPU (1024 on H100/H200)",
         family="vllm",
         version="0.8.4",
+        running_cap_rule="vllm-v1",
         moe_kernels="triton",
         fitted_on="pooled",
         sources=(

@@ -885,9 +885,9 @@ def _row_candidate(
     from gpuplan.forecast.model import arch_from
     from gpuplan.forecast.serving import LengthDist
 
-    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).max_running_requests or 0)
     arch = arch_from(catalog.model(row["model"]))
     gpu = catalog.gpu(row["gpu_type"])
+    cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).running_cap(gpu) or 0)
 
     def candidates(utilization: float) -> tuple[list[Candidate], list[DroppedLayout]]:
         return build_candidates(
