@@ -604,6 +604,18 @@ def continuous_memory_plan(
     )
 
 
+def logit_sequences(engine: str, gpu: Accelerator, batch: int | None = None) -> int | None:
+    """The sequences whose logits a replica of ``engine`` on ``gpu`` sets memory aside for
+    (:func:`continuous_memory_plan`), for an engine that profiles them per sequence
+    (:attr:`~gpuplan.forecast.inference_step.EngineProfile.profiles_logits_per_sequence`):
+    ``batch`` when the replica runs with that cap (``max_num_seqs``), else the engine's
+    default running cap on ``gpu``. None (a whole chunk of rows) for other engines."""
+    prof = engine_profile(engine)
+    if not prof.profiles_logits_per_sequence:
+        return None
+    return batch if batch is not None else prof.running_cap(gpu)
+
+
 def longest_request_tokens(inputs: LengthDist, outputs: LengthDist) -> float:
     """The tokens of the longest request a replica must hold: prompt and answer at their
     99.9th percentiles (a replica that cannot cache it is not kept)."""
@@ -933,7 +945,7 @@ def _single_layout(
             chunk_tokens=chunk_tokens,
             utilization=utilization,
             speculation=speculation,
-            max_sequences=engine_profile(engine).running_cap(gpu),
+            max_sequences=logit_sequences(engine, gpu),
         )
         max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
     coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
@@ -2315,7 +2327,7 @@ def _closed_loop_layout(
             chunk_tokens=common["chunk_tokens"],
             utilization=common["utilization"],
             speculation=common["speculation"],
-            max_sequences=engine_profile(common["engine"]).running_cap(gpu),
+            max_sequences=logit_sequences(common["engine"], gpu),
         )
         return mp.kv_capacity_tokens >= req_max
 
@@ -2532,7 +2544,7 @@ def build_candidates(
         price, price_src = usd_per_gpu_hour(catalog, g.id)
         perf: DevicePerf | None = None
         # a fleet's batch is its replicas' cap on running requests (max_num_seqs)
-        seqs = batch if batch is not None else engine_profile(engine).running_cap(g)
+        seqs = logit_sequences(engine, g, batch)
         for layout in fleet_layouts(
             arch,
             g,

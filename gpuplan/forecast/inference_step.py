@@ -151,6 +151,15 @@ class EngineProfile:
         return self.max_running_requests
 
     @property
+    def profiles_logits_per_sequence(self) -> bool:
+        """True when the engine sizes its KV cache after a profile pass whose logits are
+        one fp32 row per sequence, up to ``max_num_seqs`` (vLLM: V0
+        ``ModelRunner.profile_run``, V1 ``_dummy_sampler_run``), so the memory set aside
+        for logits is that many rows (:func:`gpuplan.forecast.inference.logit_sequences`).
+        Other engines keep a reserve of a whole prefill chunk of rows."""
+        return self.family == "vllm"
+
+    @property
     def pays_moe_factor(self) -> bool:
         """True when a MoE model's pass takes the fitted MoE factor (Triton ``fused_moe``)."""
         return self.moe_kernels == "triton"

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.catalogs.catalog import load_catalog
-from gpuplan.forecast.inference import continuous_memory_plan, forecast_inference
+from gpuplan.forecast.inference import (
+    continuous_memory_plan,
+    forecast_inference,
+    logit_sequences,
+)
 from gpuplan.forecast.inference_arch import Layout, resolve_precision, shard
 from gpuplan.forecast.inference_step import engine_profile
 from gpuplan.forecast.model import arch_from
@@ -41,6 +45,16 @@ def test_tpus_and_fixed_caps() -> None:
     assert engine_profile("vllm@0.5.4").running_cap(h100) == 256
     assert engine_profile("trtllm@0.17").running_cap(h100) is None
     assert engine_profile("modern").running_cap(h100) is None
+
+
+def test_only_engines_that_profile_per_sequence_reserve_fewer_rows() -> None:
+    h100 = load_catalog().gpu("h100")
+    assert logit_sequences("vllm@0.8.4", h100) == 1024
+    assert logit_sequences("vllm@0.5.4", h100, batch=64) == 64  # a fleet's own cap
+    # TensorRT-LLM keeps a whole chunk of rows, even with a batch cap (docs: the offline
+    # tables' KV-bound rows moved away from the published figures with fewer rows)
+    assert logit_sequences("trtllm@0.17", h100, batch=64) is None
+    assert logit_sequences("sglang@0.5", h100) is None
 
 
 def test_logits_are_reserved_for_the_capped_sequences(llama70b_tp2) -> None:  # type: ignore[no-untyped-def]
