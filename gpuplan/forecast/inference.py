@@ -2545,6 +2545,7 @@ def build_candidates(
         perf: DevicePerf | None = None
         # a fleet's batch is its replicas' cap on running requests (max_num_seqs)
         seqs = logit_sequences(engine, g, batch)
+        sched_cap = engine_profile(engine).running_cap(g)
         for layout in fleet_layouts(
             arch,
             g,
@@ -2585,7 +2586,6 @@ def build_candidates(
                 )
                 continue
             max_b = max(mp.max_batch(req_mean), 1)
-            sched_cap = engine_profile(engine).running_cap(g)
             if sched_cap is not None:
                 max_b = min(max_b, sched_cap)
             try:
