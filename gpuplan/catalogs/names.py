@@ -103,6 +103,7 @@ _CHECKPOINT_WORDS = {
     "int8",
     "int4",
     "w8a8",
+    "w8a16",
     "w4a16",
     "w4a8",
     "awq",
@@ -187,7 +188,9 @@ def checkpoint_base(name: str, *, keep_release: bool = False) -> str:
     tail = False
     for w in words:
         release = bool(_RELEASE.match(w)) and (tail or w[0].isdigit())
-        if w in _CHECKPOINT_WORDS or (release and not keep_release):
+        # RedHat AI's "quantized.w8a16" glues two such words with a dot
+        dotted = "." in w and all(p in _CHECKPOINT_WORDS for p in w.split("."))
+        if w in _CHECKPOINT_WORDS or dotted or (release and not keep_release):
             tail = True
             continue
         kept.append(w)
@@ -236,6 +239,7 @@ _CHECKPOINT_PRECISION = {
     "mxfp4": "fp4",
     "int8": "int8",
     "w8a8": "int8",
+    "w8a16": "w8a16",
     "int4": "int4",
     "w4a16": "int4",
     "awq": "int4",
@@ -249,8 +253,10 @@ def checkpoint_precision(name: str) -> str | None:
 
     >>> checkpoint_precision("nvidia/Llama-3.3-70B-Instruct-FP4"), checkpoint_precision("Llama-3.1-8B")
     ('fp4', None)
+    >>> checkpoint_precision("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a16")
+    'w8a16'
     """
-    words = re.split(r"[\s_\-/]+", str(name).strip().casefold())
+    words = re.split(r"[\s_\-/.]+", str(name).strip().casefold())
     return next((_CHECKPOINT_PRECISION[w] for w in words if w in _CHECKPOINT_PRECISION), None)
 
 

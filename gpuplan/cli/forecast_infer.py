@@ -375,8 +375,10 @@ def register(app: typer.Typer) -> None:
             "--precision",
             "-p",
             help=(
-                "bf16|fp16|fp8|int8|int4|fp4 (weights; KV follows). Default bf16, fp16 on a "
-                "GPU without bf16 (V100, T4)."
+                "bf16|fp16|fp8|int8|w8a16|int4|fp4 (weights; KV follows): int8 is W8A8, "
+                "w8a16 and int4 weight-only with 16-bit math; awq, gptq, w4a16, w8a8, nvfp4 "
+                "and fp8_dynamic are read as their equivalents. Default bf16, fp16 on a GPU "
+                "without bf16 (V100, T4)."
             ),
         ),
         kv_precision: str | None = typer.Option(
@@ -542,6 +544,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         from gpuplan.forecast.inference import forecast_inference
+        from gpuplan.forecast.inference_arch import canonical_precision
         from gpuplan.forecast.speculative import speculation
 
         spec = speculation(
@@ -567,7 +570,7 @@ def register(app: typer.Typer) -> None:
         from gpuplan.cli._model import model_argument
 
         m = model_argument(model, model_file, arch, gated_mlp=gated_mlp)
-        precision = sixteen_bit_default(precision, gpu)
+        precision = canonical_precision(sixteen_bit_default(precision, gpu))
         if model:
             from gpuplan.catalogs.names import checkpoint_precision
 

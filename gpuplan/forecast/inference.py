@@ -60,6 +60,7 @@ from gpuplan.forecast.inference_arch import (
     MemoryPlan,
     PrecisionSpec,
     Sharded,
+    canonical_precision,
     check_serving_layout,
     divisors,
     resolve_precision,
@@ -1757,6 +1758,7 @@ def forecast_inference(
             )
         batch = concurrency
     chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
+    precision = canonical_precision(precision)  # awq, nvfp4, ...: the name it forecasts
     if speculation is not None and batching != "continuous":
         raise InputError(
             "speculative decoding is forecast for continuous batching only",

@@ -59,7 +59,7 @@ class PrecisionSpec:
     Attributes
     ----------
     name:
-        The ``--precision`` value (bf16, fp16, fp8, int8, int4, fp4).
+        The ``--precision`` value (bf16, fp16, fp8, int8, w8a16, int4, fp4, mxfp4).
     weight_bytes:
         Bytes per weight of the transformer layers, quantisation scales included.
     kv_bytes:
@@ -87,9 +87,11 @@ class PrecisionSpec:
 
 #: The precisions of ``forecast infer --precision``. Scale overheads: AWQ (Lin et al. 2024)
 #: stores one fp16 scale per 128 int4 weights (16/128 bit per weight); NVFP4 one FP8 (E4M3)
-#: scale per 16 FP4 values (NVIDIA, "Introducing NVFP4", 2025). FP8 and SmoothQuant INT8
-#: (Xiao et al. 2023) use per-tensor/per-channel scales, negligible per weight. MXFP4 (OCP
-#: Microscaling Formats v1.0, 2023) one 8-bit E8M0 scale per 32 FP4 values.
+#: scale per 16 FP4 values (NVIDIA, "Introducing NVFP4", 2025). FP8, SmoothQuant INT8
+#: (Xiao et al. 2023) and INT8 weight-only (W8A16: TensorRT-LLM ``int8_wo``, Transformers
+#: NeuronX ``weight storage int8``, LLM.int8()-style per-channel absmax, Dettmers et al. 2022)
+#: use per-tensor/per-channel scales, negligible per weight. MXFP4 (OCP Microscaling Formats
+#: v1.0, 2023) one 8-bit E8M0 scale per 32 FP4 values.
 PRECISIONS: dict[str, PrecisionSpec] = {
     "bf16": PrecisionSpec("bf16", 2.0, 2.0, "bf16", "bf16", ("bf16",), "bf16 weights, KV, math"),
     "fp16": PrecisionSpec("fp16", 2.0, 2.0, "fp16", "fp16", ("fp16",), "fp16 weights, KV, math"),
@@ -98,6 +100,15 @@ PRECISIONS: dict[str, PrecisionSpec] = {
     ),
     "int8": PrecisionSpec(
         "int8", 1.0, 1.0, "int8", "bf16", ("int8",), "W8A8 (SmoothQuant) with INT8 KV cache"
+    ),
+    "w8a16": PrecisionSpec(
+        "w8a16",
+        1.0,
+        2.0,
+        "bf16",
+        "bf16",
+        ("bf16",),
+        "W8A16 weight-only (INT8 weights, per-channel scales): bf16 GEMMs, bf16 KV cache",
     ),
     "int4": PrecisionSpec(
         "int4",
@@ -153,6 +164,59 @@ def _math_in_fp16(spec: PrecisionSpec, gpu: Accelerator) -> PrecisionSpec:
     )
 
 
+#: Other spellings of the precisions, as published runs and checkpoint cards write them
+#: (matched after lower-casing, with ``_`` read as ``-``): vLLM's ``--quantization`` and
+#: ``--kv-cache-dtype`` values, TensorRT-LLM's ``--qformat``, the W/A notation.
+PRECISION_SPELLINGS: dict[str, str] = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "fp8-e4m3": "fp8",
+    "fp8-dynamic": "fp8",
+    "fp8-block": "fp8",
+    "fp8-blockwise": "fp8",
+    "w8a8-fp8": "fp8",
+    "w8a8": "int8",
+    "int8-sq": "int8",
+    "smoothquant": "int8",
+    "w8a8-int8": "int8",
+    "int8-wo": "w8a16",
+    "int8-weight-only": "w8a16",
+    "w4a16": "int4",
+    "awq": "int4",
+    "gptq": "int4",
+    "int4-awq": "int4",
+    "int4-gptq": "int4",
+    "int4-wo": "int4",
+    "w4a16-awq": "int4",
+    "nvfp4": "fp4",
+    "w4a4-nvfp4": "fp4",
+}
+#: ... and of the KV-cache dtypes (vLLM ``--kv-cache-dtype fp8_e4m3``)
+KV_PRECISION_SPELLINGS: dict[str, str] = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "fp8-e4m3": "fp8",
+    "fp8-e5m2": "fp8",
+}
+
+
+def canonical_precision(precision: str) -> str:
+    """The ``--precision`` name of ``precision`` (:data:`PRECISION_SPELLINGS`); a name
+    it does not know comes back lower-cased, for :func:`resolve_precision` to refuse.
+
+    >>> canonical_precision("AWQ"), canonical_precision("fp8_dynamic"), canonical_precision("W8A16")
+    ('int4', 'fp8', 'w8a16')
+    """
+    key = str(precision).strip().lower()
+    return PRECISION_SPELLINGS.get(key.replace("_", "-"), key)
+
+
 #: ``--precision fp4`` means the vendor's FP4 format: NVFP4 on NVIDIA, MXFP4 (OCP
 #: Microscaling Formats v1.0, the format of AMD CDNA4's FP4 tensor cores) elsewhere.
 FP4_BY_VENDOR = {"nvidia": "fp4"}
@@ -180,10 +244,12 @@ def resolve_precision(
     The catalog's dense peak per dtype decides: an empty FP8 peak (A100) means no FP8 tensor
     cores, so ``--precision fp8`` is refused with the alternatives that do work.
     """
-    key = str(precision).strip().lower()
+    key = canonical_precision(precision)
     if key not in PRECISIONS:
         raise InputError(
-            f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}"
+            f"unknown precision {precision!r}",
+            hint=f"use one of {', '.join(PRECISIONS)} (or a spelling such as awq, w4a16, "
+            "w8a8, nvfp4, fp8_dynamic)",
         )
     if key == "fp4":
         vendor = str(getattr(gpu, "vendor", "nvidia") or "nvidia").lower()
@@ -212,6 +278,7 @@ def resolve_precision(
         )
     if kv_precision is not None:
         kv = str(kv_precision).strip().lower()
+        kv = KV_PRECISION_SPELLINGS.get(kv.replace("_", "-"), kv)
         if kv not in KV_PRECISIONS:
             raise InputError(
                 f"unknown KV-cache precision {kv_precision!r}",

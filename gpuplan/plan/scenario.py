@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 SCENARIO_VERSION: Literal[1] = 1
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
+#: a serving workload's weights may also be INT8 weight-only or MXFP4 (``forecast infer
+#: --precision``); other spellings (awq, w8a8, nvfp4, ...) are read as these
+ServingPrecision = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "w8a16", "int4"]
 
 
 class _Strict(BaseModel):
@@ -214,7 +217,7 @@ class InferenceService(_Strict):
     ttft_slo_s: float | None = Field(None, gt=0)
     tpot_slo_s: float | None = Field(None, gt=0)
     slo_percentile: Literal["p50", "p90", "p99"] = "p99"
-    precision: Precision = "bf16"
+    precision: ServingPrecision = "bf16"
     tp: int | None = Field(None, gt=0)
     pp: int = Field(1, gt=0)
     engine: str | None = Field(
@@ -233,6 +236,13 @@ class InferenceService(_Strict):
     @classmethod
     def _scalar_is_mean(cls, v: object) -> object:
         return _as_distribution(v)
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_spelling(cls, v: object) -> object:
+        from gpuplan.forecast.inference_arch import canonical_precision
+
+        return canonical_precision(v) if isinstance(v, str) else v
 
     @field_validator("engine")
     @classmethod

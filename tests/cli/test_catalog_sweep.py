@@ -28,7 +28,7 @@ import pytest
 from gpuplan.catalogs import get_catalog
 from gpuplan.cli.main import main
 
-INFER_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
+INFER_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "w8a16", "int4", "fp4")
 TRAIN_PRECISIONS = ("bf16", "fp8", "fp4")
 #: stride through the accelerator list (coprime with its length, so every GPU comes up)
 STRIDE = 7

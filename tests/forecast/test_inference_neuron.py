@@ -6,8 +6,11 @@ Measured when the table was added (2026-12-07, 11 of 18 rows forecast): TPOT med
 (forecast slower than published on every 70B row), output tokens/s of one request -30%
 median, TTFT -19% median with p90 56% (the Neuron runs' prefill of 2,048-8,192 tokens is
 1.8-7.3x the forecast's); the GPU residuals' interval holds the published throughput of none of
-the rows. The guards below hold the rows to those figures (a change that moves the
-Trainium forecast shows here) and to the order the published latencies keep.
+the rows. With ``--precision w8a16`` (INT8 weight-only, the table's "weight storage int8")
+the three Llama-3-8B rows are forecast too (14 of 18): TPOT median +43% (the 8B rows
++52..82%), throughput -31%, TTFT -22%. The guards below hold the rows to those figures (a
+change that moves the Trainium forecast shows here) and to the order the published
+latencies keep.
 """
 
 from __future__ import annotations
@@ -29,12 +32,11 @@ def neuron() -> NimValidation:
 
 def test_the_rows_a_catalog_precision_and_layout_can_run_are_forecast(neuron) -> None:
     assert len(load_neuron_rows()) == 18
-    assert len(neuron["rows"]) == 11
+    assert len(neuron["rows"]) == 14
     reasons = {s["run_id"]: s["reason"] for s in neuron["skipped"]}
-    assert len(reasons) == 7
-    # weight-only int8 is no catalog precision; 40 heads do not split over 16 chips (Neuron
-    # pads them; the layout rule refuses); CodeLlama is not in the catalog
-    assert sum("w8a16" in r for r in reasons.values()) == 3
+    assert len(reasons) == 4
+    # 40 heads do not split over 16 chips (Neuron pads them; the layout rule refuses);
+    # CodeLlama is not in the catalog
     assert sum("does not divide the 40 attention heads" in r for r in reasons.values()) == 2
     assert sum("CodeLlama-13b-hf" in r for r in reasons.values()) == 2
     assert neuron["fitted_on"].startswith("nothing")
@@ -42,10 +44,21 @@ def test_the_rows_a_catalog_precision_and_layout_can_run_are_forecast(neuron) ->
     assert {r["tp"] for r in neuron["rows"]} == {16}
 
 
+def test_the_int8_weight_only_rows_read_one_byte_a_weight(neuron) -> None:
+    precision = {r["run_id"]: r["precision"] for r in load_neuron_rows()}
+    eight = [r["run_id"] for r in neuron["rows"] if r["model"] == "llama3-8b"]
+    assert len(eight) == 3 and {precision[i] for i in eight} == {"w8a16"}
+    row = next(r for r in load_neuron_rows() if r["run_id"] == eight[0])
+    w8, b16 = simulate_neuron_row(row), simulate_neuron_row(dict(row, precision="bf16"))
+    # decode of one request streams the weights: half the bytes, a shorter step, though the
+    # step's collectives and overheads are the same
+    assert w8["tpot_median"][0] < b16["tpot_median"][0] < 2.0 * w8["tpot_median"][0]
+
+
 def test_the_default_constants_are_pessimistic_on_trainium_decode(neuron) -> None:
     tpot = neuron["by_metric"]["tpot_median"]
-    assert 30.0 < tpot["median_abs_pct_error"] < 45.0
-    assert tpot["bias_pct"] > 30.0
+    assert 35.0 < tpot["median_abs_pct_error"] < 50.0
+    assert tpot["bias_pct"] > 35.0
     thr = neuron["by_metric"]["throughput"]
     assert 25.0 < thr["median_abs_pct_error"] < 35.0 and thr["bias_pct"] < -25.0
     seventy = [r for r in neuron["rows"] if r["model"] in ("llama2-70b", "llama3-70b")]
