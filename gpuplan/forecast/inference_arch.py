@@ -164,16 +164,20 @@ def _math_in_fp16(spec: PrecisionSpec, gpu: Accelerator) -> PrecisionSpec:
     )
 
 
-#: Other spellings of the precisions, as published runs and checkpoint cards write them
-#: (matched after lower-casing, with ``_`` read as ``-``): vLLM's ``--quantization`` and
-#: ``--kv-cache-dtype`` values, TensorRT-LLM's ``--qformat``, the W/A notation.
-PRECISION_SPELLINGS: dict[str, str] = {
+#: torch's and the OCP names of the dtypes, for weights and KV cache alike
+_DTYPE_SPELLINGS: dict[str, str] = {
     "bfloat16": "bf16",
     "float16": "fp16",
     "half": "fp16",
     "float8": "fp8",
     "e4m3": "fp8",
     "fp8-e4m3": "fp8",
+}
+#: Other spellings of the precisions, as published runs and checkpoint cards write them
+#: (matched after lower-casing, with ``_`` read as ``-``): vLLM's ``--quantization`` and
+#: ``--kv-cache-dtype`` values, TensorRT-LLM's ``--qformat``, the W/A notation.
+PRECISION_SPELLINGS: dict[str, str] = {
+    **_DTYPE_SPELLINGS,
     "fp8-dynamic": "fp8",
     "fp8-block": "fp8",
     "fp8-blockwise": "fp8",
@@ -195,15 +199,7 @@ PRECISION_SPELLINGS: dict[str, str] = {
     "w4a4-nvfp4": "fp4",
 }
 #: ... and of the KV-cache dtypes (vLLM ``--kv-cache-dtype fp8_e4m3``)
-KV_PRECISION_SPELLINGS: dict[str, str] = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float8": "fp8",
-    "e4m3": "fp8",
-    "fp8-e4m3": "fp8",
-    "fp8-e5m2": "fp8",
-}
+KV_PRECISION_SPELLINGS: dict[str, str] = {**_DTYPE_SPELLINGS, "fp8-e5m2": "fp8"}
 
 
 def canonical_precision(precision: str) -> str:
