@@ -60,9 +60,11 @@ from gpuplan.forecast.inference_arch import (
     MemoryPlan,
     PrecisionSpec,
     Sharded,
+    Utilization,
     canonical_precision,
     check_serving_layout,
     divisors,
+    memory_share,
     resolve_precision,
     shard,
 )
@@ -543,7 +545,7 @@ def memory_plan(
     *,
     tokens_in_pass: float,
     rows: float,
-    utilization: float,
+    utilization: Utilization,
     speculation: Speculation | None = None,
 ) -> MemoryPlan:
     """The replica's memory per GPU; with ``speculation``, the draft head's weights too
@@ -560,11 +562,13 @@ def memory_plan(
         wb = sh.weight_breakdown_bytes
         per_layer = (wb.get("attention", 0.0) + wb.get("mlp", 0.0)) / max(sh.layers_per_stage, 1)
         draft = speculation.draft_layers * per_layer
+    weights = sh.weight_bytes_per_gpu + draft
+    activations = float(sh.activation_bytes_peak(tokens_in_pass, rows))
     return MemoryPlan(
         capacity_bytes=cap,
-        usable_bytes=utilization * cap,
-        weights_bytes=sh.weight_bytes_per_gpu + draft,
-        activation_bytes=float(sh.activation_bytes_peak(tokens_in_pass, rows)),
+        usable_bytes=memory_share(utilization).usable_bytes(cap, weights + activations),
+        weights_bytes=weights,
+        activation_bytes=activations,
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu() + draft_kv,
         state_bytes_per_seq=sh.state_bytes_per_seq_gpu(),
         window_kv_bytes_per_token=sh.window_kv_bytes_per_token_gpu(),
@@ -577,7 +581,7 @@ def continuous_memory_plan(
     gpu: Accelerator,
     *,
     chunk_tokens: float,
-    utilization: float,
+    utilization: Utilization,
     speculation: Speculation | None = None,
     max_sequences: int | None = None,
 ) -> MemoryPlan:
@@ -649,7 +653,7 @@ def smallest_fitting_tp(
     ep: int,
     request_tokens: float,
     chunk: float,
-    utilization: float,
+    utilization: Utilization,
 ) -> int | None:
     for t in [d for d in divisors(arch.heads) if d % ep == 0]:
         sh = shard(arch, Layout(t, pp, ep), prec)
@@ -669,7 +673,7 @@ def fits_one_request(
     *,
     request_tokens: float,
     chunk: float,
-    utilization: float,
+    utilization: Utilization,
 ) -> bool:
     """Whether ``layout`` holds the weights, one pass's activations and one request's KV."""
     sh = shard(arch, layout, prec)
@@ -700,7 +704,7 @@ def multi_node_layout(
     ep: int,
     request_tokens: float,
     chunk: float,
-    utilization: float,
+    utilization: Utilization,
     nodes: int | None = None,
     tp: int | None = None,
 ) -> Layout | None:
@@ -805,7 +809,7 @@ def no_fit_error(
     mp: MemoryPlan,
     request_tokens: float,
     chunk: float,
-    utilization: float,
+    utilization: Utilization,
     draft: Sharded | None = None,
 ) -> InputError:
     """The one-line error for a model that does not fit even at batch 1 (``draft``: a
@@ -843,7 +847,8 @@ def no_fit_error(
         f"tp={layout.tp} pp={layout.pp} even at batch 1: per GPU weights {_fmt_gib(mp.weights_bytes)}{with_draft} + "
         f"activations {_fmt_gib(mp.activation_bytes)} + KV of one {int(request_tokens)}-token request "
         f"{_fmt_gib(request_tokens * mp.kv_bytes_per_token)} = {_fmt_gib(need)} > usable "
-        f"{_fmt_gib(mp.usable_bytes)} ({utilization:.0%} of {_fmt_gib(mp.capacity_bytes)})",
+        f"{_fmt_gib(mp.usable_bytes)} ("
+        f"{memory_share(utilization).describe(mp.capacity_bytes, mp.weights_bytes + mp.activation_bytes)})",
         hint=hint,
     )
 
@@ -900,7 +905,7 @@ def _single_layout(
     max_throughput: bool,
     batching: str,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     engine: str = "modern",
     speculation: Speculation | None = None,
 ) -> LayoutResult:
@@ -1178,7 +1183,7 @@ def closed_loop(
     get_perf: PerfLookup,
     catalog: Catalog,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     engine: str,
     seed: int = 0,
     factors: tuple[float, float] = (1.0, 1.0),
@@ -1558,7 +1563,7 @@ def size_serving_fleet(
         get_perf=get_perf,
         catalog=catalog,
         chunk_tokens=demand.chunk_tokens,
-        utilization=demand.memory_utilization,
+        utilization=engine_profile(demand.engine).memory_share(demand.memory_utilization),
         engine=demand.engine,
         seed=demand.seed,
         num_requests=demand.num_requests,
@@ -1871,7 +1876,7 @@ def forecast_inference(
         max_throughput=max_throughput,
         batching=batching,
         chunk_tokens=chunk_tokens,
-        utilization=memory_utilization,
+        utilization=engine_profile(engine).memory_share(memory_utilization),
         engine=engine,
         speculation=speculation,
     )
@@ -1921,7 +1926,7 @@ def forecast_inference(
             get_perf=get_perf,
             catalog=catalog,
             chunk_tokens=chunk_tokens,
-            utilization=memory_utilization,
+            utilization=engine_profile(engine).memory_share(memory_utilization),
             engine=engine,
             seed=seed,
             factors=_latency_factors(factors),
@@ -2243,7 +2248,7 @@ class _LayoutInputs(TypedDict):
     max_throughput: bool
     batching: str
     chunk_tokens: int
-    utilization: float
+    utilization: Utilization
     engine: str
     speculation: Speculation | None
 
@@ -2253,7 +2258,7 @@ class _FitArgs(TypedDict):
 
     request_tokens: float
     chunk: float
-    utilization: float
+    utilization: Utilization
 
 
 def _choose_layout(
@@ -2356,7 +2361,7 @@ def _default_tp(
     max_throughput: bool,
     batching: str,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     engine: str,
     speculation: Speculation | None = None,
 ) -> int:
@@ -2440,7 +2445,7 @@ def fleet_layouts(
     nodes: int | None,
     request_tokens: float,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     max_sequences: int | None = None,
 ) -> list[Layout]:
     """Replica layouts the fleet search compares on one GPU type.
@@ -2523,7 +2528,7 @@ def build_candidates(
     get_perf: PerfLookup,
     catalog: Catalog,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     engine: str = "modern",
     nodes: int | None = None,
     speculation: Speculation | None = None,
@@ -2663,7 +2668,7 @@ def _size_for_load(
     get_perf: PerfLookup,
     catalog: Catalog,
     chunk_tokens: int,
-    utilization: float,
+    utilization: Utilization,
     engine: str,
     seed: int,
     num_requests: int,
@@ -3069,7 +3074,7 @@ def size_disaggregated(
         get_perf=get_perf,
         catalog=catalog,
         chunk_tokens=demand.chunk_tokens,
-        utilization=demand.memory_utilization,
+        utilization=engine_profile(demand.engine).memory_share(demand.memory_utilization),
         engine=demand.engine,
         nodes=demand.nodes,
         speculation=demand.speculation,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias
 
 import numpy as np
 
@@ -970,6 +971,50 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
 # ---------------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------------
+#: what an engine's memory fraction is a share of (:class:`MemoryShare`)
+MemoryFractionOf: TypeAlias = Literal["total", "free"]
+
+
+@dataclass(frozen=True)
+class MemoryShare:
+    """An engine's memory setting: the share of a GPU's memory its replica may plan with.
+
+    ``of="total"``: ``fraction`` of all the memory holds the weights, the activations and
+    the KV cache (vLLM ``gpu_memory_utilization``, default 0.9). ``of="free"``: the KV
+    cache gets ``fraction`` of the memory the weights and a pass's activations leave
+    (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``, default 0.9, "The fraction of
+    GPU memory fraction that should be allocated for the KV cache. Default is 90%":
+    ``tensorrt_llm/llmapi/llm_args.py``). A plain number is a share of the total.
+    """
+
+    fraction: float
+    of: MemoryFractionOf = "total"
+
+    def usable_bytes(self, capacity_bytes: float, fixed_bytes: float) -> float:
+        """The bytes a replica holding ``fixed_bytes`` of weights and activations may use."""
+        if self.of == "free":
+            return fixed_bytes + self.fraction * max(capacity_bytes - fixed_bytes, 0.0)
+        return self.fraction * capacity_bytes
+
+    def describe(self, capacity_bytes: float, fixed_bytes: float) -> str:
+        """``90% of 80.0 GiB``, or ``weights and activations + 90% of the 12.3 GiB they
+        leave``."""
+        if self.of == "free":
+            free = max(capacity_bytes - fixed_bytes, 0.0) / 2**30
+            return f"weights and activations + {self.fraction:.0%} of the {free:.1f} GiB they leave"
+        return f"{self.fraction:.0%} of {capacity_bytes / 2**30:.1f} GiB"
+
+
+#: what the forecast's ``utilization`` arguments take: a share of the total, or an engine's
+#: setting (:class:`MemoryShare`)
+Utilization: TypeAlias = "float | MemoryShare"
+
+
+def memory_share(utilization: Utilization) -> MemoryShare:
+    """``utilization`` as a :class:`MemoryShare` (a number is a share of the total)."""
+    return utilization if isinstance(utilization, MemoryShare) else MemoryShare(utilization)
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     """Per-GPU memory of a layout: what is fixed and what one cached token costs."""

@@ -41,7 +41,13 @@ from gpuplan.forecast.comm import (
     serving_collective_time3,
 )
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
-from gpuplan.forecast.inference_arch import Gemms, Sharded, dtype_peak
+from gpuplan.forecast.inference_arch import (
+    Gemms,
+    MemoryFractionOf,
+    MemoryShare,
+    Sharded,
+    dtype_peak,
+)
 from gpuplan.forecast.model import chunked_pairs, window_pairs
 from gpuplan.forecast.speculative import draft_sharded
 from gpuplan.numeric import BoolArray, FloatArray, JSONDict, Num
@@ -95,6 +101,11 @@ class EngineProfile:
     running_cap_rule:
         ``fixed``: the cap is ``max_running_requests`` on every accelerator. ``vllm-v1``:
         vLLM V1's default by device (:meth:`running_cap`).
+    kv_memory_of:
+        What the engine's memory setting is a share of (:meth:`memory_share`): ``total``
+        (vLLM's ``gpu_memory_utilization``: weights, activations and KV cache within the
+        share of all memory) or ``free`` (TensorRT-LLM's ``free_gpu_memory_fraction``: the
+        KV cache gets the share of what the weights and activations leave).
     fitted_on:
         The engine whose published rows fitted the framework constants this profile uses.
         Equal to ``name`` only when the profile has at least :data:`MIN_ROWS_CALIBRATED`
@@ -124,6 +135,7 @@ class EngineProfile:
     version: str | None = None
     max_running_requests: int | None = None
     running_cap_rule: Literal["fixed", "vllm-v1"] = "fixed"
+    kv_memory_of: MemoryFractionOf = "total"
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
@@ -149,6 +161,10 @@ class EngineProfile:
                 return VLLM_V1_MAX_NUM_SEQS[1]
             return VLLM_V1_MAX_NUM_SEQS[0]
         return self.max_running_requests
+
+    def memory_share(self, fraction: float) -> MemoryShare:
+        """The engine's memory setting ``fraction`` as the share of memory it means."""
+        return MemoryShare(fraction, self.kv_memory_of)
 
     @property
     def profiles_logits_per_sequence(self) -> bool:
@@ -187,6 +203,7 @@ class EngineProfile:
             "fp8_moe": self.fp8_moe,
             "max_running_requests": self.max_running_requests,
             "running_cap_rule": self.running_cap_rule,
+            "kv_memory_of": self.kv_memory_of,
             "constants": self.basis,
             "calibrated": self.calibrated,
             "sources": list(self.sources),
@@ -241,6 +258,12 @@ VLLM_V1_LARGE_GPU_BYTES = 70 * 2**30
 #: 16-bit rate (the published H100/A100 throughput ratio of those rows is 1.6-2.0, against
 #: 3.5-4.7 for the dense models of the same table). ``modern``: tensor-core decode attention for any
 #: MHA/GQA/MQA/MLA shape (FlashInfer, FlashAttention-3, FlashMLA, TensorRT-LLM's JIT XQA).
+#: where the TensorRT-LLM profiles' ``kv_memory_of="free"`` comes from
+TRTLLM_KV_MEMORY_SOURCE = (
+    "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
+    "(default 0.9: 'The fraction of GPU memory fraction that should be allocated for the KV "
+    "cache. Default is 90%'; the memory left after the weights load and a profiling pass)"
+)
 ENGINES: dict[str, EngineProfile] = {
     "modern": EngineProfile(
         "modern",
@@ -270,9 +293,11 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM 0.17: TensorRT engine built by trtllm-bench, in-flight batching with "
         "chunked context, JIT XQA decode attention for every GQA shape, AllReduce plugin",
         family="trtllm",
+        kv_memory_of="free",
         custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="0.17",
         sources=(
+            TRTLLM_KV_MEMORY_SOURCE,
             "NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @ 258c7540 "
             "(version 0.17 throughput tables, the scored rows; build and run commands)",
             "NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py (trtllm-bench's build "
@@ -285,9 +310,13 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM 1.0: JIT XQA decode attention for every GQA shape, AllReduce plugin "
         "(one-shot/two-shot) by default",
         family="trtllm",
+        kv_memory_of="free",
         custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="1.0",
-        sources=("NVIDIA/TensorRT-LLM release notes 0.10-1.0 (XQA JIT, AllReduce plugin)",),
+        sources=(
+            TRTLLM_KV_MEMORY_SOURCE,
+            "NVIDIA/TensorRT-LLM release notes 0.10-1.0 (XQA JIT, AllReduce plugin)",
+        ),
     ),
     "vllm@0.5.4": EngineProfile(
         "vllm@0.5.4",
@@ -346,10 +375,12 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM main of 2025-04 (0.19 development), PyTorch backend: overlap "
         "scheduler, CUDA graphs, attention TP with expert parallelism, AllReduce plugin",
         family="trtllm",
+        kv_memory_of="free",
         custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="0.19",
         fitted_on="pooled",
         sources=(
+            TRTLLM_KV_MEMORY_SOURCE,
             "simon-mo/R1-Benchmark trt-guide.md and LOG.md 2025-04-18 (launch flags, scored rows)",
         ),
     ),
@@ -385,11 +416,13 @@ ENGINES: dict[str, EngineProfile] = {
         "TensorRT-LLM 1.1-1.3 release candidates, PyTorch backend (trtllm-serve): overlap "
         "scheduler, padded CUDA graphs, attention DP with expert parallelism, AllReduce plugin",
         family="trtllm",
+        kv_memory_of="free",
         custom_allreduce_max_bytes=TRTLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
         version="1.2",
         covers_from="1.1",
         fitted_on="pooled",
         sources=(
+            TRTLLM_KV_MEMORY_SOURCE,
             "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*_trt.sh "
             "(launch flags of the scored rows)",
         ),

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from gpuplan.calibration.api import DevicePerf
     from gpuplan.catalogs.catalog import Catalog
     from gpuplan.forecast.inference import DroppedLayout
+    from gpuplan.forecast.inference_arch import Utilization
     from gpuplan.forecast.inference_step import DeviceRates
     from gpuplan.forecast.serving import Candidate, ReplicaModel
     from gpuplan.forecast.speculative import Speculation
@@ -875,7 +876,9 @@ def _row_candidate(
     row's model, GPU, precisions, TP/EP and prefill chunk, with the engine's (or the row's
     ``max_num_seqs``) running cap, else the largest batch memory allows; the row's
     ``memory_fraction`` (when given) sets the memory the engine may use
-    (:func:`engine_memory_utilization`), else 0.9."""
+    (:func:`engine_memory_utilization`), else the engine's default setting, 0.9 of what
+    it is a share of (:meth:`~gpuplan.forecast.inference_step.EngineProfile.memory_share`:
+    TensorRT-LLM's of the memory the weights leave, the others' of all of it)."""
     from gpuplan.forecast.inference import (
         DEFAULT_MEMORY_UTILIZATION,
         build_candidates,
@@ -889,7 +892,7 @@ def _row_candidate(
     gpu = catalog.gpu(row["gpu_type"])
     cap = int(_num(row.get("max_num_seqs")) or engine_profile(engine).running_cap(gpu) or 0)
 
-    def candidates(utilization: float) -> tuple[list[Candidate], list[DroppedLayout]]:
+    def candidates(utilization: Utilization) -> tuple[list[Candidate], list[DroppedLayout]]:
         return build_candidates(
             arch=arch,
             gpus=[gpu],
@@ -911,7 +914,7 @@ def _row_candidate(
         )
 
     fraction = _num(row.get("memory_fraction"))
-    utilization = DEFAULT_MEMORY_UTILIZATION
+    utilization: Utilization = engine_profile(engine).memory_share(DEFAULT_MEMORY_UTILIZATION)
     if fraction is not None:
         whole, _ = candidates(1.0)  # the fixed memory of the layout: weights, activations
         if whole:

@@ -404,13 +404,18 @@ def _r1_tpot_errors(engine: str) -> dict[bool, float]:
 def test_the_moe_factor_holds_for_triton_moe_on_another_source() -> None:
     """Held out by source: the factor is fitted on the LambdaLabs vLLM 0.5.4 Mixtral bursts
     only. On simon-mo/R1-Benchmark's DeepSeek-R1 rows (8 H200) the Triton-MoE engine needs
-    it (vLLM 0.8.4 TPOT 19.5% with it, 44.9% without, when this was written); TensorRT-LLM
-    0.19's CUTLASS MoE does not (23.1% with, 22.8% without)."""
+    it (vLLM 0.8.4 TPOT 19.5% with it, 44.9% without, when this was written).
+
+    TensorRT-LLM 0.19's five rows no longer tell: with CUTLASS MoE they once scored 23.1%
+    with the Triton factor and 22.8% without; since its rows' own
+    ``--kv_cache_free_gpu_memory_fraction`` (0.80, and 0.60 for 30,000-token prompts) is read
+    as TensorRT-LLM reads it (2026-12-07), the 30,000-token row holds fewer requests, its
+    TPOT moves from +3% to -20%, and the median of five follows it: 13.3% with, 30.1%
+    without, 19.8% with the vendor factor the profile ships. One row decides a median of
+    five, so no kernel claim is asserted on them."""
     vllm = _r1_tpot_errors("vllm@0.8.4")
     assert vllm[True] < 25.0
     assert vllm[True] < 0.6 * vllm[False]
-    trt = _r1_tpot_errors("trtllm@0.19")
-    assert trt[False] < trt[True] + 2.0
 
 
 def test_tp1_with_ep_is_wide_ep_in_the_fleet_search_as_in_one_replica() -> None:

@@ -192,7 +192,7 @@ def test_blackwell_fp4_rows_are_forecast_too_fast_as_measured(offline: OfflineVa
     ratios = [
         m["forecast_s"] / m["published_s"] for k, m in rows.items() if k.startswith("trtllm019_")
     ]
-    assert len(ratios) == 14 and 0.95 < min(ratios) and max(ratios) < 1.8
+    assert len(ratios) == 14 and min(ratios) > 0.95 and max(ratios) < 1.8
     # B200 in FP4 out-serves H200 in FP8 at every TP, in the published runs and the forecast
     for tp in (1, 2, 4, 8):
         b = rows[f"trtllm019_llama3.3-70b_b200_tp{tp}_128_2048"]
