@@ -955,8 +955,11 @@ def engine_memory_utilization(
     if of == "total":
         return min(fraction + activation_bytes / capacity_bytes, 1.0)
     if of == "free":
-        free = max(capacity_bytes - fixed_bytes, 0.0)
-        return (fixed_bytes + fraction * free) / capacity_bytes
+        from gpuplan.forecast.inference_arch import MemoryShare
+
+        return (
+            MemoryShare(fraction, "free").usable_bytes(capacity_bytes, fixed_bytes) / capacity_bytes
+        )
     raise InputError(f"memory_fraction_of {of!r} is not one of total, free")
 
 
