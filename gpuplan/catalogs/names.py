@@ -22,6 +22,12 @@ Rule, applied in order until something matches:
    a release that lengthened the context has its own row (``"Qwen/Qwen3-235B-A22B-Instruct-2507"``
    -> ``qwen3 235b a22b 2507``, the 256K-context row; without such a row the name falls back to
    the architecture's).
+   MLPerf Inference names a benchmark by its model, a scenario variant and an accuracy
+   target (the mlcommons/inference submission checker's model list: ``llama2-70b-99.9``,
+   ``llama2-70b-interactive-99``, ``llama3.1-8b-edge``, ``gptj-99``). The variant
+   (``interactive``, ``edge``) and a trailing accuracy target (``99``, ``99.9``) are
+   dropped the same way: ``"llama2-70b-interactive-99.9"`` -> ``llama2 70b``; ``gptj`` is
+   an alias of GPT-J 6B.
 
 5. **System configuration words** (accelerators only, :meth:`Catalog.gpu`): benchmark
    submissions name the part with its configuration: power limit (``750W``), partition
@@ -115,6 +121,12 @@ _CHECKPOINT_WORDS = {
     "quant",
     "turbo",
 }
+#: an MLPerf Inference benchmark's scenario variant (``llama2-70b-interactive-99``,
+#: ``llama3.1-8b-edge``): the same model under tighter latency targets or the edge suite
+_BENCHMARK_VARIANT = {"interactive", "edge"}
+#: an MLPerf Inference accuracy target, last in a benchmark's name (``llama2-70b-99.9``:
+#: 99.9% of the reference model's accuracy)
+_ACCURACY_TARGET = re.compile(r"^99(\.9)?$")
 #: a release tag: v0.1, v3, a date (0528, 2507, 20240229)
 _RELEASE = re.compile(r"^(v\d+(\.\d+)*|\d{4}|\d{6}|\d{8})$")
 #: a parameter count: 7b, 70b, 8x7b, 1.5b, 17b, 405m
@@ -177,11 +189,15 @@ def checkpoint_base(name: str, *, keep_release: bool = False) -> str:
     'deepseek v3'
     >>> checkpoint_base("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8", keep_release=True)
     'qwen3 30b a3b 2507'
+    >>> checkpoint_base("llama2-70b-interactive-99.9"), checkpoint_base("gptj-99")
+    ('llama2 70b', 'gptj')
     """
     text = str(name).strip().casefold().rsplit("/", 1)[-1]
     words = [w for w in re.split(r"[\s_\-]+", text) if w]
     if words and words[0] == "meta" and len(words) > 1:
         words = words[1:]
+    if len(words) > 1 and _ACCURACY_TARGET.match(words[-1]):
+        words = words[:-1]
     kept: list[str] = []
     # a release tag follows the parameter count or a dropped word (Mistral-7B-v0.3,
     # R1-FP4-v2), never the family alone (DeepSeek-V3)
@@ -190,7 +206,8 @@ def checkpoint_base(name: str, *, keep_release: bool = False) -> str:
         release = bool(_RELEASE.match(w)) and (tail or w[0].isdigit())
         # RedHat AI's "quantized.w8a16" glues two such words with a dot
         dotted = "." in w and all(p in _CHECKPOINT_WORDS for p in w.split("."))
-        if w in _CHECKPOINT_WORDS or dotted or (release and not keep_release):
+        variant = bool(kept) and w in _BENCHMARK_VARIANT
+        if w in _CHECKPOINT_WORDS or dotted or variant or (release and not keep_release):
             tail = True
             continue
         kept.append(w)
@@ -200,7 +217,7 @@ def checkpoint_base(name: str, *, keep_release: bool = False) -> str:
 
 #: words of a system's accelerator name that describe its configuration (rule 5)
 _CONFIG_WORD = re.compile(
-    r"^(\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip|hbm\d?e?|vf)$"
+    r"^((?:tdp)?\d+w|nps\d+|[scdq]px|cts|oam|aarch64|x86|x86_64|superchip|hbm\d?e?|vf)$"
 )
 _MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)gb$")
 _GLUED_COUNT = re.compile(r"^\d+x(?=[a-z])")

@@ -177,6 +177,30 @@ def test_checkpoint_names_resolve_to_their_architecture(name: str, expected: str
     assert get_catalog().model(name).id == expected
 
 
+def test_mlperf_benchmark_names_resolve_to_their_model() -> None:
+    """MLPerf Inference's benchmark names (the submission checker's model list) carry a
+    scenario variant and an accuracy target; neither changes the architecture served."""
+    cat = get_catalog()
+    names = {
+        "llama2-70b-99": "llama2-70b",
+        "llama2-70b-99.9": "llama2-70b",
+        "llama2-70b-interactive-99": "llama2-70b",
+        "llama2-70b-interactive-99.9": "llama2-70b",
+        "llama3.1-405b-interactive": "llama3.1-405b",
+        "llama3.1-8b-edge": "llama3.1-8b",
+        "llama3.1-8b-interactive": "llama3.1-8b",
+        "deepseek-r1-interactive": "deepseek-v3",
+        "mixtral-8x7b": "mixtral-8x7b",
+        "gptj-99": "gpt-j-6b",
+        "gptj-99.9": "gpt-j-6b",
+    }
+    assert {n: cat.model(n).id for n in names} == names
+    # an accuracy target is dropped only last, and only after a name
+    for name in ("llama2-99b", "99.9", "interactive-llama2-70b"):
+        with pytest.raises(NotFoundError):
+            cat.model(name)
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -204,6 +228,7 @@ def test_checkpoint_words_apply_to_models_only() -> None:
         ("MI325X-NPS1-SPX-256GB-1000W", "mi325x"),
         ("AMD Instinct MI355X-NPS1-SPX-288GB-1400W", "mi355x"),
         ("NVIDIA H200-SXM-141GB-CTS", "h200-sxm-141gb"),
+        ("NVIDIA B200-SXM-180GB-TDP1000W", "b200-sxm-180gb"),  # a power limit spelt with TDP
         ("MI355X_OAM", "mi355x"),
         ("8xMI300X", "mi300x"),
         ("NVIDIA 8xH200-SXM-141GB", "h200-sxm-141gb"),
