@@ -98,7 +98,7 @@ def run() -> dict[str, float]:
             fitted=fitted,
             get_perf=inf.device_perf_for,
             catalog=cat,
-            chunk_tokens=inf.DEFAULT_CHUNK_TOKENS,
+            chunk_tokens=None,  # the engine's default on the GPU
             utilization=inf.DEFAULT_MEMORY_UTILIZATION,
         )
         analytic_rates(cands, i, o, 1.0, 0.05, "p99")

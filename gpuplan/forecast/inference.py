@@ -121,9 +121,6 @@ if TYPE_CHECKING:
 #: https://docs.vllm.ai/en/latest/serving/engine_args.html); the rest is CUDA context,
 #: allocator fragmentation and library workspaces.
 DEFAULT_MEMORY_UTILIZATION = 0.9
-#: per-iteration token budget of continuous batching (vLLM ``max_num_batched_tokens`` for
-#: chunked prefill; a serving setting, not a hardware figure)
-DEFAULT_CHUNK_TOKENS = 8192
 BATCHING_MODES = ("continuous", "static")
 #: request lengths of a forecast that is given none (``forecast infer``'s defaults)
 DEFAULT_INPUT_TOKENS = 2048
@@ -343,6 +340,9 @@ class InferenceResult(BaseInfo, LayoutResult):
     gpu: str
     basis: str | None
     precision_detail: str
+    #: the token budget of one scheduler step forecast (given, or the engine's default on
+    #: this GPU: ``engine_profile.chunk_rule``)
+    chunk_tokens: int
 
 
 class ClosedLoopResult(InferenceResult):
@@ -1314,7 +1314,8 @@ class ServingDemand:
     ep: int = 1
     batch: int | None = None
     engine: str = DEFAULT_ENGINE
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    #: None: the engine's default on each GPU (:meth:`EngineProfile.chunk_tokens`)
+    chunk_tokens: int | None = None
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
     seed: int = 0
     num_requests: int = 2000
@@ -1336,8 +1337,10 @@ class ServingDemand:
                 f"unknown SLO percentile {self.slo_percentile!r}",
                 hint=f"use one of {', '.join(PERCENTILES)}",
             )
-        for name in ("pp", "ep", "chunk_tokens"):
-            _positive_int(name.replace("_", "-"), getattr(self, name))
+        for name in ("pp", "ep"):
+            _positive_int(name, getattr(self, name))
+        if self.chunk_tokens is not None:
+            _positive_int("chunk-tokens", self.chunk_tokens)
         if self.tp is not None:
             _positive_int("tp", self.tp)
         if self.batch is not None:
@@ -1641,7 +1644,7 @@ def forecast_inference(
     output_tokens_p99: float | None = None,
     batching: str = "continuous",
     engine: str = DEFAULT_ENGINE,
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_tokens: int | None = None,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     seed: int = 0,
     num_requests: int = 2000,
@@ -1762,7 +1765,8 @@ def forecast_inference(
                 "--concurrency simulates continuous batching", hint="drop --batching static"
             )
         batch = concurrency
-    chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
+    if chunk_tokens is not None:
+        chunk_tokens = _positive_int("chunk-tokens", chunk_tokens)
     precision = canonical_precision(precision)  # awq, nvfp4, ...: the name it forecasts
     if speculation is not None and batching != "continuous":
         raise InputError(
@@ -1864,6 +1868,8 @@ def forecast_inference(
     g = gpus[0]
     prec = resolve_precision(precision, g, kv_precision)
     perf = get_perf(g.id)
+    if chunk_tokens is None:
+        chunk_tokens = engine_profile(engine).chunk_tokens(g)
     common = _LayoutInputs(
         arch=arch,
         gpu=g,
@@ -1906,6 +1912,7 @@ def forecast_inference(
         "gpu": g.id,
         "basis": basis,
         "precision_detail": prec.description,
+        "chunk_tokens": chunk_tokens,
         **out,
     }
     if factors is None:
@@ -2527,13 +2534,14 @@ def build_candidates(
     fitted: FittedOverheads,
     get_perf: PerfLookup,
     catalog: Catalog,
-    chunk_tokens: int,
+    chunk_tokens: int | None,
     utilization: Utilization,
     engine: str = "modern",
     nodes: int | None = None,
     speculation: Speculation | None = None,
 ) -> tuple[list[Candidate], list[DroppedLayout]]:
     """Every (GPU, layout, batch cap) that could serve, with a replica model each.
+    ``chunk_tokens`` None: the engine's default step budget on each GPU.
 
     Returns the candidates and the (gpu, tp) layouts left out with the reason.
     """
@@ -2553,6 +2561,7 @@ def build_candidates(
         # a fleet's batch is its replicas' cap on running requests (max_num_seqs)
         seqs = logit_sequences(engine, g, batch)
         sched_cap = engine_profile(engine).running_cap(g)
+        chunk = chunk_tokens if chunk_tokens is not None else engine_profile(engine).chunk_tokens(g)
         for layout in fleet_layouts(
             arch,
             g,
@@ -2562,7 +2571,7 @@ def build_candidates(
             ep=ep,
             nodes=nodes,
             request_tokens=req_max,
-            chunk_tokens=chunk_tokens,
+            chunk_tokens=chunk,
             utilization=utilization,
             max_sequences=seqs,
         ):
@@ -2576,7 +2585,7 @@ def build_candidates(
             mp = continuous_memory_plan(
                 sh,
                 g,
-                chunk_tokens=chunk_tokens,
+                chunk_tokens=chunk,
                 utilization=utilization,
                 speculation=speculation,
                 max_sequences=seqs,
@@ -2599,7 +2608,7 @@ def build_candidates(
                 perf = perf or get_perf(g.id)
                 rates = DeviceRates(perf, g, sh, engine=engine, speculation=speculation)
                 cost = StepCostModel.build(
-                    rates, params, max_tokens=chunk_tokens + max_b, typical_prompt=inputs.mean
+                    rates, params, max_tokens=chunk + max_b, typical_prompt=inputs.mean
                 )
             except GpuplanError as exc:  # e.g. no collective model for a GPU never measured
                 dropped.append({"gpu": g.id, "tp": t, "pp": layout.pp, "reason": exc.one_line()})
@@ -2617,7 +2626,7 @@ def build_candidates(
                     max_batch=int(cap),
                     kv_capacity_tokens=mp.kv_capacity_tokens,
                     prefill_flops_coef=coef,
-                    chunk_tokens=chunk_tokens,
+                    chunk_tokens=chunk,
                     label=f"{g.id} tp={t} pp={layout.pp} cap={cap}",
                     frontend_s_per_request=params.frontend_s_per_request,
                     state_tokens_per_request=mp.state_bytes_per_seq / mp.kv_bytes_per_token,
@@ -2667,7 +2676,7 @@ def _size_for_load(
     fitted: FittedOverheads,
     get_perf: PerfLookup,
     catalog: Catalog,
-    chunk_tokens: int,
+    chunk_tokens: int | None,
     utilization: Utilization,
     engine: str,
     seed: int,

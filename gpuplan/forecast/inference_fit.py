@@ -176,6 +176,13 @@ def fit_params(
 
     Minimises the soft-L1 loss of ``log(forecast / published)`` (scale 0.1, i.e. errors
     beyond ~10% count linearly), so that one odd row does not dominate.
+
+    ``bandwidth_efficiency`` multiplies the calibrated copy bandwidth up to the vendor's
+    figure (:func:`~gpuplan.forecast.inference_step.combine`); once it reaches every fitted
+    GPU's cap (spec / calibrated) the loss is flat above it, and wherever the optimiser
+    stops there would decide a GPU with a higher cap (MI300X: 1.29 against the NVIDIA
+    parts' 1.13). It is pinned to the largest cap among the rows fitted, the least it can be
+    and still reach those parts' figure, so the data alone decide it.
     """
     from scipy.optimize import least_squares
 
@@ -202,7 +209,14 @@ def fit_params(
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
-    return _to_params(lo + best.x * scale, base)
+    fitted = _to_params(lo + best.x * scale, base)
+    caps = np.concatenate(
+        [np.asarray(p.bandwidth_cap, float)[:, VALUE] for p in (sub.prefill, sub.decode)]
+    )
+    finite = caps[np.isfinite(caps)]
+    if finite.size and fitted.bandwidth_efficiency > float(finite.max()):
+        fitted = replace(fitted, bandwidth_efficiency=float(finite.max()))
+    return fitted
 
 
 def _subset(cases: Cases, sel: np.ndarray) -> Cases:

@@ -101,6 +101,11 @@ class EngineProfile:
     running_cap_rule:
         ``fixed``: the cap is ``max_running_requests`` on every accelerator. ``vllm-v1``:
         vLLM V1's default by device (:meth:`running_cap`).
+    chunk_rule:
+        The default token budget of one scheduler step (vLLM ``max_num_batched_tokens``,
+        SGLang ``--chunked-prefill-size``, TensorRT-LLM ``max_num_tokens``): ``fixed``
+        (:data:`DEFAULT_CHUNK_TOKENS` everywhere), ``vllm-v1`` or ``sglang`` (set by
+        device memory; :meth:`chunk_tokens`).
     kv_memory_of:
         What the engine's memory setting is a share of (:meth:`memory_share`): ``total``
         (vLLM's ``gpu_memory_utilization``: weights, activations and KV cache within the
@@ -135,6 +140,7 @@ class EngineProfile:
     version: str | None = None
     max_running_requests: int | None = None
     running_cap_rule: Literal["fixed", "vllm-v1"] = "fixed"
+    chunk_rule: Literal["fixed", "vllm-v1", "sglang"] = "fixed"
     kv_memory_of: MemoryFractionOf = "total"
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
@@ -155,12 +161,38 @@ class EngineProfile:
         on smaller GPUs and on TPUs.
         """
         if self.running_cap_rule == "vllm-v1":
-            big = gpu.memory_bytes is not None and gpu.memory_bytes >= VLLM_V1_LARGE_GPU_BYTES
-            gpu_vendor = gpu.vendor in ("nvidia", "amd")
-            if big and gpu_vendor and "a100" not in gpu.name.lower():
-                return VLLM_V1_MAX_NUM_SEQS[1]
-            return VLLM_V1_MAX_NUM_SEQS[0]
+            return VLLM_V1_MAX_NUM_SEQS[1 if self._vllm_v1_large(gpu) else 0]
         return self.max_running_requests
+
+    def chunk_tokens(self, gpu: Accelerator) -> int:
+        """The engine's default token budget per scheduler step on ``gpu``.
+
+        * ``vllm-v1``: the OpenAI server's ``max_num_batched_tokens`` (vllm/engine/
+          arg_utils.py, ``get_batch_defaults``): 8192 on a GPU of at least 70 GiB other
+          than an A100 (vllm-project/vllm PR #17885: a larger budget lowered A100
+          throughput), 2048 on the others; the same device test as :meth:`running_cap`.
+        * ``sglang``: ``chunked_prefill_size`` by the device's memory (sgl-project/sglang
+          python/sglang/srt/server_args.py, ``ServerArgs.__post_init__``, 0.4-0.5: "A10,
+          L40, 4090" under 35 GiB 2048; "H100, H200, A100, H20" under 160 GiB 8192; "B200,
+          MI300" 16384).
+        * ``fixed``: :data:`DEFAULT_CHUNK_TOKENS` (TensorRT-LLM's ``max_num_tokens``
+          default; vLLM V0 and SGLang 0.3's chunked-prefill default).
+        """
+        mem = gpu.memory_bytes
+        if self.chunk_rule == "vllm-v1":
+            return VLLM_V1_CHUNK_TOKENS[1 if self._vllm_v1_large(gpu) else 0]
+        if self.chunk_rule == "sglang" and mem is not None:
+            for below, tokens in SGLANG_CHUNK_TOKENS_BY_MEMORY:
+                if mem < below:
+                    return tokens
+            return SGLANG_CHUNK_TOKENS_LARGE
+        return DEFAULT_CHUNK_TOKENS
+
+    @staticmethod
+    def _vllm_v1_large(gpu: Accelerator) -> bool:
+        """vLLM V1's large-device test: at least 70 GiB, not an A100, a GPU."""
+        big = gpu.memory_bytes is not None and gpu.memory_bytes >= VLLM_V1_LARGE_GPU_BYTES
+        return big and gpu.vendor in ("nvidia", "amd") and "a100" not in gpu.name.lower()
 
     def memory_share(self, fraction: float) -> MemoryShare:
         """The engine's memory setting ``fraction`` as the share of memory it means."""
@@ -203,6 +235,7 @@ class EngineProfile:
             "fp8_moe": self.fp8_moe,
             "max_running_requests": self.max_running_requests,
             "running_cap_rule": self.running_cap_rule,
+            "chunk_rule": self.chunk_rule,
             "kv_memory_of": self.kv_memory_of,
             "constants": self.basis,
             "calibrated": self.calibrated,
@@ -234,6 +267,18 @@ _VLLM_DOCS = "https://docs.vllm.ai/en/latest/serving/engine_args.html (max_num_s
 #: usage-context defaults (:meth:`EngineProfile.running_cap`).
 VLLM_V1_MAX_NUM_SEQS = (256, 1024)
 VLLM_V1_LARGE_GPU_BYTES = 70 * 2**30
+#: vLLM V1's OpenAI-server ``max_num_batched_tokens`` (small devices, large ones), same
+#: source (:meth:`EngineProfile.chunk_tokens`)
+VLLM_V1_CHUNK_TOKENS = (2048, 8192)
+#: SGLang's ``chunked_prefill_size`` by device memory, (below this many bytes, tokens) in
+#: order, and above the last: sgl-project/sglang python/sglang/srt/server_args.py
+#: (``gpu_mem < 35 * 1024`` and ``< 160 * 1024`` MiB; :meth:`EngineProfile.chunk_tokens`)
+SGLANG_CHUNK_TOKENS_BY_MEMORY = ((35 * 2**30, 2048), (160 * 2**30, 8192))
+SGLANG_CHUNK_TOKENS_LARGE = 16384
+#: the token budget of one scheduler step where the engine sets none by device (vLLM
+#: ``max_num_batched_tokens`` with chunked prefill, TensorRT-LLM ``max_num_tokens``; a
+#: serving setting, not a hardware figure)
+DEFAULT_CHUNK_TOKENS = 8192
 
 #: Engine profiles (``family@version``). The shipped framework constants are fitted on the
 #: TensorRT-LLM v0.9.0 tables (``trtllm@0.9``). A profile with at least MIN_ROWS_CALIBRATED
@@ -359,6 +404,7 @@ ENGINES: dict[str, EngineProfile] = {
         family="vllm",
         version="0.8.4",
         running_cap_rule="vllm-v1",
+        chunk_rule="vllm-v1",
         moe_kernels="triton",
         fitted_on="pooled",
         sources=(
@@ -391,6 +437,7 @@ ENGINES: dict[str, EngineProfile] = {
         "data-parallel attention (--enable-dp-attention), chunked prefill",
         family="sglang",
         version="0.4.5",
+        chunk_rule="sglang",
         moe_kernels="triton",
         fitted_on="pooled",
         sources=(
@@ -404,6 +451,7 @@ ENGINES: dict[str, EngineProfile] = {
         "and FlashInfer attention on NVIDIA, aiter kernels on ROCm, FP8/FP4 MoE runners",
         family="sglang",
         version="0.5",
+        chunk_rule="sglang",
         fitted_on="pooled",
         sources=(
             "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*.sh "

@@ -907,7 +907,7 @@ def _row_candidate(
             fitted=fitted,
             get_perf=perf_for or (lambda gid: device_perf_for(gid)),
             catalog=catalog,
-            chunk_tokens=int(_num(row.get("max_num_batched_tokens")) or 8192),
+            chunk_tokens=int(_num(row.get("max_num_batched_tokens")) or 0) or None,
             utilization=utilization,
             engine=engine,
             speculation=speculation,

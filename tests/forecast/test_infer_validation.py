@@ -120,6 +120,29 @@ def test_shipped_constants_match_a_fresh_fit():
     assert shipped.record["held_out"]["leave-one-model-out"]["rows"] == 108
 
 
+def test_bandwidth_efficiency_is_pinned_where_the_rows_stop_deciding_it():
+    """Every fitted row reads its bandwidth at min(efficiency, spec / calibrated): past the
+    largest such cap the rows cannot tell one efficiency from another, so the fit keeps
+    that cap, and a GPU whose calibrated copy sits further below its figure (MI300X) is
+    not sped up by wherever the optimiser happened to stop."""
+    from dataclasses import replace
+
+    from gpuplan.forecast.inference_fit import fit_params, load_overheads, predict_cases
+
+    cases, _, _ = prepare(load_rows())
+    caps = np.concatenate([cases.prefill.bandwidth_cap[:, 0], cases.decode.bandwidth_cap[:, 0]])
+    top = float(caps.max())
+    shipped = load_overheads().params
+    assert shipped.bandwidth_efficiency == pytest.approx(top)
+    assert fit_params(cases).bandwidth_efficiency == pytest.approx(top)
+    # flat above the cap: the rows' forecasts do not move
+    above = predict_cases(cases, replace(shipped, bandwidth_efficiency=1.4))[:, 0]
+    np.testing.assert_allclose(above, predict_cases(cases, shipped)[:, 0], rtol=1e-12)
+    # ...and below it they do: the cap is where the rows stop deciding, not a free choice
+    below = predict_cases(cases, replace(shipped, bandwidth_efficiency=0.9 * top))[:, 0]
+    assert np.max(np.abs(below / predict_cases(cases, shipped)[:, 0] - 1)) > 0.05
+
+
 def test_bad_data_file(tmp_path):
     from gpuplan.errors import InputError
 

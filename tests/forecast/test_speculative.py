@@ -325,7 +325,7 @@ def test_the_steady_state_finds_the_fixed_point_where_the_step_cost_is_concave()
         fitted=inf.load_overheads(),
         get_perf=inf.device_perf_for,
         catalog=cat,
-        chunk_tokens=inf.DEFAULT_CHUNK_TOKENS,
+        chunk_tokens=None,  # the engine's default on the GPU
         utilization=inf.DEFAULT_MEMORY_UTILIZATION,
     )
     replica = cands[0].replica
