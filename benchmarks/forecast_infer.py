@@ -47,6 +47,7 @@ def run() -> dict[str, float]:
     t0 = time.perf_counter()
     from gpuplan.catalogs import get_catalog
     from gpuplan.forecast import inference as inf
+    from gpuplan.forecast.inference_arch import DEFAULT_MEMORY_FRACTION
     from gpuplan.forecast.serving import LengthDist, analytic_rates
 
     cat = get_catalog()
@@ -99,7 +100,7 @@ def run() -> dict[str, float]:
             get_perf=inf.device_perf_for,
             catalog=cat,
             chunk_tokens=None,  # the engine's default on the GPU
-            utilization=inf.DEFAULT_MEMORY_UTILIZATION,
+            utilization=DEFAULT_MEMORY_FRACTION,
         )
         analytic_rates(cands, i, o, 1.0, 0.05, "p99")
         return len(cands)

@@ -127,21 +127,21 @@ def launch(
         # ATOM's vLLM-style default step budget and memory use; --kv_cache_dtype fp8
         return Launch(script, "fp8", 16384)
     if hw == "h200":  # flashinfer attention, KV cache in the checkpoint's 16-bit dtype
-        return Launch(script, "bf16", 32768, memory_fraction=0.82, memory_fraction_of="total")
+        return Launch(script, "bf16", 32768, memory_fraction=0.82, memory_fraction_of="static")
     if hw in ("mi300x", "mi325x"):  # --num-continuous-decode-steps=4
-        return Launch(script, "fp8", 131072, 1, 0.8, "total", decode_steps=4)
+        return Launch(script, "fp8", 131072, 1, 0.8, "static", decode_steps=4)
     if hw == "mi355x":  # fp8: 196608-token chunks, 8 decode steps a turn; fp4: 131072, 4
         chunk, steps = (196608, 8) if prec == "fp8" else (131072, 4)
-        return Launch(script, "fp8", chunk, 1, 0.8, "total", decode_steps=steps)
+        return Launch(script, "fp8", chunk, 1, 0.8, "static", decode_steps=steps)
     # B200/B300 (--kv-cache-dtype fp8_e4m3): the scheduler polls for requests every 10
     # decode passes, every 30 at CONC >= 16 (every pass with attention DP)
     recv = 1 if dpa else (30 if conc >= 16 else 10)
     if prec == "fp4":  # --chunked-prefill-size 16384 (32768 with attention DP)
         chunk = 32768 if dpa else 16384
-        return Launch(script, "fp8", chunk, recv, 0.85, "total")
+        return Launch(script, "fp8", chunk, recv, 0.85, "static")
     if tp == 4:  # fp8 on four GPUs: 8192-token chunks, 95% of memory, recv every 10
-        return Launch(script, "fp8", 8192, 10, 0.95, "total")
-    return Launch(script, "fp8", 32768, recv, 0.82, "total")
+        return Launch(script, "fp8", 8192, 10, 0.95, "static")
+    return Launch(script, "fp8", 32768, recv, 0.82, "static")
 
 
 def launch_mtp(
@@ -167,12 +167,12 @@ def launch_mtp(
     if hw in ("mi325x", "mi355x"):  # EAGLE --speculative-num-steps 3
         if hw == "mi355x" and prec == "fp4":  # 196608-token chunks, 32768 at 8k/1k above 32
             chunk = 32768 if (isl == 8192 and osl == 1024 and conc > 32) else 196608
-            return Launch(script, "fp8", chunk, 1, 0.8, "total", decode_steps=4), 3
+            return Launch(script, "fp8", chunk, 1, 0.8, "static", decode_steps=4), 3
         return Launch(
-            script, base.kv_precision, base.chunk, 1, 0.8, "total", decode_steps=base.decode_steps
+            script, base.kv_precision, base.chunk, 1, 0.8, "static", decode_steps=base.decode_steps
         ), 3
     if hw in ("b200", "b300") and prec == "fp8":  # 16384-token chunks, 82% of memory
-        return Launch(script, "fp8", 16384, base.recv_interval, 0.82, "total"), 2
+        return Launch(script, "fp8", 16384, base.recv_interval, 0.82, "static"), 2
     return Launch(
         script,
         base.kv_precision,

@@ -117,10 +117,6 @@ if TYPE_CHECKING:
     from gpuplan.catalogs.catalog import Catalog
     from gpuplan.catalogs.schema import Accelerator
 
-#: fraction of GPU memory the engine may use (vLLM ``gpu_memory_utilization`` default, see
-#: https://docs.vllm.ai/en/latest/serving/engine_args.html); the rest is CUDA context,
-#: allocator fragmentation and library workspaces.
-DEFAULT_MEMORY_UTILIZATION = 0.9
 BATCHING_MODES = ("continuous", "static")
 #: request lengths of a forecast that is given none (``forecast infer``'s defaults)
 DEFAULT_INPUT_TOKENS = 2048
@@ -547,11 +543,14 @@ def memory_plan(
     rows: float,
     utilization: Utilization,
     speculation: Speculation | None = None,
+    step_budget: float | None = None,
 ) -> MemoryPlan:
     """The replica's memory per GPU; with ``speculation``, the draft head's weights too
     (``draft_layers`` of the stage's average transformer layer), or a separate draft
     model's weights and KV cache (:func:`~gpuplan.forecast.speculative.draft_sharded`; its
-    KV per token joins the target's, since every sequence is cached in both)."""
+    KV per token joins the target's, since every sequence is cached in both).
+    ``step_budget``: the engine's tokens per step (default ``tokens_in_pass``), which an
+    engine's own memory default may depend on (SGLang's reserve for a prefill chunk)."""
     cap = memory_capacity_bytes(gpu)
     draft = draft_kv = 0.0
     dsh = draft_sharded(sh, speculation)
@@ -566,7 +565,14 @@ def memory_plan(
     activations = float(sh.activation_bytes_peak(tokens_in_pass, rows))
     return MemoryPlan(
         capacity_bytes=cap,
-        usable_bytes=memory_share(utilization).usable_bytes(cap, weights + activations),
+        usable_bytes=memory_share(utilization).usable_bytes(
+            cap,
+            weights + activations,
+            activations,
+            chunk_tokens=tokens_in_pass if step_budget is None else step_budget,
+            tp=sh.layout.tp,
+            pp=sh.layout.pp,
+        ),
         weights_bytes=weights,
         activation_bytes=activations,
         kv_bytes_per_token=sh.kv_bytes_per_token_per_gpu() + draft_kv,
@@ -658,7 +664,12 @@ def smallest_fitting_tp(
     for t in [d for d in divisors(arch.heads) if d % ep == 0]:
         sh = shard(arch, Layout(t, pp, ep), prec)
         mp = memory_plan(
-            sh, gpu, tokens_in_pass=min(chunk, request_tokens), rows=1, utilization=utilization
+            sh,
+            gpu,
+            tokens_in_pass=min(chunk, request_tokens),
+            rows=1,
+            utilization=utilization,
+            step_budget=chunk,
         )
         if mp.kv_capacity_tokens >= request_tokens:
             return t
@@ -678,7 +689,12 @@ def fits_one_request(
     """Whether ``layout`` holds the weights, one pass's activations and one request's KV."""
     sh = shard(arch, layout, prec)
     mp = memory_plan(
-        sh, gpu, tokens_in_pass=min(chunk, request_tokens), rows=1, utilization=utilization
+        sh,
+        gpu,
+        tokens_in_pass=min(chunk, request_tokens),
+        rows=1,
+        utilization=utilization,
+        step_budget=chunk,
     )
     return mp.kv_capacity_tokens >= request_tokens
 
@@ -848,7 +864,7 @@ def no_fit_error(
         f"activations {_fmt_gib(mp.activation_bytes)} + KV of one {int(request_tokens)}-token request "
         f"{_fmt_gib(request_tokens * mp.kv_bytes_per_token)} = {_fmt_gib(need)} > usable "
         f"{_fmt_gib(mp.usable_bytes)} ("
-        f"{memory_share(utilization).describe(mp.capacity_bytes, mp.weights_bytes + mp.activation_bytes)})",
+        f"{memory_share(utilization).describe(mp.capacity_bytes, mp.weights_bytes + mp.activation_bytes, chunk_tokens=chunk, tp=layout.tp, pp=layout.pp)})",
         hint=hint,
     )
 
@@ -923,6 +939,7 @@ def _single_layout(
         rows=1,
         utilization=utilization,
         speculation=speculation,
+        step_budget=chunk_tokens,
     )
     if mp1.kv_capacity_tokens < req:
         raise no_fit_error(
@@ -1058,7 +1075,13 @@ def _single_layout(
         phase_ttft, phase_tpot = first, it
         hop_dec = hop
     mp = memory_plan(
-        sh, gpu, tokens_in_pass=mem_pass, rows=b, utilization=utilization, speculation=speculation
+        sh,
+        gpu,
+        tokens_in_pass=mem_pass,
+        rows=b,
+        utilization=utilization,
+        speculation=speculation,
+        step_budget=chunk_tokens,
     )
     kv_tokens = b * req
     mb = mp.breakdown(kv_tokens, b)
@@ -1316,7 +1339,8 @@ class ServingDemand:
     engine: str = DEFAULT_ENGINE
     #: None: the engine's default on each GPU (:meth:`EngineProfile.chunk_tokens`)
     chunk_tokens: int | None = None
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION
+    #: None: the engine's default (:meth:`EngineProfile.memory_share`)
+    memory_utilization: float | None = None
     seed: int = 0
     num_requests: int = 2000
     allow_cross_node_tp: bool = False
@@ -1347,7 +1371,7 @@ class ServingDemand:
             _positive_int("batch", self.batch)
         if self.nodes is not None:
             _positive_int("nodes", self.nodes)
-        if not 0 < self.memory_utilization <= 1:
+        if self.memory_utilization is not None and not 0 < self.memory_utilization <= 1:
             raise InputError(f"memory utilization must be in (0, 1], got {self.memory_utilization}")
         engine_profile(self.engine)
         check_num_requests(self.num_requests)
@@ -1645,7 +1669,7 @@ def forecast_inference(
     batching: str = "continuous",
     engine: str = DEFAULT_ENGINE,
     chunk_tokens: int | None = None,
-    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+    memory_utilization: float | None = None,
     seed: int = 0,
     num_requests: int = 2000,
     catalog: Catalog | None = None,
@@ -1773,7 +1797,7 @@ def forecast_inference(
             "speculative decoding is forecast for continuous batching only",
             hint="drop --batching static or --spec-tokens",
         )
-    if not 0 < memory_utilization <= 1:
+    if memory_utilization is not None and not 0 < memory_utilization <= 1:
         raise InputError(f"memory utilization must be in (0, 1], got {memory_utilization}")
     engine_profile(engine)
     if speculation is not None and speculation.draft_model is not None:
@@ -2382,7 +2406,12 @@ def _default_tp(
     for t in options:
         sh = shard(arch, Layout(t, pp, ep), prec)
         mp = memory_plan(
-            sh, gpu, tokens_in_pass=min(chunk_tokens, input_tokens), rows=1, utilization=utilization
+            sh,
+            gpu,
+            tokens_in_pass=min(chunk_tokens, input_tokens),
+            rows=1,
+            utilization=utilization,
+            step_budget=chunk_tokens,
         )
         if mp.kv_capacity_tokens >= need:
             fitting.append(t)

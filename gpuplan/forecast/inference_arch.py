@@ -971,8 +971,64 @@ def shard(arch: ModelArch, layout: Layout, precision: PrecisionSpec) -> Sharded:
 # ---------------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------------
+#: the share of a GPU's memory an engine plans with when given none (vLLM
+#: ``gpu_memory_utilization`` and TensorRT-LLM ``free_gpu_memory_fraction`` default to 0.9:
+#: https://docs.vllm.ai/en/latest/serving/engine_args.html, llm_args.py ``KvCacheConfig``);
+#: the rest is CUDA context, allocator fragmentation and library workspaces
+DEFAULT_MEMORY_FRACTION = 0.9
 #: what an engine's memory fraction is a share of (:class:`MemoryShare`)
-MemoryFractionOf: TypeAlias = Literal["total", "free"]
+MemoryFractionOf: TypeAlias = Literal["total", "free", "static"]
+
+#: SGLang 0.5's default ``--mem-fraction-static`` (:func:`sglang_static_fraction`), from
+#: sgl-project/sglang python/sglang/srt/server_args.py (``ServerArgs``: "reserved_mem" in
+#: MiB, "mem_fraction_static = (GPU memory capacity - reserved_mem) / GPU memory
+#: capacity"): a constant 512 MiB; 1.5 MiB per token of the larger of the prefill chunk and
+#: 2048 ("for activation during large prefill"); 2 MiB per CUDA-graph batch size; 1 GiB per 8
+#: GPUs of TP x PP; at least 10 GiB on a GPU of more than 60 GiB.
+SGLANG_RESERVED_BASE_MIB = 512.0
+SGLANG_RESERVED_MIB_PER_CHUNK_TOKEN = 1.5
+SGLANG_RESERVED_MIN_CHUNK_TOKENS = 2048
+SGLANG_RESERVED_MIB_PER_GRAPH_BATCH = 2.0
+SGLANG_RESERVED_MIB_PER_RANK = 1024.0 / 8
+SGLANG_RESERVED_FLOOR_MIB = 10 * 1024.0
+SGLANG_RESERVED_FLOOR_ABOVE_MIB = 60 * 1024.0
+#: its ``cuda_graph_max_bs`` by device memory, (below MiB, (TP < 4, TP >= 4)) in order, and
+#: above the last (same file: "T4, 4080" 8; "A10, 4090, 5090" 24/80; "A100 (40GB), L40"
+#: 32/160; "H100, A100" and "H20, H200" 256/512; "B200, MI300" 512)
+SGLANG_GRAPH_BATCH_BY_MEMORY: tuple[tuple[float, tuple[int, int]], ...] = (
+    (20 * 1024.0, (8, 8)),
+    (35 * 1024.0, (24, 80)),
+    (60 * 1024.0, (32, 160)),
+    (160 * 1024.0, (256, 512)),
+)
+SGLANG_GRAPH_BATCH_LARGE = 512
+
+
+def sglang_static_fraction(
+    capacity_bytes: float, chunk_tokens: float, tp: int = 1, pp: int = 1
+) -> float:
+    """SGLang 0.5's default ``--mem-fraction-static`` on a GPU of ``capacity_bytes``: the
+    share of the memory left once its reserve for a prefill chunk's activations, the CUDA
+    graphs and the parallel groups is set aside (constants above).
+
+    >>> round(sglang_static_fraction(80 * 2**30, 8192, tp=8), 3)
+    0.819
+    """
+    mib = capacity_bytes / 2**20
+    small_tp = 0 if tp < 4 else 1
+    graph = next(
+        (bs[small_tp] for below, bs in SGLANG_GRAPH_BATCH_BY_MEMORY if mib < below),
+        SGLANG_GRAPH_BATCH_LARGE,
+    )
+    reserved = (
+        SGLANG_RESERVED_BASE_MIB
+        + SGLANG_RESERVED_MIB_PER_CHUNK_TOKEN * max(chunk_tokens, SGLANG_RESERVED_MIN_CHUNK_TOKENS)
+        + SGLANG_RESERVED_MIB_PER_GRAPH_BATCH * graph
+        + SGLANG_RESERVED_MIB_PER_RANK * tp * pp
+    )
+    if mib > SGLANG_RESERVED_FLOOR_ABOVE_MIB:
+        reserved = max(reserved, SGLANG_RESERVED_FLOOR_MIB)
+    return max(round((mib - reserved) / mib, 3), 0.0)
 
 
 @dataclass(frozen=True)
@@ -984,25 +1040,68 @@ class MemoryShare:
     cache gets ``fraction`` of the memory the weights and a pass's activations leave
     (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``, default 0.9, "The fraction of
     GPU memory fraction that should be allocated for the KV cache. Default is 90%":
-    ``tensorrt_llm/llmapi/llm_args.py``). A plain number is a share of the total.
+    ``tensorrt_llm/llmapi/llm_args.py``). ``of="static"``: ``fraction`` of all the memory
+    holds the weights and the KV cache, the activations beside it (SGLang
+    ``--mem-fraction-static``, "the fraction of the memory used for static allocation (model
+    weights and KV cache memory pool)"); ``by_device``: the fraction is SGLang's default on
+    the device (:func:`sglang_static_fraction`), not ``fraction``. A plain number is a
+    share of the total.
     """
 
     fraction: float
     of: MemoryFractionOf = "total"
+    by_device: bool = False
 
-    def usable_bytes(self, capacity_bytes: float, fixed_bytes: float) -> float:
-        """The bytes a replica holding ``fixed_bytes`` of weights and activations may use."""
+    def fraction_on(
+        self, capacity_bytes: float, chunk_tokens: float = 0.0, tp: int = 1, pp: int = 1
+    ) -> float:
+        """The fraction in force on a GPU of ``capacity_bytes`` (``by_device``: SGLang's
+        default for that memory, prefill chunk and parallel group)."""
+        if self.by_device:
+            return sglang_static_fraction(capacity_bytes, chunk_tokens, tp, pp)
+        return self.fraction
+
+    def usable_bytes(
+        self,
+        capacity_bytes: float,
+        fixed_bytes: float,
+        activation_bytes: float = 0.0,
+        *,
+        chunk_tokens: float = 0.0,
+        tp: int = 1,
+        pp: int = 1,
+    ) -> float:
+        """The bytes a replica holding ``fixed_bytes`` of weights and activations (of them
+        ``activation_bytes`` activations) may use."""
+        f = self.fraction_on(capacity_bytes, chunk_tokens, tp, pp)
         if self.of == "free":
-            return fixed_bytes + self.fraction * max(capacity_bytes - fixed_bytes, 0.0)
-        return self.fraction * capacity_bytes
+            return fixed_bytes + f * max(capacity_bytes - fixed_bytes, 0.0)
+        if self.of == "static":
+            return min(f * capacity_bytes + activation_bytes, capacity_bytes)
+        return f * capacity_bytes
 
-    def describe(self, capacity_bytes: float, fixed_bytes: float) -> str:
-        """``90% of 80.0 GiB``, or ``weights and activations + 90% of the 12.3 GiB they
-        leave``."""
+    def describe(
+        self,
+        capacity_bytes: float,
+        fixed_bytes: float,
+        *,
+        chunk_tokens: float = 0.0,
+        tp: int = 1,
+        pp: int = 1,
+    ) -> str:
+        """``90% of 80.0 GiB``, ``weights and activations + 90% of the 12.3 GiB they
+        leave``, or ``82% of 80.0 GiB for weights and KV cache, activations beside``."""
+        f = self.fraction_on(capacity_bytes, chunk_tokens, tp, pp)
         if self.of == "free":
             free = max(capacity_bytes - fixed_bytes, 0.0) / 2**30
-            return f"weights and activations + {self.fraction:.0%} of the {free:.1f} GiB they leave"
-        return f"{self.fraction:.0%} of {capacity_bytes / 2**30:.1f} GiB"
+            return f"weights and activations + {f:.0%} of the {free:.1f} GiB they leave"
+        if self.of == "static":
+            default = " (SGLang's default on this GPU)" if self.by_device else ""
+            return (
+                f"{f:.0%}{default} of {capacity_bytes / 2**30:.1f} GiB for weights and KV "
+                "cache, activations beside"
+            )
+        return f"{f:.0%} of {capacity_bytes / 2**30:.1f} GiB"
 
 
 #: what the forecast's ``utilization`` arguments take: a share of the total, or an engine's

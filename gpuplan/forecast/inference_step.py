@@ -42,6 +42,7 @@ from gpuplan.forecast.comm import (
 )
 from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import (
+    DEFAULT_MEMORY_FRACTION,
     Gemms,
     MemoryFractionOf,
     MemoryShare,
@@ -104,13 +105,18 @@ class EngineProfile:
     chunk_rule:
         The default token budget of one scheduler step (vLLM ``max_num_batched_tokens``,
         SGLang ``--chunked-prefill-size``, TensorRT-LLM ``max_num_tokens``): ``fixed``
-        (:data:`DEFAULT_CHUNK_TOKENS` everywhere), ``vllm-v1`` or ``sglang`` (set by
-        device memory; :meth:`chunk_tokens`).
+        (:data:`DEFAULT_CHUNK_TOKENS` everywhere), ``vllm-v1``, ``sglang-0.4`` or
+        ``sglang-0.5`` (set by device memory; :meth:`chunk_tokens`).
     kv_memory_of:
         What the engine's memory setting is a share of (:meth:`memory_share`): ``total``
         (vLLM's ``gpu_memory_utilization``: weights, activations and KV cache within the
-        share of all memory) or ``free`` (TensorRT-LLM's ``free_gpu_memory_fraction``: the
-        KV cache gets the share of what the weights and activations leave).
+        share of all memory), ``free`` (TensorRT-LLM's ``free_gpu_memory_fraction``: the
+        KV cache gets the share of what the weights and activations leave) or ``static``
+        (SGLang's ``--mem-fraction-static``: weights and KV cache within the share of all
+        memory, activations beside it).
+    memory_default_by_device:
+        With no setting given the engine computes its own by device (SGLang 0.5:
+        :func:`~gpuplan.forecast.inference_arch.sglang_static_fraction`); otherwise 0.9.
     fitted_on:
         The engine whose published rows fitted the framework constants this profile uses.
         Equal to ``name`` only when the profile has at least :data:`MIN_ROWS_CALIBRATED`
@@ -140,8 +146,9 @@ class EngineProfile:
     version: str | None = None
     max_running_requests: int | None = None
     running_cap_rule: Literal["fixed", "vllm-v1"] = "fixed"
-    chunk_rule: Literal["fixed", "vllm-v1", "sglang"] = "fixed"
+    chunk_rule: Literal["fixed", "vllm-v1", "sglang-0.4", "sglang-0.5"] = "fixed"
     kv_memory_of: MemoryFractionOf = "total"
+    memory_default_by_device: bool = False
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
@@ -171,21 +178,23 @@ class EngineProfile:
           arg_utils.py, ``get_batch_defaults``): 8192 on a GPU of at least 70 GiB other
           than an A100 (vllm-project/vllm PR #17885: a larger budget lowered A100
           throughput), 2048 on the others; the same device test as :meth:`running_cap`.
-        * ``sglang``: ``chunked_prefill_size`` by the device's memory (sgl-project/sglang
-          python/sglang/srt/server_args.py, ``ServerArgs.__post_init__``, 0.4-0.5: "A10,
-          L40, 4090" under 35 GiB 2048; "H100, H200, A100, H20" under 160 GiB 8192; "B200,
-          MI300" 16384).
+        * ``sglang-0.4``: ``chunked_prefill_size`` by the device's memory (sgl-project/sglang
+          python/sglang/srt/server_args.py, ``ServerArgs.__post_init__``, 0.4: "A10, L40,
+          4090" under 35 GiB 2048; "H100, H200, A100, H20" under 160 GiB 8192; "B200,
+          MI300" 16384). ``sglang-0.5``: the same file in 0.5 adds "A100 (40GB), L40"
+          under 60 GiB at 4096.
         * ``fixed``: :data:`DEFAULT_CHUNK_TOKENS` (TensorRT-LLM's ``max_num_tokens``
           default; vLLM V0 and SGLang 0.3's chunked-prefill default).
         """
         mem = gpu.memory_bytes
         if self.chunk_rule == "vllm-v1":
             return VLLM_V1_CHUNK_TOKENS[1 if self._vllm_v1_large(gpu) else 0]
-        if self.chunk_rule == "sglang" and mem is not None:
-            for below, tokens in SGLANG_CHUNK_TOKENS_BY_MEMORY:
-                if mem < below:
-                    return tokens
-            return SGLANG_CHUNK_TOKENS_LARGE
+        tiers = {
+            "sglang-0.4": SGLANG_04_CHUNK_TOKENS_BY_MEMORY,
+            "sglang-0.5": SGLANG_05_CHUNK_TOKENS_BY_MEMORY,
+        }.get(self.chunk_rule)
+        if tiers is not None and mem is not None:
+            return next((t for below, t in tiers if mem < below), SGLANG_CHUNK_TOKENS_LARGE)
         return DEFAULT_CHUNK_TOKENS
 
     @staticmethod
@@ -194,8 +203,13 @@ class EngineProfile:
         big = gpu.memory_bytes is not None and gpu.memory_bytes >= VLLM_V1_LARGE_GPU_BYTES
         return big and gpu.vendor in ("nvidia", "amd") and "a100" not in gpu.name.lower()
 
-    def memory_share(self, fraction: float) -> MemoryShare:
-        """The engine's memory setting ``fraction`` as the share of memory it means."""
+    def memory_share(self, fraction: float | None) -> MemoryShare:
+        """The engine's memory setting ``fraction`` as the share of memory it means; None:
+        the engine's default (:data:`DEFAULT_MEMORY_FRACTION`, or its own by device)."""
+        if fraction is None:
+            return MemoryShare(
+                DEFAULT_MEMORY_FRACTION, self.kv_memory_of, by_device=self.memory_default_by_device
+            )
         return MemoryShare(fraction, self.kv_memory_of)
 
     @property
@@ -237,6 +251,7 @@ class EngineProfile:
             "running_cap_rule": self.running_cap_rule,
             "chunk_rule": self.chunk_rule,
             "kv_memory_of": self.kv_memory_of,
+            "memory_default_by_device": self.memory_default_by_device,
             "constants": self.basis,
             "calibrated": self.calibrated,
             "sources": list(self.sources),
@@ -272,8 +287,10 @@ VLLM_V1_LARGE_GPU_BYTES = 70 * 2**30
 VLLM_V1_CHUNK_TOKENS = (2048, 8192)
 #: SGLang's ``chunked_prefill_size`` by device memory, (below this many bytes, tokens) in
 #: order, and above the last: sgl-project/sglang python/sglang/srt/server_args.py
-#: (``gpu_mem < 35 * 1024`` and ``< 160 * 1024`` MiB; :meth:`EngineProfile.chunk_tokens`)
-SGLANG_CHUNK_TOKENS_BY_MEMORY = ((35 * 2**30, 2048), (160 * 2**30, 8192))
+#: (0.4: ``gpu_mem < 35 * 1024`` and ``< 160 * 1024`` MiB; 0.5 adds ``< 60 * 1024`` at
+#: 4096; :meth:`EngineProfile.chunk_tokens`)
+SGLANG_04_CHUNK_TOKENS_BY_MEMORY = ((35 * 2**30, 2048), (160 * 2**30, 8192))
+SGLANG_05_CHUNK_TOKENS_BY_MEMORY = ((35 * 2**30, 2048), (60 * 2**30, 4096), (160 * 2**30, 8192))
 SGLANG_CHUNK_TOKENS_LARGE = 16384
 #: the token budget of one scheduler step where the engine sets none by device (vLLM
 #: ``max_num_batched_tokens`` with chunked prefill, TensorRT-LLM ``max_num_tokens``; a
@@ -437,7 +454,7 @@ ENGINES: dict[str, EngineProfile] = {
         "data-parallel attention (--enable-dp-attention), chunked prefill",
         family="sglang",
         version="0.4.5",
-        chunk_rule="sglang",
+        chunk_rule="sglang-0.4",
         moe_kernels="triton",
         fitted_on="pooled",
         sources=(
@@ -451,11 +468,16 @@ ENGINES: dict[str, EngineProfile] = {
         "and FlashInfer attention on NVIDIA, aiter kernels on ROCm, FP8/FP4 MoE runners",
         family="sglang",
         version="0.5",
-        chunk_rule="sglang",
+        chunk_rule="sglang-0.5",
+        kv_memory_of="static",
+        memory_default_by_device=True,
         fitted_on="pooled",
         sources=(
             "SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_*.sh "
             "(launch flags of the scored rows)",
+            "sgl-project/sglang python/sglang/srt/server_args.py (0.5: chunked_prefill_size "
+            "and cuda_graph_max_bs by GPU memory; mem_fraction_static = (GPU memory - "
+            "reserved_mem) / GPU memory, the weights and KV pool within it)",
         ),
     ),
     "trtllm@1.2": EngineProfile(

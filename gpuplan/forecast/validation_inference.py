@@ -876,11 +876,11 @@ def _row_candidate(
     row's model, GPU, precisions, TP/EP and prefill chunk, with the engine's (or the row's
     ``max_num_seqs``) running cap, else the largest batch memory allows; the row's
     ``memory_fraction`` (when given) sets the memory the engine may use
-    (:func:`engine_memory_utilization`), else the engine's default setting, 0.9 of what
-    it is a share of (:meth:`~gpuplan.forecast.inference_step.EngineProfile.memory_share`:
-    TensorRT-LLM's of the memory the weights leave, the others' of all of it)."""
+    (:func:`engine_memory_utilization`), else the engine's default setting
+    (:meth:`~gpuplan.forecast.inference_step.EngineProfile.memory_share`: 0.9 of the memory
+    the weights leave for TensorRT-LLM, 0.9 of all of it for vLLM, SGLang 0.5's own
+    static fraction by device)."""
     from gpuplan.forecast.inference import (
-        DEFAULT_MEMORY_UTILIZATION,
         build_candidates,
         device_perf_for,
     )
@@ -914,7 +914,7 @@ def _row_candidate(
         )
 
     fraction = _num(row.get("memory_fraction"))
-    utilization: Utilization = engine_profile(engine).memory_share(DEFAULT_MEMORY_UTILIZATION)
+    utilization: Utilization = engine_profile(engine).memory_share(None)
     if fraction is not None:
         whole, _ = candidates(1.0)  # the fixed memory of the layout: weights, activations
         if whole:
@@ -944,23 +944,22 @@ def engine_memory_utilization(
     """The share of device memory the forecast's memory plan may use (weights, activations
     and KV cache) for an engine's memory setting.
 
-    ``of="total"``: SGLang ``--mem-fraction-static`` is the share of all memory for the
+    ``of="static"``: SGLang ``--mem-fraction-static`` is the share of all memory for the
     weights and the KV pool, activations outside it, so the plan's share is the fraction
     plus the activations. ``of="free"``: TensorRT-LLM
     ``kv_cache_config.free_gpu_memory_fraction`` is the share of the memory left after the
     weights load and a profiling pass takes its activations, all of it KV cache.
+    ``of="total"``: vLLM ``gpu_memory_utilization``, the share of all memory for everything.
+    (:class:`~gpuplan.forecast.inference_arch.MemoryShare` holds the three formulas.)
     """
+    from gpuplan.forecast.inference_arch import MemoryShare
+
     if not 0.0 < fraction <= 1.0:
         raise InputError(f"memory_fraction {fraction} is outside (0, 1]")
-    if of == "total":
-        return min(fraction + activation_bytes / capacity_bytes, 1.0)
-    if of == "free":
-        from gpuplan.forecast.inference_arch import MemoryShare
-
-        return (
-            MemoryShare(fraction, "free").usable_bytes(capacity_bytes, fixed_bytes) / capacity_bytes
-        )
-    raise InputError(f"memory_fraction_of {of!r} is not one of total, free")
+    if of not in ("total", "free", "static"):
+        raise InputError(f"memory_fraction_of {of!r} is not one of total, free, static")
+    share = MemoryShare(fraction, of)  # type: ignore[arg-type]  # checked above
+    return share.usable_bytes(capacity_bytes, fixed_bytes, activation_bytes) / capacity_bytes
 
 
 def _catalog_or_default(catalog: Catalog | None) -> Catalog:

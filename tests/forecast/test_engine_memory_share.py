@@ -36,8 +36,9 @@ def test_tensorrt_llm_profiles_share_the_free_memory_and_say_where_from() -> Non
         assert TRTLLM_KV_MEMORY_SOURCE in ENGINES[name].sources
     assert "llm_args.py" in TRTLLM_KV_MEMORY_SOURCE
     assert engine_profile("trtllm").describe()["kv_memory_of"] == "free"
-    for name in ("vllm@0.8.4", "sglang@0.5", "modern"):
+    for name in ("vllm@0.8.4", "modern"):
         assert engine_profile(name).kv_memory_of == "total"
+    assert engine_profile("sglang@0.5").kv_memory_of == "static"
 
 
 def _mem(engine: str, **kw) -> dict[str, float]:
@@ -87,3 +88,67 @@ def test_a_model_too_big_says_which_share_it_missed() -> None:
             "llama3.1-405b", "h100", tp=4, precision="fp8", engine="vllm@0.8.4", batch=1
         )
     assert "90% of" in err.value.one_line()
+
+
+def test_sglang_holds_weights_and_kv_in_its_static_share_activations_beside() -> None:
+    """SGLang's ``--mem-fraction-static`` is the share for the weights and the KV pool;
+    the activations of a prefill chunk live in the memory it leaves."""
+    cap, weights, act = 80 * GIB, 60 * GIB, 3 * GIB
+    static = MemoryShare(0.85, "static")
+    assert static.usable_bytes(cap, weights + act, act) == pytest.approx(0.85 * cap + act)
+    kv = static.usable_bytes(cap, weights + act, act) - weights - act
+    assert kv == pytest.approx(0.85 * cap - weights)  # the KV pool SGLang allots
+    # vLLM's share of the total holds the activations inside it: less KV at one fraction
+    total_kv = MemoryShare(0.85).usable_bytes(cap, weights + act) - weights - act
+    assert total_kv == pytest.approx(kv - act)
+    # never more than the device
+    assert MemoryShare(1.0, "static").usable_bytes(cap, weights + act, act) == cap
+    assert "activations beside" in static.describe(cap, weights + act)
+
+
+@pytest.mark.parametrize(
+    ("gib", "chunk", "tp", "fraction"),
+    [
+        # H100 80 GiB, TP 8: 512 + 8192 x 1.5 + 512 graphs x 2 + 8/8 GiB = 14,848 MiB reserved
+        (80, 8192, 8, round((81920 - 14848) / 81920, 3)),
+        # TP 1: 256 graphs, 1/8 GiB: 13,440 MiB
+        (80, 8192, 1, round((81920 - 13440) / 81920, 3)),
+        # B200 180 GiB at its 16K chunk, TP 8: 27,136 MiB
+        (180, 16384, 8, round((184320 - 27136) / 184320, 3)),
+        # a short chunk on a large GPU: the 10 GiB floor
+        (141, 2048, 1, round((144384 - 10240) / 144384, 3)),
+        # a 24 GiB GPU, TP 1: 512 + 3072 + 24 x 2 + 128 = 3,760 MiB, no floor
+        (24, 2048, 1, round((24576 - 3760) / 24576, 3)),
+    ],
+)
+def test_sglang_default_static_fraction_by_device(gib, chunk, tp, fraction) -> None:
+    from gpuplan.forecast.inference_arch import sglang_static_fraction
+
+    assert sglang_static_fraction(gib * GIB, chunk, tp) == pytest.approx(fraction)
+
+
+def test_sglang_forecast_uses_its_own_default_on_the_device() -> None:
+    """With no memory setting, an SGLang 0.5 forecast holds its weights and KV cache in
+    SGLang's default share for that GPU, chunk and TP (0.819 of an 80 GiB H100 at TP 8
+    with its 8K chunk); a setting given replaces it; vLLM keeps 0.9 of everything."""
+    out = forecast_inference(
+        "llama3.1-70b", "h100", tp=8, precision="fp8", engine="sglang@0.5", batch=8
+    )
+    m = out["memory_breakdown_bytes"]
+    assert out["chunk_tokens"] == 8192
+    assert (m["usable"] - m["activations"]) / m["capacity"] == pytest.approx(0.819)
+    given = forecast_inference(
+        "llama3.1-70b",
+        "h100",
+        tp=8,
+        precision="fp8",
+        engine="sglang@0.5",
+        batch=8,
+        memory_utilization=0.7,
+    )["memory_breakdown_bytes"]
+    assert (given["usable"] - given["activations"]) / given["capacity"] == pytest.approx(0.7)
+    vllm = forecast_inference(
+        "llama3.1-70b", "h100", tp=8, precision="fp8", engine="vllm@0.8.4", batch=8
+    )["memory_breakdown_bytes"]
+    assert vllm["usable"] / vllm["capacity"] == pytest.approx(0.9)
+    assert engine_profile("sglang@0.5").describe()["memory_default_by_device"] is True

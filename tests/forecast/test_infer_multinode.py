@@ -10,14 +10,13 @@ import pytest
 from gpuplan.catalogs import get_catalog
 from gpuplan.errors import InputError
 from gpuplan.forecast.inference import (
-    DEFAULT_MEMORY_UTILIZATION,
     ServingDemand,
     fits_one_request,
     forecast_inference,
     model_with_provenance,
     size_serving_fleet,
 )
-from gpuplan.forecast.inference_arch import Layout, resolve_precision
+from gpuplan.forecast.inference_arch import DEFAULT_MEMORY_FRACTION, Layout, resolve_precision
 from gpuplan.forecast.serving import LengthDist
 
 
@@ -37,7 +36,7 @@ def test_deepseek_v3_fp8_on_h100_gets_the_fewest_nodes_that_hold_it():
     assert "cross_node_tp" not in r
     # under the GPU's usable memory, and one node fewer would not hold it
     assert r["fits_in_memory"]
-    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * g.memory_bytes
+    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_FRACTION * g.memory_bytes
     arch, _ = model_with_provenance("deepseek-v3", get_catalog())
     prec = resolve_precision("fp8", g, None)
     fewer = Layout(r["tp"], r["pp"] - domain // r["tp"], 1)
@@ -145,7 +144,7 @@ def test_wide_ep_spreads_the_experts_and_keeps_attention_whole_on_every_gpu():
     )
     assert r["multi_node"]["wide_ep"] and r["multi_node"]["nodes"] == 2
     assert r["fits_in_memory"]
-    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_UTILIZATION * _h100().memory_bytes
+    assert r["memory_per_gpu_bytes"] <= DEFAULT_MEMORY_FRACTION * _h100().memory_bytes
     arch, _ = model_with_provenance("deepseek-v3", get_catalog())
     prec = resolve_precision("fp8", _h100(), None)
     wide = shard(arch, Layout(1, 1, 16, dp=16), prec)

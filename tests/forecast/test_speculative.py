@@ -305,6 +305,7 @@ def test_the_steady_state_finds_the_fixed_point_where_the_step_cost_is_concave()
     rates one interval: every rate below a served one is served."""
     from gpuplan.catalogs import get_catalog
     from gpuplan.forecast import inference as inf
+    from gpuplan.forecast.inference_arch import DEFAULT_MEMORY_FRACTION
     from gpuplan.forecast.serving import analytic_latency
 
     cat = get_catalog()
@@ -326,7 +327,7 @@ def test_the_steady_state_finds_the_fixed_point_where_the_step_cost_is_concave()
         get_perf=inf.device_perf_for,
         catalog=cat,
         chunk_tokens=None,  # the engine's default on the GPU
-        utilization=inf.DEFAULT_MEMORY_UTILIZATION,
+        utilization=DEFAULT_MEMORY_FRACTION,
     )
     replica = cands[0].replica
     rates = np.linspace(1.0, 40.0, 157)
