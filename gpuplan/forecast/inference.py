@@ -661,17 +661,19 @@ def smallest_fitting_tp(
     chunk: float,
     utilization: Utilization,
 ) -> int | None:
+    """The smallest TP (a divisor of the heads, a multiple of ``ep``) that holds one request
+    (:func:`fits_one_request`); None when none does."""
     for t in [d for d in divisors(arch.heads) if d % ep == 0]:
-        sh = shard(arch, Layout(t, pp, ep), prec)
-        mp = memory_plan(
-            sh,
+        layout = Layout(t, pp, ep)
+        if fits_one_request(
+            arch,
             gpu,
-            tokens_in_pass=min(chunk, request_tokens),
-            rows=1,
+            prec,
+            layout,
+            request_tokens=request_tokens,
+            chunk=chunk,
             utilization=utilization,
-            step_budget=chunk,
-        )
-        if mp.kv_capacity_tokens >= request_tokens:
+        ):
             return t
     return None
 
