@@ -2566,17 +2566,20 @@ def build_candidates(
     get_perf: PerfLookup,
     catalog: Catalog,
     chunk_tokens: int | None,
-    utilization: Utilization,
+    utilization: Utilization | None,
     engine: str = "modern",
     nodes: int | None = None,
     speculation: Speculation | None = None,
 ) -> tuple[list[Candidate], list[DroppedLayout]]:
     """Every (GPU, layout, batch cap) that could serve, with a replica model each.
-    ``chunk_tokens`` None: the engine's default step budget on each GPU.
+    ``chunk_tokens`` None: the engine's default step budget on each GPU; ``utilization``
+    None: the engine's default memory setting (:meth:`EngineProfile.memory_share`).
 
     Returns the candidates and the (gpu, tp) layouts left out with the reason.
     """
     params = fitted.params_for(engine, arch.is_moe)
+    if utilization is None:
+        utilization = engine_profile(engine).memory_share(None)
     cands: list[Candidate] = []
     dropped: list[DroppedLayout] = []
     req_mean = inputs.mean + outputs.mean

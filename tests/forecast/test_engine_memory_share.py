@@ -152,3 +152,32 @@ def test_sglang_forecast_uses_its_own_default_on_the_device() -> None:
     )["memory_breakdown_bytes"]
     assert vllm["usable"] / vllm["capacity"] == pytest.approx(0.9)
     assert engine_profile("sglang@0.5").describe()["memory_default_by_device"] is True
+
+
+def test_the_fleet_search_takes_the_engines_default_memory_when_given_none() -> None:
+    from gpuplan.catalogs import get_catalog
+    from gpuplan.forecast.inference import build_candidates, device_perf_for, load_overheads
+    from gpuplan.forecast.model import arch_from
+    from gpuplan.forecast.serving import LengthDist
+
+    cat = get_catalog()
+    cands, _ = build_candidates(
+        arch=arch_from(cat.model("llama3.1-70b")),
+        gpus=[cat.gpu("h100")],
+        precision="fp8",
+        kv_precision=None,
+        tp=8,
+        pp=1,
+        ep=1,
+        inputs=LengthDist(1024),
+        outputs=LengthDist(256),
+        batch=8,
+        fitted=load_overheads(),
+        get_perf=device_perf_for,
+        catalog=cat,
+        chunk_tokens=None,
+        utilization=None,
+        engine="sglang@0.5",
+    )
+    mp = cands[0].extra["memory"]
+    assert (mp.usable_bytes - mp.activation_bytes) / mp.capacity_bytes == pytest.approx(0.819)

@@ -88,7 +88,7 @@ def test_both_slos_met_and_pools_minimal_in_the_simulator(sized):
         get_perf=lambda g: device_perf_for(g),
         catalog=get_catalog(),
         chunk_tokens=d.chunk_tokens,
-        utilization=d.memory_utilization,
+        utilization=d.memory_utilization,  # None: the engine's default
         engine=d.engine,
     )
     pct = PERCENTILES["p99"]
