@@ -1015,9 +1015,9 @@ def sglang_static_fraction(
     0.819
     """
     mib = capacity_bytes / 2**20
-    small_tp = 0 if tp < 4 else 1
+    by_tp = 0 if tp < 4 else 1  # the (TP < 4, TP >= 4) column
     graph = next(
-        (bs[small_tp] for below, bs in SGLANG_GRAPH_BATCH_BY_MEMORY if mib < below),
+        (bs[by_tp] for below, bs in SGLANG_GRAPH_BATCH_BY_MEMORY if mib < below),
         SGLANG_GRAPH_BATCH_LARGE,
     )
     reserved = (
