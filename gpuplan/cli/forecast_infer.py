@@ -46,8 +46,7 @@ Examples:
       --tpot-slo-s 0.05                          # every catalog accelerator, cheapest first
   gpuplan forecast infer --model llama3-70b --gpu h100 --tp 4 --engine vllm@0.5.4 --batch 64
   gpuplan forecast infer --model deepseek-r1 --gpu h200 --tp 8 --precision fp8 --engine sglang@0.5 \\
-      --concurrency 64 --input-tokens 1024 --input-tokens-p99 1100 --output-tokens 1024 \\
-      --output-tokens-p99 1100
+      --concurrency 64 --input-tokens 1024 --output-tokens 1024 --min-length-ratio 0.8
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8     # 2 nodes, PP 2
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --nodes 4
   gpuplan forecast infer --model deepseek-v3 --gpu h100 --precision fp8 --ep 16  # wide EP
@@ -399,6 +398,14 @@ def register(app: typer.Typer) -> None:
         output_tokens_p99: float | None = number_option(
             None, "--output-tokens-p99", help="p99 answer length: lognormal lengths."
         ),
+        min_length_ratio: float | None = number_option(
+            None,
+            "--min-length-ratio",
+            help="Uniform lengths from this fraction of --input-tokens / --output-tokens up "
+            "to them, as a serving benchmark's random dataset: SGLang bench_serving and vLLM "
+            "benchmark_serving --random-range-ratio R (InferenceX runs 0.8) are R; vLLM's "
+            "'vllm bench serve' ratio b is --input-tokens L(1+b) with (1-b)/(1+b).",
+        ),
         batch: int | None = number_option(
             None, "--batch", "-b", help="Concurrent requests (with --qps: the batch cap)."
         ),
@@ -586,8 +593,10 @@ def register(app: typer.Typer) -> None:
         from gpuplan.forecast.serving import LengthDist
 
         # the lengths' own check, before any progress line (the scenario's uses it too)
-        LengthDist(input_tokens, input_tokens_p99)
-        LengthDist(output_tokens, output_tokens_p99)
+        LengthDist.from_options(input_tokens, input_tokens_p99, min_ratio=min_length_ratio)
+        LengthDist.from_options(
+            output_tokens, output_tokens_p99, min_ratio=min_length_ratio, option="output-tokens"
+        )
         ticks = {"n": 0}
 
         def tick() -> None:
@@ -618,6 +627,7 @@ def register(app: typer.Typer) -> None:
             kv_precision=kv_precision,
             input_tokens_p99=input_tokens_p99,
             output_tokens_p99=output_tokens_p99,
+            min_length_ratio=min_length_ratio,
             batching=batching,
             engine=engine,
             allow_cross_node_tp=allow_cross_node_tp,

@@ -1668,6 +1668,7 @@ def forecast_inference(
     kv_precision: str | None = None,
     input_tokens_p99: float | None = None,
     output_tokens_p99: float | None = None,
+    min_length_ratio: float | None = None,
     batching: str = "continuous",
     engine: str = DEFAULT_ENGINE,
     chunk_tokens: int | None = None,
@@ -1705,6 +1706,11 @@ def forecast_inference(
         no peak for the GPU (e.g. fp8 on A100). ``kv_precision`` overrides the KV-cache dtype.
     input_tokens, output_tokens:
         Mean prompt and answer lengths; ``*_p99`` makes them lognormal with that p99.
+    min_length_ratio:
+        r in (0, 1]: each prompt and answer length drawn uniformly from ``int(r x L)`` to
+        ``L`` (``L`` the ``input_tokens`` / ``output_tokens``), as the random dataset of the
+        serving benchmarks with ``--random-range-ratio r`` (:meth:`LengthDist.uniform`); the
+        point forecast is of the mean lengths.
     batch, max_throughput:
         Concurrent requests (default 1), or the batch with the highest throughput that fits.
     qps, ttft_slo_s, tpot_slo_s, slo_percentile:
@@ -1823,17 +1829,27 @@ def forecast_inference(
     if (ttft_slo_s or tpot_slo_s) and qps is None:
         raise InputError("SLO targets need a load", hint="add --qps (requests per second)")
     max_ctx = arch.max_context
-    inputs = LengthDist(
-        float(input_tokens), _positive("input-tokens-p99", input_tokens_p99), max_ctx
+    inputs = LengthDist.from_options(
+        input_tokens,
+        _positive("input-tokens-p99", input_tokens_p99),
+        min_ratio=min_length_ratio,
+        max_tokens=max_ctx,
+        option="input-tokens",
     )
-    outputs = LengthDist(
-        float(output_tokens), _positive("output-tokens-p99", output_tokens_p99), max_ctx
+    outputs = LengthDist.from_options(
+        output_tokens,
+        _positive("output-tokens-p99", output_tokens_p99),
+        min_ratio=min_length_ratio,
+        max_tokens=max_ctx,
+        option="output-tokens",
     )
     if max_ctx and input_tokens + output_tokens > max_ctx:
         raise InputError(
             f"{input_tokens} + {output_tokens} tokens exceed the {max_ctx}-token context of {arch.name}",
             hint="shorten --input-tokens or --output-tokens",
         )
+    if min_length_ratio is not None:  # the point forecast's request: the mean lengths
+        input_tokens, output_tokens = round(inputs.mean), round(outputs.mean)
     fitted = overheads or load_overheads()
     names = _gpu_list(gpu)
     if names_every_gpu(names) and qps is None:

@@ -64,7 +64,7 @@ def _z(q: float) -> float:
 @dataclass(frozen=True)
 class LengthDist:
     """Prompt or answer length in tokens: fixed, lognormal by its mean and one percentile,
-    or an empirical trace of request lengths.
+    uniform over a range, or an empirical trace of request lengths.
 
     * ``LengthDist(mean)``: every request has the mean length;
     * ``LengthDist(mean, p99)`` (or ``p90=`` / ``p50=``): lognormal with that mean and that
@@ -73,7 +73,9 @@ class LengthDist:
       quantile of the percentile); with several given, the highest percentile fixes it
       (the tail decides the SLO) and :meth:`describe` names the one used;
     * ``LengthDist.from_trace(lengths)``: the requests' own lengths, resampled with
-      replacement (mean and quantiles of the trace).
+      replacement (mean and quantiles of the trace);
+    * ``LengthDist.uniform(low, high)``: every whole length from ``low`` to ``high`` equally
+      likely, the random dataset of the serving benchmarks (:meth:`uniform`).
 
     Samples are rounded and clipped to ``[1, max_tokens]``.
 
@@ -86,6 +88,8 @@ class LengthDist:
     800
     >>> LengthDist.from_trace([100, 200, 300, 400]).mean
     250.0
+    >>> LengthDist.uniform(819, 1024).text()
+    'uniform 819-1024 (mean 921.5)'
     """
 
     mean: float
@@ -94,10 +98,21 @@ class LengthDist:
     p90: float | None = None
     p50: float | None = None
     trace: tuple[int, ...] | None = None
+    #: the shortest length of a uniform distribution (:meth:`uniform`), whose longest is
+    #: ``2 x mean - low``
+    low: int | None = None
 
     def __post_init__(self) -> None:
         if not self.mean >= 1:
             raise InputError(f"a mean length must be at least 1 token, got {self.mean}")
+        if self.low is not None:
+            if not 1 <= self.low <= self.mean or self.trace or self._fixed_by:
+                raise InputError(
+                    f"a uniform length range needs 1 <= low <= mean and no percentiles, got "
+                    f"low {self.low}, mean {self.mean:g}",
+                    hint="use LengthDist.uniform(low, high)",
+                )
+            return
         if self.trace is not None:
             if len(self.trace) == 0 or min(self.trace) < 1:
                 raise InputError(
@@ -139,6 +154,63 @@ class LengthDist:
         trace = tuple(int(x) for x in np.rint(arr))
         return cls(float(np.mean(trace)), max_tokens=max_tokens, trace=trace)
 
+    @classmethod
+    def uniform(cls, low: int, high: int, max_tokens: int | None = None) -> LengthDist:
+        """Every whole length from ``low`` to ``high`` (inclusive) equally likely: the random
+        dataset of SGLang ``bench_serving`` and of vLLM ``benchmark_serving`` (InferenceX's
+        copy), which draw each prompt and answer length with ``randint(int(r x L), L)`` for
+        ``--random-range-ratio r``; vLLM's ``vllm bench serve`` draws from
+        ``[L x (1 - r), L x (1 + r)]`` instead.
+
+        >>> d = LengthDist.uniform(800, 1000)
+        >>> d.mean, d.high, d.quantile(0.5)
+        (900.0, 1000, 900.0)
+        """
+        lo, hi = int(low), int(high)
+        if not 1 <= lo <= hi:
+            raise InputError(
+                f"a uniform length range needs 1 <= low <= high, got {low}-{high}",
+                hint="e.g. --input-tokens 1024 --min-length-ratio 0.8 (819 to 1024 tokens)",
+            )
+        return cls((lo + hi) / 2.0, max_tokens=max_tokens, low=lo)
+
+    @classmethod
+    def from_options(
+        cls,
+        length: float,
+        p99: float | None = None,
+        *,
+        min_ratio: float | None = None,
+        max_tokens: int | None = None,
+        option: str = "input-tokens",
+    ) -> LengthDist:
+        """The lengths of ``--{option} L``: fixed at ``L``; lognormal with mean ``L`` and
+        ``p99``; or, with ``min_ratio`` r (``--min-length-ratio``), uniform from ``int(r x L)``
+        to ``L`` (:meth:`uniform`).
+
+        >>> LengthDist.from_options(1024, min_ratio=0.8).describe()
+        {'kind': 'uniform', 'mean': 921.5, 'low': 819, 'high': 1024}
+        """
+        if min_ratio is None:
+            return cls(float(length), p99, max_tokens)
+        r = float(min_ratio)
+        if not (0 < r <= 1 and math.isfinite(r)):
+            raise InputError(
+                f"--min-length-ratio must be in (0, 1], got {min_ratio!r}",
+                hint="e.g. 0.8: lengths from 0.8 x to 1 x --input-tokens / --output-tokens",
+            )
+        if p99 is not None:
+            raise InputError(
+                f"--{option}-p99 makes lognormal lengths and --min-length-ratio uniform ones",
+                hint="give one of them",
+            )
+        return cls.uniform(max(int(r * length), 1), int(length), max_tokens)
+
+    @property
+    def high(self) -> int | None:
+        """The longest length of a uniform distribution; None for the other kinds."""
+        return None if self.low is None else round(2 * self.mean - self.low)
+
     @property
     def _fixed_by(self) -> tuple[str, float, float] | None:
         """(name, value, quantile) of the percentile that fixes the lognormal, if any."""
@@ -152,12 +224,14 @@ class LengthDist:
     def kind(self) -> str:
         if self.trace is not None:
             return "trace"
+        if self.low is not None:
+            return "uniform"
         return "fixed" if self._fixed_by is None else "lognormal"
 
     @property
     def sigma(self) -> float:
         by = self._fixed_by
-        if by is None or self.trace is not None:
+        if by is None or self.trace is not None or self.low is not None:
             return 0.0
         _, p, q = by
         if q == 0.5:
@@ -173,6 +247,8 @@ class LengthDist:
         """Length at quantile ``q`` (before rounding and clipping)."""
         if self.trace is not None:
             v = float(np.quantile(np.asarray(self.trace, dtype=float), q))
+        elif self.low is not None:
+            v = self.low + q * (2 * self.mean - 2 * self.low)
         elif self.kind == "fixed":
             return float(self.mean)
         else:
@@ -182,6 +258,8 @@ class LengthDist:
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.trace is not None:
             x = rng.choice(np.asarray(self.trace, dtype=np.int64), n, replace=True)
+        elif self.low is not None:
+            x = rng.integers(self.low, int(self.high or self.low) + 1, n)
         elif self.kind == "fixed":
             x = np.full(n, round(self.mean))
         else:
@@ -197,6 +275,8 @@ class LengthDist:
                 p50=round(self.quantile(0.5), 1),
                 p99=round(self.quantile(0.99), 1),
             )
+        elif self.low is not None:
+            d.update(low=self.low, high=self.high)
         elif self.kind == "lognormal":
             by = self._fixed_by
             assert by is not None
@@ -212,6 +292,8 @@ class LengthDist:
             return f"fixed {self.mean:g}"
         if d["kind"] == "trace":
             return f"trace of {d['requests']} requests (mean {self.mean:.0f}, p99 {d['p99']:g})"
+        if d["kind"] == "uniform":
+            return f"uniform {self.low}-{self.high} (mean {self.mean:g})"
         fixed_by = d["fixed_by"]
         assert isinstance(fixed_by, list)  # ["mean", the percentile's name] (describe)
         by = fixed_by[1]

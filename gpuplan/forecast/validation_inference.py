@@ -1772,10 +1772,12 @@ def sweep_requests(row: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
             f"{row.get('run_id')}: a sweep row needs num_requests, input_len and output_len",
             hint="give the benchmark's --num-prompts and --random-input-len/--random-output-len",
         )
+    from gpuplan.forecast.serving import LengthDist
+
     rng = np.random.default_rng(SWEEP_SEED)
-    lin = rng.integers(int(isl * ratio), isl + 1, n)
-    lout = rng.integers(int(osl * ratio), osl + 1, n)
-    return lin.astype(np.int64), np.maximum(lout, 1).astype(np.int64)
+    lin = LengthDist.from_options(isl, min_ratio=ratio).sample(rng, n)
+    lout = LengthDist.from_options(osl, min_ratio=ratio).sample(rng, n)
+    return lin, lout
 
 
 def _profile_overheads(
