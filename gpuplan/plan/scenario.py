@@ -119,13 +119,16 @@ class TrainingWorkload(_Strict):
 
 
 class LengthDistribution(_Strict):
-    """Token lengths of requests: the mean and optional percentiles."""
+    """Token lengths of requests: the mean and optional percentiles (lognormal; ``max``
+    clips), or ``min`` and ``max`` alone: every whole length between equally likely, a
+    serving benchmark's random dataset (``forecast infer --min-length-ratio``)."""
 
-    mean: float = Field(gt=0)
+    mean: float | None = Field(None, gt=0)
     p50: float | None = Field(None, gt=0)
     p90: float | None = Field(None, gt=0)
     p99: float | None = Field(None, gt=0)
     max: float | None = Field(None, gt=0)
+    min: float | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> LengthDistribution:
@@ -134,6 +137,22 @@ class LengthDistribution(_Strict):
         from gpuplan.errors import GpuplanError
         from gpuplan.forecast.serving import LengthDist
 
+        if self.min is not None:
+            if self.max is None or any(v is not None for v in (self.p50, self.p90, self.p99)):
+                raise ValueError(
+                    "min makes uniform lengths from min to max: give min and max alone"
+                )
+            if self.max < self.min:
+                raise ValueError(f"max ({self.max:g}) must not be below min ({self.min:g})")
+            mid = (self.min + self.max) / 2
+            if self.mean is not None and abs(self.mean - mid) > 0.5:
+                raise ValueError(
+                    f"uniform lengths from {self.min:g} to {self.max:g} have the mean {mid:g}, "
+                    f"not {self.mean:g}: drop mean"
+                )
+            return self
+        if self.mean is None:
+            raise ValueError("give the mean length (a number), or min and max for uniform lengths")
         given = [(k, getattr(self, k)) for k in ("p50", "p90", "p99", "max")]
         given = [(k, v) for k, v in given if v is not None]
         for (k1, v1), (k2, v2) in itertools.pairwise(given):

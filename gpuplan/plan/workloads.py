@@ -151,8 +151,12 @@ def length_dist(d: LengthDistribution) -> LengthDist:
     """The forecast's :class:`LengthDist` of a scenario ``LengthDistribution``.
 
     The mean and the highest percentile given (p99, else p90, else p50) fix a lognormal;
-    with only a mean every request has it; ``max`` clips the samples.
+    with only a mean every request has it; ``max`` clips the samples; ``min`` and ``max``
+    alone are uniform lengths (:meth:`LengthDist.uniform`).
     """
+    if d.min is not None and d.max is not None:
+        return LengthDist.uniform(int(d.min), int(d.max))
+    assert d.mean is not None  # the scenario's check: a mean, or min and max
     return LengthDist(
         float(d.mean),
         p99=d.p99,
@@ -499,7 +503,20 @@ def size_serving(
     out.ttft_s = ctx.fc(sizing.ttft_s, "ttft_s", "s", f"{s.name}: TTFT", ref)
     out.tpot_s = ctx.fc(sizing.tpot_s, "tpot_s", "s", f"{s.name}: TPOT", ref)
     qps = ctx.inp((*base, "qps"), "requests/s", f"{s.name}: load")
-    mean_out = ctx.inp((*base, "output_tokens", "mean"), "tokens", f"{s.name}: mean output")
+    if s.output_tokens.min is not None:  # uniform lengths: the mean of the range
+        ends = [
+            ctx.inp((*base, "output_tokens", k), "tokens", f"{s.name}: {k} output")
+            for k in ("min", "max")
+        ]
+        mean_out = derived(
+            (ends[0].value + ends[1].value) / 2.0,
+            "tokens",
+            f"{s.name}: mean output",
+            "(min + max) / 2 (uniform lengths)",
+            ends,
+        )
+    else:
+        mean_out = ctx.inp((*base, "output_tokens", "mean"), "tokens", f"{s.name}: mean output")
     out.hours_per_month = ctx.inp((*base, "hours_per_month"), "h", f"{s.name}: hours per month")
     out.output_tokens_per_month = derived(
         qps.value * mean_out.value * 3600.0 * out.hours_per_month.value,

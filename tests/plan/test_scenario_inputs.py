@@ -105,3 +105,23 @@ def test_serving_engine_is_validated_and_reaches_the_sizing():
     bad = SMALL_SCENARIO.replace("tpot_slo_s: 0.05", "tpot_slo_s: 0.05\n      engine: tgi@2")
     with pytest.raises(SchemaError, match=r"workloads.inference\[0\].engine: .*vllm@0.6.0"):
         parse_scenario(bad)
+
+
+@pytest.mark.parametrize(
+    ("dist", "match"),
+    [
+        ({"min": 800}, "give min and max alone"),
+        ({"min": 800, "max": 1000, "p99": 990}, "give min and max alone"),
+        ({"min": 900, "max": 800}, "must not be below min"),
+        ({"min": 800, "max": 1000, "mean": 950}, "have the mean 900"),
+        ({"p99": 4000}, "give the mean length"),
+    ],
+)
+def test_uniform_lengths_need_both_ends_and_nothing_else(dist, match):
+    from pydantic import ValidationError
+
+    from gpuplan.plan.scenario import LengthDistribution
+
+    with pytest.raises(ValidationError, match=match):
+        LengthDistribution(**dist)
+    assert LengthDistribution(min=800, max=1000, mean=900).min == 800

@@ -291,3 +291,47 @@ def test_a_replica_stays_inside_the_machine_the_option_rents(run_cli, tmp_path) 
     r = run_cli(*_infer_args(scenario["workloads"]["inference"][0], vm["gpu"]), "--node-gpus", "1")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["num_gpus"] == vm["inference"][0]["gpus_for_load"]["value"]
+
+
+def test_uniform_lengths_plan_as_forecast_infer_sizes_them(run_cli, tmp_path) -> None:
+    """A scenario's ``input_tokens: {min, max}`` is the uniform lengths of ``forecast infer
+    --min-length-ratio``: one fleet answer, and the tokens sold are priced at the range's mean."""
+    from gpuplan.plan.scenario import LengthDistribution
+
+    d = workloads.length_dist(LengthDistribution(min=1600, max=2000))
+    assert (d.kind, d.low, d.high, d.mean) == ("uniform", 1600, 2000, 1800.0)
+    service = {
+        "name": "bench",
+        "model": "llama3.1-8b",
+        "qps": 6,
+        "input_tokens": {"min": 1600, "max": 2000},
+        "output_tokens": {"min": 160, "max": 200},
+        "ttft_slo_s": 1.0,
+        "tpot_slo_s": 0.03,
+    }
+    scenario = {
+        "name": "uniform",
+        "workloads": {"inference": [service]},
+        "candidates": {"gpus": ["h100"], "instances": ["p5.48xlarge"], "onprem_nodes": []},
+    }
+    path = tmp_path / "uniform.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    plan = run_cli("plan", str(path), "--out", str(tmp_path / "plan"), "--format", "json")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    (opt,) = json.loads(plan.stdout)["options"]
+    (s,) = opt["inference"]
+    r = run_cli(
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", opt["gpu"], "--qps", "6",
+        "--input-tokens", "2000", "--output-tokens", "200", "--min-length-ratio", "0.8",
+        "--ttft-slo-s", "1.0", "--tpot-slo-s", "0.03", "--node-gpus",
+        str(opt["gpus_per_node"]["value"]), "--format", "json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    infer = json.loads(r.stdout)
+    assert infer["input_tokens"]["kind"] == "uniform"
+    assert s["gpus_for_load"]["value"] == infer["num_gpus"]
+    # 6 req/s x 180 tokens (the mean of 160-200) x 3600 s x the serving hours
+    from gpuplan.plan.scenario import InferenceService
+
+    hours = InferenceService.model_fields["hours_per_month"].default
+    assert s["output_tokens_per_month"]["value"] == pytest.approx(6 * 180 * 3600 * hours)
