@@ -990,11 +990,11 @@ class ModelArch(Row):
 
     def released_precision_hint(self, how: str) -> str:
         """How to forecast the released checkpoint, ``how`` naming the setting ("--precision"
-        or "precision:"): its own precision, and for an MXFP4 release the W4A16 stand-in
-        where the GPU has no FP4 tensor cores."""
+        or "precision:"): its own precision (an MXFP4 release runs at mxfp4 on a GPU without
+        FP4 tensor cores too, its weights in 16-bit GEMMs)."""
         out = f"{how} {self.released_precision} to match"
         if self.released_precision == "mxfp4":
-            out += f"; {how} int4 on a GPU without FP4 tensor cores (4-bit weights, 16-bit math)"
+            out += " (on a GPU without FP4 tensor cores: 4-bit weights, 16-bit math)"
         return out
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:

@@ -233,13 +233,40 @@ def dtype_peak(gpu: Accelerator, dtype: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _mxfp4_weight_only(spec: PrecisionSpec, gpu: Accelerator) -> PrecisionSpec | None:
+    """An MXFP4 checkpoint on a GPU without FP4 tensor cores: its 4-bit weights (scales
+    included) dequantised into 16-bit GEMMs, activations and KV cache 16-bit, as the
+    engines serve gpt-oss on Hopper, Ampere and CDNA3 (vLLM's Marlin and Triton MXFP4 MoE
+    kernels take bf16 activations; ``--kv-cache-dtype auto``). None where the GPU has no
+    16-bit tensor cores either."""
+    w4a16 = _math_in_fp16(PRECISIONS["int4"], gpu)
+    if not all(dtype_peak(gpu, d) for d in w4a16.requires):
+        return None
+    gpu_name = getattr(gpu, "id", str(gpu))
+    math_dtype = w4a16.gemm_dtype
+    return replace(
+        spec,
+        kv_bytes=w4a16.kv_bytes,
+        gemm_dtype=math_dtype,
+        activation_dtype=w4a16.activation_dtype,
+        requires=w4a16.requires,
+        description=f"MXFP4 weights (one E8M0 scale per 32 values) dequantised into "
+        f"{math_dtype} GEMMs, {math_dtype} KV cache: {gpu_name} has no FP4 tensor cores "
+        "(W4A16, as vLLM serves gpt-oss there)",
+    )
+
+
 def resolve_precision(
     precision: str, gpu: Accelerator, kv_precision: str | None = None
 ) -> PrecisionSpec:
     """The :class:`PrecisionSpec` for ``precision`` on ``gpu``; refuses what the GPU lacks.
 
     The catalog's dense peak per dtype decides: an empty FP8 peak (A100) means no FP8 tensor
-    cores, so ``--precision fp8`` is refused with the alternatives that do work.
+    cores, so ``--precision fp8`` is refused with the alternatives that do work. The one
+    exception is a checkpoint format that runs without its math: ``--precision mxfp4`` (the
+    format gpt-oss is released in) on a GPU without FP4 tensor cores is its weights in
+    16-bit GEMMs (:func:`_mxfp4_weight_only`); ``fp4`` (the vendor's FP4 math) is refused
+    there.
     """
     key = canonical_precision(precision)
     if key not in PRECISIONS:
@@ -259,14 +286,18 @@ def resolve_precision(
         if all(dtype_peak(gpu, d) for d in _math_in_fp16(p, gpu).requires)
     ]
     missing = [d for d in spec.requires if not dtype_peak(gpu, d)]
+    if missing and key == "mxfp4" and canonical_precision(precision) == "mxfp4":
+        weight_only = _mxfp4_weight_only(spec, gpu)
+        if weight_only is not None:
+            spec, missing = weight_only, []
     if missing:
         hint = f"use --precision {' or '.join(p.name for p in ok) or 'bf16'} on this GPU"
         if spec.gemm_dtype == "fp4" and any(p.name == "int4" for p in ok):
             # an FP4 checkpoint (gpt-oss's MXFP4) on a GPU without FP4 math runs as 4-bit
             # weights dequantised into 16-bit GEMMs, which is what int4 (W4A16) models
             hint += (
-                "; a 4-bit checkpoint (MXFP4/NVFP4, e.g. gpt-oss) runs here as 4-bit weights "
-                "with 16-bit math: --precision int4"
+                "; a 4-bit checkpoint runs here as 4-bit weights with 16-bit math: "
+                "--precision mxfp4 for an MXFP4 one (gpt-oss), int4 for another"
             )
         raise InputError(
             f"{gpu_name} has no {'/'.join(missing).upper()} tensor-core rate in the catalog, "

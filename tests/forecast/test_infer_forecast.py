@@ -239,17 +239,30 @@ def test_a_model_released_in_fp8_warns_at_bf16(run_cli):
 
 def test_gpt_oss_released_in_mxfp4_runs_as_4_bit_weights_on_hopper(run_cli):
     """gpt-oss ships its experts in MXFP4 (config.json quantization_config): at the bf16
-    default the CLI says so and names both flags; at int4 (4-bit weights, 16-bit math: the
-    Hopper path) it says nothing and the 120B model serves on one 80 GB H100."""
+    default the CLI says so and names the flag; at mxfp4 on Hopper (no FP4 tensor cores) its
+    4-bit weights run in 16-bit GEMMs, as int4 (W4A16) does with its own scales, it says
+    nothing, and the 120B model serves on one 80 GB H100."""
     base = ("forecast", "infer", "--model", "gpt-oss-120b", "--gpu", "h100", "--format", "json")
     p = run_cli(*base)
     assert p.returncode == 0, p.stderr
-    assert "released with mxfp4 weights" in p.stderr and "--precision int4" in p.stderr
+    assert "released with mxfp4 weights" in p.stderr and "--precision mxfp4" in p.stderr
     assert json.loads(p.stdout)["gpus_per_replica"] > 1
-    p = run_cli(*base, "--precision", "int4")
-    assert p.returncode == 0, p.stderr
-    assert "released with" not in p.stderr
-    assert json.loads(p.stdout)["gpus_per_replica"] == 1
+    got = {}
+    for prec in ("mxfp4", "int4"):
+        p = run_cli(*base, "--precision", prec)
+        assert p.returncode == 0, p.stderr
+        assert "released with" not in p.stderr
+        got[prec] = json.loads(p.stdout)
+        assert got[prec]["gpus_per_replica"] == 1
+    mx, i4 = got["mxfp4"], got["int4"]
+    assert (
+        "bf16 GEMMs" in mx["precision_detail"] and "no FP4 tensor cores" in mx["precision_detail"]
+    )
+    # the same 16-bit math and KV cache; MXFP4's scale is 8 bits per 32 weights, AWQ's 16 per 128
+    assert mx["kv_cache_bytes_per_token"] == i4["kv_cache_bytes_per_token"]
+    w_mx, w_i4 = mx["memory_breakdown_bytes"]["weights"], i4["memory_breakdown_bytes"]["weights"]
+    assert 1.0 < w_mx / w_i4 < (0.5 + 1 / 32) / (0.5 + 2 / 128)  # the 16-bit layers: less
+    assert mx["tpot_s"] == pytest.approx(i4["tpot_s"], rel=0.02)
 
 
 def test_equal_cost_layouts_prefer_the_one_with_more_capacity(run_cli):

@@ -54,8 +54,27 @@ def test_fp4_where_the_chip_has_none_is_refused_naming_what_works(gpu):
     with pytest.raises(InputError, match=r"no FP4.*--precision fp4 cannot run") as e:
         _run(gpu, "fp4")
     assert "bf16" in e.value.one_line()
-    # a 4-bit checkpoint on a chip without FP4 math runs as W4A16: the hint says int4
-    assert "--precision int4" in e.value.one_line().rsplit(";", 1)[-1]
+    # a 4-bit checkpoint on a chip without FP4 math runs as W4A16: the hint names the flags
+    last = e.value.one_line().rsplit(";", 1)[-1]
+    assert "--precision mxfp4" in last and "int4" in last
+
+
+@pytest.mark.parametrize("gpu", ["a100", "h100", "mi300x"])
+def test_an_mxfp4_checkpoint_runs_its_weights_in_16_bit_gemms_without_fp4(gpu):
+    """``mxfp4`` names a checkpoint format, and one runs where its math does not: the 4-bit
+    weights in 16-bit GEMMs with a 16-bit KV cache (vLLM's gpt-oss path on Hopper, Ampere
+    and CDNA3), where ``fp4``, the vendor's FP4 math, is refused (above)."""
+    mx, bf = _run(gpu, "mxfp4"), _run(gpu, "bf16")
+    assert "dequantised into bf16 GEMMs" in mx["precision_detail"]
+    assert mx["kv_cache_bytes_per_token"] == bf["kv_cache_bytes_per_token"]
+    w4 = mx["memory_breakdown_bytes"]["weights"]
+    assert 0.25 < w4 / bf["memory_breakdown_bytes"]["weights"] < 0.3
+    assert mx["tpot_s"] < bf["tpot_s"]  # batch 1 reads a quarter of the bytes
+
+
+def test_mxfp4_keeps_its_fp4_math_where_the_chip_has_it():
+    assert "weights and activations" in _run("b200", "mxfp4")["precision_detail"]
+    assert "weights and activations" in _run("mi355x", "mxfp4")["precision_detail"]
 
 
 def test_fp8_where_the_chip_has_none_names_no_4bit_fallback():
