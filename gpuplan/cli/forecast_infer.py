@@ -119,6 +119,22 @@ def _tokens_per_s(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
+def _lengths_text(d: Any) -> str:
+    """One request-length distribution of the JSON (``LengthDist.describe``) in a few words:
+    ``1024``, ``819-1024 uniform``, ``mean 1000, p99 3000 lognormal``."""
+    if not isinstance(d, dict):
+        return "-"
+    kind = d.get("kind")
+    if kind == "uniform":
+        return f"{d['low']}-{d['high']} uniform"
+    if kind == "lognormal":
+        by = (d.get("fixed_by") or ["mean", "p99"])[-1]
+        return f"mean {d['mean']:g}, {by} {d[by]:g} lognormal"
+    if kind == "trace":
+        return f"trace of {d['requests']} (mean {d['mean']:.0f}, p99 {d['p99']:g})"
+    return f"{d['mean']:g}"
+
+
 def _table(r: dict[str, Any]):
     def draw(console) -> None:
         iv = r.get("intervals", {})
@@ -137,6 +153,13 @@ def _table(r: dict[str, Any]):
             ("model", f"{r['model']['id']} at {r['precision']}"),
             ("GPU", f"{r['gpu']}, {layout} = {r['gpus_per_replica']} GPU(s) per replica"),
         ]
+        if r.get("input_tokens") is not None:
+            rows.append(
+                (
+                    "tokens in / out",
+                    f"{_lengths_text(r['input_tokens'])} / {_lengths_text(r.get('output_tokens'))}",
+                )
+            )
         mn = r.get("multi_node") or r.get("cross_node_tp")
         if mn:
             rows.append(("nodes per replica", f"{mn['nodes']}: {mn['note']}"))

@@ -130,3 +130,18 @@ def test_the_cli_takes_the_ratio(run_cli) -> None:  # type: ignore[no-untyped-de
     )
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "--min-length-ratio" in bad.stderr
+
+
+def test_the_table_says_which_lengths_it_simulated(run_cli) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli(
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", "h100", "--input-tokens",
+        "1000", "--output-tokens", "100", "--min-length-ratio", "0.5",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "500-1000 uniform / 50-100 uniform" in res.stdout
+    res = run_cli(
+        "forecast", "infer", "--model", "llama3.1-8b", "--gpu", "h100", "--input-tokens",
+        "1000", "--input-tokens-p99", "3000", "--output-tokens", "100",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "mean 1000, p99 3000 lognormal / 100" in res.stdout
