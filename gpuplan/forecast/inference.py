@@ -974,14 +974,26 @@ def _single_layout(
         )
         max_batch = max(mp_chunk.max_batch(req), 1) if mp_chunk.kv_capacity_tokens >= req else 1
     coef = float(sh.attention_flops_prefill(1.0, 0.0)) * 2.0  # coef * s**2/2 = prefill FLOPs
+    sched_note = None
     if max_throughput:
-        top_tokens = max_batch * input_tokens if static else chunk_tokens + max_batch
+        # the engine's scheduler runs at most its default cap at once (vLLM max_num_seqs):
+        # the search stops there, as a run at the engine's defaults does; an explicit
+        # --batch is the user's own cap and is not held to it
+        sched = None if static else engine_profile(engine).running_cap(gpu)
+        search_cap = min(max_batch, sched) if sched else max_batch
+        top_tokens = max_batch * input_tokens if static else chunk_tokens + search_cap
         cost = StepCostModel.build(
             rates, params, max_tokens=max(top_tokens, 2), typical_prompt=input_tokens
         )
         batch = _best_batch(
-            cost, input_tokens, output_tokens, max_batch, batching, coef, chunk_tokens
+            cost, input_tokens, output_tokens, search_cap, batching, coef, chunk_tokens
         )
+        if search_cap < max_batch and batch == search_cap:
+            sched_note = (
+                f"{engine} runs at most {search_cap} requests at once by default (its "
+                f"max_num_seqs on {gpu.id}); memory holds {max_batch}: pass --batch to "
+                "forecast a larger cap"
+            )
     elif batch is None:
         batch = 1
     # The engine holds only the KV caches that fit: a larger batch runs max_batch requests
@@ -1116,7 +1128,7 @@ def _single_layout(
         "throughput_output_tokens_per_s_per_gpu": thr / gpus,
         "batch": b_req,
         "batch_running": b,
-        "batch_note": None
+        "batch_note": sched_note
         if b_req <= b
         else (
             f"a batch of {b_req} does not fit: the KV cache holds {b} requests of "

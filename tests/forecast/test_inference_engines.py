@@ -231,6 +231,28 @@ def test_scheduler_cap_bounds_the_planned_batch() -> None:
     assert all(c.get("max_batch", 0) <= 256 for c in r.result["candidates"])
 
 
+def test_max_throughput_stops_at_the_engines_default_cap() -> None:
+    """``--max-throughput`` is the best batch a run at the engine's defaults reaches: vLLM
+    0.6 runs at most 256 requests at once (max_num_seqs) even where memory holds thousands,
+    and says so; an explicit batch is the user's own cap and runs as given; an engine that
+    sets no cap (memory decides) is searched up to what memory holds."""
+    kw = dict(
+        model="llama3.1-70b", gpu="mi300x", tp=8, precision="fp8", input_tokens=128,
+        output_tokens=2048,
+    )  # fmt: skip
+    capped = forecast_inference(**kw, engine="vllm@0.6.0", max_throughput=True)
+    assert capped["max_batch"] > 1000  # memory alone would allow far more
+    assert capped["batch"] == 256 and "max_num_seqs" in (capped["batch_note"] or "")
+    v1 = forecast_inference(**kw, engine="vllm@0.8.4", max_throughput=True)
+    assert v1["batch"] <= 1024  # V1's default on a GPU of 70 GiB or more
+    free = forecast_inference(**kw, engine="trtllm@1.0", max_throughput=True)
+    assert free["batch"] > 1024
+    own = forecast_inference(**kw, engine="vllm@0.6.0", batch=1024)
+    assert own["batch_running"] == 1024 and own["batch_note"] is None
+    # past its all-reduces' custom-kernel cliff (8 MiB at 512 rows), 1024 still gains
+    assert own["throughput_output_tokens_per_s"] > capped["throughput_output_tokens_per_s"]
+
+
 def test_burst_of_requests_all_arrive_at_zero() -> None:
     """simulate_requests with every arrival at 0: the slowest request bounds the run."""
     from gpuplan.catalogs import get_catalog
