@@ -570,7 +570,9 @@ def memory_plan(
             weights + activations,
             activations,
             chunk_tokens=tokens_in_pass if step_budget is None else step_budget,
-            tp=sh.layout.tp,
+            # the engine's tensor-parallel size: a stage's GPUs, data-parallel attention
+            # ranks included (SGLang's tp_size under --enable-dp-attention)
+            tp=sh.layout.gpus // max(sh.layout.pp, 1),
             pp=sh.layout.pp,
         ),
         weights_bytes=weights,

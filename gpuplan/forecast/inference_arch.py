@@ -1035,6 +1035,35 @@ SGLANG_GRAPH_BATCH_BY_MEMORY: tuple[tuple[float, tuple[int, int]], ...] = (
 SGLANG_GRAPH_BATCH_LARGE = 512
 
 
+#: SGLang 0.4's default ``--mem-fraction-static`` by tensor-parallel size, (at least this
+#: TP, fraction) in order, and below the last: sgl-project/sglang python/sglang/srt/
+#: server_args.py of the 0.4 releases (``ServerArgs.__post_init__``, "Set mem fraction
+#: static, which depends on the tensor parallelism size": ``tp_size >= 16`` 0.79, ``>= 8``
+#: 0.81, ``>= 4`` 0.85, ``>= 2`` 0.87, else 0.88); :func:`sglang_04_static_fraction`
+SGLANG_04_STATIC_FRACTION_BY_TP: tuple[tuple[int, float], ...] = (
+    (16, 0.79),
+    (8, 0.81),
+    (4, 0.85),
+    (2, 0.87),
+)
+SGLANG_04_STATIC_FRACTION_TP1 = 0.88
+#: the engines' own memory defaults by device (:class:`MemoryShare` ``rule``)
+MemoryDefaultRule: TypeAlias = Literal["sglang-0.4", "sglang-0.5"]
+
+
+def sglang_04_static_fraction(tp: int) -> float:
+    """SGLang 0.4's default ``--mem-fraction-static`` on ``tp`` GPUs (its ``tp_size``: the
+    GPUs of one pipeline stage, data-parallel attention ranks included).
+
+    >>> sglang_04_static_fraction(8), sglang_04_static_fraction(1)
+    (0.81, 0.88)
+    """
+    return next(
+        (f for at_least, f in SGLANG_04_STATIC_FRACTION_BY_TP if tp >= at_least),
+        SGLANG_04_STATIC_FRACTION_TP1,
+    )
+
+
 def sglang_static_fraction(
     capacity_bytes: float, chunk_tokens: float, tp: int = 1, pp: int = 1
 ) -> float:
@@ -1074,20 +1103,25 @@ class MemoryShare:
     ``tensorrt_llm/llmapi/llm_args.py``). ``of="static"``: ``fraction`` of all the memory
     holds the weights and the KV cache, the activations beside it (SGLang
     ``--mem-fraction-static``, "the fraction of the memory used for static allocation (model
-    weights and KV cache memory pool)"); ``by_device``: the fraction is SGLang's default on
-    the device (:func:`sglang_static_fraction`), not ``fraction``. A plain number is a
-    share of the total.
+    weights and KV cache memory pool)"); ``by_device``: the fraction is the engine's own
+    default on the device, not ``fraction``, by ``rule`` (SGLang 0.5:
+    :func:`sglang_static_fraction`; 0.4: :func:`sglang_04_static_fraction`). A plain number
+    is a share of the total.
     """
 
     fraction: float
     of: MemoryFractionOf = "total"
     by_device: bool = False
+    rule: MemoryDefaultRule = "sglang-0.5"
 
     def fraction_on(
         self, capacity_bytes: float, chunk_tokens: float = 0.0, tp: int = 1, pp: int = 1
     ) -> float:
-        """The fraction in force on a GPU of ``capacity_bytes`` (``by_device``: SGLang's
-        default for that memory, prefill chunk and parallel group)."""
+        """The fraction in force on a GPU of ``capacity_bytes`` (``by_device``: the
+        engine's default for that memory, prefill chunk and parallel group; ``tp`` the
+        GPUs of one pipeline stage, SGLang's ``tp_size``)."""
+        if self.by_device and self.rule == "sglang-0.4":
+            return sglang_04_static_fraction(tp)
         if self.by_device:
             return sglang_static_fraction(capacity_bytes, chunk_tokens, tp, pp)
         return self.fraction
@@ -1127,7 +1161,8 @@ class MemoryShare:
             free = max(capacity_bytes - fixed_bytes, 0.0) / 2**30
             return f"weights and activations + {f:.0%} of the {free:.1f} GiB they leave"
         if self.of == "static":
-            default = " (SGLang's default on this GPU)" if self.by_device else ""
+            version = self.rule.removeprefix("sglang-")
+            default = f" (SGLang {version}'s default on this GPU)" if self.by_device else ""
             return (
                 f"{f:.0%}{default} of {capacity_bytes / 2**30:.1f} GiB for weights and KV "
                 "cache, activations beside"

@@ -44,6 +44,7 @@ from gpuplan.forecast.flops import GROUPED_GEMM_TILE_ROWS, grouped_gemm_rows
 from gpuplan.forecast.inference_arch import (
     DEFAULT_MEMORY_FRACTION,
     Gemms,
+    MemoryDefaultRule,
     MemoryFractionOf,
     MemoryShare,
     Sharded,
@@ -114,9 +115,12 @@ class EngineProfile:
         KV cache gets the share of what the weights and activations leave) or ``static``
         (SGLang's ``--mem-fraction-static``: weights and KV cache within the share of all
         memory, activations beside it).
-    memory_default_by_device:
-        With no setting given the engine computes its own by device (SGLang 0.5:
-        :func:`~gpuplan.forecast.inference_arch.sglang_static_fraction`); otherwise 0.9.
+    memory_default_by_device, memory_default_rule:
+        With no setting given the engine computes its own by device, by the rule named
+        (SGLang 0.5: :func:`~gpuplan.forecast.inference_arch.sglang_static_fraction`, by
+        memory, prefill chunk and TP; SGLang 0.4:
+        :func:`~gpuplan.forecast.inference_arch.sglang_04_static_fraction`, by TP);
+        otherwise 0.9.
     fitted_on:
         The engine whose published rows fitted the framework constants this profile uses.
         Equal to ``name`` only when the profile has at least :data:`MIN_ROWS_CALIBRATED`
@@ -149,6 +153,7 @@ class EngineProfile:
     chunk_rule: Literal["fixed", "vllm-v1", "sglang-0.4", "sglang-0.5"] = "fixed"
     kv_memory_of: MemoryFractionOf = "total"
     memory_default_by_device: bool = False
+    memory_default_rule: MemoryDefaultRule = "sglang-0.5"
     fitted_on: str = "trtllm@0.9"
     sources: tuple[str, ...] = ()
     fp8_moe: bool = True
@@ -208,7 +213,10 @@ class EngineProfile:
         the engine's default (:data:`DEFAULT_MEMORY_FRACTION`, or its own by device)."""
         if fraction is None:
             return MemoryShare(
-                DEFAULT_MEMORY_FRACTION, self.kv_memory_of, by_device=self.memory_default_by_device
+                DEFAULT_MEMORY_FRACTION,
+                self.kv_memory_of,
+                by_device=self.memory_default_by_device,
+                rule=self.memory_default_rule,
             )
         return MemoryShare(fraction, self.kv_memory_of)
 
@@ -252,6 +260,9 @@ class EngineProfile:
             "chunk_rule": self.chunk_rule,
             "kv_memory_of": self.kv_memory_of,
             "memory_default_by_device": self.memory_default_by_device,
+            "memory_default_rule": self.memory_default_rule
+            if self.memory_default_by_device
+            else None,
             "constants": self.basis,
             "calibrated": self.calibrated,
             "sources": list(self.sources),
@@ -455,10 +466,16 @@ ENGINES: dict[str, EngineProfile] = {
         family="sglang",
         version="0.4.5",
         chunk_rule="sglang-0.4",
+        kv_memory_of="static",
+        memory_default_by_device=True,
+        memory_default_rule="sglang-0.4",
         moe_kernels="triton",
         fitted_on="pooled",
         sources=(
             "simon-mo/R1-Benchmark Justfile and LOG.md 2025-04-18 (launch flags, scored rows)",
+            "sgl-project/sglang python/sglang/srt/server_args.py (0.4: mem_fraction_static "
+            "0.88 at TP 1, 0.87 at TP 2, 0.85 at TP 4, 0.81 at TP 8, 0.79 at TP 16, the "
+            "weights and KV pool within it)",
         ),
     ),
     "sglang@0.5": EngineProfile(

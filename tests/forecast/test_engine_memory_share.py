@@ -181,3 +181,32 @@ def test_the_fleet_search_takes_the_engines_default_memory_when_given_none() -> 
     )
     mp = cands[0].extra["memory"]
     assert (mp.usable_bytes - mp.activation_bytes) / mp.capacity_bytes == pytest.approx(0.819)
+
+
+@pytest.mark.parametrize(("tp", "fraction"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)])
+def test_sglang_04_default_is_its_tp_table(tp: int, fraction: float) -> None:
+    """SGLang 0.4 sets ``--mem-fraction-static`` by TP alone (server_args.py of the 0.4
+    releases), the weights and the KV pool within it, the activations beside."""
+    out = forecast_inference(
+        "llama3.1-8b", "h100", tp=tp, precision="bf16", engine="sglang@0.4.5", batch=8
+    )
+    m = out["memory_breakdown_bytes"]
+    assert (m["usable"] - m["activations"]) / m["capacity"] == pytest.approx(fraction)
+    assert out["engine_profile"]["memory_default_rule"] == "sglang-0.4"
+
+
+def test_data_parallel_attention_ranks_count_as_the_engines_tp() -> None:
+    """Under --enable-dp-attention SGLang's tp_size is every GPU of the stage: a wide-EP
+    DeepSeek-R1 replica on 8 H200 (TP 1 attention x 8) takes the TP 8 default, 0.81, not
+    the TP 1 one."""
+    from gpuplan.forecast.inference_arch import MemoryShare
+
+    share = engine_profile("sglang@0.4.5").memory_share(None)
+    assert isinstance(share, MemoryShare) and share.rule == "sglang-0.4"
+    assert share.fraction_on(141 * GIB, 8192, tp=8) == 0.81
+    out = forecast_inference(
+        "deepseek-r1", "h200", tp=1, ep=8, precision="fp8", engine="sglang@0.4.5", batch=8
+    )
+    m = out["memory_breakdown_bytes"]
+    assert out["gpus_per_replica"] == 8
+    assert (m["usable"] - m["activations"]) / m["capacity"] == pytest.approx(0.81)
