@@ -286,7 +286,7 @@ def resolve_precision(
         if all(dtype_peak(gpu, d) for d in _math_in_fp16(p, gpu).requires)
     ]
     missing = [d for d in spec.requires if not dtype_peak(gpu, d)]
-    if missing and key == "mxfp4" and canonical_precision(precision) == "mxfp4":
+    if missing and canonical_precision(precision) == "mxfp4":  # asked for, not fp4 on AMD
         weight_only = _mxfp4_weight_only(spec, gpu)
         if weight_only is not None:
             spec, missing = weight_only, []

@@ -248,7 +248,7 @@ class LengthDist:
         if self.trace is not None:
             v = float(np.quantile(np.asarray(self.trace, dtype=float), q))
         elif self.low is not None:
-            v = self.low + q * (2 * self.mean - 2 * self.low)
+            v = self.low + q * (int(self.high or self.low) - self.low)
         elif self.kind == "fixed":
             return float(self.mean)
         else:

@@ -144,7 +144,10 @@ class LengthDistribution(_Strict):
                 )
             if self.max < self.min:
                 raise ValueError(f"max ({self.max:g}) must not be below min ({self.min:g})")
-            mid = (self.min + self.max) / 2
+            try:
+                mid = LengthDist.uniform(int(self.min), int(self.max)).mean
+            except GpuplanError as exc:
+                raise ValueError(exc.one_line()) from None
             if self.mean is not None and abs(self.mean - mid) > 0.5:
                 raise ValueError(
                     f"uniform lengths from {self.min:g} to {self.max:g} have the mean {mid:g}, "

@@ -509,7 +509,7 @@ def size_serving(
             for k in ("min", "max")
         ]
         mean_out = derived(
-            (ends[0].value + ends[1].value) / 2.0,
+            length_dist(s.output_tokens).mean,
             "tokens",
             f"{s.name}: mean output",
             "(min + max) / 2 (uniform lengths)",
