@@ -171,7 +171,10 @@ def _hf_to_model(data: dict[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(data["text_config"], dict):
             raise InputError(f"{where}: text_config must be a mapping")
         data = {**data["text_config"], "model_type": data.get("model_type")}
-    hybrid = _hf_hybrid_blocks(data, where) or _hf_linear_attention_blocks(data, where)
+    nas = _hf_nas_blocks(data, where)
+    if nas is not None:  # the widths the record takes from the blocks, as plain config keys
+        data = {**data, **nas.pop("config_keys")}
+    hybrid = nas or _hf_hybrid_blocks(data, where) or _hf_linear_attention_blocks(data, where)
     skip = {"hybrid_override_pattern", "linear_num_key_heads"} if hybrid else set()
     unmodelled = [
         k for k in _HF_UNMODELLED if k not in skip and data.get(k) not in (None, 0, [], False)
@@ -381,6 +384,97 @@ def _hf_linear_attention_blocks(data: dict[str, Any], where: str) -> dict[str, A
             "state": data["linear_key_head_dim"],
             "groups": int(data["linear_num_key_heads"]),
             "conv_kernel": int(data.get("linear_conv_kernel_dim") or 4),
+        },
+    }
+
+
+def _nas_ffn_width(ffn_mult: float, hidden: int) -> int:
+    """DeciLM's FFN width for ``ffn_mult``: ``int(2 * ffn_mult * hidden / 3)`` rounded up to
+    a multiple of 256 (``_ffn_mult_to_intermediate_size`` in the DeciLM modeling code of
+    the Llama-Nemotron checkpoints, as vLLM's ``nemotron_nas.py`` and TensorRT-LLM's
+    ``modeling_nemotron_nas.py`` carry it)."""
+    width = int(2 * ffn_mult * hidden / 3)
+    return -(-width // 256) * 256
+
+
+def _hf_nas_blocks(data: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """A DeciLM / Llama-Nemotron ``block_configs`` list (the per-layer architecture found
+    by neural architecture search; Bercovich et al. 2024, "Puzzle", arXiv 2411.19146) as
+    the blocks of the hybrid record; None for other configs.
+
+    Each layer has an attention block (``n_heads_in_group`` query heads per KV head) or
+    none (``no_op``), and an FFN block of ``ffn_mult`` or none. Every block that is there
+    is one block of the record (its own norm and residual, as in the reference model):
+    ``attention_layers`` the layers with attention, ``layers`` those plus the layers with
+    an FFN. The FFN blocks keep their mean width (``ffn_hidden``): GEMM FLOPs and weight
+    bytes are linear in the width, so the mean keeps both totals; only the per-GEMM shape
+    is averaged. ``config_keys`` carries the widths as config keys for the caller.
+    """
+    from gpuplan.errors import InputError
+
+    blocks = data.get("block_configs")
+    if blocks is None:
+        return None
+    hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+    if not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
+        raise InputError(
+            f"{where}: block_configs must be a list of per-layer mappings",
+            hint="give the model's unedited config.json",
+        )
+    if not isinstance(hidden, int) or not isinstance(heads, int):
+        raise InputError(
+            f"{where}: a block_configs config needs hidden_size and num_attention_heads",
+            hint="give the model's full config.json",
+        )
+    groups: set[int] = set()
+    widths: list[int] = []
+    for i, block in enumerate(blocks):
+        attn, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        for kind, part in (("attention", attn), ("ffn", ffn)):
+            odd = [
+                k
+                for k in ("replace_with_linear", "sparsify", "window_length", "num_sink_tokens")
+                if part.get(k) not in (None, False, 0)
+            ]
+            if odd:
+                raise InputError(
+                    f"{where}: block_configs[{i}].{kind} has {', '.join(odd)}, which gpuplan "
+                    "does not model",
+                    hint="it models attention and FFN blocks that are present or no_op",
+                )
+        if not attn.get("no_op"):
+            g = attn.get("n_heads_in_group")
+            if not isinstance(g, int) or g <= 0 or heads % g:
+                raise InputError(
+                    f"{where}: block_configs[{i}].attention.n_heads_in_group must divide "
+                    f"num_attention_heads ({heads}), got {g!r}",
+                    hint="give the model's unedited config.json",
+                )
+            groups.add(g)
+        if not ffn.get("no_op"):
+            mult = ffn.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise InputError(
+                    f"{where}: block_configs[{i}].ffn.ffn_mult must be a positive number, "
+                    f"got {mult!r}",
+                    hint="give the model's unedited config.json",
+                )
+            widths.append(_nas_ffn_width(float(mult), hidden))
+    if len(groups) != 1 or not widths:
+        raise InputError(
+            f"{where}: block_configs with "
+            + (f"KV groups {sorted(groups) or 'none'}" if widths else "no FFN block")
+            + " is not modelled",
+            hint="gpuplan models one KV-head count per model and at least one FFN block",
+        )
+    attention = sum(1 for b in blocks if not (b.get("attention") or {}).get("no_op"))
+    return {
+        "layers": attention + len(widths),
+        "mamba_layers": 0,
+        "attention_layers": attention,
+        "config_keys": {
+            "num_key_value_heads": heads // groups.pop(),
+            "intermediate_size": round(sum(widths) / len(widths)),
         },
     }
 
