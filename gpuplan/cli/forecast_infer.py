@@ -472,7 +472,8 @@ def register(app: typer.Typer) -> None:
                 "fused_moe (vLLM <= 0.8, SGLang <= 0.4) take the MoE factor on MoE models. "
                 "Any other release of these families (vllm@0.10.1, 'TensorRT-LLM 1.0.0') "
                 "runs on the profile of the nearest release at or below it, and "
-                "engine_profile.resolution says so."
+                "engine_profile.resolution says so; 'vLLM V1' and 'vLLM V0' name vLLM's "
+                "engine generations (vllm@0.8.4, vllm@0.6.0)."
             ),
         ),
         allow_cross_node_tp: bool = typer.Option(

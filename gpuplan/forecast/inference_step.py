@@ -599,6 +599,18 @@ UNPROFILED_ENGINES = {
     "mii": f"DeepSpeed-MII: {_CALIBRATE_IT}",
 }
 
+#: vLLM's two engine generations, as a name may give them ("vLLM V1", "vllm v0"): the
+#: profile of each and why. V1 became the default with vLLM 0.8.0 (vllm-project/vllm
+#: docs/source/getting_started/v1_user_guide.md, PR 15064 of 2025-03-18, the 0.8.0 release:
+#: "V1 is now enabled by default for all supported use cases"); V0 is the engine before it.
+ENGINE_GENERATIONS = {
+    ("vllm", "1"): ("vllm@0.8.4", "vLLM's V1 engine, the default from 0.8.0: its profile"),
+    ("vllm", "0"): ("vllm@0.6.0", "vLLM's V0 engine, before 0.8.0: its newest profile"),
+}
+_GENERATION_NAME = re.compile(r"^(?P<family>[a-z_/\-]+?)[\s@:\-]*v(?P<gen>\d)(?:\s+engine)?$")
+#: a maker's name before the engine's ("NVIDIA NIM 1.8", "AMD ATOM"), dropped
+_MAKER_PREFIX = re.compile(r"^(?:nvidia|amd|aws|google|meta|intel)\s+")
+
 _ENGINE_NAME = re.compile(
     r"^(?P<family>[a-z_/\-]+?)(?:\s*(?:@|==|\s|:|-)\s*v?(?P<version>\d+(?:\.\d+)*)\S*)?$"
 )
@@ -617,9 +629,16 @@ def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
 
     # a parenthesised note names the build, not the engine: "vLLM (ROCm) 0.9.2"
     key = " ".join(re.sub(r"\([^)]*\)", " ", str(name)).split()).lower()
+    key = _MAKER_PREFIX.sub("", key)
     key = ENGINE_ALIASES.get(key, key)
     if key in ENGINES:
         return ENGINES[key], None
+    gen = _GENERATION_NAME.match(key)
+    if gen is not None:
+        fam = ENGINE_FAMILY_ALIASES.get(gen.group("family"), gen.group("family"))
+        hit = ENGINE_GENERATIONS.get((fam, gen.group("gen")))
+        if hit is not None:
+            return ENGINES[hit[0]], f"{name!r}: {hit[1]}, {hit[0]}"
     m = _ENGINE_NAME.match(key)
     family = ENGINE_FAMILY_ALIASES.get(m.group("family"), m.group("family")) if m else key
     version = m.group("version") if m else None
@@ -687,6 +706,8 @@ def engine_profile(name: str) -> EngineProfile:
     'trtllm@1.2'
     >>> engine_profile("vLLM (ROCm) 0.9.2").name
     'vllm@0.8.4'
+    >>> engine_profile("vLLM V0").name, engine_profile("vllm v1").name
+    ('vllm@0.6.0', 'vllm@0.8.4')
     """
     return _resolve_engine(name)[0]
 

@@ -56,6 +56,12 @@ def test_names_resolve_to_a_versioned_profile(name, canonical) -> None:
         ("trtllm@1.0.0rc4", "trtllm@1.0", None),
         ("vllm@0.5.4", "vllm@0.5.4", None),
         ("atom", "atom@0.1", "names no release"),
+        # a maker's name in front is dropped
+        ("AMD ATOM", "atom@0.1", "names no release"),
+        # vLLM's engine generations, not releases 1 and 0
+        ("vLLM V1", "vllm@0.8.4", "V1 engine, the default from 0.8.0"),
+        ("vllm v0", "vllm@0.6.0", "V0 engine, before 0.8.0"),
+        ("vllm@V1 engine", "vllm@0.8.4", "V1 engine"),
     ],
 )
 def test_a_release_without_a_profile_takes_the_nearest_and_says_so(name, canonical, note) -> None:
@@ -82,6 +88,7 @@ def test_an_unknown_family_names_the_known_ones() -> None:
     [
         ("nim", "name the engine it runs"),
         ("NIM@1.8.0", "name the engine it runs"),
+        ("NVIDIA NIM 1.8", "name the engine it runs"),
         ("dynamo", "--disaggregate"),
         ("tgi@3.0", "gpuplan probe --workload serve"),
         ("llama.cpp", "gpuplan probe --workload serve"),
