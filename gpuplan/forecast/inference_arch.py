@@ -34,6 +34,7 @@ Conventions
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
 
@@ -196,8 +197,14 @@ PRECISION_SPELLINGS: dict[str, str] = {
     "int4-gptq": "int4",
     "int4-wo": "int4",
     "w4a16-awq": "int4",
+    "gptq-int4": "int4",  # Qwen's checkpoint names: Qwen2.5-72B-Instruct-GPTQ-Int4
+    "awq-int4": "int4",
+    "gptq-int8": "w8a16",
     "nvfp4": "fp4",
     "w4a4-nvfp4": "fp4",
+    # OCP Microscaling MXFP8 (E4M3 with one E8M0 scale per 32 values): FP8's byte width and
+    # FP8 tensor-core rate (block-scaled MMA on Blackwell and CDNA4), the scales 1/32 more
+    "mxfp8": "fp8",
 }
 #: ... and of the KV-cache dtypes (vLLM ``--kv-cache-dtype fp8_e4m3``)
 KV_PRECISION_SPELLINGS: dict[str, str] = {**_DTYPE_SPELLINGS, "fp8-e5m2": "fp8"}
@@ -209,8 +216,11 @@ def canonical_precision(precision: str) -> str:
 
     >>> canonical_precision("AWQ"), canonical_precision("fp8_dynamic"), canonical_precision("W8A16")
     ('int4', 'fp8', 'w8a16')
+    >>> canonical_precision("FP4 (NVFP4)"), canonical_precision("GPTQ-Int4")
+    ('fp4', 'int4')
     """
-    key = str(precision).strip().lower()
+    # a parenthesised note restates the format: "FP4 (NVFP4)", "FP8 (e4m3)"
+    key = " ".join(re.sub(r"\([^)]*\)", " ", str(precision)).split()).lower()
     return PRECISION_SPELLINGS.get(key.replace("_", "-"), key)
 
 

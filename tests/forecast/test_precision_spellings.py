@@ -40,6 +40,11 @@ from gpuplan.plan.scenario import InferenceService
         ("bfloat16", "bf16"),
         ("float16", "fp16"),
         ("mxfp4", "mxfp4"),
+        ("GPTQ-Int4", "int4"),
+        ("GPTQ-Int8", "w8a16"),
+        ("MXFP8", "fp8"),
+        ("FP4 (NVFP4)", "fp4"),
+        ("FP8 (e4m3)", "fp8"),
     ],
 )
 def test_a_spelling_is_read_as_its_precision(spelling: str, name: str) -> None:
