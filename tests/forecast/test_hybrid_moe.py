@@ -193,10 +193,41 @@ def _from_config(cfg: dict) -> ModelArch:
     return ModelArch(**rec)
 
 
+def _nano_v2(pattern: str, hidden: int, ffn: int) -> dict:
+    """A Nemotron Nano v2 config.json's fields, from NVIDIA/NeMo ssm.py @8cfedd7203
+    (NemotronNano9Bv2 / NemotronNano12Bv2 on NemotronHConfigBase)."""
+    return {
+        "model_type": "nemotron_h",
+        "hybrid_override_pattern": pattern,
+        "num_hidden_layers": len(pattern),
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 80,
+        "ssm_state_size": 128,
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "vocab_size": 131072,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 131072,
+    }
+
+
+NANO_9B_V2 = _nano_v2("M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", 4480, 15680)
+NANO_12B_V2 = _nano_v2(
+    "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-", 5120, 20480
+)
+
+
 @pytest.mark.parametrize(
     ("cfg", "row", "blocks"),
     [
         (NEMOTRON3_NANO_CONFIG, "nemotron3-nano-30b-a3b", (52, 23, 6, 23)),
+        (NANO_9B_V2, "nemotron-nano-9b-v2", (56, 27, 4, 0)),
+        (NANO_12B_V2, "nemotron-nano-12b-v2", (62, 28, 6, 0)),
         (QWEN3_NEXT_CONFIG, "qwen3-next-80b-a3b", (96, 36, 12, 48)),
         (QWEN36_27B_CONFIG, "qwen3.6-27b", (128, 48, 16, 0)),
     ],
