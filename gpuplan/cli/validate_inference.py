@@ -249,6 +249,15 @@ def _table(result: dict[str, Any], show_rows: bool):
         )
         if neuron and neuron["skipped"]:
             console.print(f"  not forecast: {len(neuron['skipped'])} rows (see --format json)")
+        gaudi = held_out_section(
+            "gaudi",
+            "Intel Gaudi 2 and Gaudi 3 throughput tables (Intel Gaudi software 1.18, fp8, one "
+            "batch per row): the default constants, fitted on GPU engines: fitted on nothing",
+            "Gaudi rows by accelerator and profile (median |err| and bias)",
+            ("by_model",),
+        )
+        if gaudi and gaudi["skipped"]:
+            console.print(f"  not forecast: {len(gaudi['skipped'])} rows (see --format json)")
         if show_rows and result.get("rows"):
             console.print(
                 simple_table(

@@ -296,6 +296,7 @@ class InferenceValidation(TypedDict):
     offline: NotRequired[OfflineValidation]
     nim: NotRequired[NimValidation]
     neuron: NotRequired[NimValidation]
+    gaudi: NotRequired[NimValidation]
 
 
 def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -615,6 +616,7 @@ def validate_inference(
     result["offline"] = validate_offline(catalog=catalog, perf_for=perf_for)
     result["nim"] = validate_nim(catalog=catalog, perf_for=perf_for)
     result["neuron"] = validate_neuron(catalog=catalog, perf_for=perf_for)
+    result["gaudi"] = validate_gaudi(catalog=catalog, perf_for=perf_for)
     result["metrics"] = {
         "throughput_per_gpu": f"static-batch output tokens/s per GPU ({result['data']})",
         "ttft": f"batch-1 first-token latency, ttft_mean_ms ({result['data']})",
@@ -3083,6 +3085,93 @@ def validate_neuron(
         (
             "one request at a time (batch 1), fixed input and output lengths: P50 TTFT and "
             "TPOT, output tokens/s of one request"
+        ),
+        catalog=catalog,
+        perf_for=perf_for,
+        fitted=fitted,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Intel publishes the LLM throughput of Gaudi 2 and Gaudi 3 (Intel Gaudi software 1.18.0,
+# PyTorch 2.4.0): per model, HPU count and fixed input/output lengths, one batch size and the
+# tokens/s it reached, FP8. There is no Gaudi engine profile: like the Neuron rows they are
+# scored with the tool's default constants (``modern``, fitted on GPU engines), what a user
+# gets for ``forecast infer --gpu gaudi3 --batching static --batch N``, and nothing is fitted
+# on them: they measure how far the device model and the GPU-fitted constants carry to Gaudi.
+
+GAUDI_CSV_PATH = DATA_DIR / "inference_gaudi_runs.csv"
+#: (column, unit scale, metric) of a Gaudi row
+GAUDI_METRICS: tuple[tuple[str, float, OfflineMetric], ...] = (
+    ("out_tokens_per_s_total", 1.0, "throughput"),
+)
+
+
+#: tokens of one prefill pass in the replay: the batch's prompts go through in passes of
+#: this many tokens (the default step budget, ``EngineProfile.chunk_tokens`` of ``modern``),
+#: whose FLOPs and weight reads add up to one pass over all of them; a single pass over a
+#: batch of 1,536 x 128 prompts would be priced with fp32 logits for every token
+GAUDI_PREFILL_TOKENS = 8192
+
+
+def load_gaudi_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of Intel's Gaudi throughput tables (``inference_gaudi_runs.csv``)."""
+    return _read_rows(path, GAUDI_CSV_PATH)
+
+
+def simulate_gaudi_row(
+    row: dict[str, str],
+    *,
+    fitted: FittedOverheads | None = None,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+) -> dict[OfflineMetric, FloatArray]:
+    """One Gaudi row replayed as one wave: its batch (``max_concurrency``) of requests of the
+    row's fixed lengths arrives at once at a replica that runs at most that many, prefills
+    them in passes of :data:`GAUDI_PREFILL_TOKENS` and decodes them together (what
+    ``forecast infer --batch N`` does with N requests; requests memory cannot hold wait for
+    a second wave). Returns ``[value, slow, fast]`` generated tokens/s to the last token."""
+    from gpuplan.forecast.serving import simulate_requests
+
+    catalog = _catalog_or_default(catalog)
+    engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
+    isl, osl = int(_num(row.get("input_len")) or 0), int(_num(row.get("output_len")) or 0)
+    batch = int(_num(row.get("max_concurrency")) or 0)
+    if isl <= 0 or osl <= 0 or batch <= 0:
+        raise InputError(
+            f"{row.get('run_id')}: a Gaudi row needs input_len, output_len and max_concurrency "
+            "(its batch size)",
+            hint="give the table's fixed lengths and batch size",
+        )
+    run = dict(row)
+    run["max_num_seqs"] = str(batch)
+    run["max_num_batched_tokens"] = str(max(isl, GAUDI_PREFILL_TOKENS))
+    lin, lout = np.full(batch, isl, dtype=np.int64), np.full(batch, osl, dtype=np.int64)
+    rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
+    out: list[float] = []
+    for scn in (VALUE, SLOW, FAST):
+        sim = simulate_requests(rep, np.zeros(batch), lin, lout, max_queue=batch + 1, scenario=scn)
+        out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
+    return {"throughput": np.array(out)}
+
+
+def validate_gaudi(
+    data: str | Path | None = None,
+    *,
+    catalog: Catalog | None = None,
+    perf_for: PerfFor | None = None,
+    fitted: FittedOverheads | None = None,
+) -> NimValidation:
+    """Error of the shipped forecast on Intel's Gaudi 2 / Gaudi 3 throughput tables, fitted
+    on nothing, by GPU and profile, and model."""
+    return _validate_closed_loop(
+        load_gaudi_rows(data),
+        str(Path(data) if data else GAUDI_CSV_PATH.name),
+        simulate_gaudi_row,
+        GAUDI_METRICS,
+        (
+            "one batch: the row's batch of fixed-length requests arrives at once and runs "
+            "together (prefill in passes of 8,192 tokens); generated tokens/s of the row's HPUs"
         ),
         catalog=catalog,
         perf_for=perf_for,
