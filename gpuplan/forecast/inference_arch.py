@@ -210,6 +210,16 @@ PRECISION_SPELLINGS: dict[str, str] = {
 KV_PRECISION_SPELLINGS: dict[str, str] = {**_DTYPE_SPELLINGS, "fp8-e5m2": "fp8"}
 
 
+def plain_name(text: str) -> str:
+    """``text`` lower-cased, without parenthesised notes and with single spaces: a note
+    restates or qualifies the name ("FP4 (NVFP4)", "vLLM (ROCm) 0.9.2").
+
+    >>> plain_name(" vLLM (ROCm)  0.9.2 ")
+    'vllm 0.9.2'
+    """
+    return " ".join(re.sub(r"\([^)]*\)", " ", str(text)).split()).lower()
+
+
 def canonical_precision(precision: str) -> str:
     """The ``--precision`` name of ``precision`` (:data:`PRECISION_SPELLINGS`); a name
     it does not know comes back lower-cased, for :func:`resolve_precision` to refuse.
@@ -219,8 +229,7 @@ def canonical_precision(precision: str) -> str:
     >>> canonical_precision("FP4 (NVFP4)"), canonical_precision("GPTQ-Int4")
     ('fp4', 'int4')
     """
-    # a parenthesised note restates the format: "FP4 (NVFP4)", "FP8 (e4m3)"
-    key = " ".join(re.sub(r"\([^)]*\)", " ", str(precision)).split()).lower()
+    key = plain_name(precision)  # "FP4 (NVFP4)", "FP8 (e4m3)": the note restates the format
     return PRECISION_SPELLINGS.get(key.replace("_", "-"), key)
 
 

@@ -49,6 +49,7 @@ from gpuplan.forecast.inference_arch import (
     MemoryShare,
     Sharded,
     dtype_peak,
+    plain_name,
 )
 from gpuplan.forecast.model import chunked_pairs, window_pairs
 from gpuplan.forecast.speculative import draft_sharded
@@ -628,8 +629,7 @@ def _resolve_engine(name: str) -> tuple[EngineProfile, str | None]:
     from gpuplan.errors import InputError
 
     # a parenthesised note names the build, not the engine: "vLLM (ROCm) 0.9.2"
-    key = " ".join(re.sub(r"\([^)]*\)", " ", str(name)).split()).lower()
-    key = _MAKER_PREFIX.sub("", key)
+    key = _MAKER_PREFIX.sub("", plain_name(name))
     key = ENGINE_ALIASES.get(key, key)
     if key in ENGINES:
         return ENGINES[key], None

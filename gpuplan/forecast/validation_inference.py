@@ -2645,8 +2645,6 @@ def simulate_offline_row(
     replica built as ``trtllm-bench`` builds it (:func:`trtllm_bench_build`: its batch cap
     and its token budget per step; the KV cache gets ``memory_fraction`` of the memory the
     weights and activations leave). Returns ``[value, slow, fast]`` output tokens/s."""
-    from gpuplan.forecast.serving import simulate_requests
-
     catalog = _catalog_or_default(catalog)
     engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
     isl, osl = int(_num(row.get("input_len")) or 0), int(_num(row.get("output_len")) or 0)
@@ -2657,16 +2655,39 @@ def simulate_offline_row(
             hint="give the dataset's fixed lengths and its request count",
         )
     build = _build_of(row, catalog)
+    out = _burst_throughput(
+        row, engine, own, catalog, perf_for, n, isl, osl, build.max_batch_size, build.max_num_tokens
+    )
+    return {"throughput": out}
+
+
+def _burst_throughput(
+    row: dict[str, str],
+    engine: str,
+    fitted: FittedOverheads,
+    catalog: Catalog,
+    perf_for: PerfFor | None,
+    n: int,
+    isl: int,
+    osl: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+) -> FloatArray:
+    """``[value, slow, fast]`` output tokens/s to the last token of ``n`` requests of fixed
+    lengths ``isl``/``osl`` sent at once to the row's replica, run with that running cap and
+    token budget per step."""
+    from gpuplan.forecast.serving import simulate_requests
+
     run = dict(row)
-    run["max_num_seqs"] = str(build.max_batch_size)
-    run["max_num_batched_tokens"] = str(build.max_num_tokens)
+    run["max_num_seqs"] = str(max_num_seqs)
+    run["max_num_batched_tokens"] = str(max_num_batched_tokens)
     lin, lout = np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64)
-    rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
+    rep = _row_replica(run, engine, fitted, catalog, perf_for, lin, lout)
     out: list[float] = []
     for scn in (VALUE, SLOW, FAST):
         sim = simulate_requests(rep, np.zeros(n), lin, lout, max_queue=n + 1, scenario=scn)
         out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
-    return {"throughput": np.array(out)}
+    return np.array(out)
 
 
 def _is_moe(row: dict[str, str], catalog: Catalog) -> bool:
@@ -3097,7 +3118,7 @@ def validate_neuron(
 # PyTorch 2.4.0): per model, HPU count and fixed input/output lengths, one batch size and the
 # tokens/s it reached, FP8. There is no Gaudi engine profile: like the Neuron rows they are
 # scored with the tool's default constants (``modern``, fitted on GPU engines), what a user
-# gets for ``forecast infer --gpu gaudi3 --batching static --batch N``, and nothing is fitted
+# gets for ``forecast infer --gpu gaudi3 --batch N``, and nothing is fitted
 # on them: they measure how far the device model and the GPU-fitted constants carry to Gaudi.
 
 GAUDI_CSV_PATH = DATA_DIR / "inference_gaudi_runs.csv"
@@ -3105,13 +3126,6 @@ GAUDI_CSV_PATH = DATA_DIR / "inference_gaudi_runs.csv"
 GAUDI_METRICS: tuple[tuple[str, float, OfflineMetric], ...] = (
     ("out_tokens_per_s_total", 1.0, "throughput"),
 )
-
-
-#: tokens of one prefill pass in the replay: the batch's prompts go through in passes of
-#: this many tokens (the default step budget, ``EngineProfile.chunk_tokens`` of ``modern``),
-#: whose FLOPs and weight reads add up to one pass over all of them; a single pass over a
-#: batch of 1,536 x 128 prompts would be priced with fp32 logits for every token
-GAUDI_PREFILL_TOKENS = 8192
 
 
 def load_gaudi_rows(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -3128,10 +3142,13 @@ def simulate_gaudi_row(
 ) -> dict[OfflineMetric, FloatArray]:
     """One Gaudi row replayed as one wave: its batch (``max_concurrency``) of requests of the
     row's fixed lengths arrives at once at a replica that runs at most that many, prefills
-    them in passes of :data:`GAUDI_PREFILL_TOKENS` and decodes them together (what
-    ``forecast infer --batch N`` does with N requests; requests memory cannot hold wait for
-    a second wave). Returns ``[value, slow, fast]`` generated tokens/s to the last token."""
-    from gpuplan.forecast.serving import simulate_requests
+    them in passes of the engine's default step budget (``EngineProfile.chunk_tokens``,
+    8,192 for ``modern``: the passes' FLOPs and weight reads add up to one pass over the
+    whole batch, which would instead be priced with fp32 logits for every token) and decodes
+    them together (what ``forecast infer --batch N`` does with N requests; requests memory
+    cannot hold wait for a second wave). Returns ``[value, slow, fast]`` generated tokens/s
+    to the last token."""
+    from gpuplan.forecast.inference_step import engine_profile
 
     catalog = _catalog_or_default(catalog)
     engine, own = _profile_overheads(row, fitted or load_overheads(), catalog)
@@ -3143,16 +3160,11 @@ def simulate_gaudi_row(
             "(its batch size)",
             hint="give the table's fixed lengths and batch size",
         )
-    run = dict(row)
-    run["max_num_seqs"] = str(batch)
-    run["max_num_batched_tokens"] = str(max(isl, GAUDI_PREFILL_TOKENS))
-    lin, lout = np.full(batch, isl, dtype=np.int64), np.full(batch, osl, dtype=np.int64)
-    rep = _row_replica(run, engine, own, catalog, perf_for, lin, lout)
-    out: list[float] = []
-    for scn in (VALUE, SLOW, FAST):
-        sim = simulate_requests(rep, np.zeros(batch), lin, lout, max_queue=batch + 1, scenario=scn)
-        out.append(sim.output_tokens / sim.duration_s if sim.duration_s > 0 else math.nan)
-    return {"throughput": np.array(out)}
+    budget = engine_profile(engine).chunk_tokens(catalog.gpu(row["gpu_type"]))
+    out = _burst_throughput(
+        row, engine, own, catalog, perf_for, batch, isl, osl, batch, max(isl, budget)
+    )
+    return {"throughput": out}
 
 
 def validate_gaudi(
